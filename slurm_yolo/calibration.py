@@ -1,0 +1,241 @@
+"""k per partition: the samples it is fitted from, the current fit and its history (calibration.db).
+
+The database is written by admins and the SlurmUser (calibrate, job feedback, cron refits) and read
+by every user's ``yolo-sbatch``. It stays in rollback-journal mode: writes are rare, and readers
+without write access can then always read it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import dataset, db, estimate, spec
+from .config import Config
+from .errors import UsageError
+from .estimate import Workload
+from .parse.results import read_run_dir
+from .timemodel import Sample, TimeModel, fit
+
+MIGRATIONS = (
+    """
+CREATE TABLE samples (
+    id INTEGER PRIMARY KEY,
+    partition TEXT NOT NULL,
+    key TEXT NOT NULL,
+    recorded_at TEXT NOT NULL,
+    source TEXT NOT NULL,
+    workload TEXT NOT NULL,
+    gpus INTEGER NOT NULL,
+    train_seconds REAL NOT NULL,
+    total_seconds REAL,
+    UNIQUE (partition, key)
+);
+CREATE TABLE params (
+    partition TEXT PRIMARY KEY,
+    model TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    source TEXT NOT NULL
+);
+CREATE TABLE history (
+    id INTEGER PRIMARY KEY,
+    partition TEXT NOT NULL,
+    at TEXT NOT NULL,
+    model TEXT NOT NULL,
+    source TEXT NOT NULL
+);
+CREATE INDEX history_partition ON history (partition, at)
+""",
+)
+
+WINDOW = 500  # most recent samples a refit reads
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def prior(config: Config) -> TimeModel:
+    """The model of a partition nobody has calibrated: the config's priors."""
+    e = config["estimate"]
+    return TimeModel(
+        k=e["k"],
+        overhead_seconds=e["overhead_seconds"],
+        val_weight=e["val_weight"],
+        iteration_seconds=e["iteration_seconds"],
+        startup_seconds=e["startup_seconds"],
+    )
+
+
+def _model_json(tm: TimeModel) -> str:
+    return json.dumps(asdict(tm), sort_keys=True)
+
+
+def _model_from_json(text: str) -> TimeModel:
+    return TimeModel(**json.loads(text))
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """A partition's time model and where it came from (shown by --explain)."""
+
+    model: TimeModel
+    source: str  # "config prior" or "calibrate 2026-11-30T... (12 runs)"
+
+
+def db_path(config: Config) -> Path:
+    return config.state_dir / "calibration.db"
+
+
+def load(config: Config, partition: str) -> Calibrated:
+    """The partition's current model (read-only; the config prior when uncalibrated)."""
+    conn = db.connect_read(db_path(config))
+    if conn is None:
+        return Calibrated(prior(config), "config prior (no calibration database)")
+    try:
+        row = conn.execute("SELECT * FROM params WHERE partition = ?", (partition,)).fetchone()
+    except sqlite3.OperationalError:
+        row = None  # a database older than its schema
+    finally:
+        conn.close()
+    if row is None:
+        return Calibrated(prior(config), f"config prior (partition {partition} not calibrated)")
+    tm = _model_from_json(row["model"])
+    return Calibrated(tm, f"{row['source']} {row['updated_at']} ({tm.n} runs, form {tm.form})")
+
+
+class Store:
+    """Read-write access to calibration.db."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.conn = db.connect_write(db_path(config), MIGRATIONS)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def add_sample(self, partition: str, sample: Sample, source: str, total_seconds: float | None = None) -> bool:
+        """Record a run; False when this key was recorded already (calibrating twice changes nothing)."""
+        cur = self.conn.execute(
+            "INSERT OR IGNORE INTO samples (partition, key, recorded_at, source, workload, gpus, train_seconds,"
+            " total_seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                partition,
+                sample.key,
+                now(),
+                source,
+                json.dumps(sample.workload.to_dict()),
+                sample.gpus,
+                sample.train_seconds,
+                total_seconds,
+            ),
+        )
+        return cur.rowcount == 1
+
+    def samples(self, partition: str, limit: int = WINDOW) -> list[Sample]:
+        rows = self.conn.execute(
+            "SELECT * FROM samples WHERE partition = ? ORDER BY id DESC LIMIT ?", (partition, limit)
+        ).fetchall()
+        return [
+            Sample(Workload(**json.loads(r["workload"])), r["gpus"], r["train_seconds"], r["key"]) for r in rows
+        ]
+
+    def save(self, partition: str, tm: TimeModel, source: str) -> None:
+        """Make ``tm`` the partition's model and append it to the history, in one transaction."""
+        at = now()
+        text = _model_json(tm)
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            self.conn.execute(
+                "INSERT INTO params (partition, model, updated_at, source) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (partition) DO UPDATE SET model = excluded.model, updated_at = excluded.updated_at,"
+                " source = excluded.source",
+                (partition, text, at, source),
+            )
+            self.conn.execute(
+                "INSERT INTO history (partition, at, model, source) VALUES (?, ?, ?, ?)", (partition, at, text, source)
+            )
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+
+    def history(self, partition: str) -> list[tuple[str, str, TimeModel]]:
+        rows = self.conn.execute(
+            "SELECT at, source, model FROM history WHERE partition = ? ORDER BY id", (partition,)
+        ).fetchall()
+        return [(r["at"], r["source"], _model_from_json(r["model"])) for r in rows]
+
+
+def sample_from_run_dir(path: Path, config: Config) -> Sample:
+    """A calibration sample from an ultralytics run folder (its data yaml must still be readable)."""
+    run = read_run_dir(path)
+    seconds = run.train_seconds
+    if not seconds or seconds <= 0:
+        raise UsageError(f"{path}: results.csv has no training time")
+    known = set(spec.ultralytics_cfg()["defaults"])
+    args = {k: v for k, v in run.args.items() if k in known and k not in ("task", "mode")}
+    s = spec.TrainSpec(task=run.args.get("task"), mode="train", args=args)
+    if not s.get("data"):
+        raise UsageError(f"{path}/args.yaml names no data yaml")
+    counts = dataset.count(str(s.get("data")), config.cache_dir / "datasets.json")
+    reference = config["estimate"]["reference_gflops"]
+    model = estimate.resolve_model(s.model, reference, config["job"]["python"], config.cache_dir)
+    w = estimate.workload(s, counts.train, counts.val, model, epochs_done=run.epochs_completed)
+    gpus = max(1, s.devices or 0)  # device=cpu counts as one device
+    return Sample(workload=w, gpus=gpus, train_seconds=seconds, key=str(path.resolve()))
+
+
+@dataclass
+class CalibrationResult:
+    """What ``slurm-yolo calibrate`` did."""
+
+    partition: str
+    added: int
+    skipped: list[str] = field(default_factory=list)
+    model: TimeModel | None = None
+    previous: TimeModel | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "partition": self.partition,
+            "added": self.added,
+            "skipped": self.skipped,
+            "model": asdict(self.model) if self.model else None,
+            "previous": asdict(self.previous) if self.previous else None,
+        }
+
+
+def refit(store: Store, partition: str, source: str) -> TimeModel:
+    """Refit a partition from its recorded samples and store the result."""
+    config = store.config
+    part = config.partition(partition)
+    tm = fit(store.samples(partition), prior(config), part.ddp_efficiency, config["estimate"]["reference_gflops"])
+    store.save(partition, tm, source)
+    return tm
+
+
+def calibrate_runs(config: Config, partition: str, paths: list[Path]) -> CalibrationResult:
+    """Add ultralytics run folders as samples of ``partition`` and refit its model."""
+    if not partition or any(ch in partition for ch in "\n\r\x00"):
+        raise UsageError("--partition must be a plain name")
+    result = CalibrationResult(partition=partition, added=0, previous=load(config, partition).model)
+    samples = []
+    for path in paths:
+        try:
+            samples.append(sample_from_run_dir(path, config))
+        except UsageError as e:
+            result.skipped.append(str(e))
+    if not samples:
+        raise UsageError(f"no usable run among {len(paths)} given: " + (result.skipped[0] if result.skipped else ""))
+    store = Store(config)
+    try:
+        for s in samples:
+            result.added += store.add_sample(partition, s, "run-dir")
+        result.model = refit(store, partition, "calibrate")
+    finally:
+        store.close()
+    return result

@@ -1,0 +1,86 @@
+"""``slurm-yolo``: admin commands (config, calibration) and the job-side launcher."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import click
+
+from .. import calibration
+from . import echo_json, library_errors, load_config
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """slurm-yolo: token-budgeted YOLO training on Slurm (admin and job-side commands)."""
+
+
+@main.group("config")
+def config_group() -> None:
+    """The effective configuration."""
+
+
+@config_group.command("show")
+@click.option("--json", "as_json", is_flag=True)
+def config_show(as_json: bool) -> None:
+    """Print every effective value and where it came from."""
+    config = load_config()
+    rows = config.flat()
+    if as_json:
+        echo_json({"file": str(config.path) if config.path else None, "values": {k: {"value": v, "source": s} for k, v, s in rows}})
+        return
+    click.echo(f"# config file: {config.path or 'none (defaults)'}")
+    width = max(len(k) for k, _, _ in rows)
+    for key, value, source in rows:
+        click.echo(f"{key:<{width}}  {value!r:<30}  {source}")
+
+
+@main.command()
+@click.option("--partition", "-p", required=True, help="Partition the runs stand for (need not be configured).")
+@click.option("--json", "as_json", is_flag=True)
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@library_errors
+def calibrate(partition: str, as_json: bool, run_dirs: tuple[Path, ...]) -> None:
+    """Fit k (and the other terms the data supports) from ultralytics run folders."""
+    config = load_config()
+    result = calibration.calibrate_runs(config, partition, list(run_dirs))
+    if as_json:
+        echo_json(result.to_dict())
+        return
+    tm = result.model
+    assert tm is not None
+    for reason in result.skipped:
+        click.echo(f"skipped: {reason}", err=True)
+    click.echo(f"partition {partition}: {result.added} new run(s), {tm.n} in the fit, form {tm.form}")
+    click.echo(
+        f"k {tm.k:.4g} s/MTok, overhead {tm.overhead_seconds:.2f} s, val weight {tm.val_weight:.3f},"
+        f" {tm.iteration_seconds:.4g} s/iteration"
+    )
+    if tm.family_factors:
+        click.echo("family factors: " + ", ".join(f"{f} {v:.2f}" for f, v in sorted(tm.family_factors.items())))
+    if tm.loo_median is not None:
+        click.echo(f"leave-one-out error: median {tm.loo_median:.1%}, p90 {tm.loo_p90:.1%}")
+
+
+@main.command("k")
+@click.option("--partition", "-p", required=True)
+@click.option("--json", "as_json", is_flag=True)
+@library_errors
+def show_k(partition: str, as_json: bool) -> None:
+    """The partition's current time model (readable by every user)."""
+    cal = calibration.load(load_config(), partition)
+    if as_json:
+        echo_json({"partition": partition, "source": cal.source, "model": asdict(cal.model)})
+    else:
+        click.echo(f"{partition}: k {cal.model.k:.4g} s/MTok from {cal.source}")
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("words", nargs=-1, type=click.UNPROCESSED)
+@library_errors
+def run(words: tuple[str, ...]) -> None:
+    """Run ultralytics training inside a job: slurm-yolo run -- [TASK] train key=value ..."""
+    from .. import launcher  # imports ultralytics: job side only
+
+    raise SystemExit(launcher.run(list(words)))

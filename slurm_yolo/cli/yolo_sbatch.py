@@ -1,0 +1,83 @@
+"""``yolo-sbatch``: ``yolo train ...`` as a correctly sized Slurm job."""
+
+from __future__ import annotations
+
+import click
+
+from .. import plan, submission
+from ..slurm import commands
+from . import echo_json, library_errors, load_config
+
+
+@click.command(
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False, "help_option_names": ["-h", "--help"]},
+)
+@click.option("--partition", "-p", default=None, help="Partition name, or 'auto' for the earliest predicted finish.")
+@click.option("--gpus", "-G", type=int, default=None, help="GPUs (default: device= of the command, else 1).")
+@click.option("--deadline", default=None, help="Finish within this (90m, 2h, HH:MM:SS): fewest GPUs that do.")
+@click.option("--priority", type=click.Choice(["prod", "dev", "explore"]), default=None, help="Fairshare tier.")
+@click.option("--flops-factor", type=float, default=None, help="Model GFLOPs / yolov8n's, for custom models.")
+@click.option("--dry-run", is_flag=True, help="Plan and print; submit nothing.")
+@click.option("--explain", is_flag=True, help="Print the estimate broken down.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--wait", is_flag=True, help="Block until the job ends; exit with its success.")
+@click.option("--account", "-A", default=None)
+@click.option("--job-name", "-J", default=None)
+@click.option("--output", "-o", default=None)
+@click.option("--error", "-e", default=None)
+@click.option("--mail-type", default=None)
+@click.option("--mail-user", default=None)
+@click.option("--dependency", "-d", default=None)
+@click.option("--begin", default=None)
+@click.option("--constraint", "-C", default=None)
+@click.option("--sbatch-arg", "extra", multiple=True, help="Raw sbatch option (repeatable), e.g. --sbatch-arg=--nice=10.")
+@click.argument("words", nargs=-1, type=click.UNPROCESSED)
+@library_errors
+def main(
+    partition: str | None, gpus: int | None, deadline: str | None, priority: str | None, flops_factor: float | None,
+    dry_run: bool, explain: bool, as_json: bool, wait: bool, account: str | None, job_name: str | None,
+    output: str | None, error: str | None, mail_type: str | None, mail_user: str | None, dependency: str | None,
+    begin: str | None, constraint: str | None, extra: tuple[str, ...], words: tuple[str, ...],
+) -> None:  # fmt: skip
+    """Submit an ultralytics training command as a Slurm job sized from its token estimate.
+
+    \b
+    yolo-sbatch [OPTIONS] [TASK] train key=value ...
+    e.g. yolo-sbatch --partition a100 detect train model=yolo11s.yaml data=ds.yaml epochs=50 imgsz=640
+    """
+    config = load_config()
+    if partition is None:
+        partition = "auto" if config.partitions else None
+    if partition is None:
+        raise click.UsageError("give --partition NAME (no partitions are configured for 'auto')")
+    request = plan.Request(
+        partition=partition,
+        gpus=gpus,
+        deadline_seconds=submission.parse_duration(deadline) if deadline else None,
+        priority=priority or config["estimate"]["default_priority"],
+    )
+    options = submission.job_options(
+        config, job_name=job_name or "yolo", account=account, output=output, error=error, mail_type=mail_type,
+        mail_user=mail_user, dependency=dependency, begin=begin, constraint=constraint, extra=extra,
+    )  # fmt: skip
+    prepared = submission.prepare(config, list(words), request, options, flops_factor, offline=dry_run)
+    p = prepared.plan
+    job_id = None if dry_run else submission.submit(config, prepared)
+    if as_json:
+        echo_json({**p.to_dict(), "script": prepared.script, "job_id": job_id})
+    else:
+        if explain or dry_run:
+            for line in p.explain:
+                click.echo(line)
+        if dry_run:
+            click.echo(prepared.script, nl=False)
+        else:
+            click.echo(
+                f"Submitted batch job {job_id} ({p.partition}, {p.gres}, qos {p.qos},"
+                f" limit {p.time_limit_seconds // 60} min, {p.effective_tokens / 1e6:.1f} effective MTok)"
+            )
+    if wait and job_id is not None:
+        state = commands.wait_for_end(job_id)
+        click.echo(f"job {job_id} {state}", err=as_json)
+        if state != "COMPLETED":
+            raise SystemExit(1)

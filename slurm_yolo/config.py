@@ -1,0 +1,205 @@
+"""Settings from one TOML file, with the origin of every value.
+
+Lookup: ``$SLURM_YOLO_CONFIG``, else ``$SLURM_YOLO_HOME/config.toml``, else ``/etc/slurm-yolo/config.toml``.
+``SLURM_YOLO_HOME`` also moves the state (SQLite databases, caches) into that folder, so trials and
+tests stay isolated from the system install. Unknown keys are errors: a typo in an admin's file must
+not silently fall back to a default.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+
+SYSTEM_CONFIG = Path("/etc/slurm-yolo/config.toml")
+SYSTEM_STATE = Path("/var/lib/slurm-yolo")
+
+# The schema: every section, key and default. Partition tables are open-ended (one per partition).
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "paths": {
+        "state_dir": str(SYSTEM_STATE),  # calibration.db, ledger.db (owned by the SlurmUser)
+        "cache_dir": "",  # per-user caches (dataset counts); default ~/.cache/slurm-yolo
+    },
+    "slurm": {
+        "bin_dir": "/usr/bin",  # absolute: slurmctld-side hooks run with no PATH
+        "timeout_seconds": 30.0,
+    },
+    "job": {
+        # What the job script runs: the interpreter of the install that carries the [train] extra.
+        "python": sys.executable,
+        "cpus_per_gpu": 2,
+        "mem_per_cpu_mb": 0,  # 0: the cluster's DefMemPerCPU
+        "signal_seconds": 120,  # USR2 this long before the time limit: checkpoint and requeue
+        "yolo_config_dir": "",  # YOLO_CONFIG_DIR for jobs (offline font); empty: ultralytics' default
+    },
+    "estimate": {
+        "buffer": 0.20,  # minimum headroom of the time limit over the prediction
+        "reference_gflops": 8.86,  # yolov8n at 640: a model factor of 1.0
+        "k": 1.0,  # prior seconds per million effective tokens per GPU, until a partition is calibrated
+        "overhead_seconds": 5.0,  # prior fixed cost inside training (dataloaders, first batch)
+        "startup_seconds": 20.0,  # process start, model build, dataset scan: not in results.csv
+        "val_weight": 0.5,  # prior cost of a validation token relative to a training token
+        "iteration_seconds": 0.0,  # prior per-iteration cost (optimizer step, logging)
+        "default_priority": "dev",
+    },
+    "light": {
+        # Jobs this small run on a share of a GPU (shard GRES) instead of a whole one.
+        "max_model_gflops": 30.0,
+        "max_batch_pixels": 16 * 640 * 640,
+        "gpu_share": 0.5,
+    },
+    "qos": {
+        "short": "yolo-short",
+        "short_max_minutes": 60,
+        "prod": "yolo-prod",
+        "dev": "yolo-dev",
+        "explore": "yolo-explore",
+    },
+}
+
+PARTITION_DEFAULTS: dict[str, Any] = {
+    "gpu_type": "",
+    "gpus_per_node": 1,
+    "shards_per_gpu": 0,  # 0: no shard GRES on this partition
+    "cost_per_gpu_hour": 0.0,
+    "ddp_efficiency": 0.9,  # speed-up kept per doubling of GPUs
+}
+
+PRIORITIES = ("prod", "dev", "explore")
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One partition as the planner sees it."""
+
+    name: str
+    gpu_type: str = ""
+    gpus_per_node: int = 1
+    shards_per_gpu: int = 0
+    cost_per_gpu_hour: float = 0.0
+    ddp_efficiency: float = 0.9
+
+
+@dataclass
+class Config:
+    """Effective settings; ``sources`` maps ``section.key`` to where the value came from."""
+
+    values: dict[str, dict[str, Any]]
+    partitions: dict[str, Partition]
+    sources: dict[str, str] = field(default_factory=dict)
+    path: Path | None = None
+
+    def __getitem__(self, section: str) -> dict[str, Any]:
+        return self.values[section]
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.values["paths"]["state_dir"])
+
+    @property
+    def cache_dir(self) -> Path:
+        if self.values["paths"]["cache_dir"]:
+            return Path(self.values["paths"]["cache_dir"])
+        home = os.environ.get("SLURM_YOLO_HOME")
+        if home:
+            return Path(home) / "cache"
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return Path(base) / "slurm-yolo"
+
+    def partition(self, name: str) -> Partition:
+        """A configured partition, or a bare one: planning offline for an unknown partition is allowed."""
+        return self.partitions.get(name) or Partition(name=name)
+
+    def flat(self) -> list[tuple[str, Any, str]]:
+        """Every effective value as (key, value, source), for ``slurm-yolo config show``."""
+        rows = [
+            (f"{s}.{k}", v, self.sources.get(f"{s}.{k}", "default"))
+            for s, section in self.values.items()
+            for k, v in section.items()
+        ]
+        for p in self.partitions.values():
+            for k in PARTITION_DEFAULTS:
+                key = f"partitions.{p.name}.{k}"
+                rows.append((key, getattr(p, k), self.sources.get(key, "default")))
+        return rows
+
+
+def config_path() -> Path:
+    """The TOML file in force (it may not exist)."""
+    if os.environ.get("SLURM_YOLO_CONFIG"):
+        return Path(os.environ["SLURM_YOLO_CONFIG"])
+    if os.environ.get("SLURM_YOLO_HOME"):
+        return Path(os.environ["SLURM_YOLO_HOME"]) / "config.toml"
+    return SYSTEM_CONFIG
+
+
+def _check_type(key: str, value: Any, default: Any) -> Any:
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, type(default))
+    if not ok:
+        raise UsageError(f"config {key}: expected {type(default).__name__}, got {value!r}")
+    return value
+
+
+def load(path: Path | None = None) -> Config:
+    """Read the config file (if any) over the defaults."""
+    path = path or config_path()
+    values = {s: dict(v) for s, v in DEFAULTS.items()}
+    sources: dict[str, str] = {}
+    raw: dict[str, Any] = {}
+    if path.exists():
+        try:
+            raw = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise UsageError(f"config {path}: {e}") from None
+    partitions: dict[str, Partition] = {}
+    for section, table in raw.items():
+        if section == "partitions":
+            if not isinstance(table, dict):
+                raise UsageError(f"config {path}: [partitions] must be a table")
+            for name, ptable in table.items():
+                partitions[name] = _partition(name, ptable, path, sources)
+            continue
+        if section not in DEFAULTS or not isinstance(table, dict):
+            raise UsageError(f"config {path}: unknown section [{section}] (valid: {', '.join([*DEFAULTS, 'partitions'])})")
+        for key, value in table.items():
+            if key not in DEFAULTS[section]:
+                raise UsageError(
+                    f"config {path}: unknown key {section}.{key} (valid: {', '.join(DEFAULTS[section])})"
+                )
+            values[section][key] = _check_type(f"{section}.{key}", value, DEFAULTS[section][key])
+            sources[f"{section}.{key}"] = str(path)
+    home = os.environ.get("SLURM_YOLO_HOME")
+    if home:
+        values["paths"]["state_dir"] = home
+        sources["paths.state_dir"] = "env SLURM_YOLO_HOME"
+    if values["estimate"]["default_priority"] not in PRIORITIES:
+        raise UsageError(f"config estimate.default_priority: must be one of {', '.join(PRIORITIES)}")
+    return Config(values=values, partitions=partitions, sources=sources, path=path if path.exists() else None)
+
+
+def _partition(name: str, table: Any, path: Path, sources: dict[str, str]) -> Partition:
+    if not isinstance(table, dict):
+        raise UsageError(f"config {path}: [partitions.{name}] must be a table")
+    kwargs: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in PARTITION_DEFAULTS:
+            raise UsageError(
+                f"config {path}: unknown key partitions.{name}.{key} (valid: {', '.join(PARTITION_DEFAULTS)})"
+            )
+        kwargs[key] = _check_type(f"partitions.{name}.{key}", value, PARTITION_DEFAULTS[key])
+        sources[f"partitions.{name}.{key}"] = str(path)
+    return Partition(name=name, **kwargs)

@@ -1,0 +1,70 @@
+"""Opening the project's SQLite files: writers migrate, readers never write.
+
+Users read k and balances from files owned by the SlurmUser that they cannot write. A read-only
+connection cannot create a WAL database's -shm file, so readers open ``mode=ro`` and, when SQLite
+refuses that, ``immutable=1`` (safe when no writer is connected, which is when -shm is missing).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from urllib.parse import quote
+
+from .errors import SlurmYoloError
+
+BUSY_TIMEOUT_MS = 30_000
+
+
+def connect_write(path: Path, migrations: Sequence[str], wal: bool = False) -> sqlite3.Connection:
+    """A read-write connection with the schema brought up to date (numbered migrations)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if wal:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+        migrate(conn, migrations)
+    except (OSError, sqlite3.Error) as e:
+        raise SlurmYoloError(f"cannot open {path} for writing: {e}") from None
+    return conn
+
+
+def connect_read(path: Path) -> sqlite3.Connection | None:
+    """A read-only connection, or None when the database does not exist yet."""
+    if not path.exists():
+        return None
+    uri = "file:" + quote(str(path.resolve()))
+    last: sqlite3.Error | None = None
+    for suffix in ("?mode=ro", "?immutable=1"):
+        try:
+            conn = sqlite3.connect(uri + suffix, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+            conn.row_factory = sqlite3.Row
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return conn
+        except sqlite3.Error as e:
+            last = e
+    raise SlurmYoloError(f"cannot read {path}: {last}")
+
+
+def migrate(conn: sqlite3.Connection, migrations: Sequence[str]) -> None:
+    """Apply the migrations past ``PRAGMA user_version``, each in its own transaction."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    for number, script in enumerate(migrations[version:], start=version + 1):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Another writer may have migrated while we waited for the lock.
+            if conn.execute("PRAGMA user_version").fetchone()[0] >= number:
+                conn.execute("COMMIT")
+                continue
+            for statement in script.split(";\n"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise

@@ -1,0 +1,17 @@
+"""The library's error types: each carries one line a user can act on."""
+
+
+class SlurmYoloError(Exception):
+    """Base: the message is one line, shown to the user as it is."""
+
+
+class UsageError(SlurmYoloError):
+    """Bad input from the user or the admin's config: nothing was changed."""
+
+
+class SlurmError(SlurmYoloError):
+    """A Slurm command failed; the message carries its own one-line reason."""
+
+
+class QuotaError(SlurmYoloError):
+    """The account's tokens cannot cover the job."""

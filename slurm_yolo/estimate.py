@@ -1,0 +1,224 @@
+"""Tokens: the compute a training run needs, as pixels pushed through the network (pure math).
+
+One image at training size s is s^2 tokens. A run is ``epochs x train_images x s^2`` training tokens
+plus its validation passes over the val images (each epoch when ``val=True``, else the last one, plus
+the final validation), weighted by the calibrated cost of a validation token. Effective tokens scale
+that by the model's FLOPs relative to yolov8n, so one ``k`` per partition serves every model size.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .errors import UsageError
+from .spec import TrainSpec
+
+# GFLOPs at imgsz 640, nc=80, measured with ultralytics 8.4.190 (utils.torch_utils.get_flops on the
+# model built from its yaml). A test re-measures a few when the [train] extra is installed.
+GFLOPS: dict[str, float] = {
+    "yolov8n": 8.86, "yolov8s": 28.81, "yolov8m": 79.31, "yolov8l": 165.73, "yolov8x": 258.54,
+    "yolo11n": 6.67, "yolo11s": 21.84, "yolo11m": 68.64, "yolo11l": 87.85, "yolo11x": 196.32,
+    "yolo12n": 7.63, "yolo12s": 23.65, "yolo12m": 71.35, "yolo12l": 96.29, "yolo12x": 210.15,
+    "yolo26n": 6.24, "yolo26s": 23.08, "yolo26m": 75.64, "yolo26l": 94.16, "yolo26x": 210.07,
+    "yolov5nu": 7.84, "yolov5su": 24.21, "yolov5mu": 64.6, "yolov5lu": 135.62, "yolov5xu": 247.31,
+    "yolov9t": 8.48, "yolov9s": 27.55, "yolov9m": 77.86, "yolov9c": 104.01, "yolov9e": 193.01,
+    "yolov10n": 8.8, "yolov10s": 25.23, "yolov10m": 64.61, "yolov10b": 99.47, "yolov10l": 127.99,
+    "yolov10x": 171.99,
+}  # fmt: skip
+
+# Cost per FLOP relative to yolov8 before any calibration: newer families' attention and
+# depthwise blocks run slower per FLOP (30-55% measured on CPU). Calibration replaces these.
+FAMILY_PRIOR: dict[str, float] = {
+    "yolov8": 1.0, "yolov5": 1.0, "yolov9": 1.2, "yolov10": 1.1,
+    "yolo11": 1.35, "yolo12": 1.55, "yolo26": 1.45, "custom": 1.0,
+}  # fmt: skip
+
+_NAME = re.compile(r"^(yolov8|yolo11|yolo12|yolo26|yolov5|yolov9|yolov10)([nsmblxtce])(u?)$")
+MTOK = 1e6
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the estimate needs of a model."""
+
+    name: str
+    family: str
+    gflops: float
+    source: str  # "table", "measured", "--flops-factor"
+
+
+def family_of(model: str) -> str:
+    """The ultralytics family of a model name or path (``custom`` for anything else)."""
+    stem = Path(model).stem.lower()
+    m = _NAME.match(stem)
+    return m.group(1) if m else "custom"
+
+
+def lookup_model(model: str) -> ModelInfo | None:
+    """A standard detection model from the table, by name or path (``yolov8n.pt``, ``cfg/yolo11s.yaml``)."""
+    stem = Path(model).stem.lower()
+    if stem in GFLOPS and _NAME.match(stem):
+        return ModelInfo(name=stem, family=family_of(stem), gflops=GFLOPS[stem], source="table")
+    return None
+
+
+def measure_gflops(model: str, python: str, cache_dir: Path | None, timeout: float = 300.0) -> float:
+    """GFLOPs of a custom model, measured with ultralytics in a child process (never imported here), cached."""
+    path = Path(model).expanduser().resolve()
+    if not path.is_file():
+        raise UsageError(f"model {model} not found: give --flops-factor or a standard model name")
+    key = f"{path}:{path.stat().st_mtime}"
+    cache_file = cache_dir / "gflops.json" if cache_dir else None
+    cached: dict[str, float] = {}
+    if cache_file and cache_file.exists():
+        try:
+            cached = json.loads(cache_file.read_text())
+        except (OSError, ValueError):
+            cached = {}
+    if key in cached:
+        return float(cached[key])
+    code = (
+        "import sys; from ultralytics import YOLO; from ultralytics.utils.torch_utils import get_flops;"
+        "print(get_flops(YOLO(sys.argv[1]).model, 640))"
+    )
+    env = {**os.environ, "YOLO_OFFLINE": "1"}
+    try:
+        out = subprocess.run([python, "-c", code, str(path)], capture_output=True, text=True, timeout=timeout, env=env)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise UsageError(f"model {model}: cannot measure its FLOPs ({e}); give --flops-factor") from None
+    if out.returncode != 0:
+        if "No module named 'ultralytics'" in out.stderr or "No module named 'torch'" in out.stderr:
+            raise UsageError(
+                f"model {model} is not a standard model and ultralytics is not installed to measure it: "
+                "give --flops-factor (its GFLOPs / yolov8n's)"
+            )
+        last = (out.stderr.strip().splitlines() or ["unknown error"])[-1]
+        raise UsageError(f"model {model}: cannot measure its FLOPs ({last}); give --flops-factor")
+    try:
+        gflops = float(out.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise UsageError(f"model {model}: ultralytics printed no FLOPs; give --flops-factor") from None
+    if gflops <= 0:
+        raise UsageError(f"model {model}: measured {gflops} GFLOPs; give --flops-factor")
+    if cache_file:
+        cached[key] = gflops
+        try:
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            cache_file.write_text(json.dumps(cached))
+        except OSError:
+            pass
+    return gflops
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The countable facts of one run: everything the time model reads."""
+
+    train_images: int  # after ``fraction``
+    val_images: int
+    imgsz: int  # rounded up to the stride
+    epochs: int
+    batch: int
+    val_passes: int  # validation passes inside training (results.csv time includes them)
+    model: str
+    family: str
+    gflops: float
+    model_source: str = "table"
+
+    @property
+    def iterations(self) -> int:
+        return self.epochs * math.ceil(self.train_images / max(1, self.batch))
+
+    @property
+    def train_tokens(self) -> float:
+        return float(self.epochs) * self.train_images * self.imgsz**2
+
+    @property
+    def val_tokens(self) -> float:
+        """Validation tokens inside training (not counting the final validation)."""
+        return float(self.val_passes) * self.val_images * self.imgsz**2
+
+    @property
+    def final_val_tokens(self) -> float:
+        return float(self.val_images) * self.imgsz**2
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def train_images(total: int, fraction: float) -> int:
+    """Images per epoch after ultralytics' ``fraction`` (a share in (0, 1] or a count)."""
+    if fraction > 1:
+        return min(total, int(fraction))
+    return max(1, round(total * fraction))
+
+
+def workload(
+    spec: TrainSpec, counts_train: int, counts_val: int, model: ModelInfo, epochs_done: int | None = None
+) -> Workload:
+    """The workload of a spec, given its dataset's image counts and its model.
+
+    ``epochs_done`` describes a run that stopped early (patience, time limit): it validated after
+    each finished epoch when ``val=True``, else only if it reached its last epoch.
+    """
+    epochs = spec.epochs if epochs_done is None else epochs_done
+    if spec.get("val") is not False:
+        val_passes = epochs
+    else:
+        val_passes = 1 if epochs >= spec.epochs else 0
+    return Workload(
+        train_images=train_images(counts_train, float(spec.get("fraction") or 1.0)),
+        val_images=counts_val,
+        imgsz=spec.imgsz,
+        epochs=epochs,
+        batch=spec.batch,
+        val_passes=val_passes,
+        model=model.name,
+        family=model.family,
+        gflops=model.gflops,
+        model_source=model.source,
+    )
+
+
+def model_factor(gflops: float, reference_gflops: float) -> float:
+    """How much more a token costs on this model than on the reference (yolov8n)."""
+    return gflops / reference_gflops
+
+
+def tokens(w: Workload, val_weight: float) -> float:
+    """Tokens of the whole run: training tokens plus weighted validation tokens (final pass included)."""
+    return w.train_tokens + val_weight * (w.val_tokens + w.final_val_tokens)
+
+
+def fmt_tokens(n: float) -> str:
+    """Human units: 1.23 GTok, 456.0 MTok."""
+    if abs(n) >= 1e9:
+        return f"{n / 1e9:.2f} GTok"
+    return f"{n / 1e6:.1f} MTok"
+
+
+def images_640(n: float) -> float:
+    """Tokens as 640-equivalent images, so runs at different sizes compare at a glance."""
+    return n / 640**2
+
+
+def resolve_model(
+    model: str, reference_gflops: float, python: str, cache_dir: Path | None, flops_factor: float | None = None
+) -> ModelInfo:
+    """The model's FLOPs: the user's factor, else the table, else measured with ultralytics."""
+    if flops_factor is not None:
+        if not (math.isfinite(flops_factor) and 0 < flops_factor <= 1000):
+            raise UsageError(f"--flops-factor {flops_factor} must be a positive number (GFLOPs / yolov8n's)")
+        name = Path(model).stem.lower()
+        return ModelInfo(name=name, family=family_of(model), gflops=flops_factor * reference_gflops, source="--flops-factor")
+    known = lookup_model(model)
+    if known:
+        return known
+    gflops = measure_gflops(model, python, cache_dir)
+    return ModelInfo(name=Path(model).stem.lower(), family="custom", gflops=gflops, source="measured")

@@ -1,0 +1,162 @@
+"""The in-job runner: real ultralytics training with usage records (job side only: imports ultralytics).
+
+It sizes threads and workers from the Slurm allocation (ultralytics would take the whole node), picks
+the allocated GPUs (or the CPU where there are none), keeps ultralytics offline, and appends one JSON
+line per epoch and one at the end to ``yolo-usage-JOBID.jsonl`` beside the job's output.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from . import spec as spec_mod
+
+
+def _ensure_font() -> None:
+    """ultralytics downloads Arial.ttf when it is missing; offline, give it any TTF on the machine."""
+    base = Path(os.environ.get("YOLO_CONFIG_DIR") or Path.home() / ".config") / "Ultralytics"
+    target = base / "Arial.ttf"
+    if target.exists():
+        return
+    fonts = sorted(glob.glob("/usr/share/fonts/truetype/**/*.ttf", recursive=True))
+    if fonts:
+        base.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(fonts[0], target)
+
+
+def _cpus() -> int:
+    try:
+        return max(1, int(os.environ.get("SLURM_CPUS_PER_TASK", "")))
+    except ValueError:
+        return max(1, len(os.sched_getaffinity(0)))
+
+
+def usage_path() -> Path:
+    job = os.environ.get("SLURM_JOB_ID", str(os.getpid()))
+    return Path(os.environ.get("SLURM_SUBMIT_DIR", ".")) / f"yolo-usage-{job}.jsonl"
+
+
+class UsageRecorder:
+    """ultralytics callbacks that append usage records."""
+
+    def __init__(self, path: Path, imgsz: int) -> None:
+        self.path = path
+        self.imgsz = imgsz
+        self.started = time.monotonic()
+        self.epoch_started = self.started
+        self.last_epoch = 0
+
+    def write(self, record: dict[str, Any]) -> None:
+        record = {"time": time.time(), "job_id": os.environ.get("SLURM_JOB_ID"),
+                  "restart": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0), **record}  # fmt: skip
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record, default=float) + "\n")
+
+    def on_train_epoch_start(self, trainer: Any) -> None:
+        self.epoch_started = time.monotonic()
+
+    def on_fit_epoch_end(self, trainer: Any) -> None:
+        if trainer.epoch + 1 <= self.last_epoch:
+            return  # ultralytics fires this again for the final validation
+        self.last_epoch = trainer.epoch + 1
+        images = len(trainer.train_loader.dataset)
+        seconds = time.monotonic() - self.epoch_started
+        self.write({
+            "kind": "epoch", "epoch": trainer.epoch + 1, "epochs": trainer.epochs, "images": images,
+            "tokens": images * self.imgsz**2, "seconds": seconds,
+            "images_per_s": images / seconds if seconds > 0 else None,
+            "metrics": {k: float(v) for k, v in (trainer.metrics or {}).items()},
+        })  # fmt: skip
+
+    def on_train_end(self, trainer: Any) -> None:
+        self.write({
+            "kind": "end", "epochs_completed": trainer.epoch + 1, "seconds": time.monotonic() - self.started,
+            "metrics": {k: float(v) for k, v in (trainer.metrics or {}).items()},
+        })  # fmt: skip
+
+
+class Requeue:
+    """USR2 (time limit near, or preemption): at the next epoch end, once last.pt is saved, requeue.
+
+    The handler only sets a flag: checkpointing inside a signal handler could tear a write. Slurm
+    then ends this run; the next one (SLURM_RESTART_COUNT + 1) resumes from the recorded checkpoint.
+    """
+
+    def __init__(self, recorder: UsageRecorder, scontrol: str = "/usr/bin/scontrol") -> None:
+        self.requested = False
+        self.recorder = recorder
+        self.scontrol = scontrol
+        signal.signal(signal.SIGUSR2, self._handler)
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def on_fit_epoch_end(self, trainer: Any) -> None:
+        last = Path(trainer.save_dir) / "weights" / "last.pt"
+        if last.exists():
+            self.recorder.write({"kind": "checkpoint", "epoch": trainer.epoch + 1, "last": str(last)})
+        if self.requested and os.environ.get("SLURM_JOB_ID"):
+            self.recorder.write({"kind": "requeue", "epoch": trainer.epoch + 1})
+            subprocess.run([self.scontrol, "requeue", os.environ["SLURM_JOB_ID"]], check=False)
+            trainer.stop = True
+
+
+def last_checkpoint(path: Path) -> str | None:
+    """The newest checkpoint an earlier run of this job recorded, if it still exists."""
+    last = None
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict) and rec.get("kind") == "checkpoint":
+                    last = rec.get("last")
+    except OSError:
+        return None
+    return last if last and Path(last).exists() else None
+
+
+def run(words: list[str]) -> int:
+    """Train as the user asked, inside the allocation; the process exit code."""
+    s = spec_mod.parse(words)
+    os.environ.setdefault("YOLO_OFFLINE", "1")
+    _ensure_font()
+    cpus = _cpus()
+    os.environ.setdefault("OMP_NUM_THREADS", str(cpus))
+    import torch
+    from ultralytics import YOLO
+
+    torch.set_num_threads(cpus)
+    args = dict(s.args)
+    args.pop("model", None)
+    if torch.cuda.is_available():
+        args["device"] = ",".join(str(i) for i in range(torch.cuda.device_count()))
+    else:
+        args["device"] = "cpu"
+    args["workers"] = min(int(args.get("workers", 8)), max(0, cpus - 1))
+    if s.model.endswith(".yaml"):
+        args.setdefault("pretrained", False)
+    recorder = UsageRecorder(usage_path(), s.imgsz)
+    requeue = Requeue(recorder)
+    resume_from = last_checkpoint(recorder.path) if int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) else None
+    if resume_from:
+        recorder.write({"kind": "resume", "from": resume_from})
+        model = YOLO(resume_from)
+        args = {"resume": True, "device": args["device"], "workers": args["workers"]}
+    else:
+        model = YOLO(s.model, task=s.task)
+    for event in ("on_train_epoch_start", "on_fit_epoch_end", "on_train_end"):
+        model.add_callback(event, getattr(recorder, event))
+    model.add_callback("on_fit_epoch_end", requeue.on_fit_epoch_end)
+    model.train(**args)
+    return 0

@@ -1,0 +1,1 @@
+"""Parsers of what training jobs leave behind: one module per input format."""

@@ -1,0 +1,85 @@
+"""An ultralytics run folder: ``args.yaml`` (what was asked) and ``results.csv`` (what happened).
+
+results.csv has one row per finished epoch; its ``time`` column is cumulative seconds since training
+started, without process start-up and the final validation.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import UsageError
+
+
+@dataclass(frozen=True)
+class EpochRow:
+    """One results.csv row, with the numbers typed."""
+
+    epoch: int
+    time: float | None
+    values: dict[str, float] = field(default_factory=dict)
+
+
+def read_results_csv(path: Path) -> list[EpochRow]:
+    """Rows of a results.csv; malformed rows are skipped, a missing file is an error."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror}") from None
+    rows = []
+    for raw in csv.DictReader(text.splitlines()):
+        typed: dict[str, float] = {}
+        for key, value in raw.items():
+            if key is None or value is None:
+                continue
+            try:
+                number = float(value)
+            except ValueError:
+                continue
+            if math.isfinite(number):
+                typed[key.strip()] = number
+        if "epoch" in typed:
+            rows.append(EpochRow(epoch=int(typed["epoch"]), time=typed.get("time"), values=typed))
+    return rows
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A finished (or interrupted) ultralytics training run on disk."""
+
+    path: Path
+    args: dict[str, Any]
+    rows: list[EpochRow]
+
+    @property
+    def epochs_completed(self) -> int:
+        return len(self.rows)
+
+    @property
+    def train_seconds(self) -> float | None:
+        times = [r.time for r in self.rows if r.time is not None]
+        return times[-1] if times else None
+
+
+def read_run_dir(path: Path) -> RunDir:
+    """Read ``args.yaml`` and ``results.csv`` of a run folder."""
+    if not path.is_dir():
+        raise UsageError(f"{path} is not a run folder")
+    try:
+        args = yaml.safe_load((path / "args.yaml").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no args.yaml (not an ultralytics run folder)") from None
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as e:
+        raise UsageError(f"{path}/args.yaml is not readable: {str(e).splitlines()[0]}") from None
+    if not isinstance(args, dict):
+        raise UsageError(f"{path}/args.yaml is not a mapping")
+    results = path / "results.csv"
+    if not results.exists():
+        raise UsageError(f"{path}: no results.csv (the run finished no epoch)")
+    return RunDir(path=path, args=args, rows=read_results_csv(results))

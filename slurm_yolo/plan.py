@@ -1,0 +1,182 @@
+"""Estimate + calibration + cluster state -> a submission plan (pure: no I/O, no Slurm).
+
+The plan is everything ``yolo-sbatch`` decides: partition, GPUs, GRES (whole GPUs, or shards for
+light jobs), QOS tier, the predicted run time and a time limit with its buffer, and the reasons,
+which ``--explain`` prints.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from .config import Config, Partition
+from .errors import UsageError
+from .estimate import Workload, fmt_tokens, images_640, model_factor, tokens
+from .slurm.parsers import PartitionState
+from .timemodel import TimeModel, buffer_for, ddp_factor, predict_seconds, predict_train_seconds
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user asked of the plan beyond the training command."""
+
+    partition: str  # a name, or "auto"
+    gpus: int | None = None
+    deadline_seconds: float | None = None
+    priority: str = "dev"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A fully decided submission."""
+
+    partition: str
+    gpus: int
+    gres: str
+    shard: bool
+    qos: str
+    priority: str
+    tokens: float
+    train_tokens: float
+    val_tokens: float
+    effective_tokens: float
+    model_factor: float
+    family_factor: float
+    k: float
+    k_source: str
+    predicted_seconds: float
+    predicted_train_seconds: float
+    buffer: float
+    buffer_reason: str
+    time_limit_seconds: int
+    expected_wait_seconds: float | None
+    workload: Workload
+    explain: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        d = asdict(self)
+        d["workload"] = self.workload.to_dict()
+        return d
+
+
+def time_limit(predicted_seconds: float, buffer: float) -> int:
+    """ceil(T x (1 + buffer)) in whole minutes, as seconds (Slurm's granularity)."""
+    return max(60, math.ceil(predicted_seconds * (1 + buffer) / 60) * 60)
+
+
+def expected_wait(state: PartitionState | None, gpus: int) -> float | None:
+    """Seconds until ``gpus`` GPUs free up: running jobs' time left, then the pending queue's share."""
+    if state is None or state.total_gpus < gpus:
+        return None
+    wait = 0.0
+    free = state.free_gpus
+    if free < gpus:
+        for left, n in sorted(state.running):
+            free += n
+            if free >= gpus:
+                wait = float(left)
+                break
+    return wait + state.pending_gpu_seconds / max(1, state.total_gpus)
+
+
+def _gpus(w: Workload, tm: TimeModel, part: Partition, req: Request, devices: int | None, ref: float) -> tuple[int, str]:
+    limit = part.gpus_per_node
+    if req.gpus is not None:
+        if req.gpus < 1:
+            raise UsageError(f"--gpus {req.gpus}: at least 1")
+        if req.gpus > limit and part.gpu_type:
+            raise UsageError(f"--gpus {req.gpus}: partition {part.name} has {limit} GPUs per node")
+        return req.gpus, "--gpus"
+    if req.deadline_seconds is not None:
+        for g in range(1, max(1, limit) + 1):
+            if predict_seconds(w, tm, g, part.ddp_efficiency, ref) <= req.deadline_seconds:
+                return g, f"fewest GPUs that finish within the deadline ({req.deadline_seconds / 60:.0f} min)"
+        best = predict_seconds(w, tm, max(1, limit), part.ddp_efficiency, ref)
+        raise UsageError(
+            f"--deadline {req.deadline_seconds / 60:.0f}m cannot be met on {part.name}: "
+            f"needs {best / 60:.0f} min even with {max(1, limit)} GPUs"
+        )
+    if devices:
+        return devices, "device= of the command"
+    return 1, "default"
+
+
+def plan_partition(
+    w: Workload, tm: TimeModel, k_source: str, part: Partition, req: Request, config: Config,
+    devices: int | None = None, state: PartitionState | None = None,
+) -> Plan:  # fmt: skip
+    """The plan on one partition."""
+    ref = config["estimate"]["reference_gflops"]
+    gpus, gpus_why = _gpus(w, tm, part, req, devices, ref)
+    predicted = predict_seconds(w, tm, gpus, part.ddp_efficiency, ref)
+    train = predict_train_seconds(w, tm, gpus, part.ddp_efficiency, ref)
+    buf = buffer_for(tm, config["estimate"]["buffer"])
+    limit = time_limit(predicted, buf.value)
+
+    light = config["light"]
+    shard = (
+        gpus == 1
+        and part.shards_per_gpu > 0
+        and w.gflops <= light["max_model_gflops"]
+        and w.batch * w.imgsz**2 <= light["max_batch_pixels"]
+    )
+    gtype = f"{part.gpu_type}:" if part.gpu_type else ""
+    if shard:
+        n = max(1, math.ceil(light["gpu_share"] * part.shards_per_gpu))
+        gres = f"shard:{gtype}{n}"
+    else:
+        gres = f"gpu:{gtype}{gpus}"
+
+    qos_cfg = config["qos"]
+    if req.priority not in ("prod", "dev", "explore"):
+        raise UsageError(f"--priority {req.priority}: one of prod, dev, explore")
+    short = limit <= qos_cfg["short_max_minutes"] * 60 and req.priority != "explore"
+    qos = qos_cfg["short"] if short else qos_cfg[req.priority]
+
+    mf = model_factor(w.gflops, ref)
+    ff = tm.family_factor(w.family)
+    tok = tokens(w, tm.val_weight)
+    eff = tok * mf * ff
+    wait = expected_wait(state, gpus)
+    explain = [
+        f"images: {w.train_images} train x {w.epochs} epochs at imgsz {w.imgsz}, {w.val_images} val"
+        f" ({w.val_passes} passes + final), batch {w.batch}, {w.iterations} iterations",
+        f"tokens per epoch: {fmt_tokens(w.train_images * w.imgsz**2)} train;"
+        f" run: {fmt_tokens(tok)} = {images_640(tok):,.0f} 640-equivalent images"
+        f" (val weight {tm.val_weight:.2f})",
+        f"model: {w.model} {w.gflops:.2f} GFLOPs ({w.model_source}), factor {mf:.2f} x family {w.family} {ff:.2f}"
+        f" -> {fmt_tokens(eff)} effective",
+        f"k: {tm.k:.4g} s/MTok per GPU, overhead {tm.overhead_seconds:.1f} s, {tm.iteration_seconds:.3g} s/iteration,"
+        f" start-up {tm.startup_seconds:.0f} s; from {k_source}",
+        f"time: {predicted / 60:.1f} min predicted ({train / 60:.1f} min training) on {gpus} GPU(s)"
+        f" [{gpus_why}, DDP x{ddp_factor(gpus, part.ddp_efficiency):.2f}]",
+        f"buffer: {buf.value:.2f} ({buf.reason}) -> time limit {limit // 60} min",
+        f"gres: {gres}" + (" (light job: shares a GPU)" if shard else ""),
+        f"qos: {qos} ({'short job' if short else 'priority ' + req.priority})",
+    ]
+    if wait is not None:
+        explain.append(f"expected wait on {part.name}: {wait / 60:.1f} min")
+    return Plan(
+        partition=part.name, gpus=gpus, gres=gres, shard=shard, qos=qos, priority=req.priority,
+        tokens=tok, train_tokens=w.train_tokens, val_tokens=w.val_tokens + w.final_val_tokens,
+        effective_tokens=eff, model_factor=mf, family_factor=ff, k=tm.k, k_source=k_source,
+        predicted_seconds=predicted, predicted_train_seconds=train, buffer=buf.value, buffer_reason=buf.reason,
+        time_limit_seconds=limit, expected_wait_seconds=wait, workload=w, explain=explain,
+    )  # fmt: skip
+
+
+def choose(plans: list[Plan]) -> Plan:
+    """``--partition auto``: the earliest predicted finish (expected wait + run time)."""
+    usable = [p for p in plans if p.expected_wait_seconds is not None]
+    if not usable:
+        raise UsageError("--partition auto: no configured partition has enough GPUs up")
+    best = min(usable, key=lambda p: p.expected_wait_seconds + p.predicted_seconds)  # type: ignore[operator]
+    others = ", ".join(
+        f"{p.partition} {((p.expected_wait_seconds or 0) + p.predicted_seconds) / 60:.1f} min"
+        for p in usable
+        if p is not best
+    )
+    finish = ((best.expected_wait_seconds or 0) + best.predicted_seconds) / 60
+    best.explain.append(f"partition auto: {best.partition} finishes first ({finish:.1f} min; {others or 'no other'})")
+    return best

@@ -1,0 +1,168 @@
+"""Plan -> sbatch script text (a pure function over ``sbatch_templates/``; golden-file tested).
+
+Two kinds of user values reach the script, and each is made inert its own way:
+- ``#SBATCH`` values are read by sbatch's own parser, never a shell: they are written bare, or in
+  double or single quotes (sbatch honours both); control characters, and values holding both quote
+  kinds, are refused.
+- the training command in the body is shell-quoted word by word (``shlex.quote``).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from . import __version__
+from .errors import UsageError
+from .plan import Plan
+from .slurm.parsers import minutes_arg
+
+_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+_BARE = re.compile(r"^[A-Za-z0-9_.,:=/@%+\-]*$")
+
+
+def templates_dir() -> Path:
+    """The installed templates (inside the package), else the source tree's ``sbatch_templates/``."""
+    installed = resources.files("slurm_yolo").joinpath("sbatch_templates")
+    if installed.is_dir():
+        return Path(str(installed))
+    source = Path(__file__).resolve().parent.parent / "sbatch_templates"
+    if source.is_dir():
+        return source
+    raise UsageError("sbatch templates not found: the slurm-yolo install is incomplete")
+
+
+@cache
+def template(name: str) -> str:
+    return (templates_dir() / name).read_text()
+
+
+def fill(text: str, values: dict[str, str]) -> str:
+    """Replace every ``{{name}}``; a placeholder without a value, or a value without a placeholder, is a bug."""
+    used = set(_PLACEHOLDER.findall(text))
+    if used != set(values):
+        raise ValueError(f"template placeholders {sorted(used)} != values {sorted(values)}")
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
+
+
+def directive_value(option: str, value: str) -> str:
+    """A value as sbatch's directive parser reads it back unchanged."""
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise UsageError(f"{option}: the value contains a control character")
+    if _BARE.match(value):
+        return value
+    if '"' not in value:
+        return f'"{value}"'
+    if "'" not in value:
+        return f"'{value}'"
+    raise UsageError(f"{option}: the value contains both kinds of quote")
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """The everyday sbatch options a user may pass through, plus where the launcher lives."""
+
+    job_name: str = "yolo"
+    account: str | None = None
+    output: str | None = None
+    error: str | None = None
+    mail_type: str | None = None
+    mail_user: str | None = None
+    dependency: str | None = None
+    begin: str | None = None
+    constraint: str | None = None
+    extra: tuple[str, ...] = ()  # raw sbatch arguments, each a whole ``--opt=value``
+    python: str = "python3"
+    cpus_per_gpu: int = 2
+    mem_per_cpu_mb: int = 0
+    signal_seconds: int = 120
+    yolo_config_dir: str = ""
+    environment: dict[str, str] = field(default_factory=dict)
+
+
+def comment(plan: Plan) -> str:
+    """The estimate carried in the job (``--comment``): compact, no quotes or spaces, read by the prolog."""
+    return (
+        f"yolo:tok={plan.tokens:.0f},eff={plan.effective_tokens:.0f},pred_s={plan.predicted_seconds:.0f},"
+        f"limit_s={plan.time_limit_seconds},k={plan.k:.6g},gpus={plan.gpus}"
+    )
+
+
+SIGNAL_MIN_LIMIT = 180  # Slurm checks signal times about once a minute: shorter jobs get no warning
+
+
+def signal_seconds(plan: Plan, opts: JobOptions) -> int:
+    """The checkpoint warning: the configured lead, but at most half the time limit (0: none)."""
+    if plan.time_limit_seconds < SIGNAL_MIN_LIMIT:
+        return 0
+    return max(60, min(opts.signal_seconds, plan.time_limit_seconds // 2))
+
+
+def directives(plan: Plan, opts: JobOptions) -> list[tuple[str, str]]:
+    """(option, value) pairs for ``#SBATCH`` lines, in a stable order."""
+    pairs = [
+        ("--job-name", opts.job_name),
+        ("--partition", plan.partition),
+        ("--time", minutes_arg(plan.time_limit_seconds)),
+        ("--gres", plan.gres),
+        ("--qos", plan.qos),
+        ("--cpus-per-task", str(opts.cpus_per_gpu * plan.gpus)),
+        ("--requeue", ""),
+        ("--comment", comment(plan)),
+    ]
+    if signal_seconds(plan, opts):
+        pairs.append(("--signal", f"B:USR2@{signal_seconds(plan, opts)}"))
+    if opts.mem_per_cpu_mb:
+        pairs.append(("--mem-per-cpu", f"{opts.mem_per_cpu_mb}M"))
+    for option, value in (
+        ("--account", opts.account),
+        ("--output", opts.output or "yolo-%x-%j.out"),
+        ("--error", opts.error),
+        ("--mail-type", opts.mail_type),
+        ("--mail-user", opts.mail_user),
+        ("--dependency", opts.dependency),
+        ("--begin", opts.begin),
+        ("--constraint", opts.constraint),
+    ):
+        if value:
+            pairs.append((option, value))
+    for raw in opts.extra:
+        if not raw.startswith("-"):
+            raise UsageError(f"--sbatch-arg {raw!r}: give a whole option such as --exclusive or --nice=10")
+        option, _, value = raw.partition("=")
+        pairs.append((option, value))
+    return pairs
+
+
+def render(plan: Plan, opts: JobOptions, train_words: tuple[str, ...]) -> str:
+    """The job script for ``plan`` running the user's ultralytics command."""
+    lines = []
+    for option, value in directives(plan, opts):
+        if not re.match(r"^--?[A-Za-z][A-Za-z0-9-]*$", option):
+            raise UsageError(f"{option!r} is not an sbatch option")
+        lines.append(f"#SBATCH {option}={directive_value(option, value)}" if value else f"#SBATCH {option}")
+    env = dict(opts.environment)
+    if opts.yolo_config_dir:
+        env["YOLO_CONFIG_DIR"] = opts.yolo_config_dir
+    env_lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items()) if re.match(r"^[A-Z_][A-Z0-9_]*$", k)]
+    launcher = " ".join(
+        [shlex.quote(opts.python), "-m", "slurm_yolo", "run", "--"] + [shlex.quote(w) for w in train_words]
+    )
+    summary = (
+        f"{plan.effective_tokens / 1e6:.1f} effective MTok, predicted {plan.predicted_seconds / 60:.1f} min"
+        f" on {plan.partition}"
+    )
+    return fill(
+        template("train.sbatch"),
+        {
+            "version": __version__,
+            "summary": summary,
+            "directives": "\n".join(lines),
+            "environment": "\n".join(env_lines),
+            "launcher": launcher,
+        },
+    )

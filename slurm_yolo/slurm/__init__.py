@@ -1,0 +1,52 @@
+"""Every call of a Slurm command, in one place.
+
+``run(argv)`` is the only seam: commands are found by absolute path (slurmctld-side hooks run with
+no PATH), argv lists never pass through a shell, and a command is judged by its exit code, with its
+own last stderr line as the one-line error. Parsers of the output are pure functions in ``parsers``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import SlurmError
+
+BIN_DIR = Path("/usr/bin")
+
+
+@dataclass(frozen=True)
+class Result:
+    """A finished Slurm command."""
+
+    argv: tuple[str, ...]
+    stdout: str
+    stderr: str
+
+
+def _binary(name: str, bin_dir: Path | None) -> str:
+    for base in (bin_dir, BIN_DIR):
+        if base and (base / name).is_file():
+            return str(base / name)
+    return name
+
+
+def run(
+    argv: list[str], *, input: str | None = None, timeout: float = 30.0, bin_dir: Path | None = None
+) -> Result:
+    """Run a Slurm command; a failure raises SlurmError with Slurm's own reason."""
+    full = [_binary(argv[0], bin_dir), *argv[1:]]
+    env = {**os.environ, "SLURM_TIME_FORMAT": "standard"}
+    try:
+        proc = subprocess.run(full, input=input, capture_output=True, text=True, timeout=timeout, env=env)
+    except FileNotFoundError:
+        raise SlurmError(f"{argv[0]}: command not found (is Slurm installed?)") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{argv[0]}: no answer from Slurm within {timeout:.0f}s") from None
+    if proc.returncode != 0:
+        lines = [ln.strip() for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
+        reason = lines[-1] if lines else f"exit code {proc.returncode}"
+        raise SlurmError(f"{argv[0]} failed: {reason}")
+    return Result(argv=tuple(full), stdout=proc.stdout, stderr=proc.stderr)

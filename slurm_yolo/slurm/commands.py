@@ -1,0 +1,80 @@
+"""The Slurm commands slurm-yolo uses, as typed functions over ``run``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..errors import SlurmError
+from . import parsers, run
+
+
+def submit(script: str, args: list[str], bin_dir: Path | None = None, timeout: float = 30.0) -> int:
+    """Submit a job script on stdin with extra sbatch arguments (never through a shell); its job id."""
+    res = run(["sbatch", "--parsable", *args], input=script, bin_dir=bin_dir, timeout=timeout)
+    return parsers.sbatch_job_id(res.stdout)
+
+
+def show_job(job_id: int, bin_dir: Path | None = None) -> dict[str, str]:
+    """``scontrol show job -o ID`` as a dict."""
+    res = run(["scontrol", "show", "job", "-o", str(int(job_id))], bin_dir=bin_dir)
+    return parsers.scontrol_record(res.stdout.splitlines()[0] if res.stdout.strip() else "")
+
+
+SACCT_FIELDS = [
+    "JobIDRaw", "JobName", "Account", "User", "Partition", "QOS", "State", "ExitCode", "Submit", "Start",
+    "End", "ElapsedRaw", "TimelimitRaw", "AllocTRES", "Comment", "AdminComment",
+]  # fmt: skip
+
+
+def sacct_jobs(job_ids: list[int], bin_dir: Path | None = None) -> list[dict[str, str]]:
+    """Allocation rows (-X) of the given jobs from ``sacct --parsable2``."""
+    res = run(
+        ["sacct", "-X", "-n", "-P", "-D", "-j", ",".join(str(int(j)) for j in job_ids), "-o", ",".join(SACCT_FIELDS)],
+        bin_dir=bin_dir,
+    )
+    return parsers.parsable2(res.stdout, SACCT_FIELDS)
+
+
+def partition_states(partitions: list[str], bin_dir: Path | None = None) -> dict[str, parsers.PartitionState]:
+    """Live GPU capacity and queue of the given partitions."""
+    plist = ",".join(partitions)
+    sinfo = run(
+        ["sinfo", "-h", "-N", "-p", plist, "-O", "NodeList:|,Partition:|,Gres:|,GresUsed:|,StateLong:|"],
+        bin_dir=bin_dir,
+    )
+    squeue = run(
+        ["squeue", "-h", "-p", plist, "-t", "RUNNING,PENDING", "-O",
+         "JobID:|,Partition:|,State:|,TimeLeft:|,tres-per-node:|,TimeLimit:|"],
+        bin_dir=bin_dir,
+    )  # fmt: skip
+    return parsers.partition_states(sinfo.stdout, squeue.stdout)
+
+
+FINAL_STATES = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+)
+
+
+def job_state(job_id: int, bin_dir: Path | None = None) -> str:
+    """The job's state: from squeue while Slurm holds it, else from sacct (``CANCELLED by 0`` -> ``CANCELLED``)."""
+    try:
+        res = run(["squeue", "-h", "-j", str(int(job_id)), "-o", "%T"], bin_dir=bin_dir)
+        if res.stdout.strip():
+            return res.stdout.strip().split()[0]
+    except SlurmError:
+        pass  # squeue fails for jobs it no longer knows
+    rows = sacct_jobs([job_id], bin_dir=bin_dir)
+    return rows[0]["State"].split()[0] if rows else "UNKNOWN"
+
+
+def wait_for_end(job_id: int, poll: float = 1.0, timeout: float | None = None, bin_dir: Path | None = None) -> str:
+    """Poll until the job reaches a final state; that state."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        state = job_state(job_id, bin_dir)
+        if state in FINAL_STATES:
+            return state
+        if deadline is not None and time.monotonic() > deadline:
+            raise SlurmError(f"job {job_id} still {state} after {timeout:.0f}s")
+        time.sleep(poll)

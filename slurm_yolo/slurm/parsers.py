@@ -1,0 +1,124 @@
+"""Pure parsers of Slurm 22.05 command output (tested on recorded output and on the real cluster)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9/:_]*)=")
+
+
+def scontrol_record(line: str) -> dict[str, str]:
+    """One ``scontrol show -o`` record: ``Key=Value Key=Value ...`` (values may hold spaces)."""
+    fields: dict[str, str] = {}
+    matches = list(_KEY.finditer(line.strip()))
+    text = line.strip()
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
+        fields[m.group(1)] = text[m.end() : end].strip()
+    return fields
+
+
+def parsable2(text: str, columns: list[str], trailing: bool = False) -> list[dict[str, str]]:
+    """``--parsable2 --noheader`` rows (``|``-separated) as dicts; short rows are padded.
+
+    ``trailing``: each line ends with one extra ``|`` (``-O Field:|`` output).
+    """
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if trailing and line.endswith("|"):
+            line = line[:-1]
+        parts = line.split("|", len(columns) - 1)
+        parts += [""] * (len(columns) - len(parts))
+        rows.append(dict(zip(columns, parts)))
+    return rows
+
+
+def duration(text: str) -> int | None:
+    """Slurm durations (``[D-]HH:MM:SS``, ``MM:SS``, minutes) as seconds; None for UNLIMITED/INVALID."""
+    text = text.strip()
+    if not text or text.upper() in ("UNLIMITED", "INVALID", "NOT_SET", "N/A", "PARTITION_LIMIT"):
+        return None
+    days = 0
+    if "-" in text:
+        d, _, text = text.partition("-")
+        days = int(d)
+    parts = [float(p) for p in text.split(":")]
+    if len(parts) == 1:
+        seconds = parts[0] * 60  # a bare number is minutes
+    elif len(parts) == 2:
+        seconds = parts[0] * 60 + parts[1]
+    else:
+        seconds = parts[0] * 3600 + parts[1] * 60 + parts[2]
+    return int(days * 86400 + seconds)
+
+
+def minutes_arg(seconds: float) -> str:
+    """A time limit for ``--time`` in whole minutes (Slurm's granularity), rounded up."""
+    return str(max(1, -(-int(seconds) // 60)))
+
+
+def gres_count(text: str, name: str) -> int:
+    """Total count of GRES ``name`` in ``gpu:a100:2,shard:a100:8`` / ``gres:gpu:1`` / ``gpu:a100:1(IDX:0)``."""
+    total = 0
+    for item in re.sub(r"\([^)]*\)", "", text).split(","):
+        parts = [p for p in item.strip().split(":") if p]
+        if parts and parts[0] == "gres":
+            parts = parts[1:]
+        if not parts or parts[0] != name:
+            continue
+        try:
+            total += int(parts[-1]) if len(parts) > 1 else 1
+        except ValueError:
+            total += 1 if len(parts) == 2 else 0  # "gpu:a100" means one
+    return total
+
+
+def sbatch_job_id(text: str) -> int:
+    """The job id of ``sbatch --parsable`` output (``123`` or ``123;cluster``)."""
+    first = text.strip().splitlines()[-1] if text.strip() else ""
+    head = first.split(";")[0]
+    if not head.isdigit():
+        raise ValueError(f"sbatch printed no job id: {text.strip()[:200]!r}")
+    return int(head)
+
+
+@dataclass
+class PartitionState:
+    """What ``--partition auto`` needs to estimate a wait."""
+
+    name: str
+    total_gpus: int = 0
+    used_gpus: int = 0
+    running: list[tuple[int, int]] = field(default_factory=list)  # (seconds left, GPUs)
+    pending_gpu_seconds: float = 0.0
+
+    @property
+    def free_gpus(self) -> int:
+        return max(0, self.total_gpus - self.used_gpus)
+
+
+def partition_states(sinfo_text: str, squeue_text: str) -> dict[str, PartitionState]:
+    """Partition GPU capacity and load from ``sinfo -N -O`` and ``squeue -O`` (both ``|``-separated)."""
+    states: dict[str, PartitionState] = {}
+    for row in parsable2(sinfo_text, ["node", "partition", "gres", "gres_used", "state"], trailing=True):
+        name = row["partition"].rstrip("*")
+        st = states.setdefault(name, PartitionState(name))
+        if any(s in row["state"] for s in ("down", "drain", "fail")):
+            continue
+        st.total_gpus += gres_count(row["gres"], "gpu")
+        st.used_gpus += gres_count(row["gres_used"], "gpu")
+    for row in parsable2(squeue_text, ["job", "partition", "state", "time_left", "tres", "time_limit"], trailing=True):
+        st = states.get(row["partition"])
+        if st is None:
+            continue
+        gpus = gres_count(row["tres"], "gpu") or (1 if gres_count(row["tres"], "shard") else 0)
+        if not gpus:
+            continue
+        if row["state"] == "RUNNING":
+            st.running.append((duration(row["time_left"]) or 0, gpus))
+        elif row["state"] == "PENDING":
+            st.pending_gpu_seconds += (duration(row["time_limit"]) or 3600) * gpus
+    return states

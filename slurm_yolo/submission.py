@@ -1,0 +1,115 @@
+"""From an ultralytics command to a submitted Slurm job: the I/O around the pure estimate and plan.
+
+``prepare`` counts the dataset, resolves the model, loads each candidate partition's calibration and
+(for ``--partition auto``) the live queue, plans, and renders the script. ``submit`` hands it to
+the real sbatch. Nothing here imports torch, ultralytics or pandas: this is the login-node path.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import calibration, dataset, estimate, plan, render, spec
+from .config import Config
+from .errors import SlurmError, UsageError
+from .slurm import commands
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+
+
+def parse_duration(text: str) -> float:
+    """``90m``, ``2h``, ``1h30m``, ``45s``, ``1d``, or Slurm's ``[D-]HH:MM[:SS]``, as seconds."""
+    t = text.strip().lower()
+    m = _DURATION.match(t)
+    if t and m and any(m.groups()):
+        d, h, mi, s = (float(g) if g else 0.0 for g in m.groups())
+        seconds = d * 86400 + h * 3600 + mi * 60 + s
+    elif re.match(r"^(\d+-)?\d+:\d{2}(:\d{2})?$", t):
+        days, _, rest = t.rpartition("-")
+        parts = [int(p) for p in rest.split(":")] + [0]
+        seconds = int(days or 0) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
+    else:
+        raise UsageError(f"duration '{text}' not understood (use 90m, 2h, 1h30m or HH:MM:SS)")
+    if not 0 < seconds <= 366 * 86400:
+        raise UsageError(f"duration '{text}' must be between 1 second and a year")
+    return seconds
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A decided job: the spec, the plan and the script sbatch will get."""
+
+    spec: spec.TrainSpec
+    plan: plan.Plan
+    script: str
+    options: render.JobOptions
+
+
+def job_options(config: Config, **given: object) -> render.JobOptions:
+    """The user's sbatch options over the config's job settings."""
+    job = config["job"]
+    values = {k: v for k, v in given.items() if v not in (None, ())}
+    return render.JobOptions(
+        python=job["python"],
+        cpus_per_gpu=job["cpus_per_gpu"],
+        mem_per_cpu_mb=job["mem_per_cpu_mb"],
+        signal_seconds=job["signal_seconds"],
+        yolo_config_dir=job["yolo_config_dir"],
+        **values,  # type: ignore[arg-type]
+    )
+
+
+def prepare(
+    config: Config,
+    words: list[str],
+    request: plan.Request,
+    options: render.JobOptions,
+    flops_factor: float | None = None,
+    offline: bool = False,
+) -> Prepared:
+    """Validate, estimate, plan and render; raises UsageError/SlurmError with one line, changes nothing."""
+    s = spec.parse(words)
+    counts = dataset.count(str(s.get("data")), config.cache_dir / "datasets.json")
+    reference = config["estimate"]["reference_gflops"]
+    model = estimate.resolve_model(s.model, reference, config["job"]["python"], config.cache_dir, flops_factor)
+    w = estimate.workload(s, counts.train, counts.val, model)
+    if s.devices == 0:
+        raise UsageError("device=cpu: yolo-sbatch schedules GPU jobs; drop device= (the job uses its GPUs)")
+
+    if request.partition == "auto":
+        names = sorted(config.partitions)
+        if not names:
+            raise UsageError("--partition auto needs partitions in the config ([partitions.NAME])")
+        if offline:
+            raise UsageError("--partition auto needs the live queue: give a partition name for an offline dry run")
+    else:
+        names = [request.partition]
+    states = {}
+    if request.partition == "auto":
+        states = commands.partition_states(names, bin_dir=Path(config["slurm"]["bin_dir"]))
+    plans = []
+    for name in names:
+        cal = calibration.load(config, name)
+        plans.append(
+            plan.plan_partition(
+                w, cal.model, cal.source, config.partition(name), request, config, s.devices, states.get(name)
+            )
+        )
+    chosen = plan.choose(plans) if request.partition == "auto" else plans[0]
+    script = render.render(chosen, options, s.tokens)
+    return Prepared(spec=s, plan=chosen, script=script, options=options)
+
+
+def submit(config: Config, prepared: Prepared) -> int:
+    """Submit the rendered script with the real sbatch; the job id."""
+    try:
+        return commands.submit(
+            prepared.script,
+            [],
+            bin_dir=Path(config["slurm"]["bin_dir"]),
+            timeout=config["slurm"]["timeout_seconds"],
+        )
+    except SlurmError as e:
+        raise SlurmError(f"job not submitted: {e}") from None
