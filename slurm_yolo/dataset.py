@@ -43,7 +43,11 @@ def count_dir(path: str) -> int:
     """Images anywhere under ``path`` (os.scandir, no per-file stat)."""
     total = 0
     stack = [path]
-    seen: set[tuple[int, int]] = set()
+    try:
+        st = os.stat(path)
+        seen = {(st.st_dev, st.st_ino)}
+    except OSError:
+        return 0
     while stack:
         try:
             with os.scandir(stack.pop()) as it:

@@ -57,3 +57,16 @@ def make_dataset(root: Path, train: int = 16, val: int = 8, size: int = 96, seed
         f"path: {root}\ntrain: images/train\nval: images/val\nnames:\n  0: red\n  1: green\n"
     )
     return yaml_path
+
+
+def train_run(project: Path, name: str, **args: object) -> Path:
+    """One real ultralytics CPU training run in this process (needs the [train] extra); its run folder.
+
+    Callers set YOLO_OFFLINE and a YOLO_CONFIG_DIR holding a font first, as jobs do.
+    """
+    from ultralytics import YOLO
+
+    model = str(args.pop("model", "yolov8n.yaml"))
+    settings = {"pretrained": False, "device": "cpu", "workers": 0, "plots": False, "verbose": False, "exist_ok": True}
+    YOLO(model).train(project=str(project), name=name, **{**settings, **args})
+    return project / name

@@ -1,0 +1,66 @@
+"""Parsers of Slurm output, on output recorded from the real 22.05 cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurm_yolo.slurm import commands, parsers
+
+REC = Path(__file__).parent / "recorded"
+
+
+def test_scontrol_record() -> None:
+    job = parsers.scontrol_record((REC / "scontrol_show_job.txt").read_text().splitlines()[0])
+    assert job["JobId"] == "3" and job["Partition"] == "a100" and job["QOS"] == "normal"
+    assert job["TimeLimit"] == "00:05:00" and job["TresPerNode"] == "gres:gpu:a100:1"
+    assert job["AllocNode:Sid"] == "localhost:1108"
+
+
+def test_scontrol_values_with_spaces() -> None:
+    rec = parsers.scontrol_record("JobId=5 JobName=a b c Comment=yolo:tok=1,k=2 WorkDir=/x y")
+    assert rec == {"JobId": "5", "JobName": "a b c", "Comment": "yolo:tok=1,k=2", "WorkDir": "/x y"}
+
+
+def test_sacct_parsable2() -> None:
+    rows = parsers.parsable2((REC / "sacct_jobs.txt").read_text(), commands.SACCT_FIELDS)
+    assert [r["JobIDRaw"] for r in rows] == ["1", "2", "8", "9"]
+    assert rows[3]["Comment"].startswith("yolo:tok=405504") and rows[3]["State"] == "COMPLETED"
+    assert rows[0]["Comment"] == '{"a":1}'
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("00:05:00", 300), ("1-02:03:04", 93784), ("4:59", 299), ("10", 600), ("UNLIMITED", None), ("", None), ("2-00:00:00", 172800)],
+)
+def test_duration(text: str, seconds: int | None) -> None:
+    assert parsers.duration(text) == seconds
+
+
+@pytest.mark.parametrize(("seconds", "arg"), [(60, "1"), (61, "2"), (3600, "60"), (0, "1")])
+def test_minutes_arg(seconds: int, arg: str) -> None:
+    assert parsers.minutes_arg(seconds) == arg
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "n"),
+    [("gpu:a100:2,shard:a100:8", "gpu", 2), ("gpu:a100:2,shard:a100:8", "shard", 8), ("gres:gpu:t4:1", "gpu", 1),
+     ("gpu:t4:2(IDX:0-1),shard:t4:0(IDX:N/A)", "gpu", 2), ("gpu:3", "gpu", 3), ("(null)", "gpu", 0), ("gpu:a100", "gpu", 1)],
+)  # fmt: skip
+def test_gres_count(text: str, name: str, n: int) -> None:
+    assert parsers.gres_count(text, name) == n
+
+
+def test_sbatch_job_id() -> None:
+    assert parsers.sbatch_job_id("42\n") == 42
+    assert parsers.sbatch_job_id("43;yolo\n") == 43
+    with pytest.raises(ValueError):
+        parsers.sbatch_job_id("sbatch: error\n")
+
+
+def test_partition_states() -> None:
+    st = parsers.partition_states((REC / "sinfo_nodes.txt").read_text(), (REC / "squeue_jobs.txt").read_text())
+    assert st["a100"].total_gpus == 2 and st["a100"].free_gpus == 2
+    assert st["t4"].used_gpus == 2 and st["t4"].running == [(599, 2)]
+    assert st["t4"].pending_gpu_seconds == 600

@@ -1,0 +1,88 @@
+"""The plan: limits, GRES, QOS, GPUs for a deadline, partition auto."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from slurm_yolo import config as config_mod
+from slurm_yolo import estimate, plan, spec
+from slurm_yolo.errors import UsageError
+from slurm_yolo.slurm.parsers import PartitionState
+from slurm_yolo.timemodel import TimeModel
+
+TM = TimeModel(k=2.0, overhead_seconds=5.0, val_weight=0.5, iteration_seconds=0.01, startup_seconds=20.0, n=40,
+               ratio_max=1.1, ratio_p95=1.05)  # fmt: skip
+
+
+@pytest.fixture
+def cfg(site_config: Path) -> config_mod.Config:
+    return config_mod.load()
+
+
+def wl(model: str = "yolov8n", epochs: int = 10, imgsz: int = 640, batch: int = 16, train: int = 1000) -> estimate.Workload:
+    m = estimate.lookup_model(model)
+    assert m is not None
+    s = spec.parse(["train", "data=d.yaml", f"epochs={epochs}", f"imgsz={imgsz}", f"batch={batch}"])
+    return estimate.workload(s, train, 100, m)
+
+
+def test_time_limit_whole_minutes_with_buffer() -> None:
+    assert plan.time_limit(100, 0.2) == 120
+    assert plan.time_limit(600, 0.2) == 720
+    assert plan.time_limit(601, 0.2) == 780
+    assert plan.time_limit(1, 0.2) == 60
+
+
+def test_light_job_gets_shards_heavy_job_whole_gpus(cfg: config_mod.Config) -> None:
+    light = plan.plan_partition(wl(), TM, "test", cfg.partition("a100"), plan.Request("a100"), cfg)
+    assert light.shard and light.gres == "shard:a100:2"
+    heavy = plan.plan_partition(wl("yolov8l"), TM, "test", cfg.partition("t4"), plan.Request("t4"), cfg)
+    assert not heavy.shard and heavy.gres == "gpu:t4:1"
+    two = plan.plan_partition(wl(), TM, "test", cfg.partition("a100"), plan.Request("a100", gpus=2), cfg)
+    assert two.gres == "gpu:a100:2" and two.predicted_seconds < light.predicted_seconds
+
+
+def test_qos_short_jobs_and_priorities(cfg: config_mod.Config) -> None:
+    short = plan.plan_partition(wl(epochs=1), TM, "t", cfg.partition("a100"), plan.Request("a100", priority="prod"), cfg)
+    assert short.qos == "yolo-short"
+    explore = plan.plan_partition(wl(epochs=1), TM, "t", cfg.partition("a100"), plan.Request("a100", priority="explore"), cfg)
+    assert explore.qos == "yolo-explore"
+    long = plan.plan_partition(wl(epochs=300), TM, "t", cfg.partition("a100"), plan.Request("a100", priority="prod"), cfg)
+    assert long.time_limit_seconds > 3600 and long.qos == "yolo-prod"
+
+
+def test_deadline_picks_fewest_gpus(cfg: config_mod.Config) -> None:
+    w = wl("yolov8l", epochs=20)
+    one = plan.plan_partition(w, TM, "t", cfg.partition("a100"), plan.Request("a100"), cfg)
+    p = plan.plan_partition(w, TM, "t", cfg.partition("a100"), plan.Request("a100", deadline_seconds=one.predicted_seconds * 0.7), cfg)
+    assert p.gpus == 2
+    p = plan.plan_partition(w, TM, "t", cfg.partition("a100"), plan.Request("a100", deadline_seconds=one.predicted_seconds * 1.1), cfg)
+    assert p.gpus == 1
+    with pytest.raises(UsageError, match="cannot be met"):
+        plan.plan_partition(w, TM, "t", cfg.partition("a100"), plan.Request("a100", deadline_seconds=10), cfg)
+
+
+def test_too_many_gpus_for_the_partition(cfg: config_mod.Config) -> None:
+    with pytest.raises(UsageError, match="has 2 GPUs per node"):
+        plan.plan_partition(wl(), TM, "t", cfg.partition("a100"), plan.Request("a100", gpus=3), cfg)
+
+
+def test_expected_wait() -> None:
+    st = PartitionState("p", total_gpus=2, used_gpus=2, running=[(600, 1), (300, 1)])
+    assert plan.expected_wait(st, 1) == 300
+    assert plan.expected_wait(st, 2) == 600
+    assert plan.expected_wait(PartitionState("p", total_gpus=2), 1) == 0
+    assert plan.expected_wait(PartitionState("p", total_gpus=1), 2) is None
+
+
+def test_auto_picks_the_earliest_finish(cfg: config_mod.Config) -> None:
+    w = wl("yolov8l", epochs=1)  # 4.3 h on t4, 2.1 h on a100 (faster k), but a100 is busy for 10 h
+    fast = replace(TM, k=1.0)
+    a = plan.plan_partition(w, fast, "t", cfg.partition("a100"), plan.Request("auto"), cfg,
+                            state=PartitionState("a100", total_gpus=2, used_gpus=2, running=[(36000, 2)]))  # fmt: skip
+    t = plan.plan_partition(w, TM, "t", cfg.partition("t4"), plan.Request("auto"), cfg, state=PartitionState("t4", total_gpus=2))
+    best = plan.choose([a, t])
+    assert best.partition == "t4" and "partition auto: t4" in best.explain[-1]

@@ -1,0 +1,105 @@
+"""The job script: golden file, and hostile values that must never execute."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurm_yolo import estimate, plan, render, spec
+from slurm_yolo.config import Partition, load
+from slurm_yolo.errors import UsageError
+from slurm_yolo.timemodel import TimeModel
+
+GOLDEN = Path(__file__).parent / "golden" / "train.sbatch"
+WORDS = ["detect", "train", "model=yolo11s.yaml", "data=/data/ds.yaml", "epochs=30", "imgsz=640", "batch=32"]
+
+
+def fixed_plan(site_config: Path) -> plan.Plan:
+    cfg = load()
+    s = spec.parse(WORDS)
+    m = estimate.lookup_model("yolo11s")
+    assert m is not None
+    w = estimate.workload(s, 5000, 500, m)
+    tm = TimeModel(k=0.05, overhead_seconds=10, val_weight=0.4, iteration_seconds=0.02, startup_seconds=30, n=30,
+                   ratio_max=1.2, ratio_p95=1.1)  # fmt: skip
+    part = Partition("a100", gpu_type="a100", gpus_per_node=2, shards_per_gpu=4)
+    return plan.plan_partition(w, tm, "test", part, plan.Request("a100", priority="prod"), cfg)
+
+
+def opts(**kw: object) -> render.JobOptions:
+    return render.JobOptions(python="/opt/slurm-yolo/venv/bin/python", **kw)  # type: ignore[arg-type]
+
+
+def test_golden_script(site_config: Path) -> None:
+    text = render.render(fixed_plan(site_config), opts(account="vision", job_name="coco-s"), tuple(WORDS))
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text()
+
+
+def test_templates_ship_in_the_package() -> None:
+    assert (render.templates_dir() / "train.sbatch").is_file()
+
+
+@pytest.mark.parametrize(
+    ("value", "written"),
+    [("plain-name_1", "plain-name_1"), ("x y", '"x y"'), ('a"b', "'a\"b'"), ("it's $(x)", "\"it's $(x)\"")],
+)
+def test_directive_quoting(value: str, written: str) -> None:
+    assert render.directive_value("--job-name", value) == written
+
+
+@pytest.mark.parametrize("value", ["a\nb", "a\rb", "a\x00b", "both ' and \""])
+def test_directive_refuses_unrepresentable(value: str) -> None:
+    with pytest.raises(UsageError, match="--job-name"):
+        render.directive_value("--job-name", value)
+
+
+def test_raw_sbatch_arg_must_be_an_option(site_config: Path) -> None:
+    with pytest.raises(UsageError, match="--sbatch-arg"):
+        render.render(fixed_plan(site_config), opts(extra=("x; rm -rf /",)), tuple(WORDS))
+    with pytest.raises(UsageError, match="is not an sbatch option"):
+        render.render(fixed_plan(site_config), opts(extra=("--x;y=1",)), tuple(WORDS))
+
+
+HOSTILE = [
+    "name=$(touch {p}/pwned1)", "project=`touch {p}/pwned2`", "name=a;touch {p}/pwned3", "name=x' ; touch {p}/pwned4 ; '",
+    'name=x" ; touch {p}/pwned5 ; "', "name=$HOME", "name=a b", "name=*", "name=\\", "name=ünï©ødé",
+]  # fmt: skip
+
+
+def test_hostile_words_reach_the_launcher_verbatim(site_config: Path, tmp_path: Path) -> None:
+    """Run the rendered script with bash: the launcher gets each word unchanged and nothing executes."""
+    dump = tmp_path / "dump.py"
+    dump.write_text(f"#!{sys.executable}\nimport json, sys\nopen({str(tmp_path / 'argv.json')!r}, 'w').write(json.dumps(sys.argv[1:]))\n")
+    dump.chmod(dump.stat().st_mode | stat.S_IXUSR)
+    words = ["train", "data=/d.yaml"] + [h.format(p=tmp_path) for h in HOSTILE]
+    script = render.render(fixed_plan(site_config), render.JobOptions(python=str(dump)), tuple(words))
+    subprocess.run(["bash", "-c", script], check=True, cwd=tmp_path, timeout=30)
+    argv = json.loads((tmp_path / "argv.json").read_text())
+    assert argv == ["-m", "slurm_yolo", "run", "--", *words]
+    assert not list(tmp_path.glob("pwned*"))
+
+
+def test_comment_carries_the_estimate(site_config: Path) -> None:
+    p = fixed_plan(site_config)
+    c = render.comment(p)
+    assert c.startswith("yolo:") and " " not in c and '"' not in c
+    fields = dict(kv.split("=") for kv in c[5:].split(","))
+    assert int(fields["limit_s"]) == p.time_limit_seconds
+    assert float(fields["eff"]) == pytest.approx(p.effective_tokens, rel=1e-6)
+
+
+def test_short_limits_get_no_signal(site_config: Path) -> None:
+    from dataclasses import replace
+
+    p = replace(fixed_plan(site_config), time_limit_seconds=120)
+    assert "#SBATCH --signal" not in render.render(p, opts(), tuple(WORDS))
+    p = replace(p, time_limit_seconds=3600)
+    assert "#SBATCH --signal=B:USR2@120" in render.render(p, opts(), tuple(WORDS))

@@ -1,0 +1,72 @@
+"""Real ultralytics CPU runs on a generated dataset: calibrate k from some, predict the others."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_yolo.cli.admin import main as admin
+from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
+from slurm_yolo.parse.results import read_run_dir
+from slurm_yolo.synthetic import make_dataset, train_run
+
+pytestmark = pytest.mark.train
+
+# (name, model, dataset, epochs, imgsz, batch)
+RUNS = [
+    ("a", "yolov8n.yaml", 1, 2, 96, 8), ("b", "yolov8n.yaml", 2, 2, 128, 16), ("c", "yolov8n.yaml", 2, 1, 96, 4),
+    ("d", "yolo11n.yaml", 1, 2, 96, 8), ("e", "yolo11n.yaml", 2, 2, 128, 16), ("f", "yolo11n.yaml", 1, 3, 64, 4),
+    ("g", "yolov8n.yaml", 1, 3, 128, 8), ("h", "yolo11n.yaml", 2, 1, 160, 8),
+]  # fmt: skip
+HELD_OUT = {"g", "h"}
+
+
+@pytest.fixture(scope="session")
+def run_dirs(tmp_path_factory: pytest.TempPathFactory, dataset: Path, yolo_env: dict[str, str]) -> dict[str, Path]:
+    os.environ.update({k: yolo_env[k] for k in ("YOLO_OFFLINE", "YOLO_CONFIG_DIR", "CUDA_VISIBLE_DEVICES")})
+    big = make_dataset(tmp_path_factory.mktemp("ds2"), train=40, val=12, size=160, seed=2)
+    project = tmp_path_factory.mktemp("runs")
+    out = {}
+    for name, model, ds, epochs, imgsz, batch in RUNS:
+        data = dataset if ds == 1 else big
+        out[name] = train_run(project, name, model=model, data=str(data), epochs=epochs, imgsz=imgsz, batch=batch)
+    return out
+
+
+def test_runs_write_what_calibration_reads(run_dirs: dict[str, Path]) -> None:
+    run = read_run_dir(run_dirs["g"])
+    assert run.epochs_completed == 3 and run.train_seconds and run.train_seconds > 0
+    assert run.args["imgsz"] == 128
+
+
+def test_calibrate_then_predict_held_out_runs(run_dirs: dict[str, Path]) -> None:
+    fit_dirs = [str(p) for n, p in run_dirs.items() if n not in HELD_OUT]
+    res = CliRunner().invoke(admin, ["calibrate", "--partition", "cpu-test", "--json", *fit_dirs])
+    assert res.exit_code == 0, res.output
+    fit = json.loads(res.output)
+    assert fit["added"] == 6 and fit["model"]["n"] == 6 and fit["model"]["k"] > 0
+    assert fit["model"]["loo_median"] is not None
+
+    again = CliRunner().invoke(admin, ["calibrate", "--partition", "cpu-test", "--json", *fit_dirs])
+    assert json.loads(again.output)["added"] == 0  # calibrating twice counts nothing twice
+
+    for name in sorted(HELD_OUT):
+        run = read_run_dir(run_dirs[name])
+        words = ["train", f"model={run.args['model']}", f"data={run.args['data']}", f"epochs={run.args['epochs']}",
+                 f"imgsz={run.args['imgsz']}", f"batch={run.args['batch']}"]  # fmt: skip
+        res = CliRunner().invoke(yolo_sbatch, ["--dry-run", "--json", "--partition", "cpu-test", *words])
+        assert res.exit_code == 0, res.output
+        predicted = json.loads(res.output)["predicted_train_seconds"]
+        actual = run.train_seconds
+        assert actual is not None
+        # Tiny CPU runs on a shared 2-core machine are noisy; the benchmark reports the real accuracy.
+        assert abs(predicted - actual) / actual < 0.6, (name, predicted, actual)
+
+
+def test_calibrate_refuses_non_runs(tmp_path: Path) -> None:
+    res = CliRunner().invoke(admin, ["calibrate", "--partition", "p", str(tmp_path)])
+    assert res.exit_code != 0 and "no usable run" in res.output and "no args.yaml" in res.output
