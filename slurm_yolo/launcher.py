@@ -64,7 +64,7 @@ class UsageRecorder:
         self.epoch_started = time.monotonic()
 
     def on_fit_epoch_end(self, trainer: Any) -> None:
-        if trainer.epoch + 1 <= self.last_epoch:
+        if trainer.epoch >= trainer.epochs or trainer.epoch + 1 <= self.last_epoch:
             return  # ultralytics fires this again for the final validation
         self.last_epoch = trainer.epoch + 1
         images = len(trainer.train_loader.dataset)
@@ -100,6 +100,8 @@ class Requeue:
         self.requested = True
 
     def on_fit_epoch_end(self, trainer: Any) -> None:
+        if trainer.epoch >= trainer.epochs:
+            return  # the final validation, not an epoch
         last = Path(trainer.save_dir) / "weights" / "last.pt"
         if last.exists():
             self.recorder.write({"kind": "checkpoint", "epoch": trainer.epoch + 1, "last": str(last)})

@@ -67,9 +67,11 @@ def prepare(
     request: plan.Request,
     options: render.JobOptions,
     flops_factor: float | None = None,
-    offline: bool = False,
 ) -> Prepared:
-    """Validate, estimate, plan and render; raises UsageError/SlurmError with one line, changes nothing."""
+    """Validate, estimate, plan and render; raises UsageError/SlurmError with one line, changes nothing.
+
+    A named partition plans offline (no Slurm call); ``auto`` reads the live queue.
+    """
     s = spec.parse(words)
     counts = dataset.count(str(s.get("data")), config.cache_dir / "datasets.json")
     reference = config["estimate"]["reference_gflops"]
@@ -82,8 +84,6 @@ def prepare(
         names = sorted(config.partitions)
         if not names:
             raise UsageError("--partition auto needs partitions in the config ([partitions.NAME])")
-        if offline:
-            raise UsageError("--partition auto needs the live queue: give a partition name for an offline dry run")
     else:
         names = [request.partition]
     states = {}

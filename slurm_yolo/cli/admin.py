@@ -7,11 +7,12 @@ from pathlib import Path
 
 import click
 
-from .. import calibration
+from .. import __version__, calibration
 from . import echo_json, library_errors, load_config
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="slurm-yolo")
 def main() -> None:
     """slurm-yolo: token-budgeted YOLO training on Slurm (admin and job-side commands)."""
 

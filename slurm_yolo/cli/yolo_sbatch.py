@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .. import plan, submission
+from .. import __version__, plan, submission
 from ..slurm import commands
 from . import echo_json, library_errors, load_config
 
@@ -12,6 +12,7 @@ from . import echo_json, library_errors, load_config
 @click.command(
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False, "help_option_names": ["-h", "--help"]},
 )
+@click.version_option(__version__, prog_name="yolo-sbatch")
 @click.option("--partition", "-p", default=None, help="Partition name, or 'auto' for the earliest predicted finish.")
 @click.option("--gpus", "-G", type=int, default=None, help="GPUs (default: device= of the command, else 1).")
 @click.option("--deadline", default=None, help="Finish within this (90m, 2h, HH:MM:SS): fewest GPUs that do.")
@@ -60,7 +61,7 @@ def main(
         config, job_name=job_name or "yolo", account=account, output=output, error=error, mail_type=mail_type,
         mail_user=mail_user, dependency=dependency, begin=begin, constraint=constraint, extra=extra,
     )  # fmt: skip
-    prepared = submission.prepare(config, list(words), request, options, flops_factor, offline=dry_run)
+    prepared = submission.prepare(config, list(words), request, options, flops_factor)
     p = prepared.plan
     job_id = None if dry_run else submission.submit(config, prepared)
     if as_json:

@@ -78,3 +78,14 @@ def wait_for_end(job_id: int, poll: float = 1.0, timeout: float | None = None, b
         if deadline is not None and time.monotonic() > deadline:
             raise SlurmError(f"job {job_id} still {state} after {timeout:.0f}s")
         time.sleep(poll)
+
+
+def wait_for_state(job_id: int, states: set[str], timeout: float = 60.0, poll: float = 0.3,
+                   bin_dir: Path | None = None) -> str:  # fmt: skip
+    """Poll until the job is in one of ``states`` (or has ended); the state reached."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = job_state(job_id, bin_dir)
+        if state in states or state in FINAL_STATES or time.monotonic() > deadline:
+            return state
+        time.sleep(poll)

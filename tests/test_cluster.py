@@ -1,0 +1,121 @@
+"""yolo-sbatch against the real local Slurm: what Slurm records equals the plan."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
+from slurm_yolo.slurm import commands, parsers
+
+pytestmark = pytest.mark.cluster
+
+
+def submit(args: list[str]) -> dict:
+    res = CliRunner().invoke(yolo_sbatch, ["--json", *args])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output)
+
+
+def scancel(job_id: int) -> None:
+    subprocess.run(["/usr/bin/scancel", str(job_id)], check=False)
+
+
+def sacct_row(job_id: int, timeout: float = 30, until: Callable[[dict[str, str]], bool] = lambda r: True) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = commands.sacct_jobs([job_id])
+        if rows and rows[0]["Partition"] and until(rows[0]):
+            return rows[0]
+        time.sleep(0.3)
+    pytest.fail(f"job {job_id} never reached sacct")
+
+
+@pytest.mark.parametrize(
+    ("partition", "extra", "model", "gres"),
+    [
+        ("a100", ["--gpus", "2"], "yolov8n.yaml", "gpu:a100:2"),
+        ("a100", [], "yolov8n.yaml", "shard:a100:2"),
+        ("t4", [], "yolov8l.yaml", "gpu:t4:1"),
+        ("t4", ["--priority", "explore"], "yolo11n.yaml", "shard:t4:2"),
+    ],
+)
+def test_slurm_records_the_plan(cluster: None, site_config: Path, dataset: Path, tmp_path: Path,
+                                monkeypatch: pytest.MonkeyPatch, partition: str, extra: list[str], model: str,
+                                gres: str) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    d = submit(["-p", partition, *extra, "--sbatch-arg=--hold", "-J", "plan-check", "train", f"model={model}",
+                f"data={dataset}", "epochs=5", "imgsz=96"])  # fmt: skip
+    job_id = d["job_id"]
+    try:
+        assert d["gres"] == gres
+        job = commands.show_job(job_id)
+        assert job["Partition"] == partition
+        assert job["QOS"] == d["qos"]
+        assert parsers.duration(job["TimeLimit"]) == d["time_limit_seconds"]
+        assert job["TresPerNode"] == f"gres:{gres}"
+        assert job["Comment"].startswith("yolo:tok=")
+        row = sacct_row(job_id)
+        assert (row["Partition"], row["QOS"], int(row["TimelimitRaw"]) * 60) == (partition, d["qos"], d["time_limit_seconds"])
+    finally:
+        scancel(job_id)
+    # slurmdbd stores the comment with the job's end record.
+    assert sacct_row(job_id, until=lambda r: r["State"].startswith("CANCELLED"))["Comment"] == job["Comment"]
+
+
+def test_hostile_job_name_is_data_not_code(cluster: None, site_config: Path, dataset: Path, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    name = f"x$(touch {tmp_path}/pwned);`id`"
+    d = submit(["-p", "t4", "--sbatch-arg=--hold", "-J", name, "train", f"data={dataset}", "model=yolov8n.yaml",
+                f"name=n$(touch {tmp_path}/pwned2)"])  # fmt: skip
+    try:
+        assert commands.show_job(d["job_id"])["JobName"] == name
+        assert not list(tmp_path.glob("pwned*"))
+    finally:
+        scancel(d["job_id"])
+
+
+def test_slurm_error_is_one_line_and_nothing_submitted(cluster: None, site_config: Path, dataset: Path) -> None:
+    before = subprocess.run(["/usr/bin/squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout
+    res = CliRunner().invoke(yolo_sbatch, ["-p", "t4", "--sbatch-arg=--nodelist=no-such-node", "train", f"data={dataset}"])
+    assert res.exit_code == 1
+    assert res.output.startswith("Error: job not submitted: sbatch failed:") and len(res.output.strip().splitlines()) == 1
+    assert subprocess.run(["/usr/bin/squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout == before
+
+
+def test_partition_auto_avoids_the_busy_partition(cluster: None, site_config: Path, dataset: Path, tmp_path: Path) -> None:
+    blocker = commands.submit("#!/bin/bash\nsleep 300\n", ["-p", "a100", "--gres=gpu:a100:2", "-t", "10", "-o", "/dev/null"])
+    try:
+        assert commands.wait_for_state(blocker, {"RUNNING"}, timeout=30) == "RUNNING"
+        d = submit(["--dry-run", "--explain", "-p", "auto", "train", "model=yolov8l.yaml", f"data={dataset}", "epochs=2"])
+        assert d["partition"] == "t4"
+        assert any(line.startswith("partition auto: t4") for line in d["explain"])
+    finally:
+        scancel(blocker)
+
+
+@pytest.mark.train
+def test_real_training_job_end_to_end(cluster: None, site_config: Path, dataset: Path, yolo_env: dict[str, str],
+                                      tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    site_config.write_text(site_config.read_text().replace("[job]\n", f"[job]\nyolo_config_dir = \"{yolo_env['YOLO_CONFIG_DIR']}\"\n"))
+    tmp_path.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(yolo_sbatch, ["-p", "t4", "--wait", "-J", "e2e", "train", "model=yolov8n.yaml", f"data={dataset}",
+                                           "epochs=2", "imgsz=64", "batch=8", f"project={tmp_path}/runs", "name=e2e"])  # fmt: skip
+    job_id = int(res.output.split()[3])
+    log = next(tmp_path.glob("yolo-e2e-*.out"), None)
+    assert res.exit_code == 0, (res.output, log.read_text()[-3000:] if log else "no log")
+    assert f"job {job_id} COMPLETED" in res.output
+    records = [json.loads(line) for line in (tmp_path / f"yolo-usage-{job_id}.jsonl").read_text().splitlines()]
+    epochs = [r for r in records if r["kind"] == "epoch"]
+    assert [r["epoch"] for r in epochs] == [1, 2] and all(r["images"] == 16 for r in epochs)
+    assert records[-1]["kind"] == "end"
+    assert (tmp_path / "runs" / "e2e" / "results.csv").exists()
+    assert sacct_row(job_id, until=lambda r: r["State"] == "COMPLETED")["Comment"].startswith("yolo:tok=")
