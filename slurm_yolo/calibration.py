@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 from . import dataset, db, estimate, spec
@@ -55,7 +55,8 @@ WINDOW = 500  # most recent samples a refit reads
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    """UTC, ISO 8601, to the second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
 
 
 def prior(config: Config) -> TimeModel:

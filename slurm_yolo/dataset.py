@@ -4,19 +4,17 @@ Sources follow ultralytics' rules: ``train``/``val`` may be a folder (searched r
 list of image paths (``./`` relative to the list), or a list of those; relative entries resolve
 against ``path:``, which itself resolves like ultralytics (its datasets_dir, then the yaml's folder).
 Counts are cached per source by path and the mtimes of the folder and its direct subfolders, so a
-120k-image dataset is scanned once (os.scandir, no stat per file) and is instant afterwards.
+120k-image dataset is scanned once (os.scandir, no stat per file) and is instant afterwards. The
+yaml's resolved sources are cached by its own mtime too: a warm count imports no YAML parser.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from .errors import UsageError
 
@@ -96,6 +94,22 @@ class CountCache:
             except (OSError, ValueError):
                 self.entries = {}
 
+    def sources(self, yaml_path: Path) -> dict[str, list[Path]] | None:
+        """The splits' resolved sources recorded for this yaml, if it has not changed since."""
+        hit = self.entries.get(f"yaml:{yaml_path}")
+        st = yaml_path.stat()
+        if isinstance(hit, dict) and hit.get("marks") == [st.st_mtime, st.st_size]:
+            return {split: [Path(p) for p in paths] for split, paths in hit["splits"].items()}
+        return None
+
+    def remember_sources(self, yaml_path: Path, splits: dict[str, list[Path]]) -> None:
+        st = yaml_path.stat()
+        self.entries[f"yaml:{yaml_path}"] = {
+            "marks": [st.st_mtime, st.st_size],
+            "splits": {split: [str(p) for p in paths] for split, paths in splits.items()},
+        }
+        self.dirty = True
+
     def count(self, source: Path) -> int:
         key = str(source)
         marks = _fingerprint(source)
@@ -110,10 +124,10 @@ class CountCache:
     def save(self) -> None:
         if not (self.path and self.dirty):
             return
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".datasets.")
-            with os.fdopen(fd, "w") as f:
+            with open(tmp, "w") as f:
                 json.dump(self.entries, f)
             os.replace(tmp, self.path)
         except OSError:
@@ -162,6 +176,8 @@ def _sources(value: Any, root: Path, split: str, yaml_path: Path) -> list[Path]:
 
 def load_yaml(yaml_path: Path) -> dict[str, Any]:
     """The data yaml as a mapping, or one clear error."""
+    import yaml  # only on a cache miss: the parser costs the login path ~20 ms
+
     if not yaml_path.is_file():
         raise UsageError(f"data yaml {yaml_path} not found")
     try:
@@ -174,19 +190,34 @@ def load_yaml(yaml_path: Path) -> dict[str, Any]:
     return data
 
 
-def count(yaml_path: str | Path, cache_path: Path | None = None) -> DatasetCounts:
-    """Train and val image counts of a data yaml (cached in ``cache_path``)."""
-    yaml_path = Path(yaml_path).expanduser().resolve()
+def resolve_sources(yaml_path: Path) -> dict[str, list[Path]]:
+    """The train and val sources a data yaml names, resolved like ultralytics and checked to exist."""
     data = load_yaml(yaml_path)
     for split in ("train", "val"):
         if not data.get(split):
             raise UsageError(f"data {yaml_path}: no '{split}' entry")
     root = _root(data, yaml_path)
+    return {split: _sources(data[split], root, split, yaml_path) for split in ("train", "val")}
+
+
+def count(yaml_path: str | Path, cache_path: Path | None = None) -> DatasetCounts:
+    """Train and val image counts of a data yaml (cached in ``cache_path``)."""
+    yaml_path = Path(yaml_path).expanduser().resolve()
+    if not yaml_path.is_file():
+        raise UsageError(f"data yaml {yaml_path} not found")
     cache = CountCache(cache_path)
     counts = {}
     try:
-        for split in ("train", "val"):
-            counts[split] = sum(cache.count(s) for s in _sources(data[split], root, split, yaml_path))
+        try:
+            splits = cache.sources(yaml_path)
+            if splits is not None:
+                counts = {split: sum(cache.count(s) for s in paths) for split, paths in splits.items()}
+        except OSError:
+            splits = None  # a cached source vanished: resolve again, and say which
+        if splits is None:
+            splits = resolve_sources(yaml_path)
+            counts = {split: sum(cache.count(s) for s in paths) for split, paths in splits.items()}
+            cache.remember_sources(yaml_path, splits)
     finally:
         cache.save()
     if counts["train"] == 0:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
-from urllib.parse import quote
 
 from .errors import SlurmYoloError
 
@@ -37,7 +36,7 @@ def connect_read(path: Path) -> sqlite3.Connection | None:
     """A read-only connection, or None when the database does not exist yet."""
     if not path.exists():
         return None
-    uri = "file:" + quote(str(path.resolve()))
+    uri = "file:" + str(path.resolve()).replace("%", "%25").replace("?", "%3f").replace("#", "%23")
     last: sqlite3.Error | None = None
     for suffix in ("?mode=ro", "?immutable=1"):
         try:

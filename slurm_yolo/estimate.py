@@ -12,7 +12,6 @@ import json
 import math
 import os
 import re
-import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -83,6 +82,8 @@ def measure_gflops(model: str, python: str, cache_dir: Path | None, timeout: flo
             cached = {}
     if key in cached:
         return float(cached[key])
+    import subprocess  # custom models only
+
     code = (
         "import sys; from ultralytics import YOLO; from ultralytics.utils.torch_utils import get_flops;"
         "print(get_flops(YOLO(sys.argv[1]).model, 640))"

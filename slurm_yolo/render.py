@@ -13,7 +13,6 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from pathlib import Path
 
 from . import __version__
@@ -27,9 +26,9 @@ _BARE = re.compile(r"^[A-Za-z0-9_.,:=/@%+\-]*$")
 
 def templates_dir() -> Path:
     """The installed templates (inside the package), else the source tree's ``sbatch_templates/``."""
-    installed = resources.files("slurm_yolo").joinpath("sbatch_templates")
+    installed = Path(__file__).resolve().parent / "sbatch_templates"
     if installed.is_dir():
-        return Path(str(installed))
+        return installed
     source = Path(__file__).resolve().parent.parent / "sbatch_templates"
     if source.is_dir():
         return source

@@ -7,13 +7,11 @@ The original tokens are kept: the job receives exactly what the user typed.
 
 from __future__ import annotations
 
-import ast
-import difflib
 import json
 import math
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
@@ -26,7 +24,7 @@ STRIDE = 32  # ultralytics rounds imgsz up to the model's largest stride
 @cache
 def ultralytics_cfg() -> dict[str, Any]:
     """The bundled ultralytics configuration schema."""
-    return json.loads(resources.files("slurm_yolo").joinpath("data/ultralytics_cfg.json").read_text())
+    return json.loads((Path(__file__).parent / "data" / "ultralytics_cfg.json").read_text())
 
 
 @dataclass(frozen=True)
@@ -92,6 +90,15 @@ def smart_value(text: str) -> Any:
         return True
     if low == "false":
         return False
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    if not text.startswith(("[", "(")):
+        return text
+    import ast  # lists only: keeps the common path light
+
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
@@ -100,6 +107,8 @@ def smart_value(text: str) -> Any:
 
 
 def _closest(key: str, keys: list[str]) -> str:
+    import difflib  # error path only
+
     near = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
     return f" (did you mean '{near[0]}'?)" if near else ""
 

@@ -1,7 +1,7 @@
 """The time model and its robust fit (pure functions, no I/O).
 
     train_seconds = overhead + (k x (train_eff + val_weight x val_eff)) / (gpus x ddp(gpus))
-                    + iteration_seconds x iterations
+                    + iteration_seconds x iterations x model_factor
     seconds       = startup + train_seconds + k x val_weight x final_val_eff
 
 where ``*_eff`` are millions of effective tokens (tokens x GFLOPs / reference GFLOPs x family factor).
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from statistics import median
 
 from .estimate import FAMILY_PRIOR, MTOK, Workload, model_factor
 
@@ -61,6 +60,12 @@ def ddp_factor(gpus: int, efficiency: float) -> float:
     return gpus * efficiency ** math.log2(gpus)
 
 
+def scaled_iterations(w: Workload, reference_gflops: float) -> float:
+    """Iterations weighted by model size: the per-step cost (optimizer update, gradient bookkeeping,
+    data collation) grows with the parameter count, which tracks GFLOPs within a family."""
+    return w.iterations * model_factor(w.gflops, reference_gflops)
+
+
 def effective_mtok(w: Workload, tm: TimeModel, reference_gflops: float) -> tuple[float, float, float]:
     """(train, in-training val, final val) effective millions of tokens."""
     scale = model_factor(w.gflops, reference_gflops) * tm.family_factor(w.family) / MTOK
@@ -71,7 +76,7 @@ def predict_train_seconds(w: Workload, tm: TimeModel, gpus: int, ddp_eff: float,
     """Training time alone: what results.csv's ``time`` measures."""
     tr, va, _ = effective_mtok(w, tm, reference_gflops)
     compute = tm.k * (tr + tm.val_weight * va) / ddp_factor(max(1, gpus), ddp_eff)
-    return tm.overhead_seconds + compute + tm.iteration_seconds * w.iterations
+    return tm.overhead_seconds + compute + tm.iteration_seconds * scaled_iterations(w, reference_gflops)
 
 
 def predict_seconds(w: Workload, tm: TimeModel, gpus: int, ddp_eff: float, reference_gflops: float) -> float:
@@ -112,7 +117,7 @@ def _solve(rows: list[list[float]], ys: list[float], weights: list[float]) -> li
 def _features(s: Sample, tm: TimeModel, ddp_eff: float, ref: float) -> dict[str, float]:
     tr, va, _ = effective_mtok(s.workload, tm, ref)
     scale = ddp_factor(max(1, s.gpus), ddp_eff)
-    return {"a": 1.0, "tr": tr / scale, "va": va / scale, "it": float(s.workload.iterations)}
+    return {"a": 1.0, "tr": tr / scale, "va": va / scale, "it": scaled_iterations(s.workload, ref)}
 
 
 def _columns(form: tuple[str, ...], f: dict[str, float], prior: TimeModel) -> list[float]:
@@ -221,19 +226,29 @@ def _fit_families(samples: list[Sample], form: tuple[str, ...], prior: TimeModel
     return replace(prior, family_factors=factors)
 
 
+def median(values: list[float]) -> float:
+    """The median (statistics.median, without its import cost on the login path)."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def _quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     idx = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
     return ordered[idx]
 
 
-def fit(samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, reference_gflops: float = 8.86) -> TimeModel:
+def fit(
+    samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, reference_gflops: float = 8.86,
+    forms: tuple[tuple[str, ...], ...] = FORMS,
+) -> TimeModel:  # fmt: skip
     """The best-supported model for these runs; ``prior`` supplies what the data cannot."""
     if not samples:
         return prior
     n = len(samples)
     best: tuple[float, TimeModel, list[float] | None] | None = None
-    for form in FORMS:
+    for form in forms:
         p = len(form)
         if n < p + 2 and not (form == ("k",) and n >= 1):
             continue

@@ -92,7 +92,9 @@ def test_custom_model_is_measured_with_ultralytics_and_cached(tmp_path: Path, yo
     m = estimate.resolve_model(str(custom), 8.86, sys.executable, tmp_path)
     assert m.source == "measured" and m.family == "custom"
     assert m.gflops == pytest.approx(8.86, rel=0.02)  # yolov8.yaml defaults to scale n
-    monkeypatch.setattr(estimate.subprocess, "run", lambda *a, **k: pytest.fail("not cached"))
+    import subprocess
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("not cached"))
     assert estimate.resolve_model(str(custom), 8.86, sys.executable, tmp_path).gflops == m.gflops
 
 

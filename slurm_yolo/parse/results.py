@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..errors import UsageError
 
 
@@ -69,6 +67,8 @@ class RunDir:
 
 def read_run_dir(path: Path) -> RunDir:
     """Read ``args.yaml`` and ``results.csv`` of a run folder."""
+    import yaml  # not on the login path
+
     if not path.is_dir():
         raise UsageError(f"{path} is not a run folder")
     try:

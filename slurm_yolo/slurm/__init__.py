@@ -8,7 +8,6 @@ own last stderr line as the one-line error. Parsers of the output are pure funct
 from __future__ import annotations
 
 import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +36,8 @@ def run(
     argv: list[str], *, input: str | None = None, timeout: float = 30.0, bin_dir: Path | None = None
 ) -> Result:
     """Run a Slurm command; a failure raises SlurmError with Slurm's own reason."""
+    import subprocess  # offline dry runs never call Slurm: keep their start-up light
+
     full = [_binary(argv[0], bin_dir), *argv[1:]]
     env = {**os.environ, "SLURM_TIME_FORMAT": "standard"}
     try:

@@ -1,0 +1,17 @@
+"""``python -m bench [dry-run|accuracy|all]``: run from the repository root with the venv's python."""
+
+from __future__ import annotations
+
+import sys
+
+from bench import accuracy, dry_run
+
+BENCHES = {"dry-run": dry_run.main, "accuracy": accuracy.main}
+
+if __name__ == "__main__":
+    names = sys.argv[1:] or ["all"]
+    for name in BENCHES if names == ["all"] else names:
+        if name not in BENCHES:
+            sys.exit(f"unknown benchmark {name!r} (choose from {', '.join(BENCHES)}, all)")
+        print(f"== {name}")
+        BENCHES[name]()
