@@ -29,6 +29,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "slurm": {
         "bin_dir": "/usr/bin",  # absolute: slurmctld-side hooks run with no PATH
         "timeout_seconds": 30.0,
+        "spank_tokens": False,  # the SPANK plugin is loaded: jobs carry --yolo-tokens
     },
     "job": {
         # What the job script runs: the interpreter of the install that carries the [train] extra.
@@ -53,6 +54,15 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "max_model_gflops": 30.0,
         "max_batch_pixels": 16 * 640 * 640,
         "gpu_share": 0.5,
+    },
+    "ledger": {
+        "owner": "slurm",  # the SlurmUser: owns ledger.db; root writes as this user
+        "prolog_errors": "open",  # our own prolog failures: "open" (run, alert) or "cancel" (never requeue)
+        "refund_node_fail": True,  # NODE_FAIL / BOOT_FAIL runs are refunded in full
+        "refund_preempted": True,
+        "charge_timeout_full": True,  # a job's own TIMEOUT is charged its whole hold
+        "enforce": True,  # a dry account's GPU jobs are stopped by Slurm (GrpTRESRunMins gres=0)
+        "cluster": "",  # default: $SLURM_CLUSTER_NAME, else "default"
     },
     "qos": {
         "short": "yolo-short",
@@ -186,6 +196,8 @@ def load(path: Path | None = None) -> Config:
     if home:
         values["paths"]["state_dir"] = home
         sources["paths.state_dir"] = "env SLURM_YOLO_HOME"
+    if values["ledger"]["prolog_errors"] not in ("open", "cancel"):
+        raise UsageError("config ledger.prolog_errors: must be 'open' or 'cancel'")
     if values["estimate"]["default_priority"] not in PRIORITIES:
         raise UsageError(f"config estimate.default_priority: must be one of {', '.join(PRIORITIES)}")
     return Config(values=values, partitions=partitions, sources=sources, path=path if path.exists() else None)

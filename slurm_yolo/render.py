@@ -79,6 +79,7 @@ class JobOptions:
     cpus_per_gpu: int = 2
     mem_per_cpu_mb: int = 0
     signal_seconds: int = 120
+    spank_tokens: bool = False  # add --yolo-tokens (needs the SPANK plugin on the cluster)
     yolo_config_dir: str = ""
     environment: dict[str, str] = field(default_factory=dict)
 
@@ -113,6 +114,8 @@ def directives(plan: Plan, opts: JobOptions) -> list[tuple[str, str]]:
         ("--requeue", ""),
         ("--comment", comment(plan)),
     ]
+    if opts.spank_tokens:
+        pairs.append(("--yolo-tokens", f"{plan.effective_tokens:.0f}"))
     if signal_seconds(plan, opts):
         pairs.append(("--signal", f"B:USR2@{signal_seconds(plan, opts)}"))
     if opts.mem_per_cpu_mb:

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import calibration, dataset, estimate, plan, render, spec
+from . import admission, calibration, dataset, estimate, plan, render, spec
 from .config import Config
 from .errors import SlurmError, UsageError
 from .slurm import commands
@@ -56,6 +56,7 @@ def job_options(config: Config, **given: object) -> render.JobOptions:
         cpus_per_gpu=job["cpus_per_gpu"],
         mem_per_cpu_mb=job["mem_per_cpu_mb"],
         signal_seconds=job["signal_seconds"],
+        spank_tokens=config["slurm"]["spank_tokens"],
         yolo_config_dir=job["yolo_config_dir"],
         **values,  # type: ignore[arg-type]
     )
@@ -103,7 +104,8 @@ def prepare(
 
 
 def submit(config: Config, prepared: Prepared) -> int:
-    """Submit the rendered script with the real sbatch; the job id."""
+    """Check the account's tokens cover the job, then submit with the real sbatch; the job id."""
+    admission.check(config, prepared.plan, prepared.options.account)
     try:
         return commands.submit(
             prepared.script,

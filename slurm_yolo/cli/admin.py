@@ -9,12 +9,16 @@ import click
 
 from .. import __version__, calibration
 from . import echo_json, library_errors, load_config
+from .ledger import ledger_group
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="slurm-yolo")
 def main() -> None:
     """slurm-yolo: token-budgeted YOLO training on Slurm (admin and job-side commands)."""
+
+
+main.add_command(ledger_group)
 
 
 @main.group("config")

@@ -89,3 +89,31 @@ def wait_for_state(job_id: int, states: set[str], timeout: float = 60.0, poll: f
         if state in states or state in FINAL_STATES or time.monotonic() > deadline:
             return state
         time.sleep(poll)
+
+
+def set_gpu_block(account: str, blocked: bool, bin_dir: Path | None = None) -> None:
+    """Stop (or allow again) the start of an account's GPU jobs: ``GrpTRESRunMins`` of 0 on its association.
+
+    Slurm enforces it itself, so plain ``sbatch`` cannot bypass a dry budget; pending jobs wait with
+    reason AssocGrpGRESRunMinutes and start once the limit is lifted.
+    """
+    value = "0" if blocked else "-1"
+    run(["sacctmgr", "-i", "modify", "account", "where", f"name={account}", "set",
+         f"GrpTRESRunMins=gres/gpu={value},gres/shard={value}"], bin_dir=bin_dir)  # fmt: skip
+
+
+def accounts_of(user: str, bin_dir: Path | None = None) -> list[str]:
+    """The Slurm accounts ``user`` may submit to."""
+    res = run(["sacctmgr", "-n", "-P", "show", "assoc", f"user={user}", "format=account"], bin_dir=bin_dir)
+    return sorted({line.strip() for line in res.stdout.splitlines() if line.strip()})
+
+
+def default_account(user: str, bin_dir: Path | None = None) -> str:
+    res = run(["sacctmgr", "-n", "-P", "show", "user", user, "format=defaultaccount"], bin_dir=bin_dir)
+    return res.stdout.strip().splitlines()[0] if res.stdout.strip() else ""
+
+
+def pending_comments(account: str, bin_dir: Path | None = None) -> list[str]:
+    """Comments of the account's pending jobs (yolo-sbatch writes each job's estimate there)."""
+    res = run(["squeue", "-h", "-A", account, "-t", "PENDING", "-o", "%k"], bin_dir=bin_dir)
+    return [line.strip() for line in res.stdout.splitlines() if line.strip()]

@@ -76,6 +76,16 @@ def gres_count(text: str, name: str) -> int:
     return total
 
 
+def tres(text: str) -> dict[str, str]:
+    """A TRES string (``cpu=1,mem=256M,gres/gpu=2,gres/gpu:a100=2``) as a dict."""
+    out = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
 def sbatch_job_id(text: str) -> int:
     """The job id of ``sbatch --parsable`` output (``123`` or ``123;cluster``)."""
     first = text.strip().splitlines()[-1] if text.strip() else ""

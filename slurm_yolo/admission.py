@@ -1,0 +1,71 @@
+"""Submit-time admission: refuse a job the account's tokens cannot cover (read-only on the ledger).
+
+What an account has left is its balance (running jobs' holds are already out of it) minus the
+estimates of its pending jobs. Accounts without a ledger entry are not metered.
+"""
+
+from __future__ import annotations
+
+import getpass
+import re
+from pathlib import Path
+
+from . import ledger
+from .config import Config
+from .errors import QuotaError, UsageError
+from .estimate import fmt_tokens
+from .hooks import user_estimate
+from .ledger import bucket
+from .plan import Plan
+from .slurm import commands
+
+_AMOUNT = re.compile(r"^(-?\d+(?:\.\d+)?)\s*([kmgt]?)(?:tok)?$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+
+def parse_tokens(text: str, allow_negative: bool = False) -> int:
+    """``50G``, ``120M``, ``1.5GTok``, ``2000000`` as a whole number of tokens."""
+    m = _AMOUNT.match(text.strip())
+    if not m:
+        raise UsageError(f"token amount {text!r} not understood (e.g. 50G, 120M, 1.5GTok)")
+    value = int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
+    if value < 0 and not allow_negative:
+        raise UsageError(f"token amount {text!r} must not be negative")
+    if abs(value) > 10**18:
+        raise UsageError(f"token amount {text!r} is absurd")
+    return value
+
+
+def user_accounts(user: str, bin_dir: Path) -> list[str]:
+    return commands.accounts_of(user, bin_dir)
+
+
+def check(config: Config, plan: Plan, account: str | None) -> str | None:
+    """Raise QuotaError when the job does not fit; the account checked (None: not metered)."""
+    lg = ledger.reader(config)
+    if lg is None:
+        return None
+    bin_dir = Path(config["slurm"]["bin_dir"])
+    try:
+        name = account or commands.default_account(getpass.getuser(), bin_dir)
+        row = lg.account(name)
+        if row is None:
+            return None
+        rate = lg.tier_rate(plan.qos)
+    finally:
+        lg.close()
+    need = int(plan.effective_tokens * rate)
+    pending = sum(user_estimate({"SLURM_JOB_COMMENT": c}) or 0 for c in commands.pending_comments(name, bin_dir))
+    left = row["balance"] - pending
+    if need > left:
+        wait = bucket.seconds_until(need - left, row["rate_per_day"])
+        refill = (
+            f"refills {fmt_tokens(row['rate_per_day'])}/day, enough in {wait / 3600:.1f} h"
+            if wait is not None and need - left <= row["capacity"]
+            else "no refill covers it: ask for a deposit"
+        )
+        raise QuotaError(
+            f"account {name} cannot cover this job: needs {fmt_tokens(need)}, has {fmt_tokens(max(0, left))} left"
+            f" (balance {fmt_tokens(row['balance'])} - pending jobs {fmt_tokens(pending)}); {refill}"
+        )
+    return name

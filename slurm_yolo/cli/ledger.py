@@ -1,0 +1,229 @@
+"""``slurm-yolo ledger ...``: budgets, quotas and the books."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import time
+from pathlib import Path
+
+import click
+
+from .. import admission, ledger
+from ..config import Config
+from ..errors import SlurmYoloError, UsageError
+from ..estimate import fmt_tokens
+from ..slurm import commands
+from . import echo_json, library_errors, load_config
+
+
+def _actor() -> str:
+    return os.environ.get("SUDO_USER") or getpass.getuser()
+
+
+def _read(config: Config) -> ledger.Ledger:
+    lg = ledger.reader(config)
+    if lg is None:
+        raise UsageError(f"no ledger yet at {ledger.db_path(config)}")
+    return lg
+
+
+def _privileged(config: Config) -> bool:
+    return os.geteuid() == 0 or getpass.getuser() == config["ledger"]["owner"]
+
+
+def _visible(config: Config, account: str) -> None:
+    """Users see their own accounts; root and the SlurmUser see all."""
+    me = getpass.getuser()
+    if not _privileged(config) and account not in admission.user_accounts(me, Path(config["slurm"]["bin_dir"])):
+        raise UsageError(f"account {account!r} is not one of yours ({me})")
+
+
+def _row(a: object) -> dict[str, object]:
+    return {k: a[k] for k in a.keys()}  # type: ignore[attr-defined]
+
+
+@click.group("ledger")
+def ledger_group() -> None:
+    """Token budgets: deposits, quotas, balances, the books."""
+
+
+@ledger_group.command(context_settings={"ignore_unknown_options": True})
+@click.argument("account")
+@click.argument("amount")
+@click.option("--reason", default="", help="Why (kept with the movement).")
+@click.option("--adjust", is_flag=True, help="An adjustment (may be negative) instead of a deposit.")
+@library_errors
+def deposit(account: str, amount: str, reason: str, adjust: bool) -> None:
+    """Add AMOUNT tokens (e.g. 50G, 120M) to ACCOUNT."""
+    config = load_config()
+    value = admission.parse_tokens(amount, allow_negative=adjust)
+    with ledger.writer(config) as lg:
+        lg.credit(account, value, _actor(), reason, kind="adjustment" if adjust else "deposit")
+        row = lg.account(account)
+    commands_enforce(config, [account])
+    click.echo(f"{account}: {'adjusted' if adjust else 'deposited'} {fmt_tokens(value)}, balance {fmt_tokens(row['balance'])}")
+
+
+@ledger_group.command()
+@click.argument("account", required=False)
+@click.option("--json", "as_json", is_flag=True)
+@library_errors
+def balance(account: str | None, as_json: bool) -> None:
+    """Balance, held, charged and quota of ACCOUNT (all accounts for admins)."""
+    config = load_config()
+    lg = _read(config)
+    try:
+        if account:
+            _visible(config, account)
+            row = lg.account(account)
+            if row is None:
+                raise UsageError(f"account {account!r} has no ledger entry")
+            rows = [row]
+        elif _privileged(config):
+            rows = lg.accounts()
+        else:
+            raise UsageError("give an ACCOUNT of yours: listing every account is for admins")
+    finally:
+        lg.close()
+    if as_json:
+        echo_json([_row(r) for r in rows])
+        return
+    for r in rows:
+        click.echo(
+            f"{r['name']}: balance {fmt_tokens(r['balance'])}, held {fmt_tokens(r['held'])}, charged "
+            f"{fmt_tokens(r['charged'])}, quota {fmt_tokens(r['rate_per_day'])}/day up to {fmt_tokens(r['capacity'])}"
+            + (" [blocked: GPU jobs do not start]" if r["blocked"] else "")
+        )
+
+
+@ledger_group.command()
+@click.argument("account")
+@click.option("--limit", default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@library_errors
+def history(account: str, limit: int, as_json: bool) -> None:
+    """The newest movements of ACCOUNT."""
+    config = load_config()
+    _visible(config, account)
+    lg = _read(config)
+    try:
+        rows = lg.history(account, limit)
+    finally:
+        lg.close()
+    if as_json:
+        echo_json([_row(r) for r in rows])
+        return
+    for r in rows:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["at"]))
+        click.echo(f"{when}  {r['kind']:<10} {fmt_tokens(r['amount']):>12}  {r['job_key'] or ''}  {r['actor']}  {r['reason']}")
+
+
+@ledger_group.group()
+def quota() -> None:
+    """Token-bucket quotas."""
+
+
+@quota.command("set")
+@click.argument("account")
+@click.option("--rate", required=True, help="Tokens refilled per day, e.g. 120G.")
+@click.option("--burst", required=True, help="Bucket capacity: refills stop at this balance.")
+@library_errors
+def quota_set(account: str, rate: str, burst: str) -> None:
+    """Set ACCOUNT's bucket: --rate tokens a day, up to --burst."""
+    config = load_config()
+    with ledger.writer(config) as lg:
+        lg.set_quota(account, admission.parse_tokens(rate), admission.parse_tokens(burst), _actor())
+    click.echo(f"{account}: {rate}/day up to {burst}")
+
+
+@ledger_group.command()
+@click.argument("qos", required=False)
+@click.argument("rate", required=False, type=float)
+@library_errors
+def tiers(qos: str | None, rate: float | None) -> None:
+    """Charge rate per QOS (``tiers yolo-prod 0.8``); without arguments, list them."""
+    config = load_config()
+    if qos and rate is not None:
+        with ledger.writer(config) as lg:
+            lg.set_tier(qos, rate)
+    lg = _read(config)
+    try:
+        for r in lg.conn.execute("SELECT qos, rate FROM tiers ORDER BY qos"):
+            click.echo(f"{r['qos']}: {r['rate']:g}")
+    finally:
+        lg.close()
+
+
+@ledger_group.command()
+@library_errors
+def check() -> None:
+    """Prove the books: credited = balance + held + charged + expired, from the movements."""
+    lg = _read(load_config())
+    try:
+        problems = lg.check()
+    finally:
+        lg.close()
+    for p in problems:
+        click.echo(p)
+    if problems:
+        raise SystemExit(1)
+    click.echo("ledger consistent")
+
+
+@ledger_group.command()
+@click.option("--format", "fmt", type=click.Choice(["json", "csv"]), default="json")
+@library_errors
+def export(fmt: str) -> None:
+    """Every movement, for audits."""
+    import csv
+    import sys
+
+    lg = _read(load_config())
+    try:
+        rows = [_row(r) for r in lg.conn.execute("SELECT * FROM movements ORDER BY id")]
+    finally:
+        lg.close()
+    if fmt == "json":
+        echo_json(rows)
+    elif rows:
+        w = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+@ledger_group.command()
+@library_errors
+def refill() -> None:
+    """Apply every bucket's refill and lift the blocks of accounts that have tokens again (cron)."""
+    config = load_config()
+    with ledger.writer(config) as lg:
+        changed = lg.refill_all()
+    commands_enforce(config, list(changed))
+    for name, blocked in changed.items():
+        click.echo(f"{name}: {'blocked' if blocked else 'unblocked'}")
+
+
+@ledger_group.command()
+@click.option("--account", "accounts", multiple=True, help="Only these accounts (default: all).")
+@library_errors
+def enforce(accounts: tuple[str, ...]) -> None:
+    """Make Slurm's limits match the ledger: dry accounts' GPU jobs do not start."""
+    config = load_config()
+    commands_enforce(config, list(accounts) or None)
+
+
+def commands_enforce(config: Config, accounts: list[str] | None) -> None:
+    """Set or lift GrpTRESRunMins on each account's association from its ledger state."""
+    if not config["ledger"]["enforce"] or accounts == []:
+        return
+    lg = _read(config)
+    try:
+        rows = lg.accounts() if accounts is None else [r for a in accounts if (r := lg.account(a))]
+    finally:
+        lg.close()
+    for r in rows:
+        try:
+            commands.set_gpu_block(r["name"], bool(r["blocked"]), Path(config["slurm"]["bin_dir"]))
+        except SlurmYoloError as e:
+            raise SlurmYoloError(f"account {r['name']}: ledger says {'dry' if r['blocked'] else 'funded'}, Slurm not updated: {e}") from None

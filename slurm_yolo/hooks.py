@@ -1,0 +1,200 @@
+"""PrologSlurmctld / EpilogSlurmctld: hold tokens when a job starts, charge and refund when it ends.
+
+Both run as the SlurmUser with no PATH and a bare environment. The amounts come from trusted Slurm
+fields (time limit, allocated GPUs or shards, the partition's k), never from user claims alone; the
+user's own estimate (``--yolo-tokens`` through SPANK, or yolo-sbatch's ``--comment``) is recorded
+beside them. A non-zero PrologSlurmctld exit makes Slurm requeue the job forever, so the prolog
+never fails a job: our own errors are logged as alerts and, by policy, the job runs (``open``) or
+is cancelled (``cancel``). Each invocation appends one JSON line to ``hooks.log`` in the state dir.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from . import calibration, ledger
+from .config import Config, load
+from .ledger import bucket
+from .slurm import commands, parsers
+
+REFUND_STATES = {"NODE_FAIL": "refund_node_fail", "BOOT_FAIL": "refund_node_fail", "PREEMPTED": "refund_preempted"}
+
+
+def _log(config: Config, record: dict[str, object]) -> None:
+    try:
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        with open(config.state_dir / "hooks.log", "a") as f:
+            f.write(json.dumps({"at": time.time(), **record}) + "\n")
+    except OSError:
+        print(json.dumps(record), file=sys.stderr)
+
+
+def _gpus(tres: str, partition: str, config: Config) -> float:
+    """Allocated GPUs: whole GPUs, or shards as a share of one (0 for CPU-only jobs)."""
+    alloc = parsers.tres(tres)
+    gpus = int(alloc.get("gres/gpu", "0") or 0)
+    if gpus:
+        return float(gpus)
+    shards = int(alloc.get("gres/shard", "0") or 0)
+    if shards:
+        per_gpu = config.partition(partition).shards_per_gpu or shards
+        return shards / per_gpu
+    return 0.0
+
+
+def user_estimate(env: Mapping[str, str]) -> int | None:
+    """The user's claim: SPANK ``--yolo-tokens``, else the ``eff=`` yolo-sbatch put in the comment."""
+    raw = env.get("SPANK_YOLO_TOKENS")
+    if raw and raw.isdigit():
+        return int(raw)
+    comment = env.get("SLURM_JOB_COMMENT", "")
+    if comment.startswith("yolo:"):
+        for field in comment[5:].split(","):
+            key, _, value = field.partition("=")
+            if key == "eff":
+                try:
+                    return int(float(value))
+                except ValueError:
+                    return None
+    return None
+
+
+def run_from_slurm(env: Mapping[str, str], config: Config) -> ledger.Run | None:
+    """The running job's trusted fields (scontrol); None for jobs with no GPUs."""
+    job_id = int(env["SLURM_JOB_ID"])
+    job = commands.show_job(job_id, bin_dir=Path(config["slurm"]["bin_dir"]))
+    partition = job.get("Partition") or env.get("SLURM_JOB_PARTITION", "")
+    gpus = _gpus(job.get("TRES", ""), partition, config)
+    if not gpus:
+        return None
+    user = env.get("SLURM_JOB_USER") or job.get("UserId", "").split("(")[0]
+    return ledger.Run(
+        cluster=config["ledger"]["cluster"] or env.get("SLURM_CLUSTER_NAME") or "default",
+        job_id=job_id,
+        submit_time=job.get("SubmitTime", ""),
+        restart=int(env.get("SLURM_JOB_RESTART_COUNT") or job.get("Restarts") or 0),
+        account=env.get("SLURM_JOB_ACCOUNT") or job.get("Account", ""),
+        user=user,
+        partition=partition,
+        qos=job.get("QOS", ""),
+        gpus=gpus,
+        k=calibration.load(config, partition).model.k,
+        time_limit=parsers.duration(job.get("TimeLimit", "")) or 0,
+    )
+
+
+def _enforce_later(config: Config, account: str, blocked: bool) -> None:
+    """Flip the account's Slurm limit in a detached child: sacctmgr takes ~0.3 s, the hook must not wait."""
+    if not config["ledger"]["enforce"]:
+        return
+    spawn_detached([sys.executable, "-m", "slurm_yolo", "ledger", "enforce", "--account", account,
+                    "--blocked" if blocked else "--lifted"])  # fmt: skip
+
+
+def spawn_detached(argv: list[str]) -> None:
+    """Start ``argv`` in its own session, not waited for (double fork, no inherited stdio)."""
+    import subprocess
+
+    subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True, close_fds=True)  # fmt: skip
+
+
+def prolog(env: Mapping[str, str], config: Config) -> dict[str, object]:
+    """Hold the most the run can use: time limit x GPUs / k x the QOS tier's rate."""
+    run = run_from_slurm(env, config)
+    if run is None:
+        return {"event": "prolog", "job": env.get("SLURM_JOB_ID"), "skipped": "no GPUs"}
+    with ledger.writer(config) as lg:
+        amount = int(bucket.gpu_tokens(run.time_limit, run.gpus, run.k) * lg.tier_rate(run.qos))
+        held, blocked = lg.hold(run, amount, user_estimate(env), actor="prolog")
+    if blocked is not None:
+        _enforce_later(config, run.account, blocked)
+    return {"event": "prolog", "job": run.job_id, "key": run.key, "hold": amount, "new": held}
+
+
+def final_state(job_id: int, config: Config) -> tuple[str, int]:
+    """(state, elapsed seconds) of the run that just ended: sacct, else scontrol when slurmdbd is down."""
+    bin_dir = Path(config["slurm"]["bin_dir"])
+    try:
+        res = commands.run(["sacct", "-j", str(job_id), "-X", "-n", "-P", "-o", "State,ElapsedRaw"], bin_dir=bin_dir)
+        line = res.stdout.strip().splitlines()[0] if res.stdout.strip() else ""
+        state, _, elapsed = line.partition("|")
+        if state and elapsed.isdigit():
+            return state.split()[0], int(elapsed)
+    except Exception:  # noqa: BLE001 - fall back on the controller's view
+        pass
+    job = commands.show_job(job_id, bin_dir=bin_dir)
+    return job.get("JobState", "UNKNOWN"), parsers.duration(job.get("RunTime", "")) or 0
+
+
+def charge_for(state: str, elapsed: int, row: Mapping[str, object], rate: float, config: Config) -> int:
+    """What the run pays, by cause: failures of the machine are refunded, a job's own TIMEOUT pays
+    its whole hold, everything else (completed, failed, cancelled, requeued) pays the time it ran."""
+    flag = REFUND_STATES.get(state)
+    if flag and config["ledger"][flag]:
+        return 0
+    if state == "TIMEOUT" and config["ledger"]["charge_timeout_full"]:
+        return int(row["hold"])  # type: ignore[call-overload]
+    return int(bucket.gpu_tokens(elapsed, float(row["gpus"]), float(row["k"])) * rate)  # type: ignore[arg-type]
+
+
+def epilog(env: Mapping[str, str], config: Config) -> dict[str, object]:
+    """Charge what the run occupied and refund the rest of its hold, exactly once."""
+    job_id = int(env["SLURM_JOB_ID"])
+    cluster = config["ledger"]["cluster"] or env.get("SLURM_CLUSTER_NAME") or "default"
+    restart = int(env.get("SLURM_JOB_RESTART_COUNT") or 0)
+    state, elapsed = final_state(job_id, config)
+    with ledger.writer(config) as lg:
+        row = lg.held_run(cluster, job_id, restart)
+        if row is None:  # the prolog never recorded this run (it failed open): hold now, then settle
+            run = run_from_slurm(env, config)
+            if run is None:
+                return {"event": "epilog", "job": job_id, "skipped": "no GPUs"}
+            lg.hold(run, int(bucket.gpu_tokens(run.time_limit, run.gpus, run.k) * lg.tier_rate(run.qos)),
+                    user_estimate(env), actor="epilog")  # fmt: skip
+            row = lg.held_run(cluster, job_id, restart)
+        assert row is not None
+        charge = charge_for(state, elapsed, row, lg.tier_rate(row["qos"]), config)
+        done = lg.settle(row["job_key"], charge, state, elapsed, actor="epilog")
+        blocked = lg.account(row["account"])["blocked"]
+    if done is None:
+        return {"event": "epilog", "job": job_id, "key": row["job_key"], "repeat": True}
+    _enforce_later(config, done.account, bool(blocked))
+    summary = (f"yolo:est={row['estimate'] or ''},hold={done.hold},charge={done.charge},refund={done.refund},"
+               f"k={float(row['k']):.6g},state={state},elapsed={elapsed}")  # fmt: skip
+    spawn_detached([f"{config['slurm']['bin_dir']}/sacctmgr", "-i", "modify", "job", "where", f"jobid={job_id}",
+                    "set", f"AdminComment={summary}"])  # fmt: skip
+    return {"event": "epilog", "job": job_id, "key": done.key, "state": state, "elapsed": elapsed,
+            "charge": done.charge, "refund": done.refund}  # fmt: skip
+
+
+def _main(event: str) -> int:
+    env = dict(os.environ)
+    try:
+        config = load()
+    except Exception as e:  # noqa: BLE001 - a broken config must not requeue every job
+        print(f"slurm-yolo {event}: config: {e}", file=sys.stderr)
+        return 0
+    try:
+        record = (prolog if event == "prolog" else epilog)(env, config)
+        _log(config, record)
+    except Exception as e:  # noqa: BLE001 - never let our failure become Slurm's requeue loop
+        _log(config, {"event": event, "job": env.get("SLURM_JOB_ID"), "alert": f"{type(e).__name__}: {e}"})
+        if event == "prolog" and config["ledger"]["prolog_errors"] == "cancel" and env.get("SLURM_JOB_ID"):
+            spawn_detached([f"{config['slurm']['bin_dir']}/scancel", env["SLURM_JOB_ID"]])
+    return 0
+
+
+def prolog_main() -> None:
+    """Console entry point for PrologSlurmctld."""
+    raise SystemExit(_main("prolog"))
+
+
+def epilog_main() -> None:
+    """Console entry point for EpilogSlurmctld."""
+    raise SystemExit(_main("epilog"))

@@ -1,0 +1,338 @@
+"""The token ledger (ledger.db, SQLite in WAL mode): accounts, append-only movements, per-run holds.
+
+Every change is a movement row (deposit, refill, adjustment, hold, charge, refund, expiry) written in
+the same ``BEGIN IMMEDIATE`` transaction as the account totals it moves, so the invariant
+
+    credited (deposits + refills + adjustments) = balance + held + charged + expired
+
+holds after every commit, and ``check`` can prove it from the movements alone. A job run is keyed by
+cluster, job id, submit time and restart count: its hold and its settlement happen at most once,
+whatever order or number of prolog/epilog invocations Slurm produces.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import db
+from ..config import Config
+from ..errors import SlurmYoloError, UsageError
+from . import bucket
+from .schema import MIGRATIONS
+
+CREDITS = ("deposit", "refill", "adjustment")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a job, from trusted Slurm fields."""
+
+    cluster: str
+    job_id: int
+    submit_time: str
+    restart: int
+    account: str
+    user: str
+    partition: str
+    qos: str
+    gpus: float
+    k: float
+    time_limit: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.cluster}:{self.job_id}:{self.submit_time}:{self.restart}"
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """What an epilog did: charged, refunded, and whether the account crossed zero."""
+
+    key: str
+    account: str
+    hold: int
+    charge: int
+    refund: int
+    balance: int
+
+
+def db_path(config: Config) -> Path:
+    return config.state_dir / "ledger.db"
+
+
+def _owner_ids(config: Config) -> tuple[int, int] | None:
+    """(uid, gid) to write as: the SlurmUser, when running as root over a state dir it owns."""
+    if os.geteuid() != 0:
+        return None
+    import pwd
+
+    try:
+        pw = pwd.getpwnam(config["ledger"]["owner"])
+    except KeyError:
+        return None
+    state = config.state_dir
+    if state.exists() and state.stat().st_uid == pw.pw_uid:
+        return pw.pw_uid, pw.pw_gid
+    return None
+
+
+@contextmanager
+def writer(config: Config) -> Iterator[Ledger]:
+    """A read-write ledger. Root writes as the SlurmUser that owns the state, so the database, its
+    -wal and -shm stay writable by the slurmctld-side hooks; anyone else without write access is refused."""
+    path = db_path(config)
+    ids = _owner_ids(config)
+    old_umask = os.umask(0o022)
+    try:
+        if ids:
+            os.setegid(ids[1])
+            os.seteuid(ids[0])
+        target = path if path.exists() else path.parent
+        if target.exists() and not os.access(target, os.W_OK):
+            raise SlurmYoloError(
+                f"permission denied: {path} is written only by root or the SlurmUser ({config['ledger']['owner']})"
+            )
+        ledger = Ledger(db.connect_write(path, MIGRATIONS, wal=True))
+        try:
+            yield ledger
+        finally:
+            ledger.close()
+    finally:
+        if ids:
+            os.seteuid(0)
+            os.setegid(0)
+        os.umask(old_umask)
+
+
+def reader(config: Config) -> Ledger | None:
+    """A read-only ledger for any user (None when no ledger exists yet)."""
+    conn = db.connect_read(db_path(config))
+    return Ledger(conn) if conn else None
+
+
+class Ledger:
+    """Ledger operations; writes are short ``BEGIN IMMEDIATE`` transactions."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.conn.row_factory = sqlite3.Row
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+
+    # --- movements (called inside a transaction) -------------------------------------------------
+
+    def _account(self, name: str, now: float, create: bool = True) -> sqlite3.Row:
+        row = self.conn.execute("SELECT * FROM accounts WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            if not create:
+                raise UsageError(f"account {name!r} has no ledger entry")
+            self.conn.execute("INSERT INTO accounts (name, refilled_at) VALUES (?, ?)", (name, now))
+            row = self.conn.execute("SELECT * FROM accounts WHERE name = ?", (name,)).fetchone()
+        return row
+
+    def _move(self, account: str, kind: str, amount: int, now: float, actor: str, *, job_key: str | None = None,
+              user: str | None = None, reason: str = "") -> None:  # fmt: skip
+        """Record one movement and apply it to the account's totals."""
+        if amount < 0 and kind != "adjustment":
+            raise ValueError(f"{kind} of {amount}")
+        self.conn.execute(
+            "INSERT INTO movements (at, account, kind, amount, job_key, user, actor, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (now, account, kind, amount, job_key, user, actor, reason),
+        )
+        delta = {
+            "deposit": "balance = balance + :a, credited = credited + :a",
+            "refill": "balance = balance + :a, credited = credited + :a",
+            "adjustment": "balance = balance + :a, credited = credited + :a",
+            "hold": "balance = balance - :a, held = held + :a",
+            "charge": "held = held - :a, charged = charged + :a",
+            "refund": "held = held - :a, balance = balance + :a",
+            "expiry": "balance = balance - :a, expired = expired + :a",
+        }[kind]
+        self.conn.execute(f"UPDATE accounts SET {delta} WHERE name = :n", {"a": amount, "n": account})
+
+    def _refill(self, name: str, now: float) -> None:
+        row = self._account(name, now)
+        add, mark = bucket.refill(row["balance"], row["capacity"], row["rate_per_day"], row["refilled_at"], now)
+        if add:
+            self._move(name, "refill", add, now, "bucket", reason=f"{row['rate_per_day']}/day")
+        if mark != row["refilled_at"]:
+            self.conn.execute("UPDATE accounts SET refilled_at = ? WHERE name = ?", (mark, name))
+
+    def _update_block(self, name: str) -> bool | None:
+        """Set ``blocked`` from the balance; the new value when it changed, else None."""
+        row = self.conn.execute("SELECT balance, blocked FROM accounts WHERE name = ?", (name,)).fetchone()
+        dry = 1 if row["balance"] <= 0 else 0
+        if dry != row["blocked"]:
+            self.conn.execute("UPDATE accounts SET blocked = ? WHERE name = ?", (dry, name))
+            return bool(dry)
+        return None
+
+    # --- public writes --------------------------------------------------------------------------
+
+    def credit(self, account: str, amount: int, actor: str, reason: str = "", kind: str = "deposit") -> bool | None:
+        """Deposit (or adjust, possibly negative); the account's new blocked state if it changed."""
+        if kind not in ("deposit", "adjustment"):
+            raise UsageError(f"unknown credit kind {kind}")
+        if kind == "deposit" and amount <= 0:
+            raise UsageError(f"a deposit must be positive (got {amount})")
+        now = time.time()
+        with self._tx():
+            self._refill(account, now)
+            self._move(account, kind, amount, now, actor, reason=reason)
+            return self._update_block(account)
+
+    def set_quota(self, account: str, rate_per_day: int, capacity: int, actor: str) -> None:
+        """The account's bucket: ``rate_per_day`` tokens a day, up to ``capacity``."""
+        if rate_per_day < 0 or capacity < 0:
+            raise UsageError("rate and capacity must not be negative")
+        now = time.time()
+        with self._tx():
+            self._refill(account, now)  # earned at the old rate first
+            self.conn.execute(
+                "UPDATE accounts SET rate_per_day = ?, capacity = ? WHERE name = ?", (rate_per_day, capacity, account)
+            )
+
+    def set_tier(self, qos: str, rate: float) -> None:
+        """Charge multiplier for jobs of ``qos`` (e.g. prod 0.8, explore 1.5)."""
+        if not rate > 0:
+            raise UsageError(f"tier rate must be positive (got {rate})")
+        with self._tx():
+            self.conn.execute(
+                "INSERT INTO tiers (qos, rate) VALUES (?, ?) ON CONFLICT (qos) DO UPDATE SET rate = excluded.rate",
+                (qos, rate),
+            )
+
+    def tier_rate(self, qos: str) -> float:
+        row = self.conn.execute("SELECT rate FROM tiers WHERE qos = ?", (qos,)).fetchone()
+        return float(row["rate"]) if row else 1.0
+
+    def refill_all(self) -> dict[str, bool]:
+        """Apply every bucket's refill (cron); accounts whose blocked state changed."""
+        now = time.time()
+        changed = {}
+        with self._tx():
+            for (name,) in self.conn.execute("SELECT name FROM accounts").fetchall():
+                self._refill(name, now)
+                state = self._update_block(name)
+                if state is not None:
+                    changed[name] = state
+        return changed
+
+    def hold(self, run: Run, amount: int, estimate: int | None, actor: str) -> tuple[bool, bool | None]:
+        """Hold ``amount`` for this run unless it is held already: (held now, new blocked state)."""
+        now = time.time()
+        with self._tx():
+            if self.conn.execute("SELECT 1 FROM jobs WHERE job_key = ?", (run.key,)).fetchone():
+                return False, None
+            self._refill(run.account, now)
+            self._insert_run(run, amount, estimate, now)
+            self._move(run.account, "hold", amount, now, actor, job_key=run.key, user=run.user,
+                       reason=f"limit {run.time_limit}s x {run.gpus:g} GPU / k {run.k:g}")  # fmt: skip
+            return True, self._update_block(run.account)
+
+    def _insert_run(self, run: Run, amount: int, estimate: int | None, now: float) -> None:
+        self.conn.execute(
+            "INSERT INTO jobs (job_key, cluster, job_id, submit_time, restart, account, user, partition, qos, gpus, k,"
+            " time_limit, estimate, hold, held_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run.key, run.cluster, run.job_id, run.submit_time, run.restart, run.account, run.user, run.partition,
+             run.qos, run.gpus, run.k, run.time_limit, estimate, amount, now),
+        )  # fmt: skip
+
+    def held_run(self, cluster: str, job_id: int, restart: int) -> sqlite3.Row | None:
+        """The newest run of this job and restart, held or settled."""
+        return self.conn.execute(
+            "SELECT * FROM jobs WHERE cluster = ? AND job_id = ? AND restart = ? ORDER BY held_at DESC LIMIT 1",
+            (cluster, job_id, restart),
+        ).fetchone()
+
+    def settle(self, key: str, charge: int, end_state: str, elapsed: int, actor: str) -> Settlement | None:
+        """Charge ``charge`` (capped at the hold) and refund the rest, once; None if already settled."""
+        now = time.time()
+        with self._tx():
+            row = self.conn.execute("SELECT * FROM jobs WHERE job_key = ?", (key,)).fetchone()
+            if row is None or row["state"] != "held":
+                return None
+            charge = max(0, min(charge, row["hold"]))
+            refund = row["hold"] - charge
+            self._move(row["account"], "charge", charge, now, actor, job_key=key, user=row["user"], reason=end_state)
+            self._move(row["account"], "refund", refund, now, actor, job_key=key, user=row["user"], reason=end_state)
+            self.conn.execute(
+                "UPDATE jobs SET state = 'settled', charge = ?, refund = ?, end_state = ?, elapsed = ?, settled_at = ?"
+                " WHERE job_key = ?",
+                (charge, refund, end_state, elapsed, now, key),
+            )
+            self._update_block(row["account"])
+            balance = self.conn.execute("SELECT balance FROM accounts WHERE name = ?", (row["account"],)).fetchone()[0]
+            return Settlement(key, row["account"], row["hold"], charge, refund, balance)
+
+    # --- reads ----------------------------------------------------------------------------------
+
+    def account(self, name: str) -> sqlite3.Row | None:
+        return self.conn.execute("SELECT * FROM accounts WHERE name = ?", (name,)).fetchone()
+
+    def accounts(self) -> list[sqlite3.Row]:
+        return self.conn.execute("SELECT * FROM accounts ORDER BY name").fetchall()
+
+    def history(self, account: str, limit: int = 50) -> list[sqlite3.Row]:
+        return self.conn.execute(
+            "SELECT * FROM movements WHERE account = ? ORDER BY id DESC LIMIT ?", (account, limit)
+        ).fetchall()
+
+    def job_movements(self, job_id: int) -> list[sqlite3.Row]:
+        return self.conn.execute(
+            "SELECT m.* FROM movements m JOIN jobs j ON m.job_key = j.job_key WHERE j.job_id = ? ORDER BY m.id", (job_id,)
+        ).fetchall()
+
+    def runs(self, job_id: int) -> list[sqlite3.Row]:
+        return self.conn.execute("SELECT * FROM jobs WHERE job_id = ? ORDER BY held_at", (job_id,)).fetchall()
+
+    def check(self) -> list[str]:
+        """Every violation of the ledger's invariants (empty: the books balance, to the token)."""
+        problems = []
+        sums = {
+            (r["account"], r["kind"]): r["total"]
+            for r in self.conn.execute("SELECT account, kind, sum(amount) AS total FROM movements GROUP BY account, kind")
+        }
+        for a in self.accounts():
+            name = a["name"]
+            s = {k: sums.get((name, k), 0) for k in ("deposit", "refill", "adjustment", "hold", "charge", "refund", "expiry")}
+            credited = s["deposit"] + s["refill"] + s["adjustment"]
+            expect = {
+                "credited": credited,
+                "balance": credited - s["hold"] + s["refund"] - s["expiry"],
+                "held": s["hold"] - s["charge"] - s["refund"],
+                "charged": s["charge"],
+                "expired": s["expiry"],
+            }
+            for col, value in expect.items():
+                if a[col] != value:
+                    problems.append(f"{name}: {col} is {a[col]}, movements say {value}")
+            if a["credited"] != a["balance"] + a["held"] + a["charged"] + a["expired"]:
+                problems.append(f"{name}: credited != balance + held + charged + expired")
+            open_holds = self.conn.execute(
+                "SELECT coalesce(sum(hold), 0) FROM jobs WHERE account = ? AND state = 'held'", (name,)
+            ).fetchone()[0]
+            if open_holds != a["held"]:
+                problems.append(f"{name}: held is {a['held']}, open job holds sum to {open_holds}")
+        for r in self.conn.execute(
+            "SELECT job_key, count(*) AS n FROM movements WHERE kind IN ('charge', 'hold') GROUP BY job_key, kind HAVING n > 1"
+        ):
+            problems.append(f"job {r['job_key']}: moved more than once")
+        return problems

@@ -1,0 +1,39 @@
+"""Token-bucket refills and charge amounts (pure functions; the ledger applies them)."""
+
+from __future__ import annotations
+
+import math
+
+DAY = 86400.0
+
+
+def refill(balance: int, capacity: int, rate_per_day: int, last: float, now: float) -> tuple[int, float]:
+    """Tokens to add since ``last`` at ``rate_per_day``, never lifting the balance above ``capacity``;
+    and the new refill mark (it only advances by what was credited, so no fraction is lost)."""
+    if rate_per_day <= 0 or now <= last:
+        return 0, max(last, now) if rate_per_day <= 0 else last
+    earned = int((now - last) / DAY * rate_per_day)
+    room = max(0, capacity - balance)
+    if room == 0:
+        return 0, now  # full: time spent full earns nothing
+    if earned <= 0:
+        return 0, last
+    add = min(earned, room)
+    mark = now if add < earned else last + add / rate_per_day * DAY
+    return add, mark
+
+
+def seconds_until(tokens: int, rate_per_day: int) -> float | None:
+    """How long the bucket takes to earn ``tokens`` (None: it never refills)."""
+    if tokens <= 0:
+        return 0.0
+    if rate_per_day <= 0:
+        return None
+    return math.ceil(tokens / rate_per_day * DAY)
+
+
+def gpu_tokens(seconds: float, gpus: float, k: float) -> int:
+    """Effective tokens ``gpus`` GPUs process in ``seconds`` at ``k`` seconds per million tokens."""
+    if k <= 0:
+        raise ValueError("k must be positive")
+    return int(math.ceil(max(0.0, seconds) * max(0.0, gpus) / k * 1e6))
