@@ -62,6 +62,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "refund_preempted": True,
         "charge_timeout_full": True,  # a job's own TIMEOUT is charged its whole hold
         "enforce": True,  # a dry account's GPU jobs are stopped by Slurm (GrpTRESRunMins gres=0)
+        "admin_comment": True,  # the epilog writes its summary into the job's AdminComment (sacctmgr)
         "cluster": "",  # default: $SLURM_CLUSTER_NAME, else "default"
     },
     "qos": {

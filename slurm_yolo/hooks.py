@@ -88,12 +88,11 @@ def run_from_slurm(env: Mapping[str, str], config: Config) -> ledger.Run | None:
     )
 
 
-def _enforce_later(config: Config, account: str, blocked: bool) -> None:
-    """Flip the account's Slurm limit in a detached child: sacctmgr takes ~0.3 s, the hook must not wait."""
-    if not config["ledger"]["enforce"]:
-        return
-    spawn_detached([sys.executable, "-m", "slurm_yolo", "ledger", "enforce", "--account", account,
-                    "--blocked" if blocked else "--lifted"])  # fmt: skip
+def _enforce_later(config: Config, account: str) -> None:
+    """Sync the account's Slurm limit with the ledger in a detached child (sacctmgr takes ~0.3 s and
+    the hook must not wait; the child reads the ledger afresh, so racing children agree)."""
+    if config["ledger"]["enforce"]:
+        spawn_detached([sys.executable, "-m", "slurm_yolo", "ledger", "enforce", "--account", account])
 
 
 def spawn_detached(argv: list[str]) -> None:
@@ -113,7 +112,7 @@ def prolog(env: Mapping[str, str], config: Config) -> dict[str, object]:
         amount = int(bucket.gpu_tokens(run.time_limit, run.gpus, run.k) * lg.tier_rate(run.qos))
         held, blocked = lg.hold(run, amount, user_estimate(env), actor="prolog")
     if blocked is not None:
-        _enforce_later(config, run.account, blocked)
+        _enforce_later(config, run.account)
     return {"event": "prolog", "job": run.job_id, "key": run.key, "hold": amount, "new": held}
 
 
@@ -150,27 +149,35 @@ def epilog(env: Mapping[str, str], config: Config) -> dict[str, object]:
     restart = int(env.get("SLURM_JOB_RESTART_COUNT") or 0)
     state, elapsed = final_state(job_id, config)
     with ledger.writer(config) as lg:
-        row = lg.held_run(cluster, job_id, restart)
+        row = lg.ended_run(cluster, job_id, restart, requeued=state == "REQUEUED")
         if row is None:  # the prolog never recorded this run (it failed open): hold now, then settle
             run = run_from_slurm(env, config)
             if run is None:
                 return {"event": "epilog", "job": job_id, "skipped": "no GPUs"}
             lg.hold(run, int(bucket.gpu_tokens(run.time_limit, run.gpus, run.k) * lg.tier_rate(run.qos)),
                     user_estimate(env), actor="epilog")  # fmt: skip
-            row = lg.held_run(cluster, job_id, restart)
+            row = lg.ended_run(cluster, job_id, run.restart, requeued=False)
         assert row is not None
         charge = charge_for(state, elapsed, row, lg.tier_rate(row["qos"]), config)
         done = lg.settle(row["job_key"], charge, state, elapsed, actor="epilog")
-        blocked = lg.account(row["account"])["blocked"]
     if done is None:
         return {"event": "epilog", "job": job_id, "key": row["job_key"], "repeat": True}
-    _enforce_later(config, done.account, bool(blocked))
-    summary = (f"yolo:est={row['estimate'] or ''},hold={done.hold},charge={done.charge},refund={done.refund},"
-               f"k={float(row['k']):.6g},state={state},elapsed={elapsed}")  # fmt: skip
-    spawn_detached([f"{config['slurm']['bin_dir']}/sacctmgr", "-i", "modify", "job", "where", f"jobid={job_id}",
-                    "set", f"AdminComment={summary}"])  # fmt: skip
+    if done.blocked is not None:
+        _enforce_later(config, done.account)
+    if config["ledger"]["admin_comment"]:
+        write_admin_comment(config, job_id, row["estimate"], done, float(row["k"]), state, elapsed)
     return {"event": "epilog", "job": job_id, "key": done.key, "state": state, "elapsed": elapsed,
             "charge": done.charge, "refund": done.refund}  # fmt: skip
+
+
+def write_admin_comment(config: Config, job_id: int, estimate: int | None, done: ledger.Settlement, k: float,
+                        state: str, elapsed: int) -> None:  # fmt: skip
+    """The accounting summary in the job's AdminComment, so sacct alone can rebuild it (detached:
+    from the epilog only sacctmgr can set it, and it takes ~0.3 s)."""
+    summary = (f"yolo:est={estimate or ''},hold={done.hold},charge={done.charge},refund={done.refund},"
+               f"k={k:.6g},state={state},elapsed={elapsed}")  # fmt: skip
+    spawn_detached([f"{config['slurm']['bin_dir']}/sacctmgr", "-i", "modify", "job", "where", f"jobid={job_id}",
+                    "set", f"AdminComment={summary}"])  # fmt: skip
 
 
 def _main(event: str) -> int:

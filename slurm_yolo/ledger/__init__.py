@@ -60,6 +60,7 @@ class Settlement:
     charge: int
     refund: int
     balance: int
+    blocked: bool | None  # the account's new blocked state, when this settlement changed it
 
 
 def db_path(config: Config) -> Path:
@@ -255,12 +256,19 @@ class Ledger:
              run.qos, run.gpus, run.k, run.time_limit, estimate, amount, now),
         )  # fmt: skip
 
-    def held_run(self, cluster: str, job_id: int, restart: int) -> sqlite3.Row | None:
-        """The newest run of this job and restart, held or settled."""
-        return self.conn.execute(
-            "SELECT * FROM jobs WHERE cluster = ? AND job_id = ? AND restart = ? ORDER BY held_at DESC LIMIT 1",
+    def ended_run(self, cluster: str, job_id: int, restart: int, requeued: bool) -> sqlite3.Row | None:
+        """The run an epilog is about. Slurm counts a requeue before the epilog of the run it ended,
+        so a requeued run is the newest one still held below ``restart``; otherwise it is ``restart``
+        itself (or, if its prolog never ran, the newest held one below)."""
+        rows = self.conn.execute(
+            "SELECT * FROM jobs WHERE cluster = ? AND job_id = ? AND restart <= ? ORDER BY restart DESC, held_at DESC",
             (cluster, job_id, restart),
-        ).fetchone()
+        ).fetchall()
+        if not requeued:
+            exact = [r for r in rows if r["restart"] == restart]
+            if exact:
+                return exact[0]
+        return next((r for r in rows if r["restart"] < restart and r["state"] == "held"), None)
 
     def settle(self, key: str, charge: int, end_state: str, elapsed: int, actor: str) -> Settlement | None:
         """Charge ``charge`` (capped at the hold) and refund the rest, once; None if already settled."""
@@ -278,9 +286,9 @@ class Ledger:
                 " WHERE job_key = ?",
                 (charge, refund, end_state, elapsed, now, key),
             )
-            self._update_block(row["account"])
+            blocked = self._update_block(row["account"])
             balance = self.conn.execute("SELECT balance FROM accounts WHERE name = ?", (row["account"],)).fetchone()[0]
-            return Settlement(key, row["account"], row["hold"], charge, refund, balance)
+            return Settlement(key, row["account"], row["hold"], charge, refund, balance, blocked)
 
     # --- reads ----------------------------------------------------------------------------------
 
