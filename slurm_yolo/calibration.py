@@ -112,11 +112,25 @@ class Store:
     """Read-write access to calibration.db."""
 
     def __init__(self, config: Config) -> None:
+        """Open for writing; use as a context manager so root writes as the state's owner."""
         self.config = config
-        self.conn = db.connect_write(db_path(config), MIGRATIONS)
+        self._owner = db.as_state_owner(config.state_dir, config["paths"]["owner"])
+        self._owner.__enter__()
+        try:
+            self.conn = db.connect_write(db.writable(db_path(config), config["paths"]["owner"]), MIGRATIONS)
+        except BaseException:
+            self._owner.__exit__(None, None, None)
+            raise
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         self.conn.close()
+        self._owner.__exit__(None, None, None)
 
     def add_sample(self, partition: str, sample: Sample, source: str, total_seconds: float | None = None) -> bool:
         """Record a run; False when this key was recorded already (calibrating twice changes nothing)."""
@@ -232,11 +246,8 @@ def calibrate_runs(config: Config, partition: str, paths: list[Path]) -> Calibra
             result.skipped.append(str(e))
     if not samples:
         raise UsageError(f"no usable run among {len(paths)} given: " + (result.skipped[0] if result.skipped else ""))
-    store = Store(config)
-    try:
+    with Store(config) as store:
         for s in samples:
             result.added += store.add_sample(partition, s, "run-dir")
         result.model = refit(store, partition, "calibrate")
-    finally:
-        store.close()
     return result

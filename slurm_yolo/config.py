@@ -24,6 +24,7 @@ SYSTEM_STATE = Path("/var/lib/slurm-yolo")
 DEFAULTS: dict[str, dict[str, Any]] = {
     "paths": {
         "state_dir": str(SYSTEM_STATE),  # calibration.db, ledger.db (owned by the SlurmUser)
+        "owner": "slurm",  # the SlurmUser: owns the state; root writes it as this user
         "cache_dir": "",  # per-user caches (dataset counts); default ~/.cache/slurm-yolo
     },
     "slurm": {
@@ -56,14 +57,18 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "gpu_share": 0.5,
     },
     "ledger": {
-        "owner": "slurm",  # the SlurmUser: owns ledger.db; root writes as this user
         "prolog_errors": "open",  # our own prolog failures: "open" (run, alert) or "cancel" (never requeue)
         "refund_node_fail": True,  # NODE_FAIL / BOOT_FAIL runs are refunded in full
         "refund_preempted": True,
         "charge_timeout_full": True,  # a job's own TIMEOUT is charged its whole hold
         "enforce": True,  # a dry account's GPU jobs are stopped by Slurm (GrpTRESRunMins gres=0)
         "admin_comment": True,  # the epilog writes its summary into the job's AdminComment (sacctmgr)
+        "feedback": True,  # the epilog feeds a completed job's measured throughput into its partition's k
         "cluster": "",  # default: $SLURM_CLUSTER_NAME, else "default"
+    },
+    "watchdog": {
+        "stall_minutes": 30.0,  # no new usage record or stdout for this long: a zombie
+        "action": "requeue",  # or "cancel"
     },
     "qos": {
         "short": "yolo-short",
@@ -197,6 +202,8 @@ def load(path: Path | None = None) -> Config:
     if home:
         values["paths"]["state_dir"] = home
         sources["paths.state_dir"] = "env SLURM_YOLO_HOME"
+    if values["watchdog"]["action"] not in ("requeue", "cancel"):
+        raise UsageError("config watchdog.action: must be 'requeue' or 'cancel'")
     if values["ledger"]["prolog_errors"] not in ("open", "cancel"):
         raise UsageError("config ledger.prolog_errors: must be 'open' or 'cancel'")
     if values["estimate"]["default_priority"] not in PRIORITIES:

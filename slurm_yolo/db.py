@@ -7,13 +7,50 @@ refuses that, ``immutable=1`` (safe when no writer is connected, which is when -
 
 from __future__ import annotations
 
+import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import SlurmYoloError
 
 BUSY_TIMEOUT_MS = 30_000
+
+
+@contextmanager
+def as_state_owner(state_dir: Path, owner: str) -> Iterator[None]:
+    """Root writes the state as its owner (the SlurmUser), so the databases and their -wal/-shm files
+    stay writable by the slurmctld-side hooks; everyone else writes as themselves."""
+    ids = None
+    if os.geteuid() == 0:
+        import pwd
+
+        try:
+            pw = pwd.getpwnam(owner)
+            if state_dir.exists() and state_dir.stat().st_uid == pw.pw_uid:
+                ids = (pw.pw_uid, pw.pw_gid)
+        except KeyError:
+            pass
+    old_umask = os.umask(0o022)
+    try:
+        if ids:
+            os.setegid(ids[1])
+            os.seteuid(ids[0])
+        yield
+    finally:
+        if ids:
+            os.seteuid(0)
+            os.setegid(0)
+        os.umask(old_umask)
+
+
+def writable(path: Path, owner: str) -> Path:
+    """``path``, or a one-line refusal when this user may not write it."""
+    target = path if path.exists() else path.parent
+    if target.exists() and not os.access(target, os.W_OK):
+        raise SlurmYoloError(f"permission denied: {path} is written only by root or the SlurmUser ({owner})")
+    return path
 
 
 def connect_write(path: Path, migrations: Sequence[str], wal: bool = False) -> sqlite3.Connection:

@@ -25,7 +25,8 @@ from .slurm import commands, parsers
 REFUND_STATES = {"NODE_FAIL": "refund_node_fail", "BOOT_FAIL": "refund_node_fail", "PREEMPTED": "refund_preempted"}
 
 
-def _log(config: Config, record: dict[str, object]) -> None:
+def log_event(config: Config, record: dict[str, object]) -> None:
+    """Append one JSON line to hooks.log (stderr if the state dir is not writable)."""
     try:
         config.state_dir.mkdir(parents=True, exist_ok=True)
         with open(config.state_dir / "hooks.log", "a") as f:
@@ -166,6 +167,10 @@ def epilog(env: Mapping[str, str], config: Config) -> dict[str, object]:
         _enforce_later(config, done.account)
     if config["ledger"]["admin_comment"]:
         write_admin_comment(config, job_id, row["estimate"], done, float(row["k"]), state, elapsed)
+    usage = Path(env.get("SLURM_JOB_WORK_DIR", "/nonexistent")) / f"yolo-usage-{job_id}.jsonl"
+    if state == "COMPLETED" and config["ledger"]["feedback"] and os.access(usage, os.R_OK):
+        spawn_detached([sys.executable, "-m", "slurm_yolo", "feedback", "--job", str(job_id), "--partition",
+                        str(row["partition"]), "--cluster", cluster, str(usage)])  # fmt: skip
     return {"event": "epilog", "job": job_id, "key": done.key, "state": state, "elapsed": elapsed,
             "charge": done.charge, "refund": done.refund}  # fmt: skip
 
@@ -189,9 +194,9 @@ def _main(event: str) -> int:
         return 0
     try:
         record = (prolog if event == "prolog" else epilog)(env, config)
-        _log(config, record)
+        log_event(config, record)
     except Exception as e:  # noqa: BLE001 - never let our failure become Slurm's requeue loop
-        _log(config, {"event": event, "job": env.get("SLURM_JOB_ID"), "alert": f"{type(e).__name__}: {e}"})
+        log_event(config, {"event": event, "job": env.get("SLURM_JOB_ID"), "alert": f"{type(e).__name__}: {e}"})
         if event == "prolog" and config["ledger"]["prolog_errors"] == "cancel" and env.get("SLURM_JOB_ID"):
             spawn_detached([f"{config['slurm']['bin_dir']}/scancel", env["SLURM_JOB_ID"]])
     return 0

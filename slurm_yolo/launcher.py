@@ -1,8 +1,10 @@
 """The in-job runner: real ultralytics training with usage records (job side only: imports ultralytics).
 
 It sizes threads and workers from the Slurm allocation (ultralytics would take the whole node), picks
-the allocated GPUs (or the CPU where there are none), keeps ultralytics offline, and appends one JSON
-line per epoch and one at the end to ``yolo-usage-JOBID.jsonl`` beside the job's output.
+the allocated GPUs (or the CPU where there are none), caps a shard job's share of GPU memory, keeps
+ultralytics offline, and appends JSON lines to ``yolo-usage-JOBID.jsonl`` beside the job's output: a
+``start`` record with the workload (what the k feedback needs), one per epoch (images, tokens,
+seconds, GPU memory and utilisation), checkpoints, requeues, and one at the end.
 """
 
 from __future__ import annotations
@@ -13,11 +15,15 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from . import config as config_mod
+from . import dataset, estimate
 from . import spec as spec_mod
+from .errors import SlurmYoloError
 
 
 def _ensure_font() -> None:
@@ -74,6 +80,7 @@ class UsageRecorder:
             "tokens": images * self.imgsz**2, "seconds": seconds,
             "images_per_s": images / seconds if seconds > 0 else None,
             "metrics": {k: float(v) for k, v in (trainer.metrics or {}).items()},
+            **gpu_telemetry(),
         })  # fmt: skip
 
     def on_train_end(self, trainer: Any) -> None:
@@ -111,6 +118,47 @@ class Requeue:
             trainer.stop = True
 
 
+def gpu_telemetry() -> dict[str, float]:
+    """Peak GPU memory (torch) and utilisation (NVML) when there is a GPU; nothing otherwise."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {}
+    out = {"gpu_mem_gb": max(torch.cuda.max_memory_reserved(i) for i in range(torch.cuda.device_count())) / 1e9}
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        out["gpu_util_pct"] = sum(pynvml.nvmlDeviceGetUtilizationRates(h).gpu for h in handles) / max(1, len(handles))
+    except Exception:  # noqa: BLE001 - no driver or NVML: memory alone is still worth recording
+        pass
+    return out
+
+
+def start_record(s: spec_mod.TrainSpec, gpus: int) -> dict[str, Any]:
+    """The workload this job trains (dataset counted, model resolved as yolo-sbatch did)."""
+    record: dict[str, Any] = {"kind": "start", "imgsz": s.imgsz, "epochs": s.epochs, "gpus": max(1, gpus),
+                              "partition": os.environ.get("SLURM_JOB_PARTITION")}  # fmt: skip
+    try:
+        cfg = config_mod.load()
+        counts = dataset.count(str(s.get("data")), cfg.cache_dir / "datasets.json")
+        model = estimate.resolve_model(s.model, cfg["estimate"]["reference_gflops"], sys.executable, cfg.cache_dir)
+        record["workload"] = estimate.workload(s, counts.train, counts.val, model).to_dict()
+    except SlurmYoloError as e:
+        record["warning"] = f"workload unknown: {e}"
+    return record
+
+
+def share_gpus(torch: Any) -> None:
+    """A shard job gets its share of each GPU's memory (SLURM_YOLO_GPU_SHARE, set by the plan)."""
+    share = float(os.environ.get("SLURM_YOLO_GPU_SHARE", "0") or 0)
+    if 0 < share < 1:
+        for i in range(torch.cuda.device_count()):
+            torch.cuda.set_per_process_memory_fraction(share, i)
+    torch.backends.cudnn.benchmark = True
+
+
 def last_checkpoint(path: Path) -> str | None:
     """The newest checkpoint an earlier run of this job recorded, if it still exists."""
     last = None
@@ -141,14 +189,18 @@ def run(words: list[str]) -> int:
     torch.set_num_threads(cpus)
     args = dict(s.args)
     args.pop("model", None)
-    if torch.cuda.is_available():
-        args["device"] = ",".join(str(i) for i in range(torch.cuda.device_count()))
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus:
+        os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+        share_gpus(torch)
+        args["device"] = ",".join(str(i) for i in range(gpus))
     else:
         args["device"] = "cpu"
     args["workers"] = min(int(args.get("workers", 8)), max(0, cpus - 1))
     if s.model.endswith(".yaml"):
         args.setdefault("pretrained", False)
     recorder = UsageRecorder(usage_path(), s.imgsz)
+    recorder.write(start_record(s, gpus))
     requeue = Requeue(recorder)
     resume_from = last_checkpoint(recorder.path) if int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) else None
     if resume_from:

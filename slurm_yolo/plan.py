@@ -35,6 +35,7 @@ class Plan:
     gpus: int
     gres: str
     shard: bool
+    shard_share: float  # the share of one GPU a shard job gets (0: whole GPUs)
     qos: str
     priority: str
     tokens: float
@@ -122,9 +123,11 @@ def plan_partition(
         and w.batch * w.imgsz**2 <= light["max_batch_pixels"]
     )
     gtype = f"{part.gpu_type}:" if part.gpu_type else ""
+    share = 0.0
     if shard:
         n = max(1, math.ceil(light["gpu_share"] * part.shards_per_gpu))
         gres = f"shard:{gtype}{n}"
+        share = n / part.shards_per_gpu
     else:
         gres = f"gpu:{gtype}{gpus}"
 
@@ -158,7 +161,7 @@ def plan_partition(
     if wait is not None:
         explain.append(f"expected wait on {part.name}: {wait / 60:.1f} min")
     return Plan(
-        partition=part.name, gpus=gpus, gres=gres, shard=shard, qos=qos, priority=req.priority,
+        partition=part.name, gpus=gpus, gres=gres, shard=shard, shard_share=share, qos=qos, priority=req.priority,
         tokens=tok, train_tokens=w.train_tokens, val_tokens=w.val_tokens + w.final_val_tokens,
         effective_tokens=eff, model_factor=mf, family_factor=ff, k=tm.k, k_source=k_source,
         predicted_seconds=predicted, predicted_train_seconds=train, buffer=buf.value, buffer_reason=buf.reason,

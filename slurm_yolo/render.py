@@ -148,6 +148,8 @@ def render(plan: Plan, opts: JobOptions, train_words: tuple[str, ...]) -> str:
             raise UsageError(f"{option!r} is not an sbatch option")
         lines.append(f"#SBATCH {option}={directive_value(option, value)}" if value else f"#SBATCH {option}")
     env = dict(opts.environment)
+    if plan.shard:
+        env["SLURM_YOLO_GPU_SHARE"] = f"{plan.shard_share:g}"
     if opts.yolo_config_dir:
         env["YOLO_CONFIG_DIR"] = opts.yolo_config_dir
     env_lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items()) if re.match(r"^[A-Z_][A-Z0-9_]*$", k)]

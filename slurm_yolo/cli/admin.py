@@ -9,6 +9,7 @@ import click
 
 from .. import __version__, calibration
 from . import echo_json, library_errors, load_config
+from .job import COMMANDS as JOB_COMMANDS
 from .ledger import ledger_group
 
 
@@ -19,6 +20,8 @@ def main() -> None:
 
 
 main.add_command(ledger_group)
+for _command in JOB_COMMANDS:
+    main.add_command(_command)
 
 
 @main.group("config")

@@ -29,7 +29,7 @@ def _read(config: Config) -> ledger.Ledger:
 
 
 def _privileged(config: Config) -> bool:
-    return os.geteuid() == 0 or getpass.getuser() == config["ledger"]["owner"]
+    return os.geteuid() == 0 or getpass.getuser() == config["paths"]["owner"]
 
 
 def _visible(config: Config, account: str) -> None:

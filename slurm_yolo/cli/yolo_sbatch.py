@@ -7,6 +7,7 @@ import click
 from .. import __version__, plan, submission
 from ..slurm import commands
 from . import echo_json, library_errors, load_config
+from .job import follow
 
 
 @click.command(
@@ -78,7 +79,7 @@ def main(
                 f" limit {p.time_limit_seconds // 60} min, {p.effective_tokens / 1e6:.1f} effective MTok)"
             )
     if wait and job_id is not None:
-        state = commands.wait_for_end(job_id)
+        state = follow(job_id) if not as_json else commands.wait_for_end(job_id)
         click.echo(f"job {job_id} {state}", err=as_json)
         if state != "COMPLETED":
             raise SystemExit(1)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .. import db
 from ..config import Config
-from ..errors import SlurmYoloError, UsageError
+from ..errors import UsageError
 from . import bucket
 from .schema import MIGRATIONS
 
@@ -67,48 +67,15 @@ def db_path(config: Config) -> Path:
     return config.state_dir / "ledger.db"
 
 
-def _owner_ids(config: Config) -> tuple[int, int] | None:
-    """(uid, gid) to write as: the SlurmUser, when running as root over a state dir it owns."""
-    if os.geteuid() != 0:
-        return None
-    import pwd
-
-    try:
-        pw = pwd.getpwnam(config["ledger"]["owner"])
-    except KeyError:
-        return None
-    state = config.state_dir
-    if state.exists() and state.stat().st_uid == pw.pw_uid:
-        return pw.pw_uid, pw.pw_gid
-    return None
-
-
 @contextmanager
 def writer(config: Config) -> Iterator[Ledger]:
-    """A read-write ledger. Root writes as the SlurmUser that owns the state, so the database, its
-    -wal and -shm stay writable by the slurmctld-side hooks; anyone else without write access is refused."""
-    path = db_path(config)
-    ids = _owner_ids(config)
-    old_umask = os.umask(0o022)
-    try:
-        if ids:
-            os.setegid(ids[1])
-            os.seteuid(ids[0])
-        target = path if path.exists() else path.parent
-        if target.exists() and not os.access(target, os.W_OK):
-            raise SlurmYoloError(
-                f"permission denied: {path} is written only by root or the SlurmUser ({config['ledger']['owner']})"
-            )
-        ledger = Ledger(db.connect_write(path, MIGRATIONS, wal=True))
+    """A read-write ledger (as the state's owner: see ``db.as_state_owner``)."""
+    with db.as_state_owner(config.state_dir, config["paths"]["owner"]):
+        ledger = Ledger(db.connect_write(db.writable(db_path(config), config["paths"]["owner"]), MIGRATIONS, wal=True))
         try:
             yield ledger
         finally:
             ledger.close()
-    finally:
-        if ids:
-            os.seteuid(0)
-            os.setegid(0)
-        os.umask(old_umask)
 
 
 def reader(config: Config) -> Ledger | None:

@@ -1,1 +1,116 @@
-"""Parsers of what training jobs leave behind: one module per input format."""
+"""Parsers of what training jobs leave behind, one module per input format, one result type.
+
+``parse_path`` takes a usage-record file, an ultralytics ``results.csv``, a captured stdout log, or a
+run/submit folder holding any of them, says which source it used, and never raises on bad content:
+truncated, interleaved, binary or enormous input gives a partial result with warnings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+MAX_BYTES = 256 * 1024 * 1024  # read at most this much of any log (the tail beyond is reported)
+
+
+@dataclass
+class EpochStats:
+    """One epoch's throughput and results, as far as the source tells."""
+
+    epoch: int
+    seconds: float | None = None
+    images: int | None = None
+    images_per_s: float | None = None
+    mtok_per_s: float | None = None
+    gpu_mem_gb: float | None = None
+    losses: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class ParseResult:
+    """A run's progress and throughput; ``source`` says which input it came from."""
+
+    source: str  # "usage-records", "results.csv", "stdout", "none"
+    path: str
+    epochs_completed: int = 0
+    epochs_total: int | None = None
+    per_epoch: list[EpochStats] = field(default_factory=list)
+    images_per_s: float | None = None
+    mtok_per_s: float | None = None
+    train_seconds: float | None = None
+    imgsz: int | None = None
+    partial: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    def finish(self) -> ParseResult:
+        """Fill the run-level figures from the epochs."""
+        done = [e for e in self.per_epoch if e.seconds]
+        self.epochs_completed = max(self.epochs_completed, max((e.epoch for e in self.per_epoch), default=0))
+        if self.train_seconds is None and done:
+            self.train_seconds = sum(e.seconds or 0.0 for e in done)
+        images = sum(e.images or 0 for e in done)
+        seconds = sum(e.seconds or 0.0 for e in done if e.images)
+        if images and seconds:
+            self.images_per_s = images / seconds
+            if self.imgsz:
+                self.mtok_per_s = images * self.imgsz**2 / seconds / 1e6
+        for e in self.per_epoch:
+            if e.images and e.seconds:
+                e.images_per_s = e.images_per_s or e.images / e.seconds
+                if self.imgsz and e.mtok_per_s is None:
+                    e.mtok_per_s = e.images_per_s * self.imgsz**2 / 1e6
+        if self.epochs_total is not None and self.epochs_completed < self.epochs_total:
+            self.partial = True
+        return self
+
+
+def read_text(path: Path, warnings: list[str]) -> str:
+    """A log's text: binary bytes replaced, at most MAX_BYTES (its tail), never an exception."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            if size > MAX_BYTES:
+                f.seek(size - MAX_BYTES)
+                warnings.append(f"log is {size} bytes: read its last {MAX_BYTES}")
+            data = f.read(MAX_BYTES)
+    except OSError as e:
+        warnings.append(f"cannot read {path}: {e.strerror}")
+        return ""
+    if b"\x00" in data:
+        warnings.append("binary content (NUL bytes) ignored")
+        data = data.replace(b"\x00", b"")
+    return data.decode("utf-8", errors="replace")
+
+
+def parse_path(path: Path) -> ParseResult:
+    """Parse whatever ``path`` is; prefer our usage records, then results.csv, then stdout."""
+    from . import records, stdout
+    from .results import parse_results_csv
+
+    if path.is_dir():
+        for pattern, parser in (("yolo-usage-*.jsonl", records.parse_records), ("results.csv", parse_results_csv),
+                                ("yolo-*.out", stdout.parse_stdout), ("*.log", stdout.parse_stdout)):  # fmt: skip
+            found = sorted(path.glob(pattern), key=lambda p: p.stat().st_mtime)
+            if found:
+                return parser(found[-1])
+        return ParseResult(source="none", path=str(path), partial=True, warnings=["no usage records, results.csv or log"])
+    if not path.exists():
+        return ParseResult(source="none", path=str(path), partial=True, warnings=[f"{path} does not exist"])
+    head = read_text_head(path)
+    if head.lstrip().startswith("{"):
+        return records.parse_records(path)
+    if head.startswith("epoch,") or path.name.endswith(".csv"):
+        return parse_results_csv(path)
+    return stdout.parse_stdout(path)
+
+
+def read_text_head(path: Path, n: int = 4096) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read(n).decode("utf-8", errors="replace")
+    except OSError:
+        return ""

@@ -10,9 +10,12 @@ import csv
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from . import ParseResult
 
 
 @dataclass(frozen=True)
@@ -83,3 +86,42 @@ def read_run_dir(path: Path) -> RunDir:
     if not results.exists():
         raise UsageError(f"{path}: no results.csv (the run finished no epoch)")
     return RunDir(path=path, args=args, rows=read_results_csv(results))
+
+
+def parse_results_csv(path: Path) -> ParseResult:
+    """results.csv alone (plus its args.yaml and dataset, when still there, for images and tokens)."""
+    from . import EpochStats, ParseResult
+
+    result = ParseResult(source="results.csv", path=str(path))
+    try:
+        rows = read_results_csv(path)
+    except UsageError as e:
+        result.warnings.append(str(e))
+        result.partial = True
+        return result
+    images = None
+    args_file = path.parent / "args.yaml"
+    if args_file.exists():
+        try:
+            run = read_run_dir(path.parent)
+            result.epochs_total = int(run.args.get("epochs") or 0) or None
+            imgsz = run.args.get("imgsz")
+            result.imgsz = int(imgsz) if isinstance(imgsz, int) else None
+            from ..dataset import count
+
+            counts = count(str(run.args.get("data")))
+            fraction = float(run.args.get("fraction") or 1.0)
+            images = min(counts.train, int(fraction)) if fraction > 1 else max(1, round(counts.train * fraction))
+        except (UsageError, OSError, TypeError, ValueError) as e:
+            result.warnings.append(f"images unknown: {e}")
+    previous = 0.0
+    for row in rows:
+        e = EpochStats(epoch=row.epoch, images=images)
+        if row.time is not None:
+            e.seconds = max(0.0, row.time - previous)
+            previous = row.time
+        e.losses = {k: v for k, v in row.values.items() if k.startswith("train/")}
+        e.metrics = {k: v for k, v in row.values.items() if k.startswith("metrics/")}
+        result.per_epoch.append(e)
+    result.train_seconds = previous or None
+    return result.finish()

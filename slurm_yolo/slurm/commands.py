@@ -64,8 +64,8 @@ def job_state(job_id: int, bin_dir: Path | None = None) -> str:
             return res.stdout.strip().split()[0]
     except SlurmError:
         pass  # squeue fails for jobs it no longer knows
-    rows = sacct_jobs([job_id], bin_dir=bin_dir)
-    return rows[0]["State"].split()[0] if rows else "UNKNOWN"
+    rows = sacct_jobs([job_id], bin_dir=bin_dir)  # one row per run of a requeued job: the last is current
+    return rows[-1]["State"].split()[0] if rows else "UNKNOWN"
 
 
 def wait_for_end(job_id: int, poll: float = 1.0, timeout: float | None = None, bin_dir: Path | None = None) -> str:

@@ -1,0 +1,109 @@
+"""Job-side and monitoring commands: parse, feedback, watch, watchdog."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .. import feedback as feedback_mod
+from .. import progress, watchdog
+from ..hooks import log_event
+from ..parse import parse_path
+from . import echo_json, library_errors, load_config
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.argument("path", type=click.Path(path_type=Path))
+@library_errors
+def parse(path: Path, as_json: bool) -> None:
+    """Throughput per epoch from usage records, a results.csv, a stdout log, or a folder of them."""
+    result = parse_path(path)
+    if as_json:
+        echo_json(result.to_dict())
+        return
+    click.echo(f"source: {result.source} ({result.path}); epochs {result.epochs_completed}/{result.epochs_total or '?'}"
+               + (" [partial]" if result.partial else ""))  # fmt: skip
+    for e in result.per_epoch:
+        parts = [f"epoch {e.epoch}"]
+        if e.seconds is not None:
+            parts.append(f"{e.seconds:.2f} s")
+        if e.images_per_s:
+            parts.append(f"{e.images_per_s:.1f} img/s")
+        if e.mtok_per_s:
+            parts.append(f"{e.mtok_per_s:.3f} MTok/s")
+        if e.gpu_mem_gb is not None:
+            parts.append(f"{e.gpu_mem_gb:.2f} GB")
+        click.echo("  " + ", ".join(parts))
+    if result.images_per_s:
+        click.echo(f"run: {result.images_per_s:.1f} img/s" + (f", {result.mtok_per_s:.3f} MTok/s" if result.mtok_per_s else ""))
+    for w in result.warnings:
+        click.echo(f"warning: {w}", err=True)
+
+
+@click.command()
+@click.option("--job", "job_id", type=int, required=True)
+@click.option("--partition", required=True)
+@click.option("--cluster", default="default")
+@click.argument("usage", type=click.Path(path_type=Path))
+@library_errors
+def feedback(job_id: int, partition: str, cluster: str, usage: Path) -> None:
+    """Feed a finished job's measured throughput into its partition's k (the epilog starts this)."""
+    config = load_config()
+    try:
+        result = feedback_mod.job_feedback(config, partition, job_id, usage, cluster)
+    except Exception as e:  # noqa: BLE001 - started detached by the epilog: the log is all anyone sees
+        log_event(config, {"event": "feedback", "job": job_id, "alert": f"{type(e).__name__}: {e}"})
+        raise
+    reason = result.reason if result else "no usable usage records"
+    log_event(config, {"event": "feedback", "job": job_id, "partition": partition, "result": reason})
+    click.echo(f"job {job_id}: {reason}")
+
+
+@click.command()
+@click.argument("job_id", type=int)
+@click.option("--interval", default=2.0, show_default=True)
+@library_errors
+def watch(job_id: int, interval: float) -> None:
+    """Follow a job: epoch, tokens done/total, MTok/s, ETA, until it ends."""
+    state = follow(job_id, interval)
+    if state != "COMPLETED":
+        raise SystemExit(1)
+
+
+def follow(job_id: int, interval: float = 2.0) -> str:
+    """Print progress lines (redrawn in place on a terminal); the final state."""
+    tty = sys.stdout.isatty()
+
+    def emit(line: str) -> None:
+        click.echo(f"\r\x1b[K{line}" if tty else line, nl=not tty)
+
+    state = progress.watch(job_id, emit, poll=interval, bin_dir=Path(load_config()["slurm"]["bin_dir"]))
+    if tty:
+        click.echo()
+    return state
+
+
+@click.command("watchdog")
+@click.option("--stall-minutes", type=float, default=None, help="Silence that makes a zombie (config: watchdog.stall_minutes).")
+@click.option("--action", type=click.Choice(["requeue", "cancel"]), default=None)
+@click.option("--dry-run", is_flag=True)
+@click.option("--json", "as_json", is_flag=True)
+@library_errors
+def watchdog_cmd(stall_minutes: float | None, action: str | None, dry_run: bool, as_json: bool) -> None:
+    """Requeue or cancel running jobs that stopped making progress (cron)."""
+    config = load_config()
+    if action:
+        config["watchdog"]["action"] = action
+    stall = (stall_minutes if stall_minutes is not None else config["watchdog"]["stall_minutes"]) * 60
+    found = watchdog.act(config, watchdog.find_zombies(config, stall), dry_run=dry_run)
+    if as_json:
+        echo_json([z.__dict__ for z in found])
+        return
+    for z in found:
+        click.echo(f"job {z.job_id}: silent {z.silent_seconds / 60:.1f} min -> {z.action}{' (dry run)' if dry_run else ''}")
+
+
+COMMANDS = (parse, feedback, watch, watchdog_cmd)

@@ -1,0 +1,107 @@
+"""Measured throughput back into k: each finished job nudges its partition's model.
+
+The epilog starts this detached (it must not slow the epilog): the job's usage records give the
+workload (the launcher's ``start`` record) and the training seconds actually measured. The run is
+stored as a calibration sample (the cron refit, ``slurm-yolo recalibrate``, reads them all), and k
+moves now by an exponentially weighted step toward the value that would have predicted this run,
+unless the run is an outlier (a broken job must not move k).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from . import calibration
+from .config import Config
+from .estimate import Workload
+from .parse.records import parse_records
+from .timemodel import Sample, TimeModel, ddp_factor, effective_mtok, predict_train_seconds, scaled_iterations
+
+ALPHA = 0.3  # weight of one job in the running k
+MAX_STEP = 0.25  # an established partition's k moves at most this fraction per job
+OUTLIER = (0.5, 2.0)  # actual / predicted outside this on an established partition: recorded, not applied
+ESTABLISHED = 5  # runs behind a model before outliers are rejected: until then jobs correct a poor prior
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """What one job did to its partition's k."""
+
+    partition: str
+    job_id: int
+    applied: bool
+    reason: str
+    k_before: float
+    k_after: float
+    ratio: float | None = None
+
+
+def start_record(path: Path) -> dict[str, object] | None:
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict) and rec.get("kind") == "start":
+                    return rec
+    except OSError:
+        return None
+    return None
+
+
+def sample_from_usage(path: Path, key: str) -> Sample | None:
+    """The finished job as a calibration sample (None when its records say too little)."""
+    start = start_record(path)
+    parsed = parse_records(path)
+    if not start or not isinstance(start.get("workload"), dict) or not parsed.per_epoch:
+        return None
+    w = Workload(**start["workload"])  # type: ignore[arg-type]
+    done = parsed.epochs_completed
+    passes = done if w.val_passes >= w.epochs else (1 if done >= w.epochs else 0)
+    seconds = sum(e.seconds or 0.0 for e in parsed.per_epoch)
+    if seconds <= 0:
+        return None
+    return Sample(replace(w, epochs=done, val_passes=passes), int(start.get("gpus") or 1), seconds, key=key)
+
+
+def nudge(tm: TimeModel, sample: Sample, ddp_eff: float, reference_gflops: float) -> tuple[TimeModel, float, str]:
+    """k moved toward this run (EWMA, bounded step); the ratio actual/predicted and why."""
+    predicted = predict_train_seconds(sample.workload, tm, sample.gpus, ddp_eff, reference_gflops)
+    ratio = sample.train_seconds / predicted if predicted > 0 else float("inf")
+    established = tm.n >= ESTABLISHED
+    if established and not OUTLIER[0] <= ratio <= OUTLIER[1]:
+        return tm, ratio, f"outlier: actual/predicted {ratio:.2f}, k unchanged"
+    tr, va, _ = effective_mtok(sample.workload, tm, reference_gflops)
+    compute = (tr + tm.val_weight * va) / ddp_factor(sample.gpus, ddp_eff)
+    fixed = tm.overhead_seconds + tm.iteration_seconds * scaled_iterations(sample.workload, reference_gflops)
+    if compute <= 0 or sample.train_seconds <= fixed:
+        return tm, ratio, "run too short to measure k"
+    measured = (sample.train_seconds - fixed) / compute
+    alpha = max(ALPHA, 1 / (tm.n + 1))  # a running mean while the partition has few runs
+    k = (1 - alpha) * tm.k + alpha * measured
+    if established:
+        k = min(max(k, tm.k * (1 - MAX_STEP)), tm.k * (1 + MAX_STEP))
+    return replace(tm, k=k), ratio, f"k {tm.k:.4g} -> {k:.4g} (this job measured {measured:.4g})"
+
+
+def job_feedback(config: Config, partition: str, job_id: int, usage: Path, cluster: str = "default") -> Feedback | None:
+    """Record the job's measured run and nudge its partition's k; None when it left no usable records."""
+    sample = sample_from_usage(usage, key=f"job:{cluster}:{job_id}")
+    if sample is None:
+        return None
+    part = config.partition(partition)
+    ref = config["estimate"]["reference_gflops"]
+    with calibration.Store(config) as store:
+        if not store.add_sample(partition, sample, "job"):
+            current = calibration.load(config, partition).model
+            return Feedback(partition, job_id, False, "already recorded", current.k, current.k)
+        current = calibration.load(config, partition).model
+        tm, ratio, why = nudge(current, sample, part.ddp_efficiency, ref)
+        applied = tm is not current
+        if applied:
+            store.save(partition, replace(tm, n=current.n + 1), f"job {job_id}")
+    return Feedback(partition, job_id, applied, why, current.k, tm.k, ratio)

@@ -1,0 +1,90 @@
+"""Following a job: progress from its usage records (pure), and the polling loop around it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .parse import ParseResult
+from .parse.records import parse_records
+from .slurm import commands
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a training job stands."""
+
+    epoch: int
+    epochs: int | None
+    tokens_done: float
+    tokens_total: float | None
+    mtok_per_s: float | None
+    eta_seconds: float | None
+
+
+def progress(records: ParseResult) -> Progress:
+    """Epochs and tokens done, throughput, and the time left at the recent rate."""
+    done = [e for e in records.per_epoch if e.seconds]
+    tokens = sum((e.mtok_per_s or 0) * (e.seconds or 0) * 1e6 for e in done)
+    per_epoch = tokens / len(done) if done else None
+    total = per_epoch * records.epochs_total if per_epoch and records.epochs_total else None
+    recent = done[-3:]
+    rate = (sum((e.mtok_per_s or 0) * (e.seconds or 0) for e in recent) / sum(e.seconds or 0 for e in recent)) if recent else None
+    eta = (total - tokens) / (rate * 1e6) if total is not None and rate else None
+    return Progress(records.epochs_completed, records.epochs_total, tokens, total, rate, eta)
+
+
+def render(state: str, p: Progress | None, width: int = 24) -> str:
+    """One status line: state, bar, epoch, tokens done/total, MTok/s, ETA."""
+    if p is None or not p.epoch:
+        return f"{state}: waiting for the first epoch"
+    share = min(1.0, p.tokens_done / p.tokens_total) if p.tokens_total else 0.0
+    bar = "█" * round(share * width) + "░" * (width - round(share * width))
+    total = f"/{p.tokens_total / 1e6:.1f}" if p.tokens_total else ""
+    eta = f" ETA {int(p.eta_seconds // 60)}:{int(p.eta_seconds % 60):02d}" if p.eta_seconds is not None else ""
+    rate = f" {p.mtok_per_s:.2f} MTok/s" if p.mtok_per_s else ""
+    return f"{state} {bar} epoch {p.epoch}/{p.epochs or '?'} {p.tokens_done / 1e6:.1f}{total} MTok{rate}{eta}"
+
+
+def usage_file(job_id: int, bin_dir: Path | None = None) -> Path | None:
+    """Where the job writes its usage records (its working directory), while Slurm still knows it."""
+    try:
+        work = commands.show_job(job_id, bin_dir=bin_dir).get("WorkDir")
+    except Exception:  # noqa: BLE001 - the job left the controller: nothing more to follow
+        return None
+    return Path(work) / f"yolo-usage-{job_id}.jsonl" if work else None
+
+
+def watch(job_id: int, emit: Callable[[str], None], poll: float = 2.0, bin_dir: Path | None = None) -> str:
+    """Emit a status line whenever it changes, until the job ends; its final state."""
+    path = usage_file(job_id, bin_dir)
+    last = ""
+    while True:
+        state = commands.job_state(job_id, bin_dir)
+        p = progress(parse_records(path)) if path and path.exists() else None
+        line = render(state, p)
+        if line != last:
+            emit(line)
+            last = line
+        if state in commands.FINAL_STATES:
+            return state
+        time.sleep(poll)
+
+
+def expand_pattern(pattern: str, job_id: int, name: str = "", user: str = "") -> str:
+    """Slurm's %j, %x, %u and %% in an output path (squeue prints them unexpanded)."""
+    out = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "%" and i + 1 < len(pattern):
+            code = pattern[i + 1]
+            out.append({"j": str(job_id), "A": str(job_id), "x": name, "u": user, "%": "%"}.get(code, "%" + code))
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+

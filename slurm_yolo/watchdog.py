@@ -1,0 +1,80 @@
+"""Zombie jobs: running, but their usage records and stdout have not moved for too long.
+
+Such a job holds GPUs and produces nothing (a hung dataloader, a deadlocked DDP rank). The
+watchdog requeues or cancels it, by policy, so its GPUs return to the pool; the epilog then
+settles it by the ledger's usual cause rules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .config import Config
+from .progress import expand_pattern
+from .slurm import parsers, run
+
+
+@dataclass(frozen=True)
+class Zombie:
+    """A job the watchdog acted on (or would, with --dry-run)."""
+
+    job_id: int
+    silent_seconds: float
+    evidence: list[str]
+    action: str
+
+
+def _last_progress(paths: list[Path]) -> tuple[float | None, list[str]]:
+    times, seen = [], []
+    for p in paths:
+        try:
+            times.append(p.stat().st_mtime)
+            seen.append(str(p))
+        except OSError:
+            continue
+    return (max(times) if times else None), seen
+
+
+def find_zombies(config: Config, stall_seconds: float, now: float | None = None) -> list[Zombie]:
+    """Running jobs whose usage records and stdout are all older than ``stall_seconds``."""
+    now = now or time.time()
+    bin_dir = Path(config["slurm"]["bin_dir"])
+    res = run(["squeue", "-h", "-t", "RUNNING", "-O", "JobID:|,Name:|,UserName:|,WorkDir:|,STDOUT:|,TimeUsed:|"],
+              bin_dir=bin_dir)  # fmt: skip
+    zombies = []
+    for row in parsers.parsable2(res.stdout, ["job", "name", "user", "workdir", "stdout", "used"], trailing=True):
+        job_id = int(row["job"].split("_")[0]) if row["job"].split("_")[0].isdigit() else None
+        used = parsers.duration(row["used"]) or 0
+        if job_id is None or used < stall_seconds:
+            continue  # too young to be silent that long
+        stdout = expand_pattern(row["stdout"], job_id, row["name"], row["user"])
+        paths = [Path(row["workdir"]) / f"yolo-usage-{job_id}.jsonl", Path(stdout)]
+        last, seen = _last_progress(paths)
+        if last is None:
+            continue  # nothing to judge by: not a job we can watch
+        if now - last > stall_seconds:
+            zombies.append(Zombie(job_id, now - last, seen, config["watchdog"]["action"]))
+    return zombies
+
+
+def act(config: Config, zombies: list[Zombie], dry_run: bool = False) -> list[Zombie]:
+    """Requeue or cancel each zombie; log what was done and why."""
+    bin_dir = Path(config["slurm"]["bin_dir"])
+    for z in zombies:
+        reason = f"slurm-yolo watchdog: no progress for {z.silent_seconds / 60:.0f} min ({', '.join(z.evidence)})"
+        if not dry_run:
+            if z.action == "requeue":
+                run(["scontrol", "requeue", str(z.job_id)], bin_dir=bin_dir)
+            else:
+                run(["scancel", str(z.job_id)], bin_dir=bin_dir)
+            try:
+                with open(config.state_dir / "watchdog.log", "a") as f:
+                    f.write(json.dumps({"at": time.time(), "reason": reason, "pid": os.getpid(), **asdict(z)}) + "\n")
+            except OSError:
+                pass
+    return zombies
+

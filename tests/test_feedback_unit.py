@@ -1,0 +1,66 @@
+"""k feedback, progress lines and output patterns (pure parts)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from slurm_yolo import estimate, feedback, progress, spec
+from slurm_yolo.parse.records import parse_records
+from slurm_yolo.timemodel import Sample, TimeModel, predict_train_seconds
+
+TM = TimeModel(k=2.0, overhead_seconds=1.0, val_weight=0.5, iteration_seconds=0.0, startup_seconds=5.0, n=10)
+
+
+def sample(seconds: float) -> Sample:
+    m = estimate.lookup_model("yolov8n")
+    assert m is not None
+    w = estimate.workload(spec.parse(["train", "data=d.yaml", "epochs=5", "imgsz=320"]), 200, 50, m)
+    return Sample(w, 1, seconds)
+
+
+def test_nudge_moves_k_toward_the_measurement_bounded() -> None:
+    pred = predict_train_seconds(sample(1).workload, TM, 1, 0.9, 8.86)
+    tm, ratio, why = feedback.nudge(TM, sample(pred * 1.2), 0.9, 8.86)
+    assert ratio == pytest.approx(1.2) and TM.k < tm.k <= TM.k * 1.25 and "->" in why
+    same, ratio, why = feedback.nudge(TM, sample(pred * 5), 0.9, 8.86)
+    assert same is TM and "outlier" in why
+
+
+def test_few_runs_follow_the_measurements() -> None:
+    young = replace(TM, n=0)
+    pred = predict_train_seconds(sample(1).workload, young, 1, 0.9, 8.86)
+    tm, _, _ = feedback.nudge(young, sample(pred * 5), 0.9, 8.86)  # a bad prior is corrected at once
+    assert predict_train_seconds(sample(1).workload, tm, 1, 0.9, 8.86) == pytest.approx(pred * 5)
+
+
+def test_sample_from_usage(tmp_path: Path) -> None:
+    w = sample(1).workload
+    f = tmp_path / "u.jsonl"
+    recs = [{"kind": "start", "gpus": 1, "workload": w.to_dict()}] + [
+        {"kind": "epoch", "epoch": e, "epochs": 5, "images": 200, "tokens": 200 * 320**2, "seconds": 3.0} for e in (1, 2, 3)
+    ]  # fmt: skip
+    f.write_text("\n".join(map(json.dumps, recs)))
+    s = feedback.sample_from_usage(f, "k1")
+    assert s is not None and s.train_seconds == 9.0 and s.workload.epochs == 3 and s.workload.val_passes == 3
+    assert feedback.sample_from_usage(tmp_path / "missing.jsonl", "k") is None
+
+
+def test_progress_line(tmp_path: Path) -> None:
+    f = tmp_path / "u.jsonl"
+    f.write_text("\n".join(json.dumps({"kind": "epoch", "epoch": e, "epochs": 4, "images": 100, "tokens": 10**6, "seconds": 2.0})
+                           for e in (1, 2)))  # fmt: skip
+    p = progress.progress(parse_records(f))
+    assert (p.epoch, p.epochs, p.tokens_done, p.tokens_total) == (2, 4, 2e6, 4e6)
+    assert p.mtok_per_s == pytest.approx(0.5) and p.eta_seconds == pytest.approx(4.0)
+    line = progress.render("RUNNING", p)
+    assert "epoch 2/4" in line and "2.0/4.0 MTok" in line and "0.50 MTok/s" in line and "ETA 0:04" in line
+    assert "waiting" in progress.render("PENDING", None)
+
+
+@pytest.mark.parametrize(("pattern", "out"), [("yolo-%x-%j.out", "yolo-n-12.out"), ("/x/%u/%%j", "/x/bob/%j"), ("a%Zb", "a%Zb")])
+def test_expand_pattern(pattern: str, out: str) -> None:
+    assert progress.expand_pattern(pattern, 12, "n", "bob") == out

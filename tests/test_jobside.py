@@ -1,0 +1,147 @@
+"""The job side on the real cluster: real training jobs, k feedback, checkpoint/requeue/resume, watchdog."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_yolo import calibration, config as config_mod, ledger
+from slurm_yolo.cli.admin import main as admin
+from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
+from slurm_yolo.feedback import sample_from_usage
+from slurm_yolo.slurm import commands
+from slurm_yolo.timemodel import fit
+
+pytestmark = [pytest.mark.cluster, pytest.mark.train]
+SYSTEM_ENV = {k: v for k, v in os.environ.items() if k != "SLURM_YOLO_HOME"}
+
+
+@pytest.fixture
+def job_dir(cluster: None, yolo_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A submit folder the SlurmUser can read (the epilog's feedback reads the usage records there),
+    and the system config the hooks use, with the job's font dir."""
+    base = Path("/var/tmp/slurm-yolo-tests")
+    base.mkdir(mode=0o755, exist_ok=True)
+    tmp_path = Path(tempfile.mkdtemp(dir=base))
+    monkeypatch.delenv("SLURM_YOLO_HOME", raising=False)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(Path("/etc/slurm-yolo/config.toml").read_text().replace(
+        "[job]\n", f"[job]\nyolo_config_dir = \"{yolo_env['YOLO_CONFIG_DIR']}\"\n"))  # fmt: skip
+    monkeypatch.setenv("SLURM_YOLO_CONFIG", str(cfg))
+    tmp_path.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    yield tmp_path
+    shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def submit(args: list[str]) -> int:
+    res = CliRunner().invoke(yolo_sbatch, ["--json", *args])
+    assert res.exit_code == 0, res.output
+    return int(json.loads(res.stdout)["job_id"])
+
+
+def records(folder: Path, job: int) -> list[dict]:
+    path = folder / f"yolo-usage-{job}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def poll(what: str, fn, timeout: float = 180):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.5)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def history_entry(partition: str, source: str) -> calibration.TimeModel | None:
+    cfg = config_mod.load()
+    with calibration.Store(cfg) as store:
+        return next((tm for _, src, tm in store.history(partition) if src == source), None)
+
+
+def train_words(folder: Path, dataset: Path, name: str, epochs: int = 2) -> list[str]:
+    return ["train", "model=yolov8n.yaml", f"data={dataset}", f"epochs={epochs}", "imgsz=64", "batch=8", "workers=0",
+            f"project={folder}/runs", f"name={name}", "exist_ok=True"]  # fmt: skip
+
+
+def test_job_feedback_moves_k_and_the_next_estimate(job_dir: Path, dataset: Path) -> None:
+    first = submit(["-p", "t4", "--wait", *train_words(job_dir, dataset, "fb1")])
+    assert commands.wait_for_end(first, timeout=30) == "COMPLETED"
+    s1 = sample_from_usage(job_dir / f"yolo-usage-{first}.jsonl", "x")
+    assert s1 is not None and s1.workload.epochs == 2
+    # Start t4 from this machine's own measurement, so the next identical job is no outlier.
+    cfg = config_mod.load()
+    with calibration.Store(cfg) as store:
+        store.save("t4", fit([s1], calibration.prior(cfg)), "test baseline")
+    before = calibration.load(cfg, "t4").model.k
+
+    res = CliRunner().invoke(yolo_sbatch, ["-p", "t4", "--wait", *train_words(job_dir, dataset, "fb2")])
+    assert res.exit_code == 0, res.output
+    second = int(res.output.split()[3])
+    assert "epoch 2/2" in res.output and "MTok/s" in res.output  # --wait shows live progress
+    moved = poll("k feedback from the epilog", lambda: history_entry("t4", f"job {second}"), timeout=60)
+    assert moved.k != before
+    dry = CliRunner().invoke(yolo_sbatch, ["--dry-run", "--json", "-p", "t4", *train_words(job_dir, dataset, "fb3")])
+    assert json.loads(dry.output)["k"] == pytest.approx(moved.k)
+    parsed = CliRunner().invoke(admin, ["parse", "--json", str(job_dir / f"yolo-usage-{second}.jsonl")])
+    d = json.loads(parsed.output)
+    assert d["source"] == "usage-records" and d["epochs_completed"] == 2 and d["per_epoch"][0]["mtok_per_s"] > 0
+
+
+def test_signal_checkpoints_requeues_and_resumes(job_dir: Path, dataset: Path) -> None:
+    job = submit(["-p", "t4", "-J", "requeue", *train_words(job_dir, dataset, "rq", epochs=25)])
+    poll("epoch 3", lambda: any(r.get("kind") == "epoch" and r["epoch"] >= 3 for r in records(job_dir, job)), timeout=240)
+    subprocess.run(["/usr/bin/scancel", "--batch", "--signal=USR2", str(job)], check=True)
+    poll("the requeue", lambda: any(r.get("kind") == "requeue" for r in records(job_dir, job)), timeout=120)
+    cfg = config_mod.load()
+
+    def run_settled(restart: int) -> dict | None:
+        lg = ledger.reader(cfg)
+        assert lg is not None
+        try:
+            rows = [dict(r) for r in lg.runs(job) if r["restart"] == restart and r["state"] == "settled"]
+        finally:
+            lg.close()
+        return rows[0] if rows else None
+
+    first = poll("run 0 settled", lambda: run_settled(0), timeout=120)
+    assert first["end_state"] == "REQUEUED" and first["charge"] < first["hold"]
+    poll("pending again", lambda: commands.job_state(job) == "PENDING", timeout=60)
+    subprocess.run(["/usr/bin/scontrol", "update", f"jobid={job}", "starttime=now"], check=True)
+    assert commands.wait_for_end(job, timeout=400) == "COMPLETED"
+    second = poll("run 1 settled", lambda: run_settled(1), timeout=60)
+    assert second["end_state"] == "COMPLETED"
+    recs = records(job_dir, job)
+    kinds = [(r["kind"], r["restart"]) for r in recs]
+    assert ("requeue", 0) in kinds and ("resume", 1) in kinds and ("end", 1) in kinds
+    epochs = sorted({r["epoch"] for r in recs if r["kind"] == "epoch"})
+    assert epochs == list(range(1, 26))  # every epoch once, across both runs
+    assert len((job_dir / "runs" / "rq" / "results.csv").read_text().splitlines()) == 26
+
+
+def test_watchdog_requeues_or_cancels_a_silent_job(job_dir: Path) -> None:
+    script = "#!/bin/bash\necho started\necho '{\"kind\": \"start\"}' > yolo-usage-$SLURM_JOB_ID.jsonl\nsleep 600\n"
+    job = commands.submit(script, ["-p", "t4", "--gres=gpu:t4:1", "-t", "15", "-o", str(job_dir / "z-%j.out")])
+    assert commands.wait_for_state(job, {"RUNNING"}, timeout=30) == "RUNNING"
+    usage = poll("usage file", lambda: (job_dir / f"yolo-usage-{job}.jsonl").exists() and job_dir / f"yolo-usage-{job}.jsonl")
+    old = time.time() - 3600
+    for f in (usage, job_dir / f"z-{job}.out"):
+        os.utime(f, (old, old))
+    time.sleep(4)  # older than the stall time below, as a job
+    dry = CliRunner().invoke(admin, ["watchdog", "--stall-minutes", "0.05", "--dry-run", "--json"])
+    assert dry.exit_code == 0 and [z["job_id"] for z in json.loads(dry.output)] == [job]
+    assert commands.job_state(job) == "RUNNING"  # a dry run touches nothing
+    res = CliRunner().invoke(admin, ["watchdog", "--stall-minutes", "0.05", "--action", "cancel"])
+    assert res.exit_code == 0 and f"job {job}: silent" in res.output
+    assert commands.wait_for_end(job, timeout=60).startswith("CANCELLED")
