@@ -58,6 +58,9 @@ def check(config: Config, plan: Plan, account: str | None) -> str | None:
     pending = sum(user_estimate({"SLURM_JOB_COMMENT": c}) or 0 for c in commands.pending_comments(name, bin_dir))
     left = row["balance"] - pending
     if need > left:
+        from .alerts import record_refusal
+
+        record_refusal(config, name, getpass.getuser(), need, left)
         wait = bucket.seconds_until(need - left, row["rate_per_day"])
         refill = (
             f"refills {fmt_tokens(row['rate_per_day'])}/day, enough in {wait / 3600:.1f} h"

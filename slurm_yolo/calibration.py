@@ -150,9 +150,11 @@ class Store:
         )
         return cur.rowcount == 1
 
-    def samples(self, partition: str, limit: int = WINDOW) -> list[Sample]:
+    def samples(self, partition: str, limit: int = WINDOW, since: str = "") -> list[Sample]:
+        """The newest samples of a partition (recorded at or after ``since``, an ISO time)."""
         rows = self.conn.execute(
-            "SELECT * FROM samples WHERE partition = ? ORDER BY id DESC LIMIT ?", (partition, limit)
+            "SELECT * FROM samples WHERE partition = ? AND recorded_at >= ? ORDER BY id DESC LIMIT ?",
+            (partition, since, limit),
         ).fetchall()
         return [
             Sample(Workload(**json.loads(r["workload"])), r["gpus"], r["train_seconds"], r["key"]) for r in rows
@@ -177,6 +179,9 @@ class Store:
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
+
+    def partitions(self) -> list[str]:
+        return [r[0] for r in self.conn.execute("SELECT DISTINCT partition FROM samples ORDER BY partition")]
 
     def history(self, partition: str) -> list[tuple[str, str, TimeModel]]:
         rows = self.conn.execute(

@@ -210,3 +210,29 @@ def prolog_main() -> None:
 def epilog_main() -> None:
     """Console entry point for EpilogSlurmctld."""
     raise SystemExit(_main("epilog"))
+
+
+def reconcile(config: Config, min_age_seconds: float = 300) -> list[dict[str, object]]:
+    """Settle runs still held after their run ended (an epilog lost to a slurmdbd or controller outage),
+    from sacct's record of that very run (matched by submit time). Runs Slurm still shows as running,
+    and younger holds, are left alone."""
+    bin_dir = Path(config["slurm"]["bin_dir"])
+    done = []
+    with ledger.writer(config) as lg:
+        stale = lg.conn.execute("SELECT * FROM jobs WHERE state = 'held' AND held_at < ?",
+                                (time.time() - min_age_seconds,)).fetchall()  # fmt: skip
+        for row in stale:
+            res = commands.run(["sacct", "-j", str(row["job_id"]), "-X", "-D", "-n", "-P", "-o", "Submit,State,ElapsedRaw"],
+                               bin_dir=bin_dir)  # fmt: skip
+            runs = [line.split("|") for line in res.stdout.splitlines() if line.count("|") == 2]
+            match = next((r for r in runs if r[0] == row["submit_time"]), None)
+            if match is None or match[1].split()[0] in ("RUNNING", "PENDING", "SUSPENDED", "COMPLETING"):
+                continue
+            state, elapsed = match[1].split()[0], int(match[2] or 0)
+            charge = charge_for(state, elapsed, row, lg.tier_rate(row["qos"]), config)
+            settled = lg.settle(row["job_key"], charge, state, elapsed, actor="reconcile")
+            if settled:
+                done.append({"key": settled.key, "state": state, "charge": settled.charge, "refund": settled.refund})
+                if settled.blocked is not None:
+                    _enforce_later(config, settled.account)
+    return done

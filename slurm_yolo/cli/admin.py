@@ -11,6 +11,7 @@ from .. import __version__, calibration
 from . import echo_json, library_errors, load_config
 from .job import COMMANDS as JOB_COMMANDS
 from .ledger import ledger_group
+from .report import COMMANDS as REPORT_COMMANDS
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -20,7 +21,7 @@ def main() -> None:
 
 
 main.add_command(ledger_group)
-for _command in JOB_COMMANDS:
+for _command in (*JOB_COMMANDS, *REPORT_COMMANDS):
     main.add_command(_command)
 
 

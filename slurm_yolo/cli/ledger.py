@@ -205,6 +205,23 @@ def refill() -> None:
 
 
 @ledger_group.command()
+@click.option("--min-age", default=300.0, show_default=True, help="Only holds older than this many seconds.")
+@click.option("--json", "as_json", is_flag=True)
+@library_errors
+def reconcile(min_age: float, as_json: bool) -> None:
+    """Settle holds whose run ended without an epilog (slurmdbd or slurmctld was down), from sacct (cron)."""
+    from ..hooks import reconcile as reconcile_runs
+
+    done = reconcile_runs(load_config(), min_age)
+    if as_json:
+        echo_json(done)
+        return
+    for d in done:
+        click.echo(f"{d['key']}: {d['state']}, charged {fmt_tokens(d['charge'])}, refunded {fmt_tokens(d['refund'])}")
+    click.echo(f"{len(done)} run(s) reconciled")
+
+
+@ledger_group.command()
 @click.option("--account", "accounts", multiple=True, help="Only these accounts (default: all).")
 @library_errors
 def enforce(accounts: tuple[str, ...]) -> None:

@@ -1,0 +1,109 @@
+"""Alerts an admin acts on: budgets nearly spent, users refused again and again, k drifting, bad predictions.
+
+yolo-sbatch drops one small file per refusal into ``refusals/`` under the state dir (a sticky,
+write-only drop box, like /tmp): users cannot read or remove others' files, and a forged file can
+only raise an alert.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+
+
+from . import calibration, ledger
+from .config import Config
+
+
+@dataclass(frozen=True)
+class Alert:
+    kind: str  # budget, refusals, k-drift, prediction
+    subject: str
+    message: str
+
+
+def record_refusal(config: Config, account: str, user: str, need: int, left: int) -> None:
+    """Drop a refusal note (best effort: a full or missing drop box must not break yolo-sbatch)."""
+    box = config.state_dir / "refusals"
+    try:
+        fd = os.open(box / f"{time.time():.6f}-{os.getpid()}.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"at": time.time(), "account": account, "user": user, "need": need, "left": left}, f)
+    except OSError:
+        pass
+
+
+def refusal_streaks(config: Config, since: float) -> dict[str, int]:
+    """Per account, how many refusals in a row since ``since`` (a job charged later breaks a streak)."""
+    box = config.state_dir / "refusals"
+    notes = []
+    for p in box.glob("*.json") if box.is_dir() else []:
+        try:
+            notes.append(json.loads(p.read_text()))
+        except (OSError, ValueError):
+            continue
+    last_charge: dict[str, float] = {}
+    lg = ledger.reader(config)
+    if lg:
+        try:
+            for r in lg.conn.execute("SELECT account, max(at) FROM movements WHERE kind = 'charge' GROUP BY account"):
+                last_charge[r[0]] = r[1]
+        finally:
+            lg.close()
+    streaks: dict[str, int] = {}
+    for n in notes:
+        if isinstance(n, dict) and n.get("at", 0) >= max(since, last_charge.get(str(n.get("account")), 0)):
+            streaks[str(n["account"])] = streaks.get(str(n["account"]), 0) + 1
+    return streaks
+
+
+def check(config: Config, budget_share: float = 0.8, refusals: int = 3, drift: float = 0.3, error_bound: float = 0.5,
+          predictions: list[tuple[int, str, float, float]] | None = None) -> list[Alert]:  # fmt: skip
+    """All current alerts. ``predictions`` are recent (job, partition, predicted s, actual s)."""
+    alerts = []
+    lg = ledger.reader(config)
+    if lg:
+        try:
+            for a in lg.accounts():
+                if a["credited"] > 0 and a["charged"] + a["held"] >= budget_share * a["credited"]:
+                    used = (a["charged"] + a["held"]) / a["credited"]
+                    alerts.append(Alert("budget", a["name"], f"{used:.0%} of its tokens used or held"))
+        finally:
+            lg.close()
+    for account, n in refusal_streaks(config, time.time() - 7 * 86400).items():
+        if n >= refusals:
+            alerts.append(Alert("refusals", account, f"{n} submissions refused in a row for lack of tokens"))
+    conn = calibration.db.connect_read(calibration.db_path(config))
+    if conn:
+        try:
+            week = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 7 * 86400))
+            for (part,) in conn.execute("SELECT DISTINCT partition FROM history"):
+                rows = conn.execute("SELECT at, model FROM history WHERE partition = ? ORDER BY id", (part,)).fetchall()
+                old = [r for r in rows if r["at"] <= week] or rows[:1]
+                k0, k1 = json.loads(old[-1]["model"])["k"], json.loads(rows[-1]["model"])["k"]
+                if k0 > 0 and abs(k1 / k0 - 1) > drift:
+                    alerts.append(Alert("k-drift", part, f"k moved {k1 / k0 - 1:+.0%} in a week ({k0:.4g} -> {k1:.4g})"))
+        finally:
+            conn.close()
+    for job, part, pred, actual in predictions or []:
+        if pred > 0 and abs(actual - pred) / pred > error_bound:
+            alerts.append(Alert("prediction", f"job {job}", f"on {part}: predicted {pred:.0f} s, ran {actual:.0f} s"))
+    return alerts
+
+
+def to_dicts(alerts: list[Alert]) -> list[dict[str, str]]:
+    return [asdict(a) for a in alerts]
+
+
+def mail(alerts: list[Alert], to: str, sendmail: str = "/usr/sbin/sendmail") -> None:
+    """Send the alerts through the local MTA."""
+    import subprocess
+
+    body = "\n".join(f"[{a.kind}] {a.subject}: {a.message}" for a in alerts)
+    msg = f"To: {to}\nSubject: slurm-yolo: {len(alerts)} alert(s)\n\n{body}\n"
+    subprocess.run([sendmail, "-t"], input=msg, text=True, check=True, timeout=60)
+
+
+

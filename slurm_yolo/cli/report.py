@@ -1,0 +1,114 @@
+"""Admin commands over Slurm's accounting: report, recalibrate, alerts, metrics (pandas lives here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .. import alerts as alerts_mod
+from .. import recalibrate as recal_mod
+from . import echo_json, library_errors, load_config
+
+FILTERS = [
+    click.option("--since", default="now-7days", show_default=True, help="sacct -S (e.g. 2026-11-01, now-30days)."),
+    click.option("--until", default="now", show_default=True),
+    click.option("--account", "-A", default=None),
+    click.option("--user", "-u", default=None),
+    click.option("--partition", "-p", default=None),
+    click.option("--qos", "-q", default=None),
+]
+
+
+@click.command()
+@click.option("--view", "views", multiple=True, type=click.Choice(["usage", "accuracy", "waits", "failures", "k", "roi", "budgets"]),
+              help="Views to show (repeatable; default: all).")  # fmt: skip
+@click.option("--csv", "as_csv", is_flag=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--html", "html_file", type=click.Path(path_type=Path), default=None, help="Write an HTML page with plots.")
+@click.option("--sacct-file", type=click.Path(exists=True, path_type=Path), default=None,
+              help="Read saved `sacct -X -D -n -P -o ...` output instead of calling sacct.")  # fmt: skip
+@library_errors
+def report(views: tuple[str, ...], as_csv: bool, as_json: bool, html_file: Path | None, sacct_file: Path | None,
+           **filters: str | None) -> None:  # fmt: skip
+    """Tokens, GPU-hours, prediction accuracy, waits, failures, k, ROI and budgets from sacct + the ledger."""
+    from .. import report as report_mod
+    from ..report import output
+
+    config = load_config()
+    f = report_mod.Filters(**{k: v for k, v in filters.items() if v is not None})  # type: ignore[arg-type]
+    tables = report_mod.build(config, f, views or report_mod.VIEWS, sacct_file.read_text() if sacct_file else None)
+    if html_file:
+        html_file.write_text(output.html_page(tables))
+        click.echo(f"wrote {html_file}")
+    elif as_csv:
+        click.echo(output.csv(tables), nl=False)
+    elif as_json:
+        click.echo(output.as_json(tables))
+    else:
+        click.echo(output.table(tables), nl=False)
+
+
+for _option in reversed(FILTERS):
+    report = _option(report)
+
+
+@click.command()
+@click.option("--partition", "-p", "partitions", multiple=True, help="Only these (default: every partition with runs).")
+@click.option("--window-days", default=30.0, show_default=True)
+@click.option("--min-samples", default=5, show_default=True)
+@click.option("--max-step", default=0.5, show_default=True, help="Largest relative change of k per refit.")
+@click.option("--dry-run", is_flag=True, help="Show old vs new and the evidence; change nothing.")
+@click.option("--json", "as_json", is_flag=True)
+@library_errors
+def recalibrate(partitions: tuple[str, ...], window_days: float, min_samples: int, max_step: float, dry_run: bool,
+                as_json: bool) -> None:  # fmt: skip
+    """Refit each partition's time model from its recent runs (cron)."""
+    results = recal_mod.recalibrate(load_config(), list(partitions) or None, window_days, min_samples, max_step, dry_run)
+    if as_json:
+        echo_json([r.to_dict() for r in results])
+        return
+    for r in results:
+        click.echo(f"{r.partition}: k {r.old.k:.4g} -> {r.new.k:.4g} ({'applied' if r.applied else 'not applied'}: {r.reason})")
+        if r.new.loo_median is not None:
+            click.echo(f"  leave-one-out error: median {r.new.loo_median:.1%}, p90 {r.new.loo_p90:.1%}")
+        click.echo(f"  buffer the residuals justify: {r.buffer_justified:.2f} (configured {r.buffer_configured:.2f})")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--mail", "mail_to", default=None, help="Also mail the alerts through the local MTA.")
+@click.option("--budget-share", default=0.8, show_default=True)
+@click.option("--refusals", default=3, show_default=True)
+@click.option("--drift", default=0.3, show_default=True)
+@click.option("--error-bound", default=0.5, show_default=True)
+@library_errors
+def alerts(as_json: bool, mail_to: str | None, budget_share: float, refusals: int, drift: float, error_bound: float) -> None:
+    """Budgets nearly spent, repeated refusals, drifting k, badly predicted jobs (exit 1 when any)."""
+    from ..report import recent_predictions
+
+    config = load_config()
+    found = alerts_mod.check(config, budget_share, refusals, drift, error_bound, recent_predictions(config))
+    if as_json:
+        echo_json(alerts_mod.to_dicts(found))
+    else:
+        for a in found:
+            click.echo(f"[{a.kind}] {a.subject}: {a.message}")
+    if found and mail_to:
+        alerts_mod.mail(found, mail_to)
+    if found:
+        raise SystemExit(1)
+
+
+@click.command()
+@click.option("--textfile", "directory", required=True, type=click.Path(path_type=Path),
+              help="node_exporter's textfile-collector directory.")  # fmt: skip
+@library_errors
+def metrics(directory: Path) -> None:
+    """Write Prometheus metrics (balances, holds, burn, k, prediction error, waits) for node_exporter."""
+    from ..report.metrics import write_textfile
+
+    click.echo(f"wrote {write_textfile(load_config(), directory)}")
+
+
+COMMANDS = (report, recalibrate, alerts, metrics)

@@ -1,0 +1,226 @@
+"""Admin reports from Slurm's accounting joined with the ledger (pandas is imported here and only here).
+
+Source of truth is ``sacct --parsable2`` (one row per run: requeued jobs have several), joined with
+the ledger's runs on job id + submit time (a requeued run gets a new submit time, and job ids repeat
+after a controller purge), and with the two summaries every yolo job carries: the estimate in its
+Comment (written at submit) and the accounting in its AdminComment (written by the epilog).
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from .. import calibration, ledger
+from ..config import Config
+from ..slurm import run
+
+FIELDS = ["JobIDRaw", "JobName", "Account", "User", "Partition", "QOS", "State", "ExitCode", "Submit", "Start", "End",
+          "ElapsedRaw", "TimelimitRaw", "AllocTRES", "Comment", "AdminComment", "WorkDir"]  # fmt: skip
+VIEWS = ("usage", "accuracy", "waits", "failures", "k", "roi", "budgets")
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Which jobs a report covers."""
+
+    since: str = "now-7days"
+    until: str = "now"
+    account: str | None = None
+    user: str | None = None
+    partition: str | None = None
+    qos: str | None = None
+
+
+def fetch_sacct(config: Config, f: Filters) -> str:
+    """Every run (``-D``) of every user's jobs in the window, ``|``-separated."""
+    argv = ["sacct", "-a", "-X", "-D", "-n", "-P", "-S", f.since, "-E", f.until, "-o", ",".join(FIELDS)]
+    for flag, value in (("-A", f.account), ("-u", f.user), ("-r", f.partition), ("-q", f.qos)):
+        if value:
+            argv += [flag, value]
+    return run(argv, bin_dir=Path(config["slurm"]["bin_dir"]), timeout=300).stdout
+
+
+def _kv(series: pd.Series, key: str) -> pd.Series:
+    """A numeric ``key=`` field of ``yolo:k=v,...`` summaries."""
+    return pd.to_numeric(series.str.extract(rf"(?:^yolo:|,){key}=([^,]*)", expand=False), errors="coerce")
+
+
+def parse_jobs(text: str, shards_per_gpu: dict[str, int] | None = None) -> pd.DataFrame:
+    """sacct rows as a typed frame: times, GPUs, GPU-hours, the estimate and the accounting summary."""
+    df = pd.read_csv(io.StringIO(text), sep="|", names=FIELDS, header=None, dtype=str, keep_default_na=False,
+                     quoting=3, on_bad_lines="skip", engine="c")  # fmt: skip
+    df["job_id"] = pd.to_numeric(df["JobIDRaw"], errors="coerce")
+    df = df[df["job_id"].notna()].copy()
+    df["job_id"] = df["job_id"].astype("int64")
+    for col in ("Submit", "Start", "End"):
+        df[col.lower()] = pd.to_datetime(df[col], errors="coerce", format="%Y-%m-%dT%H:%M:%S")
+    df["elapsed"] = pd.to_numeric(df["ElapsedRaw"], errors="coerce").fillna(0)
+    df["limit_s"] = pd.to_numeric(df["TimelimitRaw"], errors="coerce") * 60
+    df["state"] = df["State"].str.split().str[0]
+    gpus = pd.to_numeric(df["AllocTRES"].str.extract(r"gres/gpu=(\d+)", expand=False), errors="coerce")
+    shards = pd.to_numeric(df["AllocTRES"].str.extract(r"gres/shard=(\d+)", expand=False), errors="coerce")
+    per_gpu = df["Partition"].map(shards_per_gpu or {}).fillna(1).replace(0, 1)
+    df["gpus"] = gpus.fillna(shards / per_gpu).fillna(0.0)
+    df["gpu_hours"] = df["elapsed"] * df["gpus"] / 3600
+    df["wait_s"] = (df["start"] - df["submit"]).dt.total_seconds()
+    comment = df["Comment"]
+    df["yolo"] = comment.str.startswith("yolo:")
+    df["pred_s"] = _kv(comment, "pred_s")
+    df["est_tokens"] = _kv(comment, "eff")
+    admin = df["AdminComment"]
+    for key in ("hold", "charge", "refund", "k"):
+        df[key] = _kv(admin, key)
+    return df.reset_index(drop=True)
+
+
+def ledger_runs(config: Config) -> pd.DataFrame:
+    """The ledger's runs (empty when there is no ledger)."""
+    lg = ledger.reader(config)
+    if lg is None:
+        return pd.DataFrame(columns=["job_id", "submit_time", "hold", "charge", "refund", "k"])
+    try:
+        return pd.read_sql_query("SELECT job_id, submit_time, hold, charge, refund, k, estimate FROM jobs", lg.conn)
+    finally:
+        lg.close()
+
+
+def join(jobs: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """The ledger's amounts where it has the run (by job id and submit time), else the AdminComment's."""
+    if runs.empty:
+        return jobs
+    runs = runs.rename(columns={c: f"ledger_{c}" for c in ("hold", "charge", "refund", "k")})
+    merged = jobs.merge(runs, how="left", left_on=["job_id", "Submit"], right_on=["job_id", "submit_time"])
+    for key in ("hold", "charge", "refund", "k"):
+        merged[key] = merged[f"ledger_{key}"].combine_first(merged[key])
+    return merged.drop(columns=[c for c in merged.columns if c.startswith("ledger_")] + ["submit_time"])
+
+
+def _pct(s: pd.Series, q: float) -> float:
+    return float(s.quantile(q)) if len(s) else float("nan")
+
+
+def usage(df: pd.DataFrame) -> pd.DataFrame:
+    """Jobs, GPU-hours and tokens per account, user and partition."""
+    g = df.groupby(["Account", "User", "Partition"], dropna=False)
+    out = g.agg(jobs=("job_id", "nunique"), runs=("job_id", "size"), gpu_hours=("gpu_hours", "sum"),
+                tokens_held=("hold", "sum"), tokens_charged=("charge", "sum"), tokens_refunded=("refund", "sum"))  # fmt: skip
+    return out.reset_index().sort_values("gpu_hours", ascending=False)
+
+
+def accuracy(df: pd.DataFrame) -> pd.DataFrame:
+    """Predicted vs actual run time per partition: the figure no other Slurm tool gives."""
+    y = df[df["yolo"] & df["pred_s"].notna()]
+    rows = []
+    for part, g in y.groupby("Partition"):
+        done = g[(g["state"] == "COMPLETED") & (g["pred_s"] > 0)]
+        err = (done["elapsed"] - done["pred_s"]) / done["pred_s"]
+        over = done["limit_s"] / done["elapsed"].where(done["elapsed"] > 0)
+        rows.append({
+            "Partition": part, "jobs": len(g), "completed": len(done),
+            "median_abs_error": _pct(err.abs(), 0.5), "p90_abs_error": _pct(err.abs(), 0.9),
+            "median_error": _pct(err, 0.5), "timeout_share": float((g["state"] == "TIMEOUT").mean()),
+            "over_reservation_median": _pct(over.dropna(), 0.5),
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def waits(df: pd.DataFrame) -> pd.DataFrame:
+    """Queue waits by QOS and partition."""
+    started = df[df["wait_s"].notna()]
+    g = started.groupby(["Partition", "QOS"])["wait_s"]
+    return g.agg(jobs="size", median="median", p90=lambda s: s.quantile(0.9), max="max").reset_index()
+
+
+def failures(df: pd.DataFrame) -> pd.DataFrame:
+    """Runs by how they ended."""
+    return df.groupby(["Partition", "state"]).size().rename("runs").reset_index().sort_values("runs", ascending=False)
+
+
+def k_history(config: Config) -> pd.DataFrame:
+    """k per partition over time (the calibration history)."""
+    conn = calibration.db.connect_read(calibration.db_path(config))
+    if conn is None:
+        return pd.DataFrame(columns=["partition", "at", "k", "source"])
+    try:
+        rows = conn.execute("SELECT partition, at, model, source FROM history ORDER BY id").fetchall()
+    finally:
+        conn.close()
+    import json
+
+    return pd.DataFrame([{"partition": r["partition"], "at": r["at"], "k": json.loads(r["model"])["k"],
+                          "n": json.loads(r["model"])["n"], "source": r["source"]} for r in rows])  # fmt: skip
+
+
+def final_map(workdir: str, job_id: int) -> float | None:
+    """mAP50-95 of a job's last validation, from its usage records."""
+    import json
+
+    path = Path(workdir) / f"yolo-usage-{job_id}.jsonl"
+    best = None
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict) and rec.get("kind") in ("epoch", "end"):
+                    value = (rec.get("metrics") or {}).get("metrics/mAP50-95(B)")
+                    best = float(value) if value is not None else best
+    except OSError:
+        return None
+    return best
+
+
+def roi(df: pd.DataFrame) -> pd.DataFrame:
+    """Final mAP50-95 per GTok charged, per job, where the job left its results."""
+    done = df[df["yolo"] & (df["state"] == "COMPLETED")].copy()
+    done["map50_95"] = [final_map(w, j) for w, j in zip(done["WorkDir"], done["job_id"])]
+    per_job = df[df["yolo"]].groupby("job_id")["charge"].sum()
+    done["gtok_charged"] = done["job_id"].map(per_job) / 1e9
+    done = done[done["map50_95"].notna() & (done["gtok_charged"] > 0)]
+    done["map_per_gtok"] = done["map50_95"] / done["gtok_charged"]
+    return done[["job_id", "Account", "User", "Partition", "map50_95", "gtok_charged", "map_per_gtok"]]
+
+
+def budgets(config: Config, days: float = 7.0) -> pd.DataFrame:
+    """Balance, burn rate (charged per day over the last ``days``) and days left, per account."""
+    lg = ledger.reader(config)
+    if lg is None:
+        return pd.DataFrame(columns=["account", "balance", "held", "burn_per_day", "net_burn_per_day", "days_left"])
+    try:
+        accounts = pd.read_sql_query("SELECT name AS account, balance, held, charged, rate_per_day FROM accounts", lg.conn)
+        burn = pd.read_sql_query(
+            "SELECT account, sum(amount) AS charged_recent FROM movements WHERE kind = 'charge'"
+            " AND at >= strftime('%s', 'now') - ? GROUP BY account", lg.conn, params=(days * 86400,))  # fmt: skip
+    finally:
+        lg.close()
+    out = accounts.merge(burn, how="left", on="account").fillna({"charged_recent": 0})
+    out["burn_per_day"] = out["charged_recent"] / days
+    out["net_burn_per_day"] = out["burn_per_day"] - out["rate_per_day"]
+    out["days_left"] = (out["balance"] / out["net_burn_per_day"]).where(out["net_burn_per_day"] > 0)
+    return out.drop(columns=["charged_recent"])
+
+
+def build(config: Config, f: Filters, views: tuple[str, ...] = VIEWS, sacct_text: str | None = None) -> dict[str, pd.DataFrame]:
+    """The selected views (``sacct_text`` replaces the live sacct call, for benchmarks and audits)."""
+    text = fetch_sacct(config, f) if sacct_text is None else sacct_text
+    shards = {name: p.shards_per_gpu for name, p in config.partitions.items()}
+    df = join(parse_jobs(text, shards), ledger_runs(config))
+    makers = {
+        "usage": lambda: usage(df), "accuracy": lambda: accuracy(df), "waits": lambda: waits(df),
+        "failures": lambda: failures(df), "k": lambda: k_history(config), "roi": lambda: roi(df),
+        "budgets": lambda: budgets(config),
+    }  # fmt: skip
+    return {v: makers[v]() for v in views}
+
+
+def recent_predictions(config: Config, since: str = "now-1days") -> list[tuple[int, str, float, float]]:
+    """(job, partition, predicted s, actual s) of yolo jobs completed recently."""
+    df = parse_jobs(fetch_sacct(config, Filters(since=since)))
+    done = df[df["yolo"] & (df["state"] == "COMPLETED") & df["pred_s"].notna()]
+    return [(int(j), str(p), float(pr), float(e)) for j, p, pr, e in zip(done["job_id"], done["Partition"], done["pred_s"], done["elapsed"])]

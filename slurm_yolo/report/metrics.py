@@ -1,0 +1,63 @@
+"""Prometheus textfile-collector metrics for node_exporter: balances, holds, burn, k, accuracy, waits."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from .. import calibration
+from ..config import Config
+from . import Filters, build
+
+
+def _label(value: object) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+
+
+def render(views: dict[str, pd.DataFrame], k: dict[str, float]) -> str:
+    """The exposition text (pure): one HELP/TYPE block per metric."""
+    lines: list[str] = []
+
+    def metric(name: str, help_text: str, samples: list[tuple[dict[str, object], float]]) -> None:
+        lines.extend([f"# HELP slurm_yolo_{name} {help_text}", f"# TYPE slurm_yolo_{name} gauge"])
+        for labels, value in samples:
+            if value == value:  # NaN: no sample
+                tags = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
+                lines.append(f"slurm_yolo_{name}{{{tags}}} {value:g}")
+
+    b = views["budgets"]
+    metric("balance_tokens", "Tokens an account can still spend.", [({"account": r.account}, float(r.balance)) for r in b.itertuples()])
+    metric("held_tokens", "Tokens held by running jobs.", [({"account": r.account}, float(r.held)) for r in b.itertuples()])
+    metric("burn_tokens_per_day", "Tokens charged per day over the last week.",
+           [({"account": r.account}, float(r.burn_per_day)) for r in b.itertuples()])  # fmt: skip
+    metric("k_seconds_per_mtok", "Seconds per million effective tokens per GPU.", [({"partition": p}, v) for p, v in k.items()])
+    a = views["accuracy"]
+    metric("prediction_abs_error_median", "Median |actual - predicted| / predicted run time, last day.",
+           [({"partition": r.Partition}, float(r.median_abs_error)) for r in a.itertuples()])  # fmt: skip
+    metric("timeout_share", "Share of yolo jobs that hit their time limit, last day.",
+           [({"partition": r.Partition}, float(r.timeout_share)) for r in a.itertuples()])  # fmt: skip
+    w = views["waits"]
+    metric("queue_wait_seconds_median", "Median queue wait, last day.",
+           [({"partition": r.Partition, "qos": r.QOS}, float(r.median)) for r in w.itertuples()])  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def write_textfile(config: Config, directory: Path) -> Path:
+    """Write ``slurm_yolo.prom`` atomically (node_exporter must never read half a file)."""
+    views = build(config, Filters(since="now-1days"), ("budgets", "accuracy", "waits"))
+    names = set(config.partitions)
+    conn = calibration.db.connect_read(calibration.db_path(config))
+    if conn:
+        try:
+            names |= {r[0] for r in conn.execute("SELECT partition FROM params")}
+        finally:
+            conn.close()
+    k = {p: calibration.load(config, p).model.k for p in sorted(names)}
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / "slurm_yolo.prom"
+    tmp = directory / f".slurm_yolo.prom.{os.getpid()}"
+    tmp.write_text(render(views, k))
+    os.replace(tmp, target)
+    return target
