@@ -70,3 +70,35 @@ def test_calibrate_then_predict_held_out_runs(run_dirs: dict[str, Path]) -> None
 def test_calibrate_refuses_non_runs(tmp_path: Path) -> None:
     res = CliRunner().invoke(admin, ["calibrate", "--partition", "p", str(tmp_path)])
     assert res.exit_code != 0 and "no usable run" in res.output and "no args.yaml" in res.output
+
+
+def test_recalibrate_moves_a_wrong_k_toward_the_truth(run_dirs: dict[str, Path]) -> None:
+    from dataclasses import replace
+
+    from slurm_yolo import calibration, config
+    from slurm_yolo.timemodel import predict_train_seconds
+
+    fit_dirs = [str(p) for n, p in run_dirs.items() if n not in HELD_OUT]
+    assert CliRunner().invoke(admin, ["calibrate", "--partition", "recal", *fit_dirs]).exit_code == 0
+    cfg = config.load()
+    good = calibration.load(cfg, "recal").model
+    with calibration.Store(cfg) as store:
+        store.save("recal", replace(good, k=good.k * 4, n=20), "mispredicting on purpose")
+    held = calibration.sample_from_run_dir(run_dirs["g"], cfg)
+
+    def error() -> float:
+        tm = calibration.load(cfg, "recal").model
+        return abs(predict_train_seconds(held.workload, tm, 1, 0.9, 8.86) - held.train_seconds) / held.train_seconds
+
+    wrong = error()
+    dry = CliRunner().invoke(admin, ["recalibrate", "-p", "recal", "--dry-run", "--json"])
+    plan = json.loads(dry.stdout)[0]
+    assert not plan["applied"] and plan["old"]["k"] == pytest.approx(good.k * 4) and plan["new"]["k"] < plan["old"]["k"]
+    assert error() == wrong  # a dry run changes nothing
+    res = CliRunner().invoke(admin, ["recalibrate", "-p", "recal", "--max-step", "0.5"])
+    assert res.exit_code == 0 and "applied" in res.output and "buffer the residuals justify" in res.output
+    after = calibration.load(cfg, "recal").model.k
+    assert after == pytest.approx(good.k * 4 / 1.5)  # one bounded step toward the truth
+    assert error() < wrong
+    CliRunner().invoke(admin, ["recalibrate", "-p", "recal", "--max-step", "10"])
+    assert error() < 0.6

@@ -214,7 +214,7 @@ def build(config: Config, f: Filters, views: tuple[str, ...] = VIEWS, sacct_text
     makers = {
         "usage": lambda: usage(df), "accuracy": lambda: accuracy(df), "waits": lambda: waits(df),
         "failures": lambda: failures(df), "k": lambda: k_history(config), "roi": lambda: roi(df),
-        "budgets": lambda: budgets(config),
+        "budgets": lambda: budgets(config).query("account == @f.account") if f.account else budgets(config),
     }  # fmt: skip
     return {v: makers[v]() for v in views}
 

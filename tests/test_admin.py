@@ -1,0 +1,189 @@
+"""Admin side on the real cluster: reports checked against sacct, recalibration, alerts, metrics, reconcile."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import REPO
+from slurm_yolo import ledger
+from slurm_yolo import config as config_mod
+from slurm_yolo.cli.admin import main as admin
+from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
+from slurm_yolo.report import parse_jobs
+from slurm_yolo.slurm import commands
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def system(cluster: None, monkeypatch: pytest.MonkeyPatch) -> config_mod.Config:
+    monkeypatch.delenv("SLURM_YOLO_HOME", raising=False)
+    return config_mod.load()
+
+
+def yolo_job(pred_s: int, script: str, *args: str) -> int:
+    """A plain sbatch job carrying a yolo-sbatch estimate in its comment."""
+    comment = f"yolo:tok=1000000,eff=1000000,pred_s={pred_s},limit_s=120,k=1,gpus=1"
+    return commands.submit(f"#!/bin/bash\n{script}\n", ["-o", "/dev/null", f"--comment={comment}", *args])
+
+
+def settled(cfg: config_mod.Config, job: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lg = ledger.reader(cfg)
+        assert lg is not None
+        try:
+            if any(r["state"] == "settled" for r in lg.runs(job)):
+                return
+        finally:
+            lg.close()
+        time.sleep(0.3)
+    pytest.fail(f"job {job} not settled")
+
+
+@pytest.fixture(scope="module")
+def series(cluster: None) -> dict[str, object]:
+    """Real jobs of the 'research' account, two of them mispredicted on purpose, all finished."""
+    os.environ.pop("SLURM_YOLO_HOME", None)
+    cfg = config_mod.load()
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
+    with ledger.writer(cfg) as lg:
+        lg.credit("research", 10**12, "test", "report series")
+    subprocess.run(["/opt/slurm-yolo/venv/bin/slurm-yolo", "ledger", "enforce", "--account", "research"], check=True,
+                   env={k: v for k, v in os.environ.items() if k != "SLURM_YOLO_HOME"})  # fmt: skip
+    jobs = [
+        yolo_job(3, "sleep 3", "-A", "research", "-p", "t4", "--gres=gpu:t4:1", "-t", "2"),
+        yolo_job(2, "sleep 2", "-A", "research", "-p", "a100", "--gres=gpu:a100:2", "-t", "2"),
+        yolo_job(60, "sleep 1", "-A", "research", "-p", "t4", "--gres=shard:t4:2", "-t", "2"),  # predicted far too long
+        yolo_job(1, "sleep 4", "-A", "research", "-p", "a100", "--gres=gpu:a100:1", "-t", "2"),  # predicted far too short
+        yolo_job(5, "exit 2", "-A", "research", "-p", "t4", "--gres=gpu:t4:1", "-t", "2"),
+    ]
+    for j in jobs:
+        commands.wait_for_end(j, timeout=120)
+        settled(cfg, j)
+    return {"start": start, "jobs": jobs}
+
+
+def report_json(start: str, *views: str) -> dict[str, list[dict]]:
+    args = ["report", "--json", "--since", start, "-A", "research"] + [f"--view={v}" for v in views]
+    res = CliRunner().invoke(admin, args)
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def test_report_numbers_match_sacct_and_the_ledger(system: config_mod.Config, series: dict) -> None:
+    jobs = series["jobs"]
+    rows = {int(r["JobIDRaw"]): r for r in commands.sacct_jobs(jobs)}
+    got = report_json(series["start"], "usage", "accuracy", "failures")
+    usage = {r["Partition"]: r for r in got["usage"]}
+    gpus = dict(zip(jobs, (1, 2, 0.5, 1, 1)))
+    lg = ledger.reader(system)
+    assert lg is not None
+    try:
+        charge = {j: sum(r["charge"] for r in lg.runs(j)) for j in jobs}
+    finally:
+        lg.close()
+    for part, mine in (("t4", [jobs[0], jobs[2], jobs[4]]), ("a100", [jobs[1], jobs[3]])):
+        assert usage[part]["jobs"] == len(mine) and usage[part]["User"] == "root"
+        hours = sum(int(rows[j]["ElapsedRaw"]) * gpus[j] for j in mine) / 3600
+        assert usage[part]["gpu_hours"] == pytest.approx(hours)
+        assert usage[part]["tokens_charged"] == sum(charge[j] for j in mine) > 0
+    acc = {r["Partition"]: r for r in got["accuracy"]}
+    for part, done in (("t4", [(jobs[0], 3), (jobs[2], 60)]), ("a100", [(jobs[1], 2), (jobs[3], 1)])):
+        errs = sorted(abs(int(rows[j]["ElapsedRaw"]) - p) / p for j, p in done)
+        assert acc[part]["completed"] == 2
+        assert acc[part]["median_abs_error"] == pytest.approx((errs[0] + errs[1]) / 2)
+        assert acc[part]["p90_abs_error"] == pytest.approx(errs[0] + 0.9 * (errs[1] - errs[0]))
+    assert acc["t4"]["jobs"] == 3 and acc["t4"]["timeout_share"] == 0
+    failed = {(r["Partition"], r["state"]): r["runs"] for r in got["failures"]}
+    assert failed == {("t4", "COMPLETED"): 2, ("t4", "FAILED"): 1, ("a100", "COMPLETED"): 2}
+
+
+def test_report_formats_and_html_plots(system: config_mod.Config, series: dict, tmp_path: Path) -> None:
+    table = CliRunner().invoke(admin, ["report", "--since", series["start"], "-A", "research"])
+    assert table.exit_code == 0 and "== usage" in table.output and "== accuracy" in table.output
+    csv = CliRunner().invoke(admin, ["report", "--csv", "--since", series["start"], "-A", "research", "--view", "usage"])
+    assert csv.output.startswith("# usage\nAccount,User,Partition,jobs,runs,gpu_hours")
+    page = tmp_path / "r.html"
+    res = CliRunner().invoke(admin, ["report", "--html", str(page), "--since", series["start"], "-A", "research"])
+    assert res.exit_code == 0, res.output
+    html = page.read_text()
+    images = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
+    assert len(images) >= 3 and all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
+
+
+def test_sacct_parse_matches_recorded_rows() -> None:
+    text = (Path(__file__).parent / "recorded" / "sacct_jobs.txt").read_text() + "garbage line\n"
+    df = parse_jobs("\n".join(line + "|" for line in text.splitlines()))
+    assert list(df["job_id"]) == [1, 2, 8, 9]
+    assert list(df["gpus"]) == [1.0, 2.0, 2.0, 2.0]  # shards count as GPUs when the partition is unknown
+    assert df.loc[df["job_id"] == 9, "pred_s"].item() == 25
+
+
+def test_alerts(system: config_mod.Config, series: dict, dataset: Path, site_config: Path,
+                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    cfg = config_mod.load()
+    with ledger.writer(cfg) as lg:
+        row = lg.account("research")
+        lg.credit("research", -row["balance"] + 1, "test", "alerts", kind="adjustment")
+    try:
+        for _ in range(3):
+            res = CliRunner().invoke(yolo_sbatch, ["-A", "research", "-p", "t4", "train", f"data={dataset}", "epochs=50"])
+            assert res.exit_code == 1 and "cannot cover" in res.output
+        res = CliRunner().invoke(admin, ["alerts", "--json"])
+        assert res.exit_code == 1
+        found = {(a["kind"], a["subject"]) for a in json.loads(res.stdout)}
+        assert ("budget", "research") in found and ("refusals", "research") in found
+        assert any(kind == "prediction" for kind, _ in found)
+    finally:
+        with ledger.writer(cfg) as lg:
+            lg.credit("research", 10**12, "test", "alerts done")
+        subprocess.run(["/opt/slurm-yolo/venv/bin/slurm-yolo", "ledger", "enforce", "--account", "research"], check=True,
+                       env={k: v for k, v in os.environ.items() if k != "SLURM_YOLO_HOME"})  # fmt: skip
+
+
+def test_metrics_textfile(system: config_mod.Config, series: dict, tmp_path: Path) -> None:
+    res = CliRunner().invoke(admin, ["metrics", "--textfile", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    text = (tmp_path / "slurm_yolo.prom").read_text()
+    assert re.search(r'^slurm_yolo_balance_tokens\{account="research"\} \d', text, re.M)
+    assert re.search(r'^slurm_yolo_k_seconds_per_mtok\{partition="t4"\} [\d.e+-]+$', text, re.M)
+    assert "# TYPE slurm_yolo_queue_wait_seconds_median gauge" in text
+
+
+def test_reconcile_settles_a_lost_epilog(system: config_mod.Config) -> None:
+    """slurmdbd is down while a job ends: the epilog still settles from the controller, and a hold
+    whose epilog never ran at all is settled later from sacct by `ledger reconcile`."""
+    subprocess.run(["/usr/bin/pkill", "-x", "slurmdbd"], check=False)
+    try:
+        job = commands.submit("#!/bin/bash\nsleep 2\n", ["-o", "/dev/null", "-p", "t4", "--gres=gpu:t4:1", "-t", "1"])
+        settled(system, job, timeout=90)
+    finally:
+        subprocess.run([str(REPO / "deploy" / "minicluster"), "up"], check=True)
+    # a run whose epilog was lost entirely: hold it by hand, as the prolog would have
+    job = commands.submit("#!/bin/bash\ntrue\n", ["-o", "/dev/null", "-p", "t4", "-t", "1"])  # CPU job: no hooks hold
+    assert commands.wait_for_end(job, timeout=60) == "COMPLETED"
+    submit = commands.show_job(job)["SubmitTime"]
+    run = ledger.Run("yolo", job, submit, 0, "vision", "root", "t4", "normal", 1.0, 1.0, 60)
+    with ledger.writer(system) as lg:
+        lg.hold(run, 60_000_000, None, "test")
+        lg.conn.execute("UPDATE jobs SET held_at = held_at - 3600 WHERE job_key = ?", (run.key,))
+    res = CliRunner().invoke(admin, ["ledger", "reconcile", "--json"])
+    assert res.exit_code == 0, res.output
+    done = {d["key"]: d for d in json.loads(res.stdout)}
+    assert done[run.key]["state"] == "COMPLETED" and done[run.key]["refund"] > 0
+    lg = ledger.reader(system)
+    assert lg is not None
+    try:
+        assert lg.check() == []
+    finally:
+        lg.close()
