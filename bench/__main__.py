@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import sys
 
-from bench import accuracy, dry_run
+from bench import accuracy, dataset, dry_run, hooks, ledger, report
 
-BENCHES = {"dry-run": dry_run.main, "accuracy": accuracy.main}
+BENCHES = {
+    "dry-run": dry_run.main,
+    "hooks": hooks.main,
+    "ledger": ledger.main,
+    "dataset": dataset.main,
+    "report": report.main,
+    "accuracy": accuracy.main,
+}
 
 if __name__ == "__main__":
     names = sys.argv[1:] or ["all"]

@@ -13,11 +13,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import dataset, db, estimate, spec
+from . import db
 from .config import Config
 from .errors import UsageError
 from .estimate import Workload
-from .parse.results import read_run_dir
 from .timemodel import Sample, TimeModel, fit
 
 MIGRATIONS = (
@@ -192,6 +191,9 @@ class Store:
 
 def sample_from_run_dir(path: Path, config: Config) -> Sample:
     """A calibration sample from an ultralytics run folder (its data yaml must still be readable)."""
+    from . import dataset, estimate, spec  # admin path only: the hooks import this module too
+    from .parse.results import read_run_dir
+
     run = read_run_dir(path)
     seconds = run.train_seconds
     if not seconds or seconds <= 0:
@@ -243,15 +245,15 @@ def calibrate_runs(config: Config, partition: str, paths: list[Path]) -> Calibra
     if not partition or any(ch in partition for ch in "\n\r\x00"):
         raise UsageError("--partition must be a plain name")
     result = CalibrationResult(partition=partition, added=0, previous=load(config, partition).model)
-    samples = []
-    for path in paths:
-        try:
-            samples.append(sample_from_run_dir(path, config))
-        except UsageError as e:
-            result.skipped.append(str(e))
-    if not samples:
-        raise UsageError(f"no usable run among {len(paths)} given: " + (result.skipped[0] if result.skipped else ""))
-    with Store(config) as store:
+    with Store(config) as store:  # refuse a user without write access before reading any run
+        samples = []
+        for path in paths:
+            try:
+                samples.append(sample_from_run_dir(path, config))
+            except UsageError as e:
+                result.skipped.append(str(e))
+        if not samples:
+            raise UsageError(f"no usable run among {len(paths)} given: " + (result.skipped[0] if result.skipped else ""))
         for s in samples:
             result.added += store.add_sample(partition, s, "run-dir")
         result.model = refit(store, partition, "calibrate")

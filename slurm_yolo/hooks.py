@@ -16,11 +16,15 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import calibration, ledger
 from .config import Config, load
 from .ledger import bucket
 from .slurm import commands, parsers
+
+if TYPE_CHECKING:
+    import subprocess
 
 REFUND_STATES = {"NODE_FAIL": "refund_node_fail", "BOOT_FAIL": "refund_node_fail", "PREEMPTED": "refund_preempted"}
 
@@ -65,10 +69,11 @@ def user_estimate(env: Mapping[str, str]) -> int | None:
     return None
 
 
-def run_from_slurm(env: Mapping[str, str], config: Config) -> ledger.Run | None:
-    """The running job's trusted fields (scontrol); None for jobs with no GPUs."""
+def run_from_slurm(env: Mapping[str, str], config: Config, job: dict[str, str] | None = None) -> ledger.Run | None:
+    """The running job's trusted fields (``scontrol show job``, unless given); None for jobs with no GPUs."""
     job_id = int(env["SLURM_JOB_ID"])
-    job = commands.show_job(job_id, bin_dir=Path(config["slurm"]["bin_dir"]))
+    if job is None:
+        job = commands.show_job(job_id, bin_dir=Path(config["slurm"]["bin_dir"]))
     partition = job.get("Partition") or env.get("SLURM_JOB_PARTITION", "")
     gpus = _gpus(job.get("TRES", ""), partition, config)
     if not gpus:
@@ -104,9 +109,10 @@ def spawn_detached(argv: list[str]) -> None:
                      start_new_session=True, close_fds=True)  # fmt: skip
 
 
-def prolog(env: Mapping[str, str], config: Config) -> dict[str, object]:
+def prolog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] | None = None) -> dict[str, object]:
     """Hold the most the run can use: time limit x GPUs / k x the QOS tier's rate."""
-    run = run_from_slurm(env, config)
+    out = _collect(query, config)
+    run = run_from_slurm(env, config, parsers.scontrol_record(out.splitlines()[0]) if out.strip() else None)
     if run is None:
         return {"event": "prolog", "job": env.get("SLURM_JOB_ID"), "skipped": "no GPUs"}
     with ledger.writer(config) as lg:
@@ -117,12 +123,14 @@ def prolog(env: Mapping[str, str], config: Config) -> dict[str, object]:
     return {"event": "prolog", "job": run.job_id, "key": run.key, "hold": amount, "new": held}
 
 
-def final_state(job_id: int, config: Config) -> tuple[str, int]:
+def final_state(job_id: int, config: Config, query: subprocess.Popen[str] | None = None) -> tuple[str, int]:
     """(state, elapsed seconds) of the run that just ended: sacct, else scontrol when slurmdbd is down."""
     bin_dir = Path(config["slurm"]["bin_dir"])
     try:
-        res = commands.run(["sacct", "-j", str(job_id), "-X", "-n", "-P", "-o", "State,ElapsedRaw"], bin_dir=bin_dir)
-        line = res.stdout.strip().splitlines()[0] if res.stdout.strip() else ""
+        out = _collect(query, config)
+        if not out.strip():
+            out = commands.run(["sacct", "-j", str(job_id), "-X", "-n", "-P", "-o", "State,ElapsedRaw"], bin_dir=bin_dir).stdout
+        line = out.strip().splitlines()[0] if out.strip() else ""
         state, _, elapsed = line.partition("|")
         if state and elapsed.isdigit():
             return state.split()[0], int(elapsed)
@@ -143,12 +151,12 @@ def charge_for(state: str, elapsed: int, row: Mapping[str, object], rate: float,
     return int(bucket.gpu_tokens(elapsed, float(row["gpus"]), float(row["k"])) * rate)  # type: ignore[arg-type]
 
 
-def epilog(env: Mapping[str, str], config: Config) -> dict[str, object]:
+def epilog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] | None = None) -> dict[str, object]:
     """Charge what the run occupied and refund the rest of its hold, exactly once."""
     job_id = int(env["SLURM_JOB_ID"])
     cluster = config["ledger"]["cluster"] or env.get("SLURM_CLUSTER_NAME") or "default"
     restart = int(env.get("SLURM_JOB_RESTART_COUNT") or 0)
-    state, elapsed = final_state(job_id, config)
+    state, elapsed = final_state(job_id, config, query)
     with ledger.writer(config) as lg:
         row = lg.ended_run(cluster, job_id, restart, requeued=state == "REQUEUED")
         if row is None:  # the prolog never recorded this run (it failed open): hold now, then settle
@@ -185,7 +193,18 @@ def write_admin_comment(config: Config, job_id: int, estimate: int | None, done:
                     "set", f"AdminComment={summary}"])  # fmt: skip
 
 
-def _main(event: str) -> int:
+def _collect(query: subprocess.Popen[str] | None, config: Config) -> str:
+    """The output of a query hook_entry started, if it ran the configured Slurm and succeeded."""
+    if query is None:
+        return ""
+    out, _ = query.communicate(timeout=config["slurm"]["timeout_seconds"])
+    if query.returncode != 0 or not str(query.args[0]).startswith(str(config["slurm"]["bin_dir"]).rstrip("/") + "/"):
+        return ""
+    return out
+
+
+def main(event: str, query: subprocess.Popen[str] | None = None) -> int:
+    """A hook invocation: never a non-zero exit (Slurm would requeue the job forever)."""
     env = dict(os.environ)
     try:
         config = load()
@@ -193,7 +212,7 @@ def _main(event: str) -> int:
         print(f"slurm-yolo {event}: config: {e}", file=sys.stderr)
         return 0
     try:
-        record = (prolog if event == "prolog" else epilog)(env, config)
+        record = (prolog if event == "prolog" else epilog)(env, config, query)
         log_event(config, record)
     except Exception as e:  # noqa: BLE001 - never let our failure become Slurm's requeue loop
         log_event(config, {"event": event, "job": env.get("SLURM_JOB_ID"), "alert": f"{type(e).__name__}: {e}"})
@@ -201,15 +220,6 @@ def _main(event: str) -> int:
             spawn_detached([f"{config['slurm']['bin_dir']}/scancel", env["SLURM_JOB_ID"]])
     return 0
 
-
-def prolog_main() -> None:
-    """Console entry point for PrologSlurmctld."""
-    raise SystemExit(_main("prolog"))
-
-
-def epilog_main() -> None:
-    """Console entry point for EpilogSlurmctld."""
-    raise SystemExit(_main("epilog"))
 
 
 def reconcile(config: Config, min_age_seconds: float = 300) -> list[dict[str, object]]:

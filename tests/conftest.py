@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,17 @@ def yolo_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     if FONT:
         shutil.copyfile(FONT, cfg / "Ultralytics" / "Arial.ttf")
     return {**os.environ, "YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(cfg), "CUDA_VISIBLE_DEVICES": ""}
+
+
+def skip_requeue_delay(job: int) -> None:
+    """Start a requeued job now instead of after Slurm's begin-time delay. slurmd refuses a relaunch
+    whose credential is from the same second as the revocation, so wait past that second first."""
+    from slurm_yolo.slurm import commands
+
+    deadline = time.monotonic() + 60
+    while commands.job_state(job) != "PENDING":
+        if time.monotonic() > deadline:
+            pytest.fail(f"job {job} never went back to PENDING")
+        time.sleep(0.3)
+    time.sleep(2.5)
+    subprocess.run(["/usr/bin/scontrol", "update", f"jobid={job}", "starttime=now"], check=False)

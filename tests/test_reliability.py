@@ -1,0 +1,229 @@
+"""The reliability suite: conservation under chaos, Slurm faults, hostile input, privilege boundaries."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import REPO
+from slurm_yolo import config as config_mod
+from slurm_yolo import ledger
+from slurm_yolo.cli.admin import main as admin
+from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
+from slurm_yolo.slurm import commands
+
+VENV_BIN = Path("/opt/slurm-yolo/venv/bin")
+WORKER = """
+import json, os, random, sys
+from slurm_yolo import config, ledger
+cfg = config.load()
+for line in sys.stdin:
+    op, job, amount = json.loads(line)
+    run = ledger.Run("chaos", job, "t", 0, f"acct{job % 3}", "u", "p", "", 1.0, 1.0, 60)
+    with ledger.writer(cfg) as lg:
+        if op == "hold":
+            lg.hold(run, amount, None, "chaos")
+        else:
+            lg.settle(run.key, amount, "COMPLETED", 1, "chaos")
+"""
+
+
+def test_conservation_under_chaos(home: Path) -> None:
+    """3000 hold/settle events for 600 runs: duplicated, reordered, 24 processes at once, some killed -9."""
+    rng = random.Random(3)
+    cfg = config_mod.load()
+    with ledger.writer(cfg) as lg:
+        for a in range(3):
+            lg.credit(f"acct{a}", 10**9, "chaos")
+    events = []
+    for job in range(600):
+        hold = rng.randint(1, 10**6)
+        events += [("hold", job, hold)] * rng.randint(1, 3) + [("settle", job, rng.randint(0, hold * 2))] * rng.randint(1, 2)
+    rng.shuffle(events)
+    chunks = [events[i::24] for i in range(24)]
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, text=True) for _ in chunks]
+    for p, chunk in zip(procs, chunks):
+        assert p.stdin is not None
+        p.stdin.write("".join(json.dumps(e) + "\n" for e in chunk))
+        p.stdin.close()
+    time.sleep(0.5)
+    victims = rng.sample(procs, 4)
+    for p in victims:
+        time.sleep(rng.uniform(0, 0.3))
+        p.send_signal(signal.SIGKILL)
+    for p in procs:
+        p.wait(timeout=300)
+    assert all(p.returncode == 0 for p in procs if p not in victims)
+    lg = ledger.reader(cfg)
+    assert lg is not None
+    try:
+        assert lg.check() == []
+        for kind in ("hold", "charge", "refund"):
+            dup = lg.conn.execute(f"SELECT count(*) FROM (SELECT job_key FROM movements WHERE kind = '{kind}' GROUP BY job_key HAVING count(*) > 1)").fetchone()[0]
+            assert dup == 0, kind
+        for r in lg.conn.execute("SELECT hold, charge, refund FROM jobs WHERE state = 'settled'"):
+            assert r["charge"] + r["refund"] == r["hold"] and 0 <= r["charge"] <= r["hold"]
+        assert lg.conn.execute("SELECT count(*) FROM jobs").fetchone()[0] > 400
+    finally:
+        lg.close()
+
+
+BAD = [
+    (["train", "data={tmp}/missing.yaml"], "not found"),
+    (["train", "data={tmp}/cyclic.yaml"], "0 images"),
+    (["train", "data={tmp}/empty.yaml"], "0 images"),
+    (["train", "data={tmp}/notyaml.yaml"], "not readable YAML"),
+    (["train", "data={ds}", "epochs=1000000000"], "absurd"),
+    (["train", "data={ds}", "imgsz=100000"], "between 32 and 8192"),
+    (["train", "data={ds}", "batch=-5"], "'batch=-5'"),
+    (["train", "data={ds}", "epochs=1e3"], "must be an integer"),
+    (["train", "data={ds}", "näme=x"], "unknown key 'näme'"),
+    (["train", "data={ds}", "name=" + "x" * 5000], "longer than 4096"),
+    (["train", "data={ds}", "name=a\nb"], "control character"),
+    (["train", "data={ds}", "$(touch {tmp}/pwned)=1"], "unknown key"),
+    (["train", "data={ds}; touch {tmp}/pwned"], "not found"),
+    (["--partition", "a\nb", "train", "data={ds}"], "control character"),
+    (["--deadline", "-5m", "train", "data={ds}"], "not understood"),
+    (["--deadline", "9999d", "train", "data={ds}"], "between 1 second and a year"),
+    (["--flops-factor", "nan", "train", "data={ds}", "model=custom.pt"], "--flops-factor"),
+    (["--sbatch-arg", "--wrap=$(id)`x`;y", "--job-name", "q'\"", "train", "data={ds}"], "both kinds of quote"),
+    (["-A", "x'; DROP TABLE accounts; --", "--dry-run", "--sbatch-arg", "no-dash", "train", "data={ds}"], "--sbatch-arg"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD)
+def test_hostile_and_malformed_input(args: list[str], message: str, tmp_path: Path, dataset: Path, site_config: Path,
+                                     home: Path) -> None:  # fmt: skip
+    (tmp_path / "loop").mkdir()
+    os.symlink(tmp_path / "loop", tmp_path / "loop" / "again")
+    (tmp_path / "cyclic.yaml").write_text("train: loop\nval: loop\n")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty.yaml").write_text("train: empty\nval: empty\n")
+    (tmp_path / "notyaml.yaml").write_bytes(b"\x00\xff{[: :")
+    before = sorted(p.name for p in home.rglob("*"))
+    queue = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout if Path("/usr/bin/squeue").exists() else ""
+    res = CliRunner().invoke(yolo_sbatch, ["-p", "a100", *[a.format(tmp=tmp_path, ds=dataset) for a in args]])
+    assert res.exit_code != 0
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and message in lines[0], res.output
+    assert not (tmp_path / "pwned").exists()
+    assert sorted(p.name for p in home.rglob("*") if p.name != "cache" and "datasets" not in p.name) == [
+        n for n in before if n != "cache" and "datasets" not in n
+    ]
+    if queue:
+        assert subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout == queue
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["ledger", "deposit", "acct", "lots"], "not understood"),
+        (["ledger", "deposit", "acct", "-5G"], "must not be negative"),
+        (["ledger", "quota", "set", "acct", "--rate", "1e999", "--burst", "1G"], "not understood"),
+        (["ledger", "tiers", "q", "0"], "must be positive"),
+        (["calibrate", "--partition", "p", "/nonexistent"], "no usable run"),
+        (["parse", "/nonexistent/x.log"], None),
+        (["report", "--sacct-file", "/nonexistent"], "does not exist"),
+        (["recalibrate", "--max-step", "abc"], "not a valid float"),
+    ],
+)
+def test_admin_commands_refuse_bad_input(args: list[str], message: str | None, home: Path) -> None:
+    res = CliRunner().invoke(admin, args)
+    if message is None:  # parse never fails on bad content: a partial result with a warning
+        assert res.exit_code == 0 and "warning:" in res.output
+        return
+    assert res.exit_code != 0 and message in res.output, res.output
+    assert not (home / "ledger.db").exists() or "deposit" not in args[:2]
+
+
+@pytest.mark.cluster
+def test_slurmctld_down_during_submit_is_one_clear_error(cluster: None, site_config: Path, dataset: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setenv("SLURM_CONF", "/etc/slurm/slurm.conf")
+    site_config.write_text(site_config.read_text().replace("[slurm]\n", "[slurm]\ntimeout_seconds = 8.0\n"))
+    pid = int(Path("/var/lib/slurm-yolo-cluster/run/slurmctld.pid").read_text())
+    os.kill(pid, signal.SIGTERM)
+    try:
+        while Path(f"/proc/{pid}").exists():
+            time.sleep(0.1)
+        res = CliRunner().invoke(yolo_sbatch, ["-p", "t4", "train", f"data={dataset}", "model=yolov8n.yaml"])
+        assert res.exit_code == 1 and len(res.output.strip().splitlines()) == 1
+        assert res.output.startswith("Error: job not submitted: sbatch")
+    finally:
+        subprocess.run([str(REPO / "deploy" / "minicluster"), "up"], check=True)
+
+
+@pytest.mark.cluster
+def test_node_failure_is_refunded(cluster: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLURM_YOLO_HOME", raising=False)
+    cfg = config_mod.load()
+    job = commands.submit("#!/bin/bash\nsleep 120\n", ["-o", "/dev/null", "-p", "t4", "--gres=gpu:t4:1", "-t", "5", "--no-requeue"])
+    assert commands.wait_for_state(job, {"RUNNING"}, timeout=30) == "RUNNING"
+    time.sleep(2)
+    subprocess.run(["/usr/bin/scontrol", "update", "nodename=gpu-t4-1", "state=down", "reason=reliability-test"], check=True)
+    try:
+        assert commands.wait_for_end(job, timeout=60) == "NODE_FAIL"
+        deadline = time.monotonic() + 60
+        row = None
+        while time.monotonic() < deadline and row is None:
+            lg = ledger.reader(cfg)
+            assert lg is not None
+            try:
+                row = next((dict(r) for r in lg.runs(job) if r["state"] == "settled"), None)
+            finally:
+                lg.close()
+            time.sleep(0.3)
+        assert row is not None and row["end_state"] == "NODE_FAIL" and row["charge"] == 0 and row["refund"] == row["hold"]
+    finally:
+        subprocess.run(["/usr/bin/scontrol", "update", "nodename=gpu-t4-1", "state=resume"], check=False)
+        subprocess.run([str(REPO / "deploy" / "minicluster"), "up"], check=True)
+
+
+@pytest.mark.cluster
+def test_users_cannot_change_k_or_forge_a_refund(cluster: None, monkeypatch: pytest.MonkeyPatch, run_dir_for_alice: Path) -> None:
+    monkeypatch.delenv("SLURM_YOLO_HOME", raising=False)
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/home/alice"}
+
+    def as_alice(*argv: str, extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", *argv], env={**env, **(extra or {})},
+                              capture_output=True, text=True, cwd="/tmp")  # fmt: skip
+
+    res = as_alice(str(VENV_BIN / "slurm-yolo"), "calibrate", "--partition", "t4", str(run_dir_for_alice))
+    assert res.returncode == 1 and "permission denied" in res.stderr
+    cfg = config_mod.load()
+    lg = ledger.reader(cfg)
+    assert lg is not None
+    try:
+        before = [dict(r) for r in lg.conn.execute("SELECT * FROM accounts ORDER BY name")]
+        last = lg.conn.execute("SELECT job_id FROM jobs ORDER BY held_at DESC LIMIT 1").fetchone()
+    finally:
+        lg.close()
+    forged = {"SLURM_JOB_ID": str(last["job_id"] if last else 1), "SLURM_JOB_ACCOUNT": "vision", "SLURM_CLUSTER_NAME": "yolo",
+              "SLURM_JOB_RESTART_COUNT": "0"}  # fmt: skip
+    assert as_alice(str(VENV_BIN / "slurm-yolo-epilog"), extra=forged).returncode == 0  # never fails Slurm...
+    lg = ledger.reader(cfg)
+    assert lg is not None
+    try:
+        assert [dict(r) for r in lg.conn.execute("SELECT * FROM accounts ORDER BY name")] == before  # ...and moved nothing
+    finally:
+        lg.close()
+
+
+@pytest.fixture
+def run_dir_for_alice(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run folder alice can read (the refusal must come from the state, not from her input)."""
+    d = Path("/var/tmp/slurm-yolo-tests")
+    d.mkdir(mode=0o755, exist_ok=True)
+    run = Path(os.path.join(str(d), f"alice-run-{os.getpid()}"))
+    run.mkdir(exist_ok=True)
+    run.chmod(0o755)
+    return run
