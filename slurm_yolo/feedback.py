@@ -9,14 +9,13 @@ unless the run is an outlier (a broken job must not move k).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import calibration
 from .config import Config
 from .estimate import Workload
-from .parse.records import parse_records
+from .parse.records import iter_records, parse_records
 from .timemodel import Sample, TimeModel, ddp_factor, effective_mtok, predict_train_seconds, scaled_iterations
 
 ALPHA = 0.3  # weight of one job in the running k
@@ -39,18 +38,7 @@ class Feedback:
 
 
 def start_record(path: Path) -> dict[str, object] | None:
-    try:
-        with open(path) as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(rec, dict) and rec.get("kind") == "start":
-                    return rec
-    except OSError:
-        return None
-    return None
+    return next((r for r in iter_records(path) if r.get("kind") == "start"), None)
 
 
 def sample_from_usage(path: Path, key: str) -> Sample | None:

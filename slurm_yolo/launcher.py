@@ -24,6 +24,7 @@ from . import config as config_mod
 from . import dataset, estimate
 from . import spec as spec_mod
 from .errors import SlurmYoloError
+from .parse.records import iter_records
 
 
 def _ensure_font() -> None:
@@ -159,20 +160,28 @@ def share_gpus(torch: Any) -> None:
     torch.backends.cudnn.benchmark = True
 
 
+def offline_amp_check() -> None:
+    """ultralytics' AMP check on CUDA downloads yolo26n.pt when it is not cached, which an offline
+    compute node cannot: keep AMP as the user asked instead of failing the job on the download."""
+    import ultralytics.engine.trainer as trainer_mod
+    from ultralytics.utils import LOGGER, WEIGHTS_DIR
+
+    if (WEIGHTS_DIR / "yolo26n.pt").is_file():
+        return
+
+    def no_download(model: Any) -> bool:
+        LOGGER.warning("AMP checks skipped: offline and no cached yolo26n.pt (slurm-yolo); AMP stays on")
+        return True
+
+    trainer_mod.check_amp = no_download
+
+
 def last_checkpoint(path: Path) -> str | None:
     """The newest checkpoint an earlier run of this job recorded, if it still exists."""
     last = None
-    try:
-        with open(path) as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(rec, dict) and rec.get("kind") == "checkpoint":
-                    last = rec.get("last")
-    except OSError:
-        return None
+    for rec in iter_records(path):
+        if rec.get("kind") == "checkpoint":
+            last = rec.get("last")
     return last if last and Path(last).exists() else None
 
 
@@ -193,6 +202,7 @@ def run(words: list[str]) -> int:
     if gpus:
         os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
         share_gpus(torch)
+        offline_amp_check()
         args["device"] = ",".join(str(i) for i in range(gpus))
     else:
         args["device"] = "cpu"

@@ -7,12 +7,15 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from slurm_yolo.synthetic import make_dataset
 
+T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
 FONT = next(iter(sorted(Path("/usr/share/fonts/truetype").rglob("*.ttf"))), None) if Path("/usr/share/fonts/truetype").is_dir() else None
@@ -84,10 +87,17 @@ def skip_requeue_delay(job: int) -> None:
     whose credential is from the same second as the revocation, so wait past that second first."""
     from slurm_yolo.slurm import commands
 
-    deadline = time.monotonic() + 60
-    while commands.job_state(job) != "PENDING":
-        if time.monotonic() > deadline:
-            pytest.fail(f"job {job} never went back to PENDING")
-        time.sleep(0.3)
+    poll(f"job {job} pending again", lambda: commands.job_state(job) == "PENDING", timeout=60)
     time.sleep(2.5)
     subprocess.run(["/usr/bin/scontrol", "update", f"jobid={job}", "starttime=now"], check=False)
+
+
+def poll(what: str, fn: Callable[[], T], timeout: float = 90) -> T:
+    """Poll ``fn`` until it returns something truthy (never a fixed sleep); that value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.3)
+    pytest.fail(f"timed out waiting for {what}")

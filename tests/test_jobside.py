@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import skip_requeue_delay
+from conftest import poll, skip_requeue_delay
 from slurm_yolo import calibration, config as config_mod, ledger
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
@@ -54,15 +54,6 @@ def records(folder: Path, job: int) -> list[dict]:
     path = folder / f"yolo-usage-{job}.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
-
-def poll(what: str, fn, timeout: float = 180):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.5)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def history_entry(partition: str, source: str) -> calibration.TimeModel | None:

@@ -12,13 +12,13 @@ import random
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from conftest import skip_requeue_delay
+from conftest import poll, skip_requeue_delay
 from slurm_yolo import config as config_mod
 from slurm_yolo import ledger
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
@@ -48,15 +48,6 @@ def read(cfg: config_mod.Config) -> ledger.Ledger:
     assert lg is not None
     return lg
 
-
-def poll(what: str, fn: Callable[[], object], timeout: float = 90) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.3)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def settled(cfg: config_mod.Config, job_id: int, restart: int = 0, timeout: float = 90) -> dict:

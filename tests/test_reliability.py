@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -227,3 +228,36 @@ def run_dir_for_alice(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run.mkdir(exist_ok=True)
     run.chmod(0o755)
     return run
+
+
+@pytest.mark.cluster
+def test_users_read_k_and_plan_without_write_access(cluster: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """calibration.db and ledger.db belong to the SlurmUser; a user reads both (k, balance) to plan."""
+    monkeypatch.delenv("SLURM_YOLO_HOME", raising=False)
+    state = Path(config_mod.load()["paths"]["state_dir"])
+    assert not os.access(state, os.W_OK) or os.geteuid() == 0
+    folder = Path("/var/tmp/slurm-yolo-tests") / f"alice-ds-{os.getpid()}"
+    from slurm_yolo.synthetic import make_dataset
+
+    data = make_dataset(folder, train=4, val=2, size=32)
+    for p in [folder, *folder.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/home/alice"}
+    res = subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", str(VENV_BIN / "yolo-sbatch"), "--dry-run", "--json",
+                          "-p", "t4", "train", f"data={data}", "model=yolov8n.pt"],
+                         env=env, capture_output=True, text=True, cwd="/tmp")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["k"] > 0
+    res = subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", str(VENV_BIN / "slurm-yolo"), "k", "-p", "t4"],
+                         env=env, capture_output=True, text=True, cwd="/tmp")  # fmt: skip
+    assert res.returncode == 0 and res.stdout.startswith("t4: k ")
+
+
+@pytest.mark.cluster
+def test_minicluster_status_says_what_runs(cluster: None) -> None:
+    res = subprocess.run([str(REPO / "deploy" / "minicluster"), "status"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for daemon in ("munge", "mariadb", "slurmdbd", "slurmctld", "slurmd gpu-a100-1", "slurmd gpu-t4-1"):
+        assert re.search(rf"^{daemon}\s+running$", res.stdout, re.M), daemon
+    assert "PrologSlurmctld=/opt/slurm-yolo/venv/bin/slurm-yolo-prolog" in res.stdout
+    assert "spank: optional /opt/slurm-yolo/lib/yolo_tokens.so" in res.stdout

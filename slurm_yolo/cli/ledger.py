@@ -22,6 +22,7 @@ def _actor() -> str:
 
 
 def _read(config: Config) -> ledger.Ledger:
+    """The ledger read-only (a context manager), or a clear error when there is none yet."""
     lg = ledger.reader(config)
     if lg is None:
         raise UsageError(f"no ledger yet at {ledger.db_path(config)}")
@@ -72,8 +73,7 @@ def deposit(account: str, amount: str, reason: str, adjust: bool) -> None:
 def balance(account: str | None, as_json: bool) -> None:
     """Balance, held, charged and quota of ACCOUNT (all accounts for admins)."""
     config = load_config()
-    lg = _read(config)
-    try:
+    with _read(config) as lg:
         if account:
             _visible(config, account)
             row = lg.account(account)
@@ -84,8 +84,6 @@ def balance(account: str | None, as_json: bool) -> None:
             rows = lg.accounts()
         else:
             raise UsageError("give an ACCOUNT of yours: listing every account is for admins")
-    finally:
-        lg.close()
     if as_json:
         echo_json([_row(r) for r in rows])
         return
@@ -106,11 +104,8 @@ def history(account: str, limit: int, as_json: bool) -> None:
     """The newest movements of ACCOUNT."""
     config = load_config()
     _visible(config, account)
-    lg = _read(config)
-    try:
+    with _read(config) as lg:
         rows = lg.history(account, limit)
-    finally:
-        lg.close()
     if as_json:
         echo_json([_row(r) for r in rows])
         return
@@ -147,23 +142,17 @@ def tiers(qos: str | None, rate: float | None) -> None:
     if qos and rate is not None:
         with ledger.writer(config) as lg:
             lg.set_tier(qos, rate)
-    lg = _read(config)
-    try:
+    with _read(config) as lg:
         for r in lg.conn.execute("SELECT qos, rate FROM tiers ORDER BY qos"):
             click.echo(f"{r['qos']}: {r['rate']:g}")
-    finally:
-        lg.close()
 
 
 @ledger_group.command()
 @library_errors
 def check() -> None:
     """Prove the books: credited = balance + held + charged + expired, from the movements."""
-    lg = _read(load_config())
-    try:
+    with _read(load_config()) as lg:
         problems = lg.check()
-    finally:
-        lg.close()
     for p in problems:
         click.echo(p)
     if problems:
@@ -179,11 +168,8 @@ def export(fmt: str) -> None:
     import csv
     import sys
 
-    lg = _read(load_config())
-    try:
+    with _read(load_config()) as lg:
         rows = [_row(r) for r in lg.conn.execute("SELECT * FROM movements ORDER BY id")]
-    finally:
-        lg.close()
     if fmt == "json":
         echo_json(rows)
     elif rows:
@@ -234,11 +220,8 @@ def commands_enforce(config: Config, accounts: list[str] | None) -> None:
     """Set or lift GrpTRESRunMins on each account's association from its ledger state."""
     if not config["ledger"]["enforce"] or accounts == []:
         return
-    lg = _read(config)
-    try:
+    with _read(config) as lg:
         rows = lg.accounts() if accounts is None else [r for a in accounts if (r := lg.account(a))]
-    finally:
-        lg.close()
     for r in rows:
         try:
             commands.set_gpu_block(r["name"], bool(r["blocked"]), Path(config["slurm"]["bin_dir"]))

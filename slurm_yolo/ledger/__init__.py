@@ -94,6 +94,12 @@ class Ledger:
     def close(self) -> None:
         self.conn.close()
 
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         self.conn.execute("BEGIN IMMEDIATE")

@@ -3,9 +3,26 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from . import EpochStats, ParseResult, read_text
+
+
+def iter_records(path: Path) -> Iterator[dict[str, Any]]:
+    """The records of a usage file, skipping lines that are not JSON objects (none if unreadable)."""
+    try:
+        with open(path, errors="replace") as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict):
+                    yield rec
+    except OSError:
+        return
 
 
 def parse_records(path: Path) -> ParseResult:

@@ -16,6 +16,7 @@ import pandas as pd
 
 from .. import calibration, ledger
 from ..config import Config
+from ..parse.records import iter_records
 from ..slurm import run
 
 FIELDS = ["JobIDRaw", "JobName", "Account", "User", "Partition", "QOS", "State", "ExitCode", "Submit", "Start", "End",
@@ -157,23 +158,12 @@ def k_history(config: Config) -> pd.DataFrame:
 
 def final_map(workdir: str, job_id: int) -> float | None:
     """mAP50-95 of a job's last validation, from its usage records."""
-    import json
-
-    path = Path(workdir) / f"yolo-usage-{job_id}.jsonl"
-    best = None
-    try:
-        with open(path) as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(rec, dict) and rec.get("kind") in ("epoch", "end"):
-                    value = (rec.get("metrics") or {}).get("metrics/mAP50-95(B)")
-                    best = float(value) if value is not None else best
-    except OSError:
-        return None
-    return best
+    last = None
+    for rec in iter_records(Path(workdir) / f"yolo-usage-{job_id}.jsonl"):
+        if rec.get("kind") in ("epoch", "end"):
+            value = (rec.get("metrics") or {}).get("metrics/mAP50-95(B)")
+            last = float(value) if value is not None else last
+    return last
 
 
 def roi(df: pd.DataFrame) -> pd.DataFrame:
