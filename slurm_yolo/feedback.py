@@ -53,7 +53,7 @@ def sample_from_usage(path: Path, key: str) -> Sample | None:
     seconds = sum(e.seconds or 0.0 for e in parsed.per_epoch)
     if seconds <= 0:
         return None
-    return Sample(replace(w, epochs=done, val_passes=passes), int(start.get("gpus") or 1), seconds, key=key)
+    return Sample(replace(w, epochs=done, val_passes=passes), int(str(start.get("gpus") or 1)), seconds, key=key)
 
 
 def nudge(tm: TimeModel, sample: Sample, ddp_eff: float, reference_gflops: float) -> tuple[TimeModel, float, str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import sys
 import time
 from collections.abc import Mapping
@@ -140,15 +141,15 @@ def final_state(job_id: int, config: Config, query: subprocess.Popen[str] | None
     return job.get("JobState", "UNKNOWN"), parsers.duration(job.get("RunTime", "")) or 0
 
 
-def charge_for(state: str, elapsed: int, row: Mapping[str, object], rate: float, config: Config) -> int:
+def charge_for(state: str, elapsed: int, row: sqlite3.Row, rate: float, config: Config) -> int:
     """What the run pays, by cause: failures of the machine are refunded, a job's own TIMEOUT pays
     its whole hold, everything else (completed, failed, cancelled, requeued) pays the time it ran."""
     flag = REFUND_STATES.get(state)
     if flag and config["ledger"][flag]:
         return 0
     if state == "TIMEOUT" and config["ledger"]["charge_timeout_full"]:
-        return int(row["hold"])  # type: ignore[call-overload]
-    return int(bucket.gpu_tokens(elapsed, float(row["gpus"]), float(row["k"])) * rate)  # type: ignore[arg-type]
+        return int(row["hold"])
+    return int(bucket.gpu_tokens(elapsed, float(row["gpus"]), float(row["k"])) * rate)
 
 
 def epilog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] | None = None) -> dict[str, object]:
@@ -198,7 +199,8 @@ def _collect(query: subprocess.Popen[str] | None, config: Config) -> str:
     if query is None:
         return ""
     out, _ = query.communicate(timeout=config["slurm"]["timeout_seconds"])
-    if query.returncode != 0 or not str(query.args[0]).startswith(str(config["slurm"]["bin_dir"]).rstrip("/") + "/"):
+    program = str(query.args[0] if isinstance(query.args, (list, tuple)) else query.args)
+    if query.returncode != 0 or not program.startswith(str(config["slurm"]["bin_dir"]).rstrip("/") + "/"):
         return ""
     return out
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import sqlite3
 import time
 from pathlib import Path
 
@@ -40,8 +41,8 @@ def _visible(config: Config, account: str) -> None:
         raise UsageError(f"account {account!r} is not one of yours ({me})")
 
 
-def _row(a: object) -> dict[str, object]:
-    return {k: a[k] for k in a.keys()}  # type: ignore[attr-defined]
+def _row(a: sqlite3.Row) -> dict[str, object]:
+    return {k: a[k] for k in a.keys()}
 
 
 @click.group("ledger")
@@ -61,9 +62,9 @@ def deposit(account: str, amount: str, reason: str, adjust: bool) -> None:
     value = admission.parse_tokens(amount, allow_negative=adjust)
     with ledger.writer(config) as lg:
         lg.credit(account, value, _actor(), reason, kind="adjustment" if adjust else "deposit")
-        row = lg.account(account)
+        balance = lg.account(account)["balance"]  # type: ignore[index]  # credit() created it
     commands_enforce(config, [account])
-    click.echo(f"{account}: {'adjusted' if adjust else 'deposited'} {fmt_tokens(value)}, balance {fmt_tokens(row['balance'])}")
+    click.echo(f"{account}: {'adjusted' if adjust else 'deposited'} {fmt_tokens(value)}, balance {fmt_tokens(balance)}")
 
 
 @ledger_group.command()
@@ -203,7 +204,7 @@ def reconcile(min_age: float, as_json: bool) -> None:
         echo_json(done)
         return
     for d in done:
-        click.echo(f"{d['key']}: {d['state']}, charged {fmt_tokens(d['charge'])}, refunded {fmt_tokens(d['refund'])}")
+        click.echo(f"{d['key']}: {d['state']}, charged {fmt_tokens(float(str(d['charge'])))}, refunded {fmt_tokens(float(str(d['refund'])))}")
     click.echo(f"{len(done)} run(s) reconciled")
 
 

@@ -112,16 +112,16 @@ def parse_results_csv(path: Path) -> ParseResult:
             counts = count(str(run.args.get("data")))
             fraction = float(run.args.get("fraction") or 1.0)
             images = min(counts.train, int(fraction)) if fraction > 1 else max(1, round(counts.train * fraction))
-        except (UsageError, OSError, TypeError, ValueError) as e:
-            result.warnings.append(f"images unknown: {e}")
+        except (UsageError, OSError, TypeError, ValueError) as err:
+            result.warnings.append(f"images unknown: {err}")
     previous = 0.0
     for row in rows:
-        e = EpochStats(epoch=row.epoch, images=images)
+        stats = EpochStats(epoch=row.epoch, images=images)
         if row.time is not None:
-            e.seconds = max(0.0, row.time - previous)
+            stats.seconds = max(0.0, row.time - previous)
             previous = row.time
-        e.losses = {k: v for k, v in row.values.items() if k.startswith("train/")}
-        e.metrics = {k: v for k, v in row.values.items() if k.startswith("metrics/")}
-        result.per_epoch.append(e)
+        stats.losses = {k: v for k, v in row.values.items() if k.startswith("train/")}
+        stats.metrics = {k: v for k, v in row.values.items() if k.startswith("metrics/")}
+        result.per_epoch.append(stats)
     result.train_seconds = previous or None
     return result.finish()

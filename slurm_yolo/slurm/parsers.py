@@ -121,14 +121,12 @@ def partition_states(sinfo_text: str, squeue_text: str) -> dict[str, PartitionSt
         st.total_gpus += gres_count(row["gres"], "gpu")
         st.used_gpus += gres_count(row["gres_used"], "gpu")
     for row in parsable2(squeue_text, ["job", "partition", "state", "time_left", "tres", "time_limit"], trailing=True):
-        st = states.get(row["partition"])
-        if st is None:
-            continue
+        queue = states.get(row["partition"])
         gpus = gres_count(row["tres"], "gpu") or (1 if gres_count(row["tres"], "shard") else 0)
-        if not gpus:
+        if queue is None or not gpus:
             continue
         if row["state"] == "RUNNING":
-            st.running.append((duration(row["time_left"]) or 0, gpus))
+            queue.running.append((duration(row["time_left"]) or 0, gpus))
         elif row["state"] == "PENDING":
-            st.pending_gpu_seconds += (duration(row["time_limit"]) or 3600) * gpus
+            queue.pending_gpu_seconds += (duration(row["time_limit"]) or 3600) * gpus
     return states
