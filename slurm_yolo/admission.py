@@ -36,10 +36,6 @@ def parse_tokens(text: str, allow_negative: bool = False) -> int:
     return value
 
 
-def user_accounts(user: str, bin_dir: Path) -> list[str]:
-    return commands.accounts_of(user, bin_dir)
-
-
 def check(config: Config, plan: Plan, account: str | None) -> str | None:
     """Raise QuotaError when the job does not fit; the account checked (None: not metered)."""
     lg = ledger.reader(config)

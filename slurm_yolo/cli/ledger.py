@@ -37,7 +37,7 @@ def _privileged(config: Config) -> bool:
 def _visible(config: Config, account: str) -> None:
     """Users see their own accounts; root and the SlurmUser see all."""
     me = getpass.getuser()
-    if not _privileged(config) and account not in admission.user_accounts(me, Path(config["slurm"]["bin_dir"])):
+    if not _privileged(config) and account not in commands.accounts_of(me, Path(config["slurm"]["bin_dir"])):
         raise UsageError(f"account {account!r} is not one of yours ({me})")
 
 
