@@ -65,6 +65,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "admin_comment": True,  # the epilog writes its summary into the job's AdminComment (sacctmgr)
         "feedback": True,  # the epilog feeds a completed job's measured throughput into its partition's k
         "cluster": "",  # default: $SLURM_CLUSTER_NAME, else "default"
+        "expire_days": 0.0,  # tokens unspent this long after they were credited expire (0: never)
     },
     "watchdog": {
         "stall_minutes": 30.0,  # no new usage record or stdout for this long: a zombie

@@ -144,3 +144,16 @@ def test_invariant_under_any_sequence(tmp_path_factory: pytest.TempPathFactory, 
             else:
                 lg.settle(run(job_id=job, account="a").key, amount, "COMPLETED", 1, "e")
         assert lg.check() == []
+
+
+def test_unspent_tokens_expire_first_in_first_out(cfg: config.Config) -> None:
+    with ledger.writer(cfg) as lg:
+        lg.credit("acct", 1000, "t")
+        lg.hold(run(), 300, None, "prolog")
+        lg.settle(run().key, 100, "COMPLETED", 1, "epilog")  # 100 used
+        lg.conn.execute("UPDATE movements SET at = at - 40 * 86400")  # all of that 40 days ago
+        lg.credit("acct", 500, "t")  # fresh tokens do not expire
+        assert lg.expire(30) == {"acct": 900}
+        assert lg.expire(30) == {}  # nothing twice
+        a = lg.account("acct")
+        assert (a["balance"], a["expired"], a["charged"]) == (500, 900, 100) and lg.check() == []

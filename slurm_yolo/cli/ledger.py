@@ -182,11 +182,16 @@ def export(fmt: str) -> None:
 @ledger_group.command()
 @library_errors
 def refill() -> None:
-    """Apply every bucket's refill and lift the blocks of accounts that have tokens again (cron)."""
+    """Expire stale tokens (ledger.expire_days), apply every bucket's refill, and lift the blocks of
+    accounts that have tokens again (cron)."""
     config = load_config()
+    days = config["ledger"]["expire_days"]
     with ledger.writer(config) as lg:
+        expired = lg.expire(days) if days > 0 else {}
         changed = lg.refill_all()
     commands_enforce(config, list(changed))
+    for name, amount in expired.items():
+        click.echo(f"{name}: {fmt_tokens(amount)} expired (unspent for {days:g} days)")
     for name, blocked in changed.items():
         click.echo(f"{name}: {'blocked' if blocked else 'unblocked'}")
 

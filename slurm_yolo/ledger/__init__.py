@@ -209,6 +209,26 @@ class Ledger:
                     changed[name] = state
         return changed
 
+    def expire(self, days: float) -> dict[str, int]:
+        """Expire tokens credited more than ``days`` ago and still unspent (first in, first out: what
+        was used, held or expired so far counts against the oldest credits first). Per account, what
+        expired."""
+        now = time.time()
+        cutoff = now - days * 86400
+        out = {}
+        with self._tx():
+            for a in self.conn.execute("SELECT * FROM accounts").fetchall():
+                old = self.conn.execute(
+                    "SELECT coalesce(sum(amount), 0) FROM movements WHERE account = ? AND kind IN"
+                    " ('deposit', 'refill', 'adjustment') AND at < ?", (a["name"], cutoff),
+                ).fetchone()[0]  # fmt: skip
+                stale = min(a["balance"], old - (a["charged"] + a["held"] + a["expired"]))
+                if stale > 0:
+                    self._move(a["name"], "expiry", stale, now, "expiry", reason=f"unspent for {days:g} days")
+                    self._update_block(a["name"])
+                    out[a["name"]] = stale
+        return out
+
     def hold(self, run: Run, amount: int, estimate: int | None, actor: str) -> tuple[bool, bool | None]:
         """Hold ``amount`` for this run unless it is held already: (held now, new blocked state)."""
         now = time.time()
