@@ -75,18 +75,15 @@ def check(config: Config, budget_share: float = 0.8, refusals: int = 3, drift: f
     for account, n in refusal_streaks(config, time.time() - 7 * 86400).items():
         if n >= refusals:
             alerts.append(Alert("refusals", account, f"{n} submissions refused in a row for lack of tokens"))
-    conn = calibration.db.connect_read(calibration.db_path(config))
-    if conn:
-        try:
-            week = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 7 * 86400))
-            for (part,) in conn.execute("SELECT DISTINCT partition FROM history"):
-                rows = conn.execute("SELECT at, model FROM history WHERE partition = ? ORDER BY id", (part,)).fetchall()
-                old = [r for r in rows if r["at"] <= week] or rows[:1]
-                k0, k1 = json.loads(old[-1]["model"])["k"], json.loads(rows[-1]["model"])["k"]
-                if k0 > 0 and abs(k1 / k0 - 1) > drift:
-                    alerts.append(Alert("k-drift", part, f"k moved {k1 / k0 - 1:+.0%} in a week ({k0:.4g} -> {k1:.4g})"))
-        finally:
-            conn.close()
+    week = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 7 * 86400))
+    by_partition: dict[str, list[calibration.HistoryEntry]] = {}
+    for h in calibration.history(config):
+        by_partition.setdefault(h.partition, []).append(h)
+    for part, entries in by_partition.items():
+        old = [h for h in entries if h.at <= week] or entries[:1]
+        k0, k1 = old[-1].model.k, entries[-1].model.k
+        if k0 > 0 and abs(k1 / k0 - 1) > drift:
+            alerts.append(Alert("k-drift", part, f"k moved {k1 / k0 - 1:+.0%} in a week ({k0:.4g} -> {k1:.4g})"))
     for job, part, pred, actual in predictions or []:
         if pred > 0 and abs(actual - pred) / pred > error_bound:
             alerts.append(Alert("prediction", f"job {job}", f"on {part}: predicted {pred:.0f} s, ran {actual:.0f} s"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -107,18 +108,42 @@ def load(config: Config, partition: str) -> Calibrated:
     return Calibrated(tm, f"{row['source']} {row['updated_at']} ({tm.n} runs, form {tm.form})")
 
 
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One change of a partition's model."""
+
+    partition: str
+    at: str
+    source: str
+    model: TimeModel
+
+
+def history(config: Config, partition: str | None = None) -> list[HistoryEntry]:
+    """Every model a partition (or every partition) has had, oldest first (read-only)."""
+    conn = db.connect_read(db_path(config))
+    if conn is None:
+        return []
+    try:
+        rows = conn.execute(
+            "SELECT partition, at, source, model FROM history WHERE ? IS NULL OR partition = ? ORDER BY id",
+            (partition, partition),
+        ).fetchall()
+    finally:
+        conn.close()
+    return [HistoryEntry(r["partition"], r["at"], r["source"], _model_from_json(r["model"])) for r in rows]
+
+
 class Store:
-    """Read-write access to calibration.db."""
+    """Read-write access to calibration.db; a context manager, so root writes as the state's owner."""
 
     def __init__(self, config: Config) -> None:
-        """Open for writing; use as a context manager so root writes as the state's owner."""
         self.config = config
-        self._owner = db.as_state_owner(config.state_dir, config["paths"]["owner"])
-        self._owner.__enter__()
+        self._stack = ExitStack()
+        self._stack.enter_context(db.as_state_owner(config.state_dir, config["paths"]["owner"]))
         try:
             self.conn = db.connect_write(db.writable(db_path(config), config["paths"]["owner"]), MIGRATIONS)
         except BaseException:
-            self._owner.__exit__(None, None, None)
+            self._stack.close()
             raise
 
     def __enter__(self) -> Store:
@@ -129,7 +154,7 @@ class Store:
 
     def close(self) -> None:
         self.conn.close()
-        self._owner.__exit__(None, None, None)
+        self._stack.close()
 
     def add_sample(self, partition: str, sample: Sample, source: str, total_seconds: float | None = None) -> bool:
         """Record a run; False when this key was recorded already (calibrating twice changes nothing)."""
@@ -181,12 +206,6 @@ class Store:
 
     def partitions(self) -> list[str]:
         return [r[0] for r in self.conn.execute("SELECT DISTINCT partition FROM samples ORDER BY partition")]
-
-    def history(self, partition: str) -> list[tuple[str, str, TimeModel]]:
-        rows = self.conn.execute(
-            "SELECT at, source, model FROM history WHERE partition = ? ORDER BY id", (partition,)
-        ).fetchall()
-        return [(r["at"], r["source"], _model_from_json(r["model"])) for r in rows]
 
 
 def sample_from_run_dir(path: Path, config: Config) -> Sample:

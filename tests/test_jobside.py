@@ -57,9 +57,7 @@ def records(folder: Path, job: int) -> list[dict]:
 
 
 def history_entry(partition: str, source: str) -> calibration.TimeModel | None:
-    cfg = config_mod.load()
-    with calibration.Store(cfg) as store:
-        return next((tm for _, src, tm in store.history(partition) if src == source), None)
+    return next((h.model for h in calibration.history(config_mod.load(), partition) if h.source == source), None)
 
 
 def train_words(folder: Path, dataset: Path, name: str, epochs: int = 2) -> list[str]:

@@ -143,17 +143,9 @@ def failures(df: pd.DataFrame) -> pd.DataFrame:
 
 def k_history(config: Config) -> pd.DataFrame:
     """k per partition over time (the calibration history)."""
-    conn = calibration.db.connect_read(calibration.db_path(config))
-    if conn is None:
-        return pd.DataFrame(columns=["partition", "at", "k", "source"])
-    try:
-        rows = conn.execute("SELECT partition, at, model, source FROM history ORDER BY id").fetchall()
-    finally:
-        conn.close()
-    import json
-
-    return pd.DataFrame([{"partition": r["partition"], "at": r["at"], "k": json.loads(r["model"])["k"],
-                          "n": json.loads(r["model"])["n"], "source": r["source"]} for r in rows])  # fmt: skip
+    rows = [{"partition": h.partition, "at": h.at, "k": h.model.k, "n": h.model.n, "source": h.source}
+            for h in calibration.history(config)]  # fmt: skip
+    return pd.DataFrame(rows, columns=["partition", "at", "k", "n", "source"])
 
 
 def final_map(workdir: str, job_id: int) -> float | None:

@@ -47,13 +47,7 @@ def render(views: dict[str, pd.DataFrame], k: dict[str, float]) -> str:
 def write_textfile(config: Config, directory: Path) -> Path:
     """Write ``slurm_yolo.prom`` atomically (node_exporter must never read half a file)."""
     views = build(config, Filters(since="now-1days"), ("budgets", "accuracy", "waits"))
-    names = set(config.partitions)
-    conn = calibration.db.connect_read(calibration.db_path(config))
-    if conn:
-        try:
-            names |= {r[0] for r in conn.execute("SELECT partition FROM params")}
-        finally:
-            conn.close()
+    names = set(config.partitions) | {h.partition for h in calibration.history(config)}
     k = {p: calibration.load(config, p).model.k for p in sorted(names)}
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / "slurm_yolo.prom"
