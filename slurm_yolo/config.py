@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from .errors import UsageError
 
 SYSTEM_CONFIG = Path("/etc/slurm-yolo/config.toml")
 SYSTEM_STATE = Path("/var/lib/slurm-yolo")
+ENV_OVERRIDES = ("SLURM_YOLO_CONFIG", "SLURM_YOLO_HOME")
 
 # The schema: every section, key and default. Partition tables are open-ended (one per partition).
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -67,6 +69,12 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "cluster": "",  # default: $SLURM_CLUSTER_NAME, else "default"
         "expire_days": 0.0,  # tokens unspent this long after they were credited expire (0: never)
     },
+    "hookd": {
+        # The resident hook server (slurm-yolo hookd) and its client slurm-yolo-hook, whose build
+        # bakes in the same default path.
+        "socket": "/run/slurm-yolo/hookd.sock",
+        "workers": 32,  # epilog settlements in flight at once (each waits on sacct)
+    },
     "watchdog": {
         "stall_minutes": 30.0,  # no new usage record or stdout for this long: a zombie
         "action": "requeue",  # or "cancel"
@@ -111,6 +119,7 @@ class Config:
     partitions: dict[str, Partition]
     sources: dict[str, str] = field(default_factory=dict)
     path: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)  # the SLURM_YOLO_* that chose it, for child processes
 
     def __getitem__(self, section: str) -> dict[str, Any]:
         return self.values[section]
@@ -147,12 +156,12 @@ class Config:
         return rows
 
 
-def config_path() -> Path:
+def config_path(env: Mapping[str, str] = os.environ) -> Path:
     """The TOML file in force (it may not exist)."""
-    if os.environ.get("SLURM_YOLO_CONFIG"):
-        return Path(os.environ["SLURM_YOLO_CONFIG"])
-    if os.environ.get("SLURM_YOLO_HOME"):
-        return Path(os.environ["SLURM_YOLO_HOME"]) / "config.toml"
+    if env.get("SLURM_YOLO_CONFIG"):
+        return Path(env["SLURM_YOLO_CONFIG"])
+    if env.get("SLURM_YOLO_HOME"):
+        return Path(env["SLURM_YOLO_HOME"]) / "config.toml"
     return SYSTEM_CONFIG
 
 
@@ -171,9 +180,10 @@ def _check_type(key: str, value: Any, default: Any) -> Any:
     return value
 
 
-def load(path: Path | None = None) -> Config:
-    """Read the config file (if any) over the defaults."""
-    path = path or config_path()
+def load(path: Path | None = None, env: Mapping[str, str] = os.environ) -> Config:
+    """Read the config file (if any) over the defaults; ``env`` holds the SLURM_YOLO_* overrides
+    (hookd serves hooks whose environment is not its own)."""
+    path = path or config_path(env)
     values = {s: dict(v) for s, v in DEFAULTS.items()}
     sources: dict[str, str] = {}
     raw: dict[str, Any] = {}
@@ -199,7 +209,7 @@ def load(path: Path | None = None) -> Config:
                 )
             values[section][key] = _check_type(f"{section}.{key}", value, DEFAULTS[section][key])
             sources[f"{section}.{key}"] = str(path)
-    home = os.environ.get("SLURM_YOLO_HOME")
+    home = env.get("SLURM_YOLO_HOME")
     if home:
         values["paths"]["state_dir"] = home
         sources["paths.state_dir"] = "env SLURM_YOLO_HOME"
@@ -209,7 +219,8 @@ def load(path: Path | None = None) -> Config:
         raise UsageError("config ledger.prolog_errors: must be 'open' or 'cancel'")
     if values["estimate"]["default_priority"] not in PRIORITIES:
         raise UsageError(f"config estimate.default_priority: must be one of {', '.join(PRIORITIES)}")
-    return Config(values=values, partitions=partitions, sources=sources, path=path if path.exists() else None)
+    chosen = {k: env[k] for k in ENV_OVERRIDES if env.get(k)}
+    return Config(values=values, partitions=partitions, sources=sources, path=path if path.exists() else None, env=chosen)
 
 
 def _partition(name: str, table: Any, path: Path, sources: dict[str, str]) -> Partition:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,11 +54,35 @@ def writable(path: Path, owner: str) -> Path:
     return path
 
 
+def reuse_connections() -> None:
+    """Keep writer connections open between uses, for a long-lived server (hookd): opening one, and
+    closing a WAL database's last one (a checkpoint), cost more than the transactions they carry."""
+    global _idle
+    _idle = {}
+
+
+_idle: dict[Path, list[sqlite3.Connection]] | None = None  # reusable writer connections, by path
+_idle_lock = threading.Lock()
+
+
+def release(path: Path, conn: sqlite3.Connection) -> None:
+    """Done with a ``connect_write`` connection: kept for the next writer when reusing, else closed."""
+    if _idle is not None and not conn.in_transaction:
+        with _idle_lock:
+            _idle.setdefault(path, []).append(conn)
+        return
+    conn.close()
+
+
 def connect_write(path: Path, migrations: Sequence[str], wal: bool = False) -> sqlite3.Connection:
     """A read-write connection with the schema brought up to date (numbered migrations)."""
+    if _idle is not None:
+        with _idle_lock:
+            if _idle.get(path):
+                return _idle[path].pop()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=_idle is None)
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         if wal:

@@ -9,6 +9,8 @@ import os
 import subprocess
 
 DEFAULT_BIN = "/usr/bin"
+# Every recorded run of a job (``parsers.run_records``): the epilog's and reconcile's sacct query.
+SACCT_RUNS = ["-X", "-D", "-n", "-P", "-o", "JobIDRaw,Submit,State,ElapsedRaw"]
 
 
 def _query(argv: list[str]) -> subprocess.Popen[str] | None:
@@ -28,7 +30,7 @@ def prolog_main() -> None:
 def epilog_main() -> None:
     """EpilogSlurmctld."""
     job = os.environ.get("SLURM_JOB_ID", "")
-    query = _query([f"{DEFAULT_BIN}/sacct", "-j", job, "-X", "-n", "-P", "-o", "State,ElapsedRaw"])
+    query = _query([f"{DEFAULT_BIN}/sacct", "-j", job, *SACCT_RUNS])
     from .hooks import main
 
     raise SystemExit(main("epilog", query))

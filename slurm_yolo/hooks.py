@@ -20,13 +20,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import calibration, ledger
-from .config import Config, load
+from .config import ENV_OVERRIDES, Config, load
+from .errors import SlurmYoloError
 from .ledger import bucket
 from .slurm import commands, parsers
 
 if TYPE_CHECKING:
     import subprocess
+    from collections.abc import Callable
 
+    RunsLookup = Callable[[int], dict[str, tuple[str, int]] | None]
+
+SACCT_LAG_SECONDS = 3.0
+UNFINISHED = {"PENDING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING"}
 REFUND_STATES = {"NODE_FAIL": "refund_node_fail", "BOOT_FAIL": "refund_node_fail", "PREEMPTED": "refund_preempted"}
 
 
@@ -99,21 +105,27 @@ def _enforce_later(config: Config, account: str) -> None:
     """Sync the account's Slurm limit with the ledger in a detached child (sacctmgr takes ~0.3 s and
     the hook must not wait; the child reads the ledger afresh, so racing children agree)."""
     if config["ledger"]["enforce"]:
-        spawn_detached([sys.executable, "-m", "slurm_yolo", "ledger", "enforce", "--account", account])
+        spawn_detached([sys.executable, "-m", "slurm_yolo", "ledger", "enforce", "--account", account], config)
 
 
-def spawn_detached(argv: list[str]) -> None:
-    """Start ``argv`` in its own session, not waited for (double fork, no inherited stdio)."""
+def spawn_detached(argv: list[str], config: Config) -> None:
+    """Start ``argv`` in its own session, not waited for (no inherited stdio), with the config and
+    state this hook used (in hookd they come from the hook's environment, not the server's)."""
     import subprocess
 
+    env = {k: v for k, v in os.environ.items() if k not in ENV_OVERRIDES} | config.env
     subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True, close_fds=True)  # fmt: skip
+                     start_new_session=True, close_fds=True, env=env)  # fmt: skip
 
 
-def prolog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] | None = None) -> dict[str, object]:
-    """Hold the most the run can use: time limit x GPUs / k x the QOS tier's rate."""
-    out = _collect(query, config)
-    run = run_from_slurm(env, config, parsers.scontrol_record(out.splitlines()[0]) if out.strip() else None)
+def prolog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] | None = None,
+           job: dict[str, str] | None = None) -> dict[str, object]:  # fmt: skip
+    """Hold the most the run can use: time limit x GPUs / k x the QOS tier's rate. ``job``: the
+    controller's record when the caller has it (hookd looks up many jobs in one call)."""
+    if job is None:
+        out = _collect(query, config)
+        job = parsers.scontrol_record(out.splitlines()[0]) if out.strip() else None
+    run = run_from_slurm(env, config, job)
     if run is None:
         return {"event": "prolog", "job": env.get("SLURM_JOB_ID"), "skipped": "no GPUs"}
     with ledger.writer(config) as lg:
@@ -124,21 +136,51 @@ def prolog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] 
     return {"event": "prolog", "job": run.job_id, "key": run.key, "hold": amount, "new": held}
 
 
-def final_state(job_id: int, config: Config, query: subprocess.Popen[str] | None = None) -> tuple[str, int]:
-    """(state, elapsed seconds) of the run that just ended: sacct, else scontrol when slurmdbd is down."""
-    bin_dir = Path(config["slurm"]["bin_dir"])
+def run_records(job_id: int, config: Config, query: subprocess.Popen[str] | None = None) -> dict[str, tuple[str, int]] | None:
+    """slurmdbd's record of each run of the job (``parsers.run_records``); None when sacct fails."""
     try:
         out = _collect(query, config)
-        if not out.strip():
-            out = commands.run(["sacct", "-j", str(job_id), "-X", "-n", "-P", "-o", "State,ElapsedRaw"], bin_dir=bin_dir).stdout
-        line = out.strip().splitlines()[0] if out.strip() else ""
-        state, _, elapsed = line.partition("|")
-        if state and elapsed.isdigit():
-            return state.split()[0], int(elapsed)
-    except Exception:  # noqa: BLE001 - fall back on the controller's view
-        pass
-    job = commands.show_job(job_id, bin_dir=bin_dir)
-    return job.get("JobState", "UNKNOWN"), parsers.duration(job.get("RunTime", "")) or 0
+        found = parsers.run_records(out) if out.strip() else commands.job_runs([job_id], Path(config["slurm"]["bin_dir"]))
+    except SlurmYoloError:
+        return None
+    return found.get(job_id, {})
+
+
+def ended_run(lg: ledger.Ledger, env: Mapping[str, str], config: Config, query: subprocess.Popen[str] | None,
+              runs: RunsLookup | None) -> tuple[sqlite3.Row | None, str, int]:  # fmt: skip
+    """The run this epilog ends, with its final state and elapsed seconds.
+
+    It is the newest run still held whose slurmdbd record is final (a requeued run's says REQUEUED,
+    while the next one may already be pending or running). slurmctld reports runs to slurmdbd
+    asynchronously, so an epilog can find its run still PENDING or RUNNING there: it asks again for
+    a few seconds. Without a final record (slurmdbd down or behind) it settles from what it has:
+    the run's own record, else the controller's view."""
+    job_id = int(env["SLURM_JOB_ID"])
+    cluster = config["ledger"]["cluster"] or env.get("SLURM_CLUSTER_NAME") or "default"
+    restart = int(env.get("SLURM_JOB_RESTART_COUNT") or 0)
+    bin_dir = Path(config["slurm"]["bin_dir"])
+    deadline = time.monotonic() + SACCT_LAG_SECONDS
+    controller: dict[str, str] | None = None
+    while True:
+        records = runs(job_id) if runs else run_records(job_id, config, query)
+        query = None
+        held = lg.held_runs(cluster, job_id, restart)
+        for row in held:
+            state, elapsed = (records or {}).get(row["submit_time"], ("", 0))
+            if state and state not in UNFINISHED:
+                return row, state, elapsed
+        if not held or records is None or time.monotonic() >= deadline:
+            break
+        if controller is None:  # a run that never started (an epilog run by hand) will not catch up
+            controller = commands.show_job(job_id, bin_dir=bin_dir)
+            if controller.get("JobState") == "PENDING" and held[0]["restart"] == restart:
+                break
+        time.sleep(0.1)
+    run = lg.ended_run(cluster, job_id, restart, requeued=False)
+    if run is not None and records and run["submit_time"] in records:
+        return (run, *records[run["submit_time"]])
+    job = controller or commands.show_job(job_id, bin_dir=bin_dir)
+    return run, job.get("JobState", "UNKNOWN"), parsers.duration(job.get("RunTime", "")) or 0
 
 
 def charge_for(state: str, elapsed: int, row: sqlite3.Row, rate: float, config: Config) -> int:
@@ -152,14 +194,14 @@ def charge_for(state: str, elapsed: int, row: sqlite3.Row, rate: float, config: 
     return int(bucket.gpu_tokens(elapsed, float(row["gpus"]), float(row["k"])) * rate)
 
 
-def epilog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] | None = None) -> dict[str, object]:
-    """Charge what the run occupied and refund the rest of its hold, exactly once."""
+def epilog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] | None = None,
+           runs: RunsLookup | None = None) -> dict[str, object]:  # fmt: skip
+    """Charge what the run occupied and refund the rest of its hold, exactly once. ``runs``: looks
+    up slurmdbd's records of a job, in place of a sacct call of its own (hookd merges many)."""
     job_id = int(env["SLURM_JOB_ID"])
     cluster = config["ledger"]["cluster"] or env.get("SLURM_CLUSTER_NAME") or "default"
-    restart = int(env.get("SLURM_JOB_RESTART_COUNT") or 0)
-    state, elapsed = final_state(job_id, config, query)
     with ledger.writer(config) as lg:
-        row = lg.ended_run(cluster, job_id, restart, requeued=state == "REQUEUED")
+        row, state, elapsed = ended_run(lg, env, config, query, runs)
         if row is None:  # the prolog never recorded this run (it failed open): hold now, then settle
             run = run_from_slurm(env, config)
             if run is None:
@@ -179,7 +221,7 @@ def epilog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] 
     usage = Path(env.get("SLURM_JOB_WORK_DIR", "/nonexistent")) / f"yolo-usage-{job_id}.jsonl"
     if state == "COMPLETED" and config["ledger"]["feedback"] and os.access(usage, os.R_OK):
         spawn_detached([sys.executable, "-m", "slurm_yolo", "feedback", "--job", str(job_id), "--partition",
-                        str(row["partition"]), "--cluster", cluster, str(usage)])  # fmt: skip
+                        str(row["partition"]), "--cluster", cluster, str(usage)], config)  # fmt: skip
     return {"event": "epilog", "job": job_id, "key": done.key, "state": state, "elapsed": elapsed,
             "charge": done.charge, "refund": done.refund}  # fmt: skip
 
@@ -191,7 +233,7 @@ def write_admin_comment(config: Config, job_id: int, estimate: int | None, done:
     summary = (f"yolo:est={estimate or ''},hold={done.hold},charge={done.charge},refund={done.refund},"
                f"k={k:.6g},state={state},elapsed={elapsed}")  # fmt: skip
     spawn_detached([f"{config['slurm']['bin_dir']}/sacctmgr", "-i", "modify", "job", "where", f"jobid={job_id}",
-                    "set", f"AdminComment={summary}"])  # fmt: skip
+                    "set", f"AdminComment={summary}"], config)  # fmt: skip
 
 
 def _collect(query: subprocess.Popen[str] | None, config: Config) -> str:
@@ -205,23 +247,25 @@ def _collect(query: subprocess.Popen[str] | None, config: Config) -> str:
     return out
 
 
-def main(event: str, query: subprocess.Popen[str] | None = None) -> int:
-    """A hook invocation: never a non-zero exit (Slurm would requeue the job forever)."""
-    env = dict(os.environ)
+def main(event: str, query: subprocess.Popen[str] | None = None, env: Mapping[str, str] | None = None,
+         job: dict[str, str] | None = None, config: Config | None = None, runs: RunsLookup | None = None) -> int:  # fmt: skip
+    """A hook invocation (in its own process, or in hookd with the hook's ``env``, the config, the
+    prolog's ``job`` and the epilog's ``runs``): never a non-zero exit (Slurm would requeue the job
+    forever)."""
+    env = dict(os.environ) if env is None else env
     try:
-        config = load()
+        config = config or load(env=env)
     except Exception as e:  # noqa: BLE001 - a broken config must not requeue every job
         print(f"slurm-yolo {event}: config: {e}", file=sys.stderr)
         return 0
     try:
-        record = (prolog if event == "prolog" else epilog)(env, config, query)
+        record = prolog(env, config, query, job) if event == "prolog" else epilog(env, config, query, runs)
         log_event(config, record)
     except Exception as e:  # noqa: BLE001 - never let our failure become Slurm's requeue loop
         log_event(config, {"event": event, "job": env.get("SLURM_JOB_ID"), "alert": f"{type(e).__name__}: {e}"})
         if event == "prolog" and config["ledger"]["prolog_errors"] == "cancel" and env.get("SLURM_JOB_ID"):
-            spawn_detached([f"{config['slurm']['bin_dir']}/scancel", env["SLURM_JOB_ID"]])
+            spawn_detached([f"{config['slurm']['bin_dir']}/scancel", env["SLURM_JOB_ID"]], config)
     return 0
-
 
 
 def reconcile(config: Config, min_age_seconds: float = 300) -> list[dict[str, object]]:
@@ -234,13 +278,10 @@ def reconcile(config: Config, min_age_seconds: float = 300) -> list[dict[str, ob
         stale = lg.conn.execute("SELECT * FROM jobs WHERE state = 'held' AND held_at < ?",
                                 (time.time() - min_age_seconds,)).fetchall()  # fmt: skip
         for row in stale:
-            res = commands.run(["sacct", "-j", str(row["job_id"]), "-X", "-D", "-n", "-P", "-o", "Submit,State,ElapsedRaw"],
-                               bin_dir=bin_dir)  # fmt: skip
-            runs = [line.split("|") for line in res.stdout.splitlines() if line.count("|") == 2]
-            match = next((r for r in runs if r[0] == row["submit_time"]), None)
-            if match is None or match[1].split()[0] in ("RUNNING", "PENDING", "SUSPENDED", "COMPLETING"):
+            records = commands.job_runs([row["job_id"]], bin_dir=bin_dir).get(row["job_id"], {})
+            state, elapsed = records.get(row["submit_time"], ("", 0))
+            if not state or state in UNFINISHED:
                 continue
-            state, elapsed = match[1].split()[0], int(match[2] or 0)
             charge = charge_for(state, elapsed, row, lg.tier_rate(row["qos"]), config)
             settled = lg.settle(row["job_key"], charge, state, elapsed, actor="reconcile")
             if settled:

@@ -257,7 +257,7 @@ def test_users_read_k_and_plan_without_write_access(cluster: None, monkeypatch: 
 def test_minicluster_status_says_what_runs(cluster: None) -> None:
     res = subprocess.run([str(REPO / "deploy" / "minicluster"), "status"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
-    for daemon in ("munge", "mariadb", "slurmdbd", "slurmctld", "slurmd gpu-a100-1", "slurmd gpu-t4-1"):
+    for daemon in ("munge", "mariadb", "slurmdbd", "slurmctld", "slurmd gpu-a100-1", "slurmd gpu-t4-1", "hookd"):
         assert re.search(rf"^{daemon}\s+running$", res.stdout, re.M), daemon
-    assert "PrologSlurmctld=/opt/slurm-yolo/venv/bin/slurm-yolo-prolog" in res.stdout
+    assert "PrologSlurmctld=/opt/slurm-yolo/bin/slurm-yolo-hook" in res.stdout
     assert "spank: optional /opt/slurm-yolo/lib/yolo_tokens.so" in res.stdout

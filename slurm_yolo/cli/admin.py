@@ -72,6 +72,18 @@ def calibrate(partition: str, as_json: bool, run_dirs: tuple[Path, ...]) -> None
         click.echo(f"leave-one-out error: median {tm.loo_median:.1%}, p90 {tm.loo_p90:.1%}")
 
 
+@main.command()
+@library_errors
+def hookd() -> None:
+    """Serve the slurmctld hooks from a resident process (the slurm-yolo-hook client's server).
+
+    Started as root it becomes paths.owner (the SlurmUser). SIGTERM stops it after the settlements
+    it has queued."""
+    from .. import hookd as server
+
+    server.serve(load_config())
+
+
 @main.command("k")
 @click.option("--partition", "-p", required=True)
 @click.option("--json", "as_json", is_flag=True)

@@ -12,8 +12,8 @@ whatever order or number of prolog/epilog invocations Slurm produces.
 
 from __future__ import annotations
 
-import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +27,7 @@ from . import bucket
 from .schema import MIGRATIONS
 
 CREDITS = ("deposit", "refill", "adjustment")
+_WRITE_TURN = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -70,12 +71,13 @@ def db_path(config: Config) -> Path:
 @contextmanager
 def writer(config: Config) -> Iterator[Ledger]:
     """A read-write ledger (as the state's owner: see ``db.as_state_owner``)."""
+    path = db_path(config)
     with db.as_state_owner(config.state_dir, config["paths"]["owner"]):
-        ledger = Ledger(db.connect_write(db.writable(db_path(config), config["paths"]["owner"]), MIGRATIONS, wal=True))
+        conn = db.connect_write(db.writable(path, config["paths"]["owner"]), MIGRATIONS, wal=True)
         try:
-            yield ledger
+            yield Ledger(conn)
         finally:
-            ledger.close()
+            db.release(path, conn)
 
 
 def reader(config: Config) -> Ledger | None:
@@ -102,13 +104,16 @@ class Ledger:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.conn
-            self.conn.execute("COMMIT")
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
+        # Threads of one process (hookd) take turns here rather than in SQLite's busy handler,
+        # whose back-off sleeps (up to 100 ms each) would dominate 50 hooks at once.
+        with _WRITE_TURN:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.conn
+                self.conn.execute("COMMIT")
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
 
     # --- movements (called inside a transaction) -------------------------------------------------
 
@@ -262,6 +267,13 @@ class Ledger:
             if exact:
                 return exact[0]
         return next((r for r in rows if r["restart"] < restart and r["state"] == "held"), None)
+
+    def held_runs(self, cluster: str, job_id: int, restart: int) -> list[sqlite3.Row]:
+        """The job's runs up to ``restart`` still holding tokens, newest first."""
+        return self.conn.execute(
+            "SELECT * FROM jobs WHERE cluster = ? AND job_id = ? AND restart <= ? AND state = 'held'"
+            " ORDER BY restart DESC, held_at DESC", (cluster, job_id, restart),
+        ).fetchall()  # fmt: skip
 
     def settle(self, key: str, charge: int, end_state: str, elapsed: int, actor: str) -> Settlement | None:
         """Charge ``charge`` (capped at the hold) and refund the rest, once; None if already settled."""

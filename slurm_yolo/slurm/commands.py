@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from ..errors import SlurmError
+from ..hook_entry import SACCT_RUNS
 from . import parsers, run
 
 
@@ -19,6 +20,31 @@ def show_job(job_id: int, bin_dir: Path | None = None) -> dict[str, str]:
     """``scontrol show job -o ID`` as a dict."""
     res = run(["scontrol", "show", "job", "-o", str(int(job_id))], bin_dir=bin_dir)
     return parsers.scontrol_record(res.stdout.splitlines()[0] if res.stdout.strip() else "")
+
+
+# squeue -O fields for show_jobs, under the names scontrol gives them.
+SQUEUE_AS_SCONTROL = {
+    "JobID": "JobId", "Partition": "Partition", "tres-alloc": "TRES", "SubmitTime": "SubmitTime",
+    "Account": "Account", "QOS": "QOS", "TimeLimit": "TimeLimit", "UserName": "UserId", "RestartCnt": "Restarts",
+}  # fmt: skip
+
+
+def show_jobs(job_ids: list[int], bin_dir: Path | None = None) -> dict[int, dict[str, str]]:
+    """Several jobs' records in one call, with ``show_job``'s keys (those the hooks read); jobs the
+    controller no longer knows are missing."""
+    if len(job_ids) == 1:  # squeue loads every job the controller holds
+        record = show_job(job_ids[0], bin_dir=bin_dir)
+        return {job_ids[0]: record} if record else {}
+    res = run(["squeue", "-h", "--states=all", "-j", ",".join(str(int(j)) for j in job_ids),
+               "-O", ",".join(f"{f}:|" for f in SQUEUE_AS_SCONTROL)], bin_dir=bin_dir)  # fmt: skip
+    rows = parsers.parsable2(res.stdout, list(SQUEUE_AS_SCONTROL.values()), trailing=True)
+    return {int(r["JobId"]): r for r in rows if r["JobId"].isdigit()}
+
+
+def job_runs(job_ids: list[int], bin_dir: Path | None = None) -> dict[int, dict[str, tuple[str, int]]]:
+    """slurmdbd's record of every run of the given jobs (``parsers.run_records``)."""
+    res = run(["sacct", "-j", ",".join(str(int(j)) for j in job_ids), *SACCT_RUNS], bin_dir=bin_dir)
+    return parsers.run_records(res.stdout)
 
 
 SACCT_FIELDS = [

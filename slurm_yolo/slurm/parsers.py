@@ -36,6 +36,18 @@ def parsable2(text: str, columns: list[str], trailing: bool = False) -> list[dic
     return rows
 
 
+def run_records(text: str) -> dict[int, dict[str, tuple[str, int]]]:
+    """``sacct -X -D -o JobIDRaw,Submit,State,ElapsedRaw`` rows as job id -> submit time -> (state,
+    elapsed seconds): one record per run (a requeue gives the next run a new submit time)."""
+    records: dict[int, dict[str, tuple[str, int]]] = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) == 4 and parts[0].isdigit() and parts[2].strip():
+            elapsed = int(parts[3]) if parts[3].isdigit() else 0
+            records.setdefault(int(parts[0]), {})[parts[1]] = (parts[2].split()[0], elapsed)
+    return records
+
+
 def duration(text: str) -> int | None:
     """Slurm durations (``[D-]HH:MM:SS``, ``MM:SS``, minutes) as seconds; None for UNLIMITED/INVALID."""
     text = text.strip()

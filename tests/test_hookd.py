@@ -1,0 +1,206 @@
+"""hookd and its C client: the fast path of the slurmctld hooks, its fallback, and its safety.
+
+The cluster's own hooks go through /opt/slurm-yolo/bin/slurm-yolo-hook and the hookd that
+deploy/minicluster starts (every ledger test on the cluster exercises that path). These tests run a
+private hookd on their own socket and state, to kill it, refuse users and replay hooks by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import poll
+
+from slurm_yolo import config as config_mod
+from slurm_yolo import ledger
+from slurm_yolo.hookd import parse_request
+from slurm_yolo.slurm import commands
+
+VENV_BIN = Path("/opt/slurm-yolo/venv/bin")
+CLIENT = Path("/opt/slurm-yolo/bin/slurm-yolo-hook")
+
+
+def test_parse_request_reads_the_clients_format() -> None:
+    event, env = parse_request(b"prolog\0SLURM_JOB_ID=12\0SLURM_JOB_COMMENT=a=b\0\0")
+    assert event == "prolog" and env == {"SLURM_JOB_ID": "12", "SLURM_JOB_COMMENT": "a=b"}
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        (b"rm -rf\0SLURM_JOB_ID=1", "unknown event"),
+        (b"epilog\0SLURM_JOB_ID", "malformed environment entry"),
+        (b"epilog\0=1", "malformed environment entry"),
+        (b"epilog\0SLURM_JOB_ID=1;true", "no numeric SLURM_JOB_ID"),
+        (b"prolog", "no numeric SLURM_JOB_ID"),
+        (b"\xff\xfe", "unknown event"),
+    ],
+)
+def test_parse_request_refuses_malformed_requests(data: bytes, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        parse_request(data)
+
+
+@pytest.fixture
+def state() -> Iterator[Path]:
+    """A state folder the SlurmUser (hookd) can write, with the cluster's config and no side jobs."""
+    base = Path("/var/tmp/slurm-yolo-tests")
+    base.mkdir(mode=0o755, exist_ok=True)
+    home = base / f"hookd-{uuid.uuid4().hex[:8]}"
+    home.mkdir(mode=0o755)
+    text = Path("/etc/slurm-yolo/config.toml").read_text()
+    text = text.replace('prolog_errors = "open"', 'prolog_errors = "open"\nenforce = false\nadmin_comment = false\nfeedback = false')
+    (home / "config.toml").write_text(text + f'\n[hookd]\nsocket = "{home}/hookd.sock"\n')
+    shutil.chown(home, "slurm", "slurm")
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def start_hookd(home: Path) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([str(VENV_BIN / "slurm-yolo"), "hookd"], env={"SLURM_YOLO_CONFIG": str(home / "config.toml"),
+                            "SLURM_YOLO_HOME": str(home), "PATH": "/usr/bin:/bin"}, stderr=subprocess.PIPE)  # fmt: skip
+    poll("hookd socket", lambda: (home / "hookd.sock").is_socket() or proc.poll() is not None, timeout=30)
+    assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+    return proc
+
+
+@pytest.fixture
+def hookd(cluster: None, state: Path) -> Iterator[subprocess.Popen[bytes]]:
+    proc = start_hookd(state)
+    yield proc
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+def hook_env(home: Path, job: int, restart: int = 0, socket: Path | None = None) -> dict[str, str]:
+    return {"SLURM_JOB_ID": str(job), "SLURM_JOB_ACCOUNT": "vision", "SLURM_JOB_USER": "root", "SLURM_JOB_PARTITION": "a100",
+            "SLURM_CLUSTER_NAME": "yolo", "SLURM_JOB_RESTART_COUNT": str(restart), "SLURM_YOLO_HOME": str(home),
+            "SLURM_YOLO_HOOKD_SOCKET": str(socket or home / "hookd.sock")}  # fmt: skip
+
+
+def runs(home: Path) -> list[dict]:
+    lg = ledger.reader(config_mod.load(home / "config.toml", env={"SLURM_YOLO_HOME": str(home)}))
+    if lg is None:
+        return []
+    try:
+        return [dict(r) for r in lg.conn.execute("SELECT * FROM jobs ORDER BY job_id, restart")]
+    finally:
+        lg.close()
+
+
+def check(home: Path) -> list[str]:
+    lg = ledger.reader(config_mod.load(home / "config.toml", env={"SLURM_YOLO_HOME": str(home)}))
+    assert lg is not None
+    try:
+        return lg.check()
+    finally:
+        lg.close()
+
+
+def held_jobs(n: int) -> list[int]:
+    return [commands.submit("#!/bin/bash\ntrue\n", ["-p", "a100", "--gres=gpu:a100:1", "--hold", "-t", "5", "-o", "/dev/null"])
+            for _ in range(n)]  # fmt: skip
+
+
+def test_client_names_a_missing_event_and_exits_zero() -> None:
+    res = subprocess.run([str(CLIENT)], env={}, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0 and res.stderr.strip() == (
+        "slurm-yolo-hook: cannot tell prolog from epilog (no SLURM_SCRIPT_CONTEXT, no argument)"
+    )
+
+
+def test_prolog_holds_and_epilog_settles_through_hookd(hookd: subprocess.Popen[bytes], state: Path) -> None:
+    [job] = held_jobs(1)
+    try:
+        env = hook_env(state, job)
+        res = subprocess.run([str(CLIENT)], env={**env, "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"}, timeout=60)
+        assert res.returncode == 0
+        [row] = runs(state)  # held before the client returned
+        assert row["state"] == "held" and row["hold"] > 0 and row["gpus"] == 1
+        res = subprocess.run([str(CLIENT), "epilog"], env=env, timeout=60)
+        assert res.returncode == 0
+        row = poll("settled", lambda: next((r for r in runs(state) if r["state"] == "settled"), None), timeout=60)
+        assert row["charge"] + row["refund"] == row["hold"]
+        log = [json.loads(line) for line in (state / "hooks.log").read_text().splitlines()]
+        assert [r["event"] for r in log] == ["prolog", "epilog"] and not any("alert" in r for r in log)
+    finally:
+        subprocess.run(["/usr/bin/scancel", str(job)], check=False)
+    assert check(state) == []
+
+
+def test_without_hookd_the_client_runs_the_python_hooks(cluster: None, state: Path) -> None:
+    [job] = held_jobs(1)
+    try:
+        env = hook_env(state, job, socket=state / "nobody-listens.sock")
+        for hook in ("prolog", "epilog"):
+            assert subprocess.run([str(CLIENT), hook], env=env, timeout=60).returncode == 0
+        [row] = runs(state)
+        assert row["state"] == "settled"
+    finally:
+        subprocess.run(["/usr/bin/scancel", str(job)], check=False)
+
+
+def test_hookd_refuses_other_users(hookd: subprocess.Popen[bytes], state: Path) -> None:
+    """The socket is the SlurmUser's alone; opened to everyone, hookd still checks who connects."""
+    (state / "hookd.sock").chmod(0o666)
+    [job] = held_jobs(1)
+    try:
+        env = hook_env(state, job)
+        send = ("import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]);"
+                "s.sendall(sys.argv[2].encode().replace(b',', b'\\0')); s.shutdown(1); print(s.recv(99).decode(), end='')")  # fmt: skip
+        request = f"prolog,SLURM_JOB_ID={job},SLURM_YOLO_HOME={state}"
+        res = subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", "/usr/bin/python3", "-c", send, str(state / "hookd.sock"),
+                              request], capture_output=True, text=True, cwd="/tmp", timeout=60)  # fmt: skip
+        assert res.stdout == "error: permission denied\n", res.stderr
+        # the client run by alice is refused too, falls back on the Python hook, which cannot write
+        res = subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", str(CLIENT), "prolog"], env=env,
+                             capture_output=True, text=True, cwd="/tmp", timeout=60)  # fmt: skip
+        assert res.returncode == 0 and "slurm-yolo-hook: hookd: error: permission denied" in res.stderr
+        assert runs(state) == []
+    finally:
+        subprocess.run(["/usr/bin/scancel", str(job)], check=False)
+
+
+def test_chaos_through_hookd_killed_and_restarted_keeps_the_books(hookd: subprocess.Popen[bytes], state: Path) -> None:
+    """250 hook invocations (duplicated, shuffled, 24 at a time) through the client while hookd is
+    killed -9 and restarted twice: clients fall back on the Python hooks meanwhile. Settlements the
+    killed server had queued are left held, and `ledger reconcile` settles them once the jobs end."""
+    jobs = held_jobs(50)
+    procs: list[subprocess.Popen[bytes]] = []
+    server = hookd
+    try:
+        events = [(j, "prolog") for j in jobs for _ in range(3)] + [(j, "epilog") for j in jobs for _ in range(2)]
+        random.Random(5).shuffle(events)
+        for i, (job, hook) in enumerate(events):
+            procs.append(subprocess.Popen([str(CLIENT), hook], env=hook_env(state, job)))
+            if i in (60, 160):
+                server.send_signal(signal.SIGKILL)
+                server.wait(timeout=30)
+                server = start_hookd(state)
+            while sum(p.poll() is None for p in procs) >= 24:
+                time.sleep(0.02)
+        assert all(p.wait(timeout=120) == 0 for p in procs)
+    finally:
+        subprocess.run(["/usr/bin/scancel", *map(str, jobs)], check=False)
+        if server is not hookd and server.poll() is None:
+            server.send_signal(signal.SIGTERM)
+            assert server.wait(timeout=60) == 0
+    assert not (state / "hookd.sock").exists()  # a clean stop removes its socket
+    for job in jobs:
+        commands.wait_for_end(job, poll=0.3, timeout=60)
+    env = {"SLURM_YOLO_CONFIG": str(state / "config.toml"), "SLURM_YOLO_HOME": str(state), "PATH": "/usr/bin:/bin"}
+    subprocess.run([str(VENV_BIN / "slurm-yolo"), "ledger", "reconcile", "--min-age", "0"], env=env, check=True,
+                   capture_output=True)  # fmt: skip
+    rows = runs(state)
+    assert len(rows) == 50 and all(r["state"] == "settled" and r["charge"] + r["refund"] == r["hold"] for r in rows)
+    assert check(state) == []
