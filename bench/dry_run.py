@@ -1,7 +1,10 @@
-"""``yolo-sbatch --dry-run`` wall time vs the floor ``python3 -c "import click"``, interleaved runs."""
+"""``yolo-sbatch`` wall time, interleaved with its baselines so machine noise hits both alike:
+``--dry-run`` vs the floor ``python3 -c "import click"``, and a real submission vs plain ``sbatch`` of
+the very script it submits (both held back with ``--begin``, then cancelled; needs the cluster up)."""
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import subprocess
@@ -22,6 +25,39 @@ def wall(cmd: list[str], env: dict[str, str], cwd: str) -> float:
     return time.perf_counter() - start
 
 
+def submit(cmd: list[str], env: dict[str, str], cwd: str, script: str | None = None) -> tuple[float, int]:
+    """(seconds, job id) of one real submission."""
+    start = time.perf_counter()
+    out = subprocess.run(cmd, env=env, cwd=cwd, check=True, capture_output=True, text=True, input=script).stdout
+    took = time.perf_counter() - start
+    return took, int(json.loads(out)["job_id"]) if script is None else int(out.strip().split(";")[0])
+
+
+def _submissions(dry: list[str], env: dict[str, str], cwd: str, rounds: int) -> None:
+    """Real ``yolo-sbatch`` vs plain ``sbatch`` of the same script, interleaved."""
+    if subprocess.run(["/usr/bin/scontrol", "ping"], capture_output=True).returncode != 0:
+        print("real submit: skipped (the cluster is not up: deploy/minicluster up)")
+        return
+    later = ["--begin", "now+1hour"]
+    script = json.loads(subprocess.run(dry, env=env, cwd=cwd, check=True, capture_output=True, text=True).stdout)["script"]
+    real = [a for a in dry if a != "--dry-run"][:1] + later + [a for a in dry if a != "--dry-run"][1:]
+    plain = ["/usr/bin/sbatch", "--parsable", *later]
+    y: list[float] = []
+    p: list[float] = []
+    jobs: list[int] = []
+    try:
+        for _ in range(rounds):
+            for cmd, stdin, times in ((real, None, y), (plain, script, p)):
+                took, job = submit(cmd, env, cwd, stdin)
+                times.append(took)
+                jobs.append(job)
+    finally:
+        subprocess.run(["/usr/bin/scancel", *map(str, jobs)], check=False)
+    med_y, med_p = statistics.median(y) * 1000, statistics.median(p) * 1000
+    print(f"yolo-sbatch (real submit): median {med_y:.0f} ms, plain sbatch of the same script: median {med_p:.0f} ms, "
+          f"ratio {med_y / med_p:.2f}x")  # fmt: skip
+
+
 def main(rounds: int = 21) -> dict[str, float]:
     bindir = Path(sys.executable).parent
     with tempfile.TemporaryDirectory() as tmp:
@@ -37,6 +73,7 @@ def main(rounds: int = 21) -> dict[str, float]:
         for _ in range(rounds):  # interleaved, so machine noise hits both alike
             d.append(wall(dry, env, tmp))
             f.append(wall(floor, env, tmp))
+        _submissions(dry, env, tmp, rounds=7)
     med_d, med_f = statistics.median(d) * 1000, statistics.median(f) * 1000
     ratio = med_d / med_f
     print(f"yolo-sbatch --dry-run: median {med_d:.0f} ms (p90 {sorted(d)[int(0.9 * rounds)] * 1000:.0f} ms), "

@@ -5,15 +5,23 @@ about as long as importing the rest of slurm-yolo. Starting the query first and 
 runs takes that time off every job start and end.
 """
 
+from __future__ import annotations
+
 import os
-import subprocess
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import subprocess
 
 DEFAULT_BIN = "/usr/bin"
-# Every recorded run of a job (``parsers.run_records``): the epilog's and reconcile's sacct query.
+# Every recorded run of a job (``parsers.run_records``): the epilog's and reconcile's sacct query,
+# here so that this module need not import the parsers (the login node imports it too).
 SACCT_RUNS = ["-X", "-D", "-n", "-P", "-o", "JobIDRaw,Submit,State,ElapsedRaw"]
 
 
 def _query(argv: list[str]) -> subprocess.Popen[str] | None:
+    import subprocess
+
     if not os.environ.get("SLURM_JOB_ID", "").isdigit() or not os.path.exists(argv[0]):
         return None
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

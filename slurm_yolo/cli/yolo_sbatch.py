@@ -7,7 +7,6 @@ import click
 from .. import __version__, plan, submission
 from ..slurm import commands
 from . import echo_json, library_errors, load_config
-from .job import follow
 
 
 @click.command(
@@ -79,6 +78,8 @@ def main(
                 f" limit {p.time_limit_seconds // 60} min, {p.effective_tokens / 1e6:.1f} effective MTok)"
             )
     if wait and job_id is not None:
+        from .job import follow  # the job-side commands: only when following a job
+
         state = follow(job_id) if not as_json else commands.wait_for_end(job_id)
         click.echo(f"job {job_id} {state}", err=as_json)
         if state != "COMPLETED":
