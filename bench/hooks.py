@@ -1,29 +1,40 @@
-"""Prolog/epilog wall time per invocation (p50, p99), alone and 50 at once, against real held jobs.
+"""Prolog/epilog wall time per invocation (p50, p99), alone and 50 at once, replayed on real jobs.
 
+Two ways a site can run the hooks, measured in the same run:
+- ``hookd``: slurm.conf's ``slurm-yolo-hook`` client, served by the resident ``slurm-yolo hookd``
+  (what deploy/minicluster wires); the epilog answers once its settlement is queued, so the time
+  until the ledger shows the run settled is printed too;
+- ``python``: the Python hooks alone (what the client falls back on when hookd is not running).
 Baseline in the same run: `scontrol show job` alone (the one Slurm call a prolog must make).
 Targets: p50 <= 80 ms, p99 <= 250 ms, zero errors.
 """
 
 from __future__ import annotations
 
-import os
+import shutil
+import socket
+import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
+from slurm_yolo import config as config_mod
 from slurm_yolo.slurm import commands
 
 BIN = Path(sys.executable).parent
+CLIENT = Path("/opt/slurm-yolo/bin/slurm-yolo-hook")
 
 
-def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, int]:
-    start = time.perf_counter()
+def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
+    """(wall clock at start, seconds taken, exit status)."""
+    at, start = time.time(), time.perf_counter()
     rc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
-    return time.perf_counter() - start, rc
+    return at, time.perf_counter() - start, rc
 
 
 def _quantiles(xs: list[float]) -> tuple[float, float]:
@@ -31,41 +42,85 @@ def _quantiles(xs: list[float]) -> tuple[float, float]:
     return statistics.median(xs) * 1000, xs[min(len(xs) - 1, int(0.99 * len(xs)))] * 1000
 
 
+def _hookd_answers() -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(config_mod.load()["hookd"]["socket"])
+            return True
+        except OSError:
+            return False
+
+
+def _settle_delays(home: str, starts: dict[tuple[int, int], float], timeout: float = 60) -> list[float]:
+    """Seconds from each epilog's start until the ledger shows its run settled."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with sqlite3.connect(f"file:{home}/ledger.db?mode=ro", uri=True) as conn:
+            rows = conn.execute("SELECT job_id, restart, settled_at FROM jobs WHERE settled_at IS NOT NULL").fetchall()
+        done = {(j, r): at for j, r, at in rows if (j, r) in starts}
+        if len(done) == len(starts) or time.monotonic() > deadline:
+            return [done[key] - starts[key] for key in done]
+        time.sleep(0.1)
+
+
+def _finished_jobs(partition: str, n: int) -> list[int]:
+    """``n`` real one-shard jobs that ran and ended: the hooks replayed on them take the paths a real
+    job end takes (slurmdbd has their final records)."""
+    ids = [commands.submit("#!/bin/bash\ntrue\n", ["-p", partition, "-A", "vision", "--gres=shard:1", "-t", "1", "-o", "/dev/null"])
+           for _ in range(n)]  # fmt: skip
+    for job in ids:
+        commands.wait_for_end(job, poll=0.3, timeout=300)
+    return ids
+
+
 def main(jobs: int = 50) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as home:
+        Path(home).chmod(0o755)
+        shutil.chown(home, "slurm", "slurm")  # hookd runs as the SlurmUser
         Path(home, "config.toml").write_text(
             Path("/etc/slurm-yolo/config.toml").read_text().replace("[ledger]\n", "[ledger]\nenforce = false\nadmin_comment = false\nfeedback = false\n")
         )  # fmt: skip
-        ids = [commands.submit("#!/bin/bash\ntrue\n", ["-p", "a100", "--gres=gpu:a100:1", "--hold", "-o", "/dev/null"]) for _ in range(jobs)]
-        try:
-            envs = [{"SLURM_JOB_ID": str(j), "SLURM_JOB_ACCOUNT": "vision", "SLURM_JOB_USER": "root", "SLURM_CLUSTER_NAME": "yolo",
-                     "SLURM_JOB_PARTITION": "a100", "SLURM_JOB_RESTART_COUNT": "0", "SLURM_YOLO_HOME": home,
-                     "PYTHONDONTWRITEBYTECODE": ""} for j in ids]  # fmt: skip
-            for e in envs:
-                e.pop("PYTHONDONTWRITEBYTECODE")
-            base = [_timed(["/usr/bin/scontrol", "show", "job", "-o", e["SLURM_JOB_ID"]], e)[0] for e in envs]
-            results = {}
-            for hook in ("prolog", "epilog"):
-                alone = [_timed([str(BIN / f"slurm-yolo-{hook}")], e) for e in envs]
-                results[f"{hook}_alone"] = alone
-            for e in envs:  # fresh runs for the concurrent round
-                e["SLURM_JOB_RESTART_COUNT"] = "1"
-            for hook in ("prolog", "epilog"):
-                with ThreadPoolExecutor(max_workers=jobs) as pool:
-                    results[f"{hook}_x{jobs}"] = list(pool.map(lambda e: _timed([str(BIN / f"slurm-yolo-{hook}")], e), envs))
-        finally:
-            subprocess.run(["/usr/bin/scancel", *map(str, ids)], check=False)
-        errors = sum(rc != 0 for runs in results.values() for _, rc in runs)
+        parts = {j: p for p in ("a100", "t4") for j in _finished_jobs(p, jobs // 2)}
+        variants = {"python": lambda hook: [str(BIN / f"slurm-yolo-{hook}")]}
+        if CLIENT.exists() and _hookd_answers():
+            variants = {"hookd": lambda hook: [str(CLIENT), hook], **variants}
+        else:
+            print("hookd: not running (deploy/minicluster up starts it): only the Python hooks are measured")
+        results: dict[str, list[tuple[float, float, int]]] = {}
+        settle: dict[str, list[float]] = {}
+        envs = [{"SLURM_JOB_ID": str(j), "SLURM_JOB_ACCOUNT": "vision", "SLURM_JOB_USER": "root", "SLURM_CLUSTER_NAME": "yolo",
+                 "SLURM_JOB_PARTITION": p, "SLURM_YOLO_HOME": home} for j, p in parts.items()]  # fmt: skip
+        base = [_timed(["/usr/bin/scontrol", "show", "job", "-o", e["SLURM_JOB_ID"]], e)[1] for e in envs]
+        restart = 0
+        for variant, argv in variants.items():
+            for round_name in ("alone", f"x{jobs}"):
+                round_envs = [{**e, "SLURM_JOB_RESTART_COUNT": str(restart)} for e in envs]  # fresh runs each round
+                restart += 1
+                for hook in ("prolog", "epilog"):
+                    call = partial(_timed, argv(hook))
+                    if round_name == "alone":
+                        timed = [call(e) for e in round_envs]
+                    else:
+                        with ThreadPoolExecutor(max_workers=jobs) as pool:
+                            timed = list(pool.map(call, round_envs))
+                    results[f"{variant} {hook} {round_name}"] = timed
+                if variant == "hookd":
+                    starts = {(int(e["SLURM_JOB_ID"]), restart - 1): at for e, (at, _, _) in zip(round_envs, timed)}
+                    settle[f"{variant} epilog {round_name}"] = _settle_delays(home, starts)
+        errors = sum(rc != 0 for runs in results.values() for _, _, rc in runs)
         log = Path(home, "hooks.log").read_text() if Path(home, "hooks.log").exists() else ""
         alerts = log.count('"alert"')
     b50, b99 = _quantiles(base)
     print(f"baseline scontrol show job: p50 {b50:.0f} ms, p99 {b99:.0f} ms")
     out = {}
     for name, runs in results.items():
-        p50, p99 = _quantiles([t for t, _ in runs])
+        p50, p99 = _quantiles([t for _, t, _ in runs])
         out[name] = p50
         ok = p50 <= 80 and p99 <= 250
-        print(f"{name:<14} p50 {p50:.0f} ms, p99 {p99:.0f} ms ({p50 / b50:.1f}x scontrol) [{'met' if ok else 'MISSED'}]")
+        print(f"{name:<22} p50 {p50:.0f} ms, p99 {p99:.0f} ms ({p50 / b50:.1f}x scontrol) [{'met' if ok else 'MISSED'}]")
+    for name, delays in settle.items():
+        p50, p99 = _quantiles(delays) if delays else (float("nan"), float("nan"))
+        print(f"{name:<22} settled in the ledger after p50 {p50:.0f} ms, p99 {p99:.0f} ms ({len(delays)}/{jobs} runs)")
     print(f"errors: {errors} non-zero exits, {alerts} alerts logged")
     return out
 
