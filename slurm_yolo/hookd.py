@@ -157,9 +157,11 @@ class _Handler(socketserver.BaseRequestHandler):
 
 
 class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    """One thread per hook; epilog settlements run in a bounded pool that ``close`` drains."""
+    """One thread per hook; ``close`` waits for the hooks in hand and drains the bounded pool the
+    epilog settlements run in."""
 
-    daemon_threads = True
+    daemon_threads = False
+    block_on_close = True
 
     def __init__(self, path: Path, workers: int, bin_dir: Path) -> None:
         self.settlements = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="settle")
@@ -173,8 +175,8 @@ class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             os.umask(old)
 
     def close(self) -> None:
+        Path(self.server_address).unlink(missing_ok=True)  # type: ignore[arg-type]  # clients fall back now
         self.server_close()
-        Path(self.server_address).unlink(missing_ok=True)  # type: ignore[arg-type]
         self.settlements.shutdown(wait=True)
 
 
