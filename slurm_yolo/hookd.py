@@ -150,7 +150,9 @@ class _Handler(socketserver.BaseRequestHandler):
             return
         config, server = self.server.configs.get(env), self.server
         if event == "prolog":
-            hooks.main("prolog", env=env, job=server.jobs.get(int(env["SLURM_JOB_ID"])), config=config)
+            job = server.jobs.get(int(env["SLURM_JOB_ID"]))
+            with server.prolog_turn:
+                hooks.main("prolog", env=env, job=job, config=config)
         else:
             server.settlements.submit(hooks.main, "epilog", env=env, config=config, runs=server.runs.get)
         sock.sendall(b"ok\n")
@@ -168,6 +170,9 @@ class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         self.jobs = Batched(partial(commands.show_jobs, bin_dir=bin_dir), missing=None)
         self.runs: Batched[dict[str, tuple[str, int]]] = Batched(partial(commands.job_runs, bin_dir=bin_dir), missing={})
         self.configs = Configs()
+        # Prologs are Python work under one GIL: taken in turn, those a lookup releases together
+        # finish one by one instead of all late (thread switches cost more than the wait).
+        self.prolog_turn = threading.Lock()
         old = os.umask(0o177)  # the socket: the SlurmUser (and root) only
         try:
             super().__init__(str(path), _Handler)
