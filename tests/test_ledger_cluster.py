@@ -116,6 +116,15 @@ def test_shard_job_holds_a_share_of_a_gpu(funded: config_mod.Config) -> None:
     assert row["gpus"] == 0.5 and row["hold"] == bucket.gpu_tokens(60, 0.5, k_of(funded, "a100"))
 
 
+def test_array_tasks_are_held_and_settled_each(funded: config_mod.Config) -> None:
+    """Array tasks start together (hookd merges their lookups) and each is held and settled under
+    its raw job id."""
+    first = sbatch("-p", "a100", "--array=0-3", "--gres=shard:a100:1", "-t", "1", script="sleep 1")
+    tasks = poll("array tasks in sacct", lambda: len(found := commands.sacct_jobs([first])) == 4 and found)
+    rows = [settled(funded, int(task["JobIDRaw"])) for task in tasks]
+    assert all(r["end_state"] == "COMPLETED" and r["gpus"] == 0.25 and r["charge"] + r["refund"] == r["hold"] for r in rows)
+
+
 def test_cancel_while_pending_moves_nothing(funded: config_mod.Config) -> None:
     job = sbatch("-p", "t4", "--gres=gpu:t4:1", "--hold")
     subprocess.run(["/usr/bin/scancel", str(job)], check=True)

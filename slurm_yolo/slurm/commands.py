@@ -30,15 +30,16 @@ SQUEUE_AS_SCONTROL = {
 
 
 def show_jobs(job_ids: list[int], bin_dir: Path | None = None) -> dict[int, dict[str, str]]:
-    """Several jobs' records in one call, with ``show_job``'s keys (those the hooks read); jobs the
-    controller no longer knows are missing."""
+    """Several jobs' records in one call, with ``show_job``'s keys (those the hooks read; an array
+    task under its raw id); jobs the controller no longer knows, and records without their TRES, are
+    missing: the caller asks for those one by one."""
     if len(job_ids) == 1:  # squeue loads every job the controller holds
         record = show_job(job_ids[0], bin_dir=bin_dir)
         return {job_ids[0]: record} if record else {}
     res = run(["squeue", "-h", "--states=all", "-j", ",".join(str(int(j)) for j in job_ids),
                "-O", ",".join(f"{f}:|" for f in SQUEUE_AS_SCONTROL)], bin_dir=bin_dir)  # fmt: skip
     rows = parsers.parsable2(res.stdout, list(SQUEUE_AS_SCONTROL.values()), trailing=True)
-    return {int(r["JobId"]): r for r in rows if r["JobId"].isdigit()}
+    return {int(r["JobId"]): r for r in rows if r["JobId"].isdigit() and r["TRES"]}
 
 
 def job_runs(job_ids: list[int], bin_dir: Path | None = None) -> dict[int, dict[str, tuple[str, int]]]:
