@@ -16,6 +16,7 @@ The handlers are the hooks' own (``hooks.main``), so both paths hold and settle 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -134,19 +135,26 @@ class Configs:
         return config
 
 
+def _answer(sock: socket.socket, text: str) -> None:
+    """Reply; a client gone meanwhile (killed, timed out) has run the Python hook itself, which
+    finds the work done."""
+    with contextlib.suppress(OSError):
+        sock.sendall(text.encode())
+
+
 class _Handler(socketserver.BaseRequestHandler):
     server: Server
 
     def handle(self) -> None:
         sock: socket.socket = self.request
         if peer_uid(sock) not in (0, os.geteuid()):
-            sock.sendall(b"error: permission denied\n")
+            _answer(sock, "error: permission denied\n")
             return
         sock.settimeout(READ_TIMEOUT_SECONDS)
         try:
             event, env = parse_request(_read_request(sock))
         except (ValueError, OSError) as e:
-            sock.sendall(f"error: {e}\n".encode())
+            _answer(sock, f"error: {e}\n")
             return
         config, server = self.server.configs.get(env), self.server
         if event == "prolog":
@@ -155,7 +163,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 hooks.main("prolog", env=env, job=job, config=config)
         else:
             server.settlements.submit(hooks.main, "epilog", env=env, config=config, runs=server.runs.get)
-        sock.sendall(b"ok\n")
+        _answer(sock, "ok\n")
 
 
 class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
