@@ -13,6 +13,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from . import db
 from .config import Config
@@ -79,8 +80,7 @@ def _model_from_json(text: str) -> TimeModel:
     return TimeModel(**json.loads(text))
 
 
-@dataclass(frozen=True)
-class Calibrated:
+class Calibrated(NamedTuple):
     """A partition's time model and where it came from (shown by --explain)."""
 
     model: TimeModel
@@ -108,8 +108,7 @@ def load(config: Config, partition: str) -> Calibrated:
     return Calibrated(tm, f"{row['source']} {row['updated_at']} ({tm.n} runs, form {tm.form})")
 
 
-@dataclass(frozen=True)
-class HistoryEntry:
+class HistoryEntry(NamedTuple):
     """One change of a partition's model."""
 
     partition: str

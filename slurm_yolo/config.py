@@ -14,7 +14,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import UsageError
 
@@ -99,8 +99,7 @@ PARTITION_DEFAULTS: dict[str, Any] = {
 PRIORITIES = ("prod", "dev", "explore")
 
 
-@dataclass(frozen=True)
-class Partition:
+class Partition(NamedTuple):
     """One partition as the planner sees it."""
 
     name: str

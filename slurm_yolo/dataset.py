@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import UsageError
 
@@ -24,8 +23,7 @@ IMG_SUFFIXES = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class DatasetCounts:
+class DatasetCounts(NamedTuple):
     """Images per split of one data yaml."""
 
     yaml_path: str

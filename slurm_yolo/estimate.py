@@ -14,6 +14,7 @@ import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .errors import UsageError
 from .spec import TrainSpec
@@ -42,8 +43,7 @@ _NAME = re.compile(r"^(yolov8|yolo11|yolo12|yolo26|yolov5|yolov9|yolov10)([nsmbl
 MTOK = 1e6
 
 
-@dataclass(frozen=True)
-class ModelInfo:
+class ModelInfo(NamedTuple):
     """What the estimate needs of a model."""
 
     name: str

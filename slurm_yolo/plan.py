@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 from .config import Config, Partition
 from .errors import UsageError
@@ -17,8 +18,7 @@ from .slurm.parsers import PartitionState
 from .timemodel import TimeModel, buffer_for, ddp_factor, predict_seconds, predict_train_seconds
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(NamedTuple):
     """What the user asked of the plan beyond the training command."""
 
     partition: str  # a name, or "auto"

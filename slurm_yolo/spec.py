@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import UsageError
 
@@ -27,14 +26,13 @@ def ultralytics_cfg() -> dict[str, Any]:
     return json.loads((Path(__file__).parent / "data" / "ultralytics_cfg.json").read_text())
 
 
-@dataclass(frozen=True)
-class TrainSpec:
+class TrainSpec(NamedTuple):
     """A validated ultralytics command line."""
 
     task: str | None
     mode: str
     args: dict[str, Any]  # typed values the user gave
-    tokens: tuple[str, ...] = field(default=())  # the user's own words, forwarded to the job unchanged
+    tokens: tuple[str, ...] = ()  # the user's own words, forwarded to the job unchanged
 
     def get(self, key: str) -> Any:
         """The value ultralytics would use: the user's, else ultralytics' default."""

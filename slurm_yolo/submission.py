@@ -8,8 +8,8 @@ the real sbatch. Nothing here imports torch, ultralytics or pandas: this is the 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from . import admission, calibration, dataset, estimate, plan, render, spec
 from .config import Config
@@ -37,8 +37,7 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
-@dataclass(frozen=True)
-class Prepared:
+class Prepared(NamedTuple):
     """A decided job: the spec, the plan and the script sbatch will get."""
 
     spec: spec.TrainSpec

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from .estimate import FAMILY_PRIOR, MTOK, Workload, model_factor
 
@@ -43,8 +44,7 @@ class TimeModel:
         return self.family_factors.get(family, FAMILY_PRIOR.get(family, 1.0))
 
 
-@dataclass(frozen=True)
-class Sample:
+class Sample(NamedTuple):
     """One finished run: its workload, its GPUs and how long training took."""
 
     workload: Workload
@@ -282,8 +282,7 @@ def fit(
     return tm
 
 
-@dataclass(frozen=True)
-class Buffer:
+class Buffer(NamedTuple):
     """The time-limit headroom and why."""
 
     value: float

@@ -71,7 +71,7 @@ def test_thin_data_falls_back_to_fewer_parameters() -> None:
 def test_outlier_does_not_move_k() -> None:
     clean = fit(runs(20), PRIOR)
     dirty = runs(20)
-    dirty[3] = replace(dirty[3], train_seconds=dirty[3].train_seconds * 6)  # a user's broken job
+    dirty[3] = dirty[3]._replace(train_seconds=dirty[3].train_seconds * 6)  # a user's broken job
     assert fit(dirty, PRIOR).k == pytest.approx(clean.k, rel=0.1)
 
 

@@ -17,8 +17,8 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .. import db
 from ..config import Config
@@ -30,8 +30,7 @@ CREDITS = ("deposit", "refill", "adjustment")
 _WRITE_TURN = threading.Lock()
 
 
-@dataclass(frozen=True)
-class Run:
+class Run(NamedTuple):
     """One run of a job, from trusted Slurm fields."""
 
     cluster: str
@@ -51,8 +50,7 @@ class Run:
         return f"{self.cluster}:{self.job_id}:{self.submit_time}:{self.restart}"
 
 
-@dataclass(frozen=True)
-class Settlement:
+class Settlement(NamedTuple):
     """What an epilog did: charged, refunded, and whether the account crossed zero."""
 
     key: str

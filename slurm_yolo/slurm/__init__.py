@@ -8,16 +8,15 @@ own last stderr line as the one-line error. Parsers of the output are pure funct
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ..errors import SlurmError
 
 BIN_DIR = Path("/usr/bin")
 
 
-@dataclass(frozen=True)
-class Result:
+class Result(NamedTuple):
     """A finished Slurm command."""
 
     argv: tuple[str, ...]
