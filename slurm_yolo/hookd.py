@@ -115,8 +115,8 @@ class Configs:
 
     def get(self, env: dict[str, str]) -> Config | None:
         """None when the file cannot be read: the hook then loads it itself, and says why."""
+        key = tuple(env.get(k, "") for k in ENV_OVERRIDES)  # they alone choose the file
         path = config_path(env)
-        key = (str(path), *(env.get(k, "") for k in ENV_OVERRIDES))
         try:
             st = path.stat()
             stamp = (st.st_mtime_ns, st.st_size)

@@ -76,6 +76,11 @@ def user_estimate(env: Mapping[str, str]) -> int | None:
     return None
 
 
+def cluster_of(env: Mapping[str, str], config: Config) -> str:
+    """The cluster a run is keyed under: the configured name, else Slurm's."""
+    return config["ledger"]["cluster"] or env.get("SLURM_CLUSTER_NAME") or "default"
+
+
 def run_from_slurm(env: Mapping[str, str], config: Config, job: dict[str, str] | None = None) -> ledger.Run | None:
     """The running job's trusted fields (``scontrol show job``, unless given); None for jobs with no GPUs."""
     job_id = int(env["SLURM_JOB_ID"])
@@ -87,7 +92,7 @@ def run_from_slurm(env: Mapping[str, str], config: Config, job: dict[str, str] |
         return None
     user = env.get("SLURM_JOB_USER") or job.get("UserId", "").split("(")[0]
     return ledger.Run(
-        cluster=config["ledger"]["cluster"] or env.get("SLURM_CLUSTER_NAME") or "default",
+        cluster=cluster_of(env, config),
         job_id=job_id,
         submit_time=job.get("SubmitTime", ""),
         restart=int(env.get("SLURM_JOB_RESTART_COUNT") or job.get("Restarts") or 0),
@@ -156,7 +161,7 @@ def ended_run(lg: ledger.Ledger, env: Mapping[str, str], config: Config, query: 
     a few seconds. Without a final record (slurmdbd down or behind) it settles from what it has:
     the run's own record, else the controller's view."""
     job_id = int(env["SLURM_JOB_ID"])
-    cluster = config["ledger"]["cluster"] or env.get("SLURM_CLUSTER_NAME") or "default"
+    cluster = cluster_of(env, config)
     restart = int(env.get("SLURM_JOB_RESTART_COUNT") or 0)
     bin_dir = Path(config["slurm"]["bin_dir"])
     deadline = time.monotonic() + SACCT_LAG_SECONDS
@@ -199,7 +204,7 @@ def epilog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] 
     """Charge what the run occupied and refund the rest of its hold, exactly once. ``runs``: looks
     up slurmdbd's records of a job, in place of a sacct call of its own (hookd merges many)."""
     job_id = int(env["SLURM_JOB_ID"])
-    cluster = config["ledger"]["cluster"] or env.get("SLURM_CLUSTER_NAME") or "default"
+    cluster = cluster_of(env, config)
     with ledger.writer(config) as lg:
         row, state, elapsed = ended_run(lg, env, config, query, runs)
         if row is None:  # the prolog never recorded this run (it failed open): hold now, then settle
@@ -277,9 +282,9 @@ def reconcile(config: Config, min_age_seconds: float = 300) -> list[dict[str, ob
     with ledger.writer(config) as lg:
         stale = lg.conn.execute("SELECT * FROM jobs WHERE state = 'held' AND held_at < ?",
                                 (time.time() - min_age_seconds,)).fetchall()  # fmt: skip
+        found = commands.job_runs(sorted({row["job_id"] for row in stale}), bin_dir=bin_dir) if stale else {}
         for row in stale:
-            records = commands.job_runs([row["job_id"]], bin_dir=bin_dir).get(row["job_id"], {})
-            state, elapsed = records.get(row["submit_time"], ("", 0))
+            state, elapsed = found.get(row["job_id"], {}).get(row["submit_time"], ("", 0))
             if not state or state in UNFINISHED:
                 continue
             charge = charge_for(state, elapsed, row, lg.tier_rate(row["qos"]), config)

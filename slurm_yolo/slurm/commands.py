@@ -10,6 +10,11 @@ from ..hook_entry import SACCT_RUNS
 from . import parsers, run
 
 
+def _job_list(job_ids: list[int]) -> str:
+    """``-j`` for several jobs (ids checked to be integers: nothing else reaches the command)."""
+    return ",".join(str(int(j)) for j in job_ids)
+
+
 def submit(script: str, args: list[str], bin_dir: Path | None = None, timeout: float = 30.0) -> int:
     """Submit a job script on stdin with extra sbatch arguments (never through a shell); its job id."""
     res = run(["sbatch", "--parsable", *args], input=script, bin_dir=bin_dir, timeout=timeout)
@@ -36,7 +41,7 @@ def show_jobs(job_ids: list[int], bin_dir: Path | None = None) -> dict[int, dict
     if len(job_ids) == 1:  # squeue loads every job the controller holds
         record = show_job(job_ids[0], bin_dir=bin_dir)
         return {job_ids[0]: record} if record else {}
-    res = run(["squeue", "-h", "--states=all", "-j", ",".join(str(int(j)) for j in job_ids),
+    res = run(["squeue", "-h", "--states=all", "-j", _job_list(job_ids),
                "-O", ",".join(f"{f}:|" for f in SQUEUE_AS_SCONTROL)], bin_dir=bin_dir)  # fmt: skip
     rows = parsers.parsable2(res.stdout, list(SQUEUE_AS_SCONTROL.values()), trailing=True)
     return {int(r["JobId"]): r for r in rows if r["JobId"].isdigit() and r["TRES"]}
@@ -44,7 +49,7 @@ def show_jobs(job_ids: list[int], bin_dir: Path | None = None) -> dict[int, dict
 
 def job_runs(job_ids: list[int], bin_dir: Path | None = None) -> dict[int, dict[str, tuple[str, int]]]:
     """slurmdbd's record of every run of the given jobs (``parsers.run_records``)."""
-    res = run(["sacct", "-j", ",".join(str(int(j)) for j in job_ids), *SACCT_RUNS], bin_dir=bin_dir)
+    res = run(["sacct", "-j", _job_list(job_ids), *SACCT_RUNS], bin_dir=bin_dir)
     return parsers.run_records(res.stdout)
 
 
@@ -57,7 +62,7 @@ SACCT_FIELDS = [
 def sacct_jobs(job_ids: list[int], bin_dir: Path | None = None) -> list[dict[str, str]]:
     """Allocation rows (-X) of the given jobs from ``sacct --parsable2``."""
     res = run(
-        ["sacct", "-X", "-n", "-P", "-D", "-j", ",".join(str(int(j)) for j in job_ids), "-o", ",".join(SACCT_FIELDS)],
+        ["sacct", "-X", "-n", "-P", "-D", "-j", _job_list(job_ids), "-o", ",".join(SACCT_FIELDS)],
         bin_dir=bin_dir,
     )
     return parsers.parsable2(res.stdout, SACCT_FIELDS)
