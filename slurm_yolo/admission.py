@@ -14,8 +14,7 @@ from . import ledger
 from .config import Config
 from .errors import QuotaError, UsageError
 from .estimate import fmt_tokens
-from .hooks import user_estimate
-from .ledger import bucket
+from .ledger import bucket, policy
 from .plan import Plan
 from .slurm import commands
 
@@ -51,7 +50,7 @@ def check(config: Config, plan: Plan, account: str | None) -> str | None:
     finally:
         lg.close()
     need = int(plan.effective_tokens * rate)
-    pending = sum(user_estimate({"SLURM_JOB_COMMENT": c}) or 0 for c in commands.pending_comments(name, bin_dir))
+    pending = sum(policy.user_estimate(None, c) or 0 for c in commands.pending_comments(name, bin_dir))
     left = row["balance"] - pending
     if need > left:
         from .alerts import record_refusal

@@ -19,7 +19,7 @@ from .config import Config
 
 @dataclass(frozen=True)
 class Alert:
-    kind: str  # budget, refusals, k-drift, prediction
+    kind: str  # budget, hook, refusals, k-drift, prediction
     subject: str
     message: str
 
@@ -70,6 +70,9 @@ def check(config: Config, budget_share: float = 0.8, refusals: int = 3, drift: f
                 if a["credited"] > 0 and a["charged"] + a["held"] >= budget_share * a["credited"]:
                     used = (a["charged"] + a["held"]) / a["credited"]
                     alerts.append(Alert("budget", a["name"], f"{used:.0%} of its tokens used or held"))
+            for i in lg.open_incidents():
+                alerts.append(Alert("hook", f"job {i['cluster']}:{i['job_id']}",
+                                    f"{i['event']} failed: {i['error']} (ledger reconcile settles its runs from sacct)"))  # fmt: skip
         finally:
             lg.close()
     for account, n in refusal_streaks(config, time.time() - 7 * 86400).items():

@@ -263,15 +263,16 @@ def calibrate_runs(config: Config, partition: str, paths: list[Path]) -> Calibra
     if not partition or any(ch in partition for ch in "\n\r\x00"):
         raise UsageError("--partition must be a plain name")
     result = CalibrationResult(partition=partition, added=0, previous=load(config, partition).model)
-    with Store(config) as store:  # refuse a user without write access before reading any run
-        samples = []
-        for path in paths:
-            try:
-                samples.append(sample_from_run_dir(path, config))
-            except UsageError as e:
-                result.skipped.append(str(e))
-        if not samples:
-            raise UsageError(f"no usable run among {len(paths)} given: " + (result.skipped[0] if result.skipped else ""))
+    Store(config).close()  # refuse a user without write access before reading any run
+    samples = []  # read as ourselves, not as the state's owner: a custom model's child drops to its owner
+    for path in paths:
+        try:
+            samples.append(sample_from_run_dir(path, config))
+        except UsageError as e:
+            result.skipped.append(str(e))
+    if not samples:
+        raise UsageError(f"no usable run among {len(paths)} given: " + (result.skipped[0] if result.skipped else ""))
+    with Store(config) as store:
         for s in samples:
             result.added += store.add_sample(partition, s, "run-dir")
         result.model = refit(store, partition, "calibrate")

@@ -66,7 +66,11 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "enforce": True,  # a dry account's GPU jobs are stopped by Slurm (GrpTRESRunMins gres=0)
         "admin_comment": True,  # the epilog writes its summary into the job's AdminComment (sacctmgr)
         "feedback": True,  # the epilog feeds a completed job's measured throughput into its partition's k
-        "cluster": "",  # default: $SLURM_CLUSTER_NAME, else "default"
+        # Tokens per GPU-second for a partition without a price of its own (`slurm-yolo ledger price`).
+        # 1,000,000 bills a GPU-second as the prior k (1 s per million tokens) would process.
+        "default_price": 1_000_000,
+        "unlimited_hold_hours": 168.0,  # what a job with no time limit (an INFINITE partition) holds
+        "reconcile_days": 7.0,  # how far back `ledger reconcile` looks in sacct for runs the hooks missed
         "expire_days": 0.0,  # tokens unspent this long after they were credited expire (0: never)
     },
     "hookd": {

@@ -12,9 +12,11 @@ import json
 import math
 import os
 import re
+import shutil
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .errors import UsageError
 from .spec import TrainSpec
@@ -89,10 +91,15 @@ def measure_gflops(model: str, python: str, cache_dir: Path | None, timeout: flo
         "print(get_flops(YOLO(sys.argv[1]).model, 640))"
     )
     env = {**os.environ, "YOLO_OFFLINE": "1"}
+    child = _as_owner_of(path, env)
     try:
-        out = subprocess.run([python, "-c", code, str(path)], capture_output=True, text=True, timeout=timeout, env=env)
+        out = subprocess.run([python, "-c", code, str(path)], capture_output=True, text=True, timeout=timeout, env=env,
+                             **child)  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as e:
         raise UsageError(f"model {model}: cannot measure its FLOPs ({e}); give --flops-factor") from None
+    finally:
+        if "user" in child:
+            shutil.rmtree(env["YOLO_CONFIG_DIR"], ignore_errors=True)
     if out.returncode != 0:
         if "No module named 'ultralytics'" in out.stderr or "No module named 'torch'" in out.stderr:
             raise UsageError(
@@ -115,6 +122,29 @@ def measure_gflops(model: str, python: str, cache_dir: Path | None, timeout: flo
         except OSError:
             pass
     return gflops
+
+
+def _as_owner_of(path: Path, env: dict[str, str]) -> dict[str, Any]:
+    """How to run the child that loads ``path``: a ``.pt`` is a pickle, and unpickling runs whatever
+    code its author put in it. Root (``slurm-yolo calibrate`` on users' run folders) never does that
+    as itself: the child runs as the file's owner, real and effective uid alike, or as nobody when
+    root owns it. A ``.yaml`` only describes layers (ultralytics reads it with a safe loader), and
+    anyone else loads a model as themselves, as ``yolo train`` would."""
+    if (os.getuid() != 0 and os.geteuid() != 0) or path.suffix.lower() in (".yaml", ".yml"):
+        return {}
+    import pwd
+
+    st = path.stat()
+    owner = st.st_uid if st.st_uid != 0 else pwd.getpwnam("nobody").pw_uid
+    try:
+        pw = pwd.getpwuid(owner)
+        home, gid = pw.pw_dir, pw.pw_gid
+    except KeyError:
+        home, gid = "/nonexistent", st.st_gid
+    config_dir = tempfile.mkdtemp(prefix="slurm-yolo-flops-")
+    os.chown(config_dir, owner, gid)
+    env.update(HOME=home, YOLO_CONFIG_DIR=config_dir)
+    return {"user": owner, "group": gid, "extra_groups": [], "cwd": "/"}
 
 
 @dataclass(frozen=True)

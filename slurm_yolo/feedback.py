@@ -15,7 +15,7 @@ from pathlib import Path
 from . import calibration
 from .config import Config
 from .estimate import Workload
-from .parse.records import iter_records, parse_records
+from .parse.records import iter_records, parse_records, read_usage
 from .timemodel import Sample, TimeModel, ddp_factor, effective_mtok, predict_train_seconds, scaled_iterations
 
 ALPHA = 0.3  # weight of one job in the running k
@@ -37,14 +37,13 @@ class Feedback:
     ratio: float | None = None
 
 
-def start_record(path: Path) -> dict[str, object] | None:
-    return next((r for r in iter_records(path) if r.get("kind") == "start"), None)
-
-
-def sample_from_usage(path: Path, key: str) -> Sample | None:
-    """The finished job as a calibration sample (None when its records say too little)."""
-    start = start_record(path)
-    parsed = parse_records(path)
+def sample_from_usage(path: Path, key: str, owner: int | None = None) -> Sample | None:
+    """The finished job as a calibration sample (None when its records say too little). The file is
+    the job's user's: read bounded, never through a link or from a FIFO or device, and only when
+    ``owner`` (the job's uid, when given) owns it."""
+    text = read_usage(path, [], owner)
+    start = next((r for r in iter_records(path, text) if r.get("kind") == "start"), None)
+    parsed = parse_records(path, text)
     if not start or not isinstance(start.get("workload"), dict) or not parsed.per_epoch:
         return None
     w = Workload(**start["workload"])  # type: ignore[arg-type]
@@ -76,9 +75,11 @@ def nudge(tm: TimeModel, sample: Sample, ddp_eff: float, reference_gflops: float
     return replace(tm, k=k), ratio, f"k {tm.k:.4g} -> {k:.4g} (this job measured {measured:.4g})"
 
 
-def job_feedback(config: Config, partition: str, job_id: int, usage: Path, cluster: str = "default") -> Feedback | None:
-    """Record the job's measured run and nudge its partition's k; None when it left no usable records."""
-    sample = sample_from_usage(usage, key=f"job:{cluster}:{job_id}")
+def job_feedback(config: Config, partition: str, job_id: int, usage: Path, cluster: str = "default",
+                 owner: int | None = None) -> Feedback | None:  # fmt: skip
+    """Record the job's measured run and nudge its partition's k (the time model only: no hold or
+    charge reads k); None when it left no usable records."""
+    sample = sample_from_usage(usage, key=f"job:{cluster}:{job_id}", owner=owner)
     if sample is None:
         return None
     part = config.partition(partition)

@@ -1,8 +1,8 @@
 """Console entry points of the slurmctld hooks, kept tiny on purpose.
 
-Each hook needs one Slurm query (the prolog ``scontrol show job``, the epilog ``sacct``) that takes
-about as long as importing the rest of slurm-yolo. Starting the query first and importing while it
-runs takes that time off every job start and end.
+Each hook needs one Slurm query (the prolog ``squeue``, the epilog ``sacct``: ``slurm.queries``)
+that takes about as long as importing the rest of slurm-yolo. Starting the query first and
+importing while it runs takes that time off every job start and end.
 """
 
 from __future__ import annotations
@@ -14,31 +14,39 @@ if TYPE_CHECKING:
     import subprocess
 
 DEFAULT_BIN = "/usr/bin"
-# Every recorded run of a job (``parsers.run_records``): the epilog's and reconcile's sacct query,
-# here so that this module need not import the parsers (the login node imports it too).
-SACCT_RUNS = ["-X", "-D", "-n", "-P", "-o", "JobIDRaw,Submit,State,ElapsedRaw"]
 
 
-def _query(argv: list[str]) -> subprocess.Popen[str] | None:
+def _query(event: str) -> subprocess.Popen[str] | None:
+    """The hook's Slurm query, started now (hooks._collect uses it only if it ran the configured
+    Slurm; otherwise the hook asks again)."""
     import subprocess
 
-    if not os.environ.get("SLURM_JOB_ID", "").isdigit() or not os.path.exists(argv[0]):
+    from .slurm import queries
+
+    job = os.environ.get("SLURM_JOB_ID", "")
+    if not job.isdigit():
         return None
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    argv = queries.squeue_argv([int(job)]) if event == "prolog" else queries.sacct_argv([int(job)])
+    argv[0] = f"{DEFAULT_BIN}/{argv[0]}"
+    if not os.path.exists(argv[0]):
+        return None
+    env = {**os.environ, "SLURM_TIME_FORMAT": queries.TIME_FORMAT}
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+
+
+def _main(event: str) -> None:
+    query = _query(event)
+    from .hooks import main
+
+    main(event, query)
+    raise SystemExit(0)  # always: a failed PrologSlurmctld makes Slurm requeue the job forever
 
 
 def prolog_main() -> None:
     """PrologSlurmctld."""
-    query = _query([f"{DEFAULT_BIN}/scontrol", "show", "job", "-o", os.environ.get("SLURM_JOB_ID", "")])
-    from .hooks import main
-
-    raise SystemExit(main("prolog", query))
+    _main("prolog")
 
 
 def epilog_main() -> None:
     """EpilogSlurmctld."""
-    job = os.environ.get("SLURM_JOB_ID", "")
-    query = _query([f"{DEFAULT_BIN}/sacct", "-j", job, *SACCT_RUNS])
-    from .hooks import main
-
-    raise SystemExit(main("epilog", query))
+    _main("epilog")

@@ -34,6 +34,7 @@ from . import db, hooks
 from .config import ENV_OVERRIDES, Config, config_path, load
 from .errors import SlurmYoloError
 from .slurm import commands
+from .slurm.records import JobRecord
 
 T = TypeVar("T")
 EVENTS = ("prolog", "epilog")
@@ -158,12 +159,15 @@ class _Handler(socketserver.BaseRequestHandler):
             return
         config, server = self.server.configs.get(env), self.server
         if event == "prolog":
-            job = server.jobs.get(int(env["SLURM_JOB_ID"]))
+            record = server.jobs.get(int(env["SLURM_JOB_ID"]))
             with server.prolog_turn:
-                hooks.main("prolog", env=env, job=job, config=config)
-        else:
-            server.settlements.submit(hooks.main, "epilog", env=env, config=config, runs=server.runs.get)
-        _answer(sock, "ok\n")
+                done = hooks.main("prolog", env=env, record=record, config=config)
+            # "ok" only for a hold that is in the ledger: otherwise the client runs the Python hook,
+            # which tries again and, failing too, leaves the incident reconcile settles.
+            _answer(sock, "ok\n" if done else "error: the prolog did not hold (see hooks.log)\n")
+            return
+        server.settlements.submit(hooks.main, "epilog", env=env, config=config, runs=server.runs.get)
+        _answer(sock, "ok\n")  # queued: a settlement that fails is an incident, and reconcile settles it
 
 
 class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -175,8 +179,8 @@ class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
     def __init__(self, path: Path, workers: int, bin_dir: Path) -> None:
         self.settlements = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="settle")
-        self.jobs = Batched(partial(commands.show_jobs, bin_dir=bin_dir), missing=None)
-        self.runs: Batched[dict[str, tuple[str, int]]] = Batched(partial(commands.job_runs, bin_dir=bin_dir), missing={})
+        self.jobs: Batched[JobRecord] = Batched(partial(commands.current_runs, bin_dir=bin_dir), missing=None)
+        self.runs: Batched[list[JobRecord]] = Batched(partial(commands.job_runs, bin_dir=bin_dir), missing=[])
         self.configs = Configs()
         # Prologs are Python work under one GIL: taken in turn, those a lookup releases together
         # finish one by one instead of all late (thread switches cost more than the wait).

@@ -1,39 +1,45 @@
-"""PrologSlurmctld / EpilogSlurmctld: hold tokens when a job starts, charge and refund when it ends.
+"""PrologSlurmctld / EpilogSlurmctld and reconcile: hold tokens when a run starts, charge and refund
+when it ends, exactly once per run.
 
-Both run as the SlurmUser with no PATH and a bare environment. The amounts come from trusted Slurm
-fields (time limit, allocated GPUs or shards, the partition's k), never from user claims alone; the
-user's own estimate (``--yolo-tokens`` through SPANK, or yolo-sbatch's ``--comment``) is recorded
-beside them. A non-zero PrologSlurmctld exit makes Slurm requeue the job forever, so the prolog
-never fails a job: our own errors are logged as alerts and, by policy, the job runs (``open``) or
-is cancelled (``cancel``). Each invocation appends one JSON line to ``hooks.log`` in the state dir.
+Orchestration only: the facts come from the Slurm adapter (``slurm.records``: fields slurmctld and
+slurmdbd set, never text a user wrote), the amounts from the billing policy (``ledger.policy``),
+the movements from the ledger. Both hooks run as the SlurmUser with no PATH; a non-zero
+PrologSlurmctld exit makes Slurm requeue the job forever, so no hook ever fails a job. A hook that
+cannot do its work leaves a trace that gets it done: an incident in the ledger (``alerts`` and the
+metrics show it) and a line in ``hooks.log``; ``reconcile`` (cron) then holds and settles every GPU
+run sacct knows that the ledger does not, from sacct's own record of that run.
+
+An epilog settles a run only from slurmdbd's final record of it (COMPLETED, TIMEOUT, NODE_FAIL...),
+never from a transitional state: when sacct has none yet (slurmdbd down or behind), the run stays
+held and ``reconcile`` settles it once sacct answers.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import calibration, ledger
+from . import ledger
 from .config import ENV_OVERRIDES, Config, load
 from .errors import SlurmYoloError
-from .ledger import bucket
-from .slurm import commands, parsers
+from .ledger import policy
+from .slurm import commands, detached
+from .slurm.records import JobRecord, from_sacct, from_squeue
 
 if TYPE_CHECKING:
+    import sqlite3
     import subprocess
-    from collections.abc import Callable
 
-    RunsLookup = Callable[[int], dict[str, tuple[str, int]] | None]
+    RunsLookup = Callable[[int], list[JobRecord] | None]
 
-SACCT_LAG_SECONDS = 3.0
-UNFINISHED = {"PENDING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING"}
-REFUND_STATES = {"NODE_FAIL": "refund_node_fail", "BOOT_FAIL": "refund_node_fail", "PREEMPTED": "refund_preempted"}
+SACCT_LAG_SECONDS = 3.0  # how long a hook waits for sacct to catch up with slurmctld
+LATE_SACCT_SECONDS = 900  # then a detached child goes on asking this long (cron's reconcile after that)
+USAGE_NAME = "yolo-usage-{job}.jsonl"
 
 
 def log_event(config: Config, record: dict[str, object]) -> None:
@@ -46,199 +52,202 @@ def log_event(config: Config, record: dict[str, object]) -> None:
         print(json.dumps(record), file=sys.stderr)
 
 
-def _gpus(tres: str, partition: str, config: Config) -> float:
-    """Allocated GPUs: whole GPUs, or shards as a share of one (0 for CPU-only jobs)."""
-    alloc = parsers.tres(tres)
-    gpus = int(alloc.get("gres/gpu", "0") or 0)
-    if gpus:
-        return float(gpus)
-    shards = int(alloc.get("gres/shard", "0") or 0)
-    if shards:
-        per_gpu = config.partition(partition).shards_per_gpu or shards
-        return shards / per_gpu
-    return 0.0
+def cluster_of(env: Mapping[str, str]) -> str:
+    """The cluster a run is keyed under: the name slurmctld gives its hooks (sacct's Cluster field on
+    the other paths), never a setting that could change while jobs run."""
+    name = env.get("SLURM_CLUSTER_NAME", "")
+    if not name:
+        raise SlurmYoloError("no SLURM_CLUSTER_NAME in the hook's environment")
+    return name
 
 
-def user_estimate(env: Mapping[str, str]) -> int | None:
-    """The user's claim: SPANK ``--yolo-tokens``, else the ``eff=`` yolo-sbatch put in the comment."""
-    raw = env.get("SPANK_YOLO_TOKENS")
-    if raw and raw.isdigit():
-        return int(raw)
-    comment = env.get("SLURM_JOB_COMMENT", "")
-    if comment.startswith("yolo:"):
-        for field in comment[5:].split(","):
-            key, _, value = field.partition("=")
-            if key == "eff":
-                try:
-                    return int(float(value))
-                except ValueError:
-                    return None
-    return None
+def _bin_dir(config: Config) -> Path:
+    return Path(config["slurm"]["bin_dir"])
 
 
-def cluster_of(env: Mapping[str, str], config: Config) -> str:
-    """The cluster a run is keyed under: the configured name, else Slurm's."""
-    return config["ledger"]["cluster"] or env.get("SLURM_CLUSTER_NAME") or "default"
+def _rules(config: Config) -> policy.Rules:
+    return policy.Rules(*(bool(config["ledger"][f]) for f in policy.Rules._fields))
 
 
-def run_from_slurm(env: Mapping[str, str], config: Config, job: dict[str, str] | None = None) -> ledger.Run | None:
-    """The running job's trusted fields (``scontrol show job``, unless given); None for jobs with no GPUs."""
-    job_id = int(env["SLURM_JOB_ID"])
-    if job is None:
-        job = commands.show_job(job_id, bin_dir=Path(config["slurm"]["bin_dir"]))
-    partition = job.get("Partition") or env.get("SLURM_JOB_PARTITION", "")
-    gpus = _gpus(job.get("TRES", ""), partition, config)
-    if not gpus:
+def billable_run(lg: ledger.Ledger, record: JobRecord, cluster: str, config: Config, at: float,
+                 restart: int) -> tuple[ledger.Run, int] | None:  # fmt: skip
+    """The run and what it holds: its time limit (or the configured cap) x its GPUs x the partition's
+    price at ``at`` x its QOS tier's rate. None for a run without GPUs (not metered)."""
+    share = policy.gpus(record.tres, config.partition(record.partition).shards_per_gpu)
+    if not share:
         return None
-    user = env.get("SLURM_JOB_USER") or job.get("UserId", "").split("(")[0]
-    return ledger.Run(
-        cluster=cluster_of(env, config),
-        job_id=job_id,
-        submit_time=job.get("SubmitTime", ""),
-        restart=int(env.get("SLURM_JOB_RESTART_COUNT") or job.get("Restarts") or 0),
-        account=env.get("SLURM_JOB_ACCOUNT") or job.get("Account", ""),
-        user=user,
-        partition=partition,
-        qos=job.get("QOS", ""),
-        gpus=gpus,
-        k=calibration.load(config, partition).model.k,
-        time_limit=parsers.duration(job.get("TimeLimit", "")) or 0,
-    )
+    seconds = policy.hold_seconds(record.time_limit, int(config["ledger"]["unlimited_hold_hours"] * 3600))
+    price = lg.price_at(record.partition, at, int(config["ledger"]["default_price"]))
+    rate = lg.tier_rate(record.qos)
+    run = ledger.Run(cluster, record.job_id, record.submit, restart, record.account, record.user, record.partition,
+                     record.qos, float(share), record.time_limit, seconds, price, rate)  # fmt: skip
+    return run, policy.tokens(seconds, share, price, policy.exact(rate))
 
 
 def _enforce_later(config: Config, account: str) -> None:
     """Sync the account's Slurm limit with the ledger in a detached child (sacctmgr takes ~0.3 s and
     the hook must not wait; the child reads the ledger afresh, so racing children agree)."""
     if config["ledger"]["enforce"]:
-        spawn_detached([sys.executable, "-m", "slurm_yolo", "ledger", "enforce", "--account", account], config)
+        spawn_python(["ledger", "enforce", "--account", account], config)
 
 
-def spawn_detached(argv: list[str], config: Config) -> None:
-    """Start ``argv`` in its own session, not waited for (no inherited stdio), with the config and
-    state this hook used (in hookd they come from the hook's environment, not the server's)."""
-    import subprocess
+def _child_env(config: Config) -> dict[str, str]:
+    """The environment of a detached child: the config and state this hook used (in hookd they come
+    from the hook's environment, not the server's)."""
+    return {k: v for k, v in os.environ.items() if k not in ENV_OVERRIDES} | config.env
 
-    env = {k: v for k, v in os.environ.items() if k not in ENV_OVERRIDES} | config.env
-    subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True, close_fds=True, env=env)  # fmt: skip
+
+def spawn_python(args: list[str], config: Config) -> None:
+    """``slurm-yolo ARGS`` in a detached child."""
+    detached([sys.executable, "-m", "slurm_yolo", *args], _child_env(config))
 
 
 def prolog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] | None = None,
-           job: dict[str, str] | None = None) -> dict[str, object]:  # fmt: skip
-    """Hold the most the run can use: time limit x GPUs / k x the QOS tier's rate. ``job``: the
-    controller's record when the caller has it (hookd looks up many jobs in one call)."""
-    if job is None:
-        out = _collect(query, config)
-        job = parsers.scontrol_record(out.splitlines()[0]) if out.strip() else None
-    run = run_from_slurm(env, config, job)
-    if run is None:
-        return {"event": "prolog", "job": env.get("SLURM_JOB_ID"), "skipped": "no GPUs"}
+           record: JobRecord | None = None) -> dict[str, object]:  # fmt: skip
+    """Hold the most the run can cost. ``record``: the controller's record of the job when the caller
+    has it (hookd looks up many jobs in one call); else the query hook_entry started, else a lookup."""
+    job_id = int(env["SLURM_JOB_ID"])
+    cluster = cluster_of(env)
+    if record is None:
+        found = {r.job_id: r for r in from_squeue(_collect(query, config))}
+        record = found.get(job_id) or commands.current_runs([job_id], bin_dir=_bin_dir(config)).get(job_id)
+    if record is None:
+        raise SlurmYoloError(f"job {job_id}: the controller printed no complete record of it")
+    estimate = policy.user_estimate(env.get("SPANK_YOLO_TOKENS"), env.get("SLURM_JOB_COMMENT"))
     with ledger.writer(config) as lg:
-        amount = int(bucket.gpu_tokens(run.time_limit, run.gpus, run.k) * lg.tier_rate(run.qos))
-        held, blocked = lg.hold(run, amount, user_estimate(env), actor="prolog")
+        found_run = billable_run(lg, record, cluster, config, time.time(), record.restarts)
+        if found_run is None:
+            return {"event": "prolog", "job": job_id, "skipped": "no GPUs"}
+        run, amount = found_run
+        held, blocked = lg.hold(run, amount, estimate, actor="prolog")
     if blocked is not None:
         _enforce_later(config, run.account)
-    return {"event": "prolog", "job": run.job_id, "key": run.key, "hold": amount, "new": held}
+    return {"event": "prolog", "job": job_id, "key": run.key, "hold": amount, "new": held}
 
 
-def run_records(job_id: int, config: Config, query: subprocess.Popen[str] | None = None) -> dict[str, tuple[str, int]] | None:
-    """slurmdbd's record of each run of the job (``parsers.run_records``); None when sacct fails."""
-    try:
-        out = _collect(query, config)
-        found = parsers.run_records(out) if out.strip() else commands.job_runs([job_id], Path(config["slurm"]["bin_dir"]))
-    except SlurmYoloError:
-        return None
-    return found.get(job_id, {})
+def settle_runs(lg: ledger.Ledger, runs: list[JobRecord], config: Config, actor: str, cluster: str = "",
+                estimate: int | None = None) -> list[tuple[JobRecord, sqlite3.Row, ledger.Settlement]]:  # fmt: skip
+    """Settle every run in ``runs`` (sacct's records of one job, oldest first) that has ended and is
+    not settled yet; a run that was never held (its prolog failed) is held first, at the price in
+    effect when it started. Runs still going on are left alone, and so are runs that never started
+    and hold nothing."""
+    done = []
+    for restart, rec in enumerate(runs):
+        if not rec.final:
+            continue
+        key = ledger.run_key(rec.cluster or cluster, rec.job_id, rec.submit)
+        row = lg.run(key)
+        if row is None:
+            if not rec.start:
+                continue
+            found = billable_run(lg, rec, rec.cluster or cluster, config, rec.start, restart)
+            if found is None:
+                continue
+            lg.hold(found[0], found[1], estimate, actor=actor)
+            row = lg.run(key)
+        if row is None or row["state"] != "held":
+            continue
+        amount = policy.charge(rec.state, rec.elapsed, row["hold"], policy.exact(row["gpus"]), row["price"],
+                               policy.exact(row["rate"]), _rules(config))  # fmt: skip
+        settled = lg.settle(key, amount, rec.state, rec.elapsed, actor=actor)
+        if settled is not None:
+            done.append((rec, row, settled))
+    return done
 
 
-def ended_run(lg: ledger.Ledger, env: Mapping[str, str], config: Config, query: subprocess.Popen[str] | None,
-              runs: RunsLookup | None) -> tuple[sqlite3.Row | None, str, int]:  # fmt: skip
-    """The run this epilog ends, with its final state and elapsed seconds.
-
-    It is the newest run still held whose slurmdbd record is final (a requeued run's says REQUEUED,
-    while the next one may already be pending or running). slurmctld reports runs to slurmdbd
-    asynchronously, so an epilog can find its run still PENDING or RUNNING there: it asks again for
-    a few seconds. Without a final record (slurmdbd down or behind) it settles from what it has:
-    the run's own record, else the controller's view."""
-    job_id = int(env["SLURM_JOB_ID"])
-    cluster = cluster_of(env, config)
-    restart = int(env.get("SLURM_JOB_RESTART_COUNT") or 0)
-    bin_dir = Path(config["slurm"]["bin_dir"])
-    deadline = time.monotonic() + SACCT_LAG_SECONDS
-    controller: dict[str, str] | None = None
-    while True:
-        records = runs(job_id) if runs else run_records(job_id, config, query)
-        query = None
-        held = lg.held_runs(cluster, job_id, restart)
-        for row in held:
-            state, elapsed = (records or {}).get(row["submit_time"], ("", 0))
-            if state and state not in UNFINISHED:
-                return row, state, elapsed
-        if not held or records is None or time.monotonic() >= deadline:
-            break
-        if controller is None:  # a run that never started (an epilog run by hand) will not catch up
-            controller = commands.show_job(job_id, bin_dir=bin_dir)
-            if controller.get("JobState") == "PENDING" and held[0]["restart"] == restart:
-                break
-        time.sleep(0.1)
-    run = lg.ended_run(cluster, job_id, restart, requeued=False)
-    if run is not None and records and run["submit_time"] in records:
-        return (run, *records[run["submit_time"]])
-    job = controller or commands.show_job(job_id, bin_dir=bin_dir)
-    return run, job.get("JobState", "UNKNOWN"), parsers.duration(job.get("RunTime", "")) or 0
-
-
-def charge_for(state: str, elapsed: int, row: sqlite3.Row, rate: float, config: Config) -> int:
-    """What the run pays, by cause: failures of the machine are refunded, a job's own TIMEOUT pays
-    its whole hold, everything else (completed, failed, cancelled, requeued) pays the time it ran."""
-    flag = REFUND_STATES.get(state)
-    if flag and config["ledger"][flag]:
-        return 0
-    if state == "TIMEOUT" and config["ledger"]["charge_timeout_full"]:
-        return int(row["hold"])
-    return int(bucket.gpu_tokens(elapsed, float(row["gpus"]), float(row["k"])) * rate)
+def _unfinished(lg: ledger.Ledger, runs: list[JobRecord], cluster: str, job_id: int) -> bool:
+    """Whether sacct has yet to report the end of a run of this job that started (slurmctld tells
+    slurmdbd asynchronously: an epilog can be ahead of it). A held run sacct does not know yet
+    counts; one it shows never started (an epilog run by hand on a pending job) does not."""
+    by_key = {ledger.run_key(r.cluster or cluster, r.job_id, r.submit): r for r in runs}
+    for row in lg.held_runs(cluster, job_id):
+        rec = by_key.get(row["job_key"])
+        if rec is None or (rec.start and not rec.final):
+            return True
+    return any(not r.final and r.start and r.tres for r in runs)
 
 
 def epilog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] | None = None,
            runs: RunsLookup | None = None) -> dict[str, object]:  # fmt: skip
-    """Charge what the run occupied and refund the rest of its hold, exactly once. ``runs``: looks
-    up slurmdbd's records of a job, in place of a sacct call of its own (hookd merges many)."""
+    """Charge what each ended run of the job used and refund the rest of its hold, exactly once.
+    ``runs``: looks up slurmdbd's records of a job in place of a sacct call of its own (hookd merges
+    many). Without a final record within a few seconds, the run stays held for ``reconcile``."""
     job_id = int(env["SLURM_JOB_ID"])
-    cluster = cluster_of(env, config)
-    with ledger.writer(config) as lg:
-        row, state, elapsed = ended_run(lg, env, config, query, runs)
-        if row is None:  # the prolog never recorded this run (it failed open): hold now, then settle
-            run = run_from_slurm(env, config)
-            if run is None:
-                return {"event": "epilog", "job": job_id, "skipped": "no GPUs"}
-            lg.hold(run, int(bucket.gpu_tokens(run.time_limit, run.gpus, run.k) * lg.tier_rate(run.qos)),
-                    user_estimate(env), actor="epilog")  # fmt: skip
-            row = lg.ended_run(cluster, job_id, run.restart, requeued=False)
-        assert row is not None
-        charge = charge_for(state, elapsed, row, lg.tier_rate(row["qos"]), config)
-        done = lg.settle(row["job_key"], charge, state, elapsed, actor="epilog")
-    if done is None:
-        return {"event": "epilog", "job": job_id, "key": row["job_key"], "repeat": True}
+    cluster = cluster_of(env)
+    estimate = policy.user_estimate(env.get("SPANK_YOLO_TOKENS"), env.get("SLURM_JOB_COMMENT"))
+    done, waiting = settle_job(config, job_id, cluster, SACCT_LAG_SECONDS, "epilog", estimate, query, runs)
+    for rec, row, settled in done:
+        after_settlement(config, rec, row, settled, env)
+    if waiting:  # sacct is behind (or down): a detached child keeps asking, then cron's reconcile
+        follow = ["--work-dir", env.get("SLURM_JOB_WORK_DIR", ""), "--uid", env.get("SLURM_JOB_UID", "")]
+        spawn_python(["ledger", "reconcile", "--job", str(job_id), "--cluster", cluster, "--wait", str(LATE_SACCT_SECONDS),
+                      *follow], config)  # fmt: skip
+    if not done:
+        return {"event": "epilog", "job": job_id, "left": "held: settled once sacct has its end" if waiting else "nothing held"}
+    return {"event": "epilog", "job": job_id, "settled": [
+        {"key": s.key, "state": rec.state, "elapsed": rec.elapsed, "charge": s.charge, "refund": s.refund}
+        for rec, _, s in done]}  # fmt: skip
+
+
+def settle_job(config: Config, job_id: int, cluster: str, wait: float, actor: str, estimate: int | None = None,
+               query: subprocess.Popen[str] | None = None, runs: RunsLookup | None = None,
+               ) -> tuple[list[tuple[JobRecord, sqlite3.Row, ledger.Settlement]], bool]:  # fmt: skip
+    """Settle the job's ended runs from sacct, asking again for up to ``wait`` seconds while a run it
+    holds (or one that started) has no final record there yet; what was settled, and whether one
+    is still waiting for sacct."""
+    deadline = time.monotonic() + wait
+    pause = 0.1
+    while True:
+        found = _job_runs(job_id, config, query, runs)
+        query = None
+        if found is None:  # sacct did not answer at all
+            waiting = True
+        else:
+            with ledger.writer(config) as lg:
+                done = settle_runs(lg, found, config, actor, cluster, estimate)
+                waiting = not done and _unfinished(lg, found, cluster, job_id)
+            if done or not waiting:
+                return done, False
+        if time.monotonic() + pause >= deadline:
+            return [], waiting
+        time.sleep(pause)
+        pause = min(pause * 2, 5.0)
+
+
+def _job_runs(job_id: int, config: Config, query: subprocess.Popen[str] | None,
+              runs: RunsLookup | None) -> list[JobRecord] | None:  # fmt: skip
+    """sacct's records of the job's runs; None when sacct cannot be asked."""
+    if runs is not None:
+        found = runs(job_id)
+        if found is not None:
+            return found
+    out = _collect(query, config)
+    if out:
+        return [r for r in from_sacct(out) if r.job_id == job_id]
+    try:
+        return commands.job_runs([job_id], bin_dir=_bin_dir(config)).get(job_id, [])
+    except SlurmYoloError:
+        return None
+
+
+def after_settlement(config: Config, rec: JobRecord, row: sqlite3.Row, done: ledger.Settlement,
+                     env: Mapping[str, str] | None = None) -> None:  # fmt: skip
+    """What follows a settlement, detached: the account's Slurm limit, the AdminComment summary, and
+    (for a completed run whose hook knows the job's work dir and user) the time model's feedback."""
     if done.blocked is not None:
         _enforce_later(config, done.account)
     if config["ledger"]["admin_comment"]:
-        write_admin_comment(config, job_id, row["estimate"], done, float(row["k"]), state, elapsed)
-    usage = Path(env.get("SLURM_JOB_WORK_DIR", "/nonexistent")) / f"yolo-usage-{job_id}.jsonl"
-    if state == "COMPLETED" and config["ledger"]["feedback"] and os.access(usage, os.R_OK):
-        spawn_detached([sys.executable, "-m", "slurm_yolo", "feedback", "--job", str(job_id), "--partition",
-                        str(row["partition"]), "--cluster", cluster, str(usage)], config)  # fmt: skip
-    return {"event": "epilog", "job": job_id, "key": done.key, "state": state, "elapsed": elapsed,
-            "charge": done.charge, "refund": done.refund}  # fmt: skip
-
-
-def write_admin_comment(config: Config, job_id: int, estimate: int | None, done: ledger.Settlement, k: float,
-                        state: str, elapsed: int) -> None:  # fmt: skip
-    """The accounting summary in the job's AdminComment, so sacct alone can rebuild it (detached:
-    from the epilog only sacctmgr can set it, and it takes ~0.3 s)."""
-    summary = (f"yolo:est={estimate or ''},hold={done.hold},charge={done.charge},refund={done.refund},"
-               f"k={k:.6g},state={state},elapsed={elapsed}")  # fmt: skip
-    spawn_detached([f"{config['slurm']['bin_dir']}/sacctmgr", "-i", "modify", "job", "where", f"jobid={job_id}",
-                    "set", f"AdminComment={summary}"], config)  # fmt: skip
+        summary = (f"yolo:est={row['estimate'] if row['estimate'] is not None else ''},hold={done.hold},"
+                   f"charge={done.charge},refund={done.refund},price={row['price']},rate={row['rate']:g},"
+                   f"state={rec.state},elapsed={rec.elapsed}")  # fmt: skip
+        detached(["sacctmgr", "-i", "modify", "job", "where", f"jobid={rec.job_id}", "set", f"AdminComment={summary}"],
+                 _child_env(config), _bin_dir(config))  # fmt: skip
+    env = env or {}
+    work_dir, uid = env.get("SLURM_JOB_WORK_DIR", ""), env.get("SLURM_JOB_UID", "")
+    if rec.state == "COMPLETED" and config["ledger"]["feedback"] and work_dir.startswith("/") and uid.isdigit():
+        usage = Path(work_dir) / USAGE_NAME.format(job=rec.job_id)
+        spawn_python(["feedback", "--job", str(rec.job_id), "--partition", rec.partition, "--cluster",
+                      rec.cluster or cluster_of(env), "--uid", uid, str(usage)], config)  # fmt: skip
 
 
 def _collect(query: subprocess.Popen[str] | None, config: Config) -> str:
@@ -253,44 +262,89 @@ def _collect(query: subprocess.Popen[str] | None, config: Config) -> str:
 
 
 def main(event: str, query: subprocess.Popen[str] | None = None, env: Mapping[str, str] | None = None,
-         job: dict[str, str] | None = None, config: Config | None = None, runs: RunsLookup | None = None) -> int:  # fmt: skip
+         record: JobRecord | None = None, config: Config | None = None, runs: RunsLookup | None = None) -> bool:  # fmt: skip
     """A hook invocation (in its own process, or in hookd with the hook's ``env``, the config, the
-    prolog's ``job`` and the epilog's ``runs``): never a non-zero exit (Slurm would requeue the job
-    forever)."""
+    prolog's ``record`` and the epilog's ``runs``). True when it did its work; a failure is logged and
+    recorded as an incident, and the caller still exits 0 (Slurm would requeue the job forever)."""
     env = dict(os.environ) if env is None else env
     try:
         config = config or load(env=env)
     except Exception as e:  # noqa: BLE001 - a broken config must not requeue every job
         print(f"slurm-yolo {event}: config: {e}", file=sys.stderr)
-        return 0
+        return False
     try:
-        record = prolog(env, config, query, job) if event == "prolog" else epilog(env, config, query, runs)
-        log_event(config, record)
+        log_event(config, prolog(env, config, query, record) if event == "prolog" else epilog(env, config, query, runs))
+        return True
     except Exception as e:  # noqa: BLE001 - never let our failure become Slurm's requeue loop
-        log_event(config, {"event": event, "job": env.get("SLURM_JOB_ID"), "alert": f"{type(e).__name__}: {e}"})
-        if event == "prolog" and config["ledger"]["prolog_errors"] == "cancel" and env.get("SLURM_JOB_ID"):
-            spawn_detached([f"{config['slurm']['bin_dir']}/scancel", env["SLURM_JOB_ID"]], config)
-    return 0
+        error = f"{type(e).__name__}: {e}"
+        log_event(config, {"event": event, "job": env.get("SLURM_JOB_ID"), "alert": error})
+        _record_incident(config, env, event, error)
+        if event == "prolog" and config["ledger"]["prolog_errors"] == "cancel" and env.get("SLURM_JOB_ID", "").isdigit():
+            detached(["scancel", env["SLURM_JOB_ID"]], _child_env(config), _bin_dir(config))
+        return False
 
 
-def reconcile(config: Config, min_age_seconds: float = 300) -> list[dict[str, object]]:
-    """Settle runs still held after their run ended (an epilog lost to a slurmdbd or controller outage),
-    from sacct's record of that very run (matched by submit time). Runs Slurm still shows as running,
-    and younger holds, are left alone."""
-    bin_dir = Path(config["slurm"]["bin_dir"])
-    done = []
+def _record_incident(config: Config, env: Mapping[str, str], event: str, error: str) -> None:
+    """Best effort: when the ledger itself is what failed, hooks.log and reconcile remain."""
+    try:
+        with ledger.writer(config) as lg:
+            lg.record_incident(env.get("SLURM_CLUSTER_NAME", ""), int(env.get("SLURM_JOB_ID") or 0), event, error)
+    except Exception:  # noqa: BLE001, S110 - the log line above already says what failed
+        pass
+
+
+def reconcile_job(config: Config, job_id: int, cluster: str, wait: float, work_dir: str = "",
+                  uid: str = "") -> list[dict[str, object]]:  # fmt: skip
+    """Settle one job's ended runs once sacct has them (what an epilog left waiting); ``work_dir`` and
+    ``uid``, the epilog's, let the time model's feedback follow as it would have."""
+    done, _ = settle_job(config, job_id, cluster, wait, "reconcile")
+    env = {"SLURM_JOB_WORK_DIR": work_dir, "SLURM_JOB_UID": uid, "SLURM_CLUSTER_NAME": cluster}
+    for rec, row, settled in done:
+        after_settlement(config, rec, row, settled, env)
+    return [{"key": s.key, "state": rec.state, "charge": s.charge, "refund": s.refund} for rec, _, s in done]
+
+
+def reconcile(config: Config, window_days: float | None = None, min_age_seconds: float = 0.0) -> list[dict[str, object]]:
+    """What the hooks missed, from sacct: settle every ended GPU run of the last ``window_days``
+    (``ledger.reconcile_days``) that the ledger has not settled, holding first those never held, and
+    those of older holds still open; hold the running GPU runs that no prolog held. Runs held less
+    than ``min_age_seconds`` ago are left to their epilog."""
+    bin_dir = _bin_dir(config)
+    now = time.time()
+    window = config["ledger"]["reconcile_days"] if window_days is None else window_days
+    by_job: dict[int, list[JobRecord]] = {}
+    for rec in commands.runs_since(now - window * 86400, bin_dir=bin_dir):
+        by_job.setdefault(rec.job_id, []).append(rec)
+    reader = ledger.reader(config)
+    if reader is not None:
+        with reader:
+            older = {row["job_id"] for row in reader.stale_holds(now)} - set(by_job)
+        if older:
+            by_job.update(commands.job_runs(sorted(older), bin_dir=bin_dir))
+    out: list[dict[str, object]] = []
+    settled = []
     with ledger.writer(config) as lg:
-        stale = lg.conn.execute("SELECT * FROM jobs WHERE state = 'held' AND held_at < ?",
-                                (time.time() - min_age_seconds,)).fetchall()  # fmt: skip
-        found = commands.job_runs(sorted({row["job_id"] for row in stale}), bin_dir=bin_dir) if stale else {}
-        for row in stale:
-            state, elapsed = found.get(row["job_id"], {}).get(row["submit_time"], ("", 0))
-            if not state or state in UNFINISHED:
+        for job_id in sorted(by_job):
+            runs = sorted(by_job[job_id], key=lambda r: r.submit)
+            if not runs:  # a hold on a job sacct has no record of: nothing to settle it from
                 continue
-            charge = charge_for(state, elapsed, row, lg.tier_rate(row["qos"]), config)
-            settled = lg.settle(row["job_key"], charge, state, elapsed, actor="reconcile")
-            if settled:
-                done.append({"key": settled.key, "state": state, "charge": settled.charge, "refund": settled.refund})
-                if settled.blocked is not None:
-                    _enforce_later(config, settled.account)
-    return done
+            fresh = {row["job_key"] for row in lg.held_runs(runs[0].cluster, job_id) if row["held_at"] > now - min_age_seconds}
+            runs = [r for r in runs if ledger.run_key(r.cluster, r.job_id, r.submit) not in fresh]
+            settled += settle_runs(lg, runs, config, "reconcile")
+            out += _hold_running(lg, runs, config)
+    for rec, row, done in settled:
+        after_settlement(config, rec, row, done)
+        out.append({"key": done.key, "state": rec.state, "charge": done.charge, "refund": done.refund})
+    return out
+
+
+def _hold_running(lg: ledger.Ledger, runs: list[JobRecord], config: Config) -> list[dict[str, object]]:
+    """Hold the job's running GPU run if no prolog did (a failed prolog must not leave it free)."""
+    out: list[dict[str, object]] = []
+    for restart, rec in enumerate(runs):
+        if rec.state != "RUNNING" or not rec.start or lg.run(ledger.run_key(rec.cluster, rec.job_id, rec.submit)):
+            continue
+        found = billable_run(lg, rec, rec.cluster, config, rec.start, restart)
+        if found is not None and lg.hold(found[0], found[1], None, actor="reconcile")[0]:
+            out.append({"key": found[0].key, "state": "RUNNING", "hold": found[1]})
+    return out

@@ -3,7 +3,9 @@
 Samples are the jobs' measured runs (fed back by the epilog) and the run folders admins calibrated
 from. The fit is robust (Huber on relative error: a user's broken job does not move k), needs a
 minimum number of runs in the window, and moves k at most ``max_step`` per refit; every change
-lands in the history. It also reports the time-limit buffer the residuals would justify.
+lands in the history. It also reports the time-limit buffer the residuals would justify, and the
+price that would bill each partition at its measured throughput, for an admin to apply or not: a
+refit never changes what a run costs.
 """
 
 from __future__ import annotations
@@ -29,8 +31,14 @@ class Refit:
     buffer_justified: float
     buffer_configured: float
 
+    @property
+    def proposed_price(self) -> int:
+        """Tokens per GPU-second that would bill a GPU-second at the measured throughput (1e6 / k):
+        a proposal only. Prices are set by an admin (``ledger price set``), never by a refit."""
+        return max(1, round(1e6 / self.new.k)) if self.new.k > 0 else 0
+
     def to_dict(self) -> dict[str, object]:
-        return {**asdict(self), "old": asdict(self.old), "new": asdict(self.new)}
+        return {**asdict(self), "old": asdict(self.old), "new": asdict(self.new), "proposed_price": self.proposed_price}
 
 
 def refit_partition(store: calibration.Store, partition: str, window_days: float, min_samples: int,

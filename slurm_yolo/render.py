@@ -136,8 +136,29 @@ def directives(plan: Plan, opts: JobOptions) -> list[tuple[str, str]]:
         if not raw.startswith("-"):
             raise UsageError(f"--sbatch-arg {raw!r}: give a whole option such as --exclusive or --nice=10")
         option, _, value = raw.partition("=")
+        planned = planned_option(option)
+        if planned:
+            raise UsageError(f"--sbatch-arg {raw!r}: yolo-sbatch sets {planned} from its plan (a later #SBATCH line "
+                             "would override it); use yolo-sbatch's own options")  # fmt: skip
         pairs.append((option, value))
     return pairs
+
+
+# What the plan decides (time, GPUs, QOS tier, the comment with its estimate, the requeue and
+# checkpoint signal), and the options yolo-sbatch has flags for: not to be overridden by --sbatch-arg.
+PLANNED = ("--time", "--time-min", "--gres", "--gpus", "--gpus-per-node", "--gpus-per-task", "--gpus-per-socket",
+           "--qos", "--comment", "--partition", "--account", "--job-name", "--yolo-tokens", "--signal", "--requeue",
+           "--no-requeue", "--cpus-per-task", "--cpus-per-gpu", "--output", "--error", "--array", "--wrap")  # fmt: skip
+PLANNED_SHORT = {"t": "--time", "G": "--gpus", "q": "--qos", "p": "--partition", "A": "--account", "J": "--job-name",
+                 "c": "--cpus-per-task", "o": "--output", "e": "--error", "a": "--array"}  # fmt: skip
+
+
+def planned_option(option: str) -> str | None:
+    """The planned option ``option`` would set, or None. sbatch takes any unambiguous prefix of a long
+    option (``--tim`` is ``--time``) and a short option's value attached (``-t5``)."""
+    if option.startswith("--"):
+        return next((p for p in PLANNED if len(option) > 2 and p.startswith(option)), None)
+    return PLANNED_SHORT.get(option[1:2])
 
 
 def render(plan: Plan, opts: JobOptions, train_words: tuple[str, ...]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -9,15 +10,21 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import pytest
 
+from slurm_yolo import config as config_mod
+from slurm_yolo import ledger
 from slurm_yolo.synthetic import make_dataset
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
+# Written by deploy/minicluster, and by nothing else: one file per bundled cluster (release).
+MARKERS = Path("/var/lib/slurm-yolo-cluster/clusters")
+RELEASES = ("22.05", "24.11")
+VENV_BIN = Path("/opt/slurm-yolo/venv/bin")
 FONT = next(iter(sorted(Path("/usr/share/fonts/truetype").rglob("*.ttf"))), None) if Path("/usr/share/fonts/truetype").is_dir() else None
 
 
@@ -49,20 +56,153 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_dataset(root, train=16, val=8, size=96)
 
 
-def _cluster_up() -> bool:
-    try:
-        return subprocess.run(["/usr/bin/scontrol", "ping"], capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+def _missing(why: str) -> None:
+    """Under CI a missing cluster fails, never skips."""
+    if IN_CI:
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+class Slurm(NamedTuple):
+    """One bundled cluster (deploy/minicluster), known by the marker only minicluster writes. Its
+    hooks keep their own config and state, never a site's /etc/slurm-yolo or /var/lib/slurm-yolo."""
+
+    release: str
+    name: str  # ClusterName
+    root: Path  # "/" or the Debian 13 chroot
+    bin_dir: Path  # its commands (for 24.11: wrappers that run them in the chroot)
+    config_path: Path  # the hooks' config (the same path inside the chroot)
+    state_dir: Path
+
+    def config(self) -> config_mod.Config:
+        return config_mod.load(self.config_path, env={"SLURM_YOLO_CONFIG": str(self.config_path)})
+
+    def env(self, user: str | None = None) -> dict[str, str]:
+        """An environment for this cluster's commands and slurm-yolo's, as root or as ``user``."""
+        env = {k: v for k, v in os.environ.items() if k not in ("SLURM_YOLO_HOME", "MINICLUSTER_USER")}
+        env["SLURM_YOLO_CONFIG"] = str(self.config_path)
+        if user:
+            env |= {"HOME": f"/home/{user}", "USER": user, "LOGNAME": user}
+        if user and user != "root" and self.root != Path("/"):
+            env["MINICLUSTER_USER"] = user
+        return env
+
+    def cmd(self, *argv: str, user: str | None = None, input: str | None = None, check: bool = True,
+            cwd: str = "/tmp") -> subprocess.CompletedProcess[str]:  # fmt: skip
+        """A Slurm command of this cluster (``argv[0]`` from its bin dir), as root or as ``user``."""
+        full = [str(self.bin_dir / argv[0]), *argv[1:]]
+        if user and self.root == Path("/"):
+            full = ["/usr/sbin/runuser", "-u", user, "--", *full]
+        res = subprocess.run(full, input=input, capture_output=True, text=True, env=self.env(user), cwd=cwd, timeout=120)
+        if check and res.returncode != 0:
+            raise AssertionError(f"{argv[0]} failed: {res.stderr.strip()}")
+        return res
+
+    def sbatch(self, *args: str, script: str = "sleep 1", user: str | None = None) -> int:
+        res = self.cmd("sbatch", "--parsable", "-o", "/dev/null", *args, user=user, input=f"#!/bin/bash\n{script}\n")
+        return int(res.stdout.strip().split(";")[0])
+
+    def cli(self, *args: str, user: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """``slurm-yolo ARGS`` on this cluster's config, where its users run it: the installed one on
+        the host, the source tree with the chroot's Python 3.13 on Debian 13."""
+        argv = [str(VENV_BIN / "slurm-yolo"), *args]
+        if self.root != Path("/"):
+            argv = ["/usr/sbin/chroot", f"--userspec={user or 'root'}:{user or 'root'}", str(self.root), "/usr/bin/env",
+                    "PYTHONPATH=/opt/slurm-yolo/src", "PYTHONDONTWRITEBYTECODE=1", "/usr/bin/python3", "-m", "slurm_yolo", *args]  # fmt: skip
+        elif user:
+            argv = ["/usr/sbin/runuser", "-u", user, "--", *argv]
+        res = subprocess.run(argv, capture_output=True, text=True, env=self.env(user), cwd="/tmp", timeout=300)
+        if check and res.returncode != 0:
+            raise AssertionError(f"slurm-yolo {' '.join(args)} failed: {res.stdout}{res.stderr}")
+        return res
+
+    def hook(self, event: str, env: dict[str, str]) -> int:
+        """Run this cluster's own PrologSlurmctld or EpilogSlurmctld by hand, with ``env``."""
+        argv = [str(self.config_path.parent / event), event]
+        if self.root != Path("/"):
+            argv = ["/usr/sbin/chroot", str(self.root), *argv]
+        return subprocess.run(argv, env={"PATH": "/usr/bin:/bin", **env}, timeout=120).returncode
+
+    def ledger(self) -> ledger.Ledger:
+        lg = ledger.reader(self.config())
+        assert lg is not None, f"no ledger in {self.state_dir}"
+        return lg
+
+    def runs(self, job: int) -> list[dict[str, Any]]:
+        with self.ledger() as lg:
+            return [dict(r) for r in lg.runs(job)]
+
+    def settled(self, job: int, count: int = 1, timeout: float = 90) -> list[dict[str, Any]]:
+        """The job's first ``count`` runs once all are settled, oldest first."""
+
+        def find() -> list[dict[str, Any]] | None:
+            rows = sorted((r for r in self.runs(job) if r["state"] == "settled"), key=lambda r: r["submit_time"])
+            return rows if len(rows) >= count else None
+
+        return poll(f"job {job}: {count} run(s) settled on {self.release}", find, timeout)
+
+    def sacct(self, job: int) -> list[dict[str, str]]:
+        """slurmdbd's own record of each run, read here without slurm-yolo's parsers: the test's facts."""
+        fields = ["Submit", "State", "ElapsedRaw", "AllocTRES", "TimelimitRaw"]
+        res = self.cmd("sacct", "-X", "-D", "-n", "-P", "-j", str(job), "-o", ",".join(fields))
+        return [dict(zip(fields, line.split("|"))) for line in res.stdout.splitlines() if line.strip()]
+
+    def ended(self, job: int, count: int = 1, timeout: float = 120) -> list[dict[str, str]]:
+        """sacct's records of the job's first ``count`` runs, once all have ended."""
+        unfinished = {"PENDING", "RUNNING", "REQUEUED", "COMPLETING", ""}
+
+        def find() -> list[dict[str, str]] | None:
+            rows = self.sacct(job)
+            ended = [r for r in rows if r["State"].split(" ")[0] not in unfinished or r["State"] == "REQUEUED"]
+            return rows if len(ended) >= count and len(rows) >= count else None
+
+        return poll(f"job {job}: {count} run(s) ended in sacct on {self.release}", find, timeout)
+
+
+def cluster_of_release(release: str) -> Slurm:
+    """The bundled cluster of ``release``, once its marker and its slurm.conf agree."""
+    path = MARKERS / f"{release}.json"
+    if not path.is_file():
+        _missing(f"no bundled Slurm {release} cluster (deploy/minicluster up): {path} is missing")
+    m = json.loads(path.read_text())
+    conf = Path(m["conf_dir"]) / "slurm.conf"
+    if f"# slurm-yolo-minicluster-id: {m['id']}" not in (conf.read_text() if conf.is_file() else ""):
+        pytest.fail(f"{conf} was not written by deploy/minicluster ({path}): refusing to touch this Slurm")
+    slurm = Slurm(release, m["cluster"], Path(m["root"]), Path(m["bin_dir"]), Path(m["config"]), Path(m["state_dir"]))
+    if slurm.cmd("scontrol", "ping", check=False).returncode != 0:
+        _missing(f"the bundled Slurm {release} cluster is not running (deploy/minicluster up)")
+    assert slurm.config().state_dir == slurm.state_dir and not str(slurm.state_dir).startswith("/var/lib/slurm-yolo/")
+    fund(slurm, ("vision", "research"), 10**15)  # a fresh cluster's first GPU job would leave them dry
+    return slurm
+
+
+def fund(slurm: Slurm, accounts: tuple[str, ...], target: int) -> None:
+    """Set the accounts' balances to ``target``, as an admin would, and let Slurm start their jobs."""
+    with ledger.writer(slurm.config()) as lg:
+        for account in accounts:
+            row = lg.account(account)
+            lg.credit(account, target - (row["balance"] if row else 0), "test", "test setup", kind="adjustment")
+    slurm.cli("ledger", "enforce", *[a for account in accounts for a in ("--account", account)])
 
 
 @pytest.fixture(scope="session")
-def cluster() -> None:
-    """The real local Slurm (deploy/minicluster up). Under CI a missing cluster fails, never skips."""
-    if not _cluster_up():
-        if IN_CI:
-            pytest.fail("the local Slurm cluster is not running (deploy/minicluster up)")
-        pytest.skip("the local Slurm cluster is not running (deploy/minicluster up)")
+def cluster() -> Slurm:
+    """The real local Slurm 22.05 (deploy/minicluster up), with the hooks' config and state."""
+    return cluster_of_release("22.05")
+
+
+@pytest.fixture(scope="session", params=RELEASES)
+def slurm(request: pytest.FixtureRequest) -> Slurm:
+    """Each bundled cluster in turn: the money path's tests run on both supported releases."""
+    return cluster_of_release(request.param)
+
+
+@pytest.fixture
+def hooks_config(cluster: Slurm, monkeypatch: pytest.MonkeyPatch) -> config_mod.Config:
+    """This process (and its children) on the 22.05 cluster's hook config and state."""
+    monkeypatch.delenv("SLURM_YOLO_HOME", raising=False)
+    monkeypatch.setenv("SLURM_YOLO_CONFIG", str(cluster.config_path))
+    return cluster.config()
 
 
 @pytest.fixture(scope="session")
@@ -82,14 +222,17 @@ def yolo_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {**os.environ, "YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(cfg), "CUDA_VISIBLE_DEVICES": ""}
 
 
-def skip_requeue_delay(job: int) -> None:
+def skip_requeue_delay(job: int, slurm: Slurm | None = None) -> None:
     """Start a requeued job now instead of after Slurm's begin-time delay. slurmd refuses a relaunch
     whose credential is from the same second as the revocation, so wait past that second first."""
-    from slurm_yolo.slurm import commands
+    slurm = slurm or cluster_of_release("22.05")
 
-    poll(f"job {job} pending again", lambda: commands.job_state(job) == "PENDING", timeout=60)
+    def pending() -> bool:
+        return slurm.cmd("squeue", "-h", "-j", str(job), "-o", "%T", check=False).stdout.strip() == "PENDING"
+
+    poll(f"job {job} pending again", pending, timeout=60)
     time.sleep(2.5)
-    subprocess.run(["/usr/bin/scontrol", "update", f"jobid={job}", "starttime=now"], check=False)
+    slurm.cmd("scontrol", "update", f"jobid={job}", "starttime=now", check=False)
 
 
 def poll(what: str, fn: Callable[[], T], timeout: float = 90) -> T:

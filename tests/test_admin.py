@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import REPO
+from conftest import REPO, Slurm, poll
 from slurm_yolo import ledger
 from slurm_yolo import config as config_mod
 from slurm_yolo.cli.admin import main as admin
@@ -25,9 +26,9 @@ pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture
-def system(cluster: None, monkeypatch: pytest.MonkeyPatch) -> config_mod.Config:
-    monkeypatch.delenv("SLURM_YOLO_HOME", raising=False)
-    return config_mod.load()
+def system(hooks_config: config_mod.Config) -> config_mod.Config:
+    """The 22.05 cluster's hook config and state (its own, never /var/lib/slurm-yolo)."""
+    return hooks_config
 
 
 def yolo_job(pred_s: int, script: str, *args: str) -> int:
@@ -51,15 +52,13 @@ def settled(cfg: config_mod.Config, job: int, timeout: float = 60) -> None:
 
 
 @pytest.fixture(scope="module")
-def series(cluster: None) -> dict[str, object]:
+def series(cluster: Slurm) -> dict[str, object]:
     """Real jobs of the 'research' account, two of them mispredicted on purpose, all finished."""
-    os.environ.pop("SLURM_YOLO_HOME", None)
-    cfg = config_mod.load()
+    cfg = cluster.config()
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
     with ledger.writer(cfg) as lg:
         lg.credit("research", 10**12, "test", "report series")
-    subprocess.run(["/opt/slurm-yolo/venv/bin/slurm-yolo", "ledger", "enforce", "--account", "research"], check=True,
-                   env={k: v for k, v in os.environ.items() if k != "SLURM_YOLO_HOME"})  # fmt: skip
+    cluster.cli("ledger", "enforce", "--account", "research")
     jobs = [
         yolo_job(3, "sleep 3", "-A", "research", "-p", "t4", "--gres=gpu:t4:1", "-t", "2"),
         yolo_job(2, "sleep 2", "-A", "research", "-p", "a100", "--gres=gpu:a100:2", "-t", "2"),
@@ -160,30 +159,59 @@ def test_metrics_textfile(system: config_mod.Config, series: dict, tmp_path: Pat
     assert "# TYPE slurm_yolo_queue_wait_seconds_median gauge" in text
 
 
-def test_reconcile_settles_a_lost_epilog(system: config_mod.Config) -> None:
-    """slurmdbd is down while a job ends: the epilog still settles from the controller, and a hold
-    whose epilog never ran at all is settled later from sacct by `ledger reconcile`."""
-    subprocess.run(["/usr/bin/pkill", "-x", "slurmdbd"], check=False)
+def test_an_epilog_without_slurmdbd_leaves_the_run_held_for_reconcile(cluster: Slurm, system: config_mod.Config) -> None:
+    """slurmdbd is down when a job ends: the epilog cannot learn the run's final state, so it settles
+    nothing (never from a transitional state) and reconcile settles it once sacct answers."""
+    pid = int(Path("/var/lib/slurm-yolo-cluster/run/slurmdbd.pid").read_text())  # this cluster's, not 24.11's
+    os.kill(pid, signal.SIGTERM)
     try:
-        job = commands.submit("#!/bin/bash\nsleep 2\n", ["-o", "/dev/null", "-p", "t4", "--gres=gpu:t4:1", "-t", "1"])
-        settled(system, job, timeout=90)
+        job = cluster.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="sleep 2")
+        poll("job ended", lambda: cluster.cmd("squeue", "-h", "-j", str(job), "-o", "%T", check=False).stdout.strip() == "")
+        time.sleep(5)  # the epilog has given up asking sacct by now
+        (row,) = cluster.runs(job)
+        assert row["state"] == "held"
     finally:
-        subprocess.run([str(REPO / "deploy" / "minicluster"), "up"], check=True)
-    # a run whose epilog was lost entirely: hold it by hand, as the prolog would have
-    job = commands.submit("#!/bin/bash\ntrue\n", ["-o", "/dev/null", "-p", "t4", "-t", "1"])  # CPU job: no hooks hold
-    assert commands.wait_for_end(job, timeout=60) == "COMPLETED"
-    submit = commands.show_job(job)["SubmitTime"]
-    run = ledger.Run("yolo", job, submit, 0, "vision", "root", "t4", "normal", 1.0, 1.0, 60)
-    with ledger.writer(system) as lg:
-        lg.hold(run, 60_000_000, None, "test")
-        lg.conn.execute("UPDATE jobs SET held_at = held_at - 3600 WHERE job_key = ?", (run.key,))
-    res = CliRunner().invoke(admin, ["ledger", "reconcile", "--json"])
-    assert res.exit_code == 0, res.output
-    done = {d["key"]: d for d in json.loads(res.stdout)}
-    assert done[run.key]["state"] == "COMPLETED" and done[run.key]["refund"] > 0
-    lg = ledger.reader(system)
-    assert lg is not None
-    try:
-        assert lg.check() == []
-    finally:
-        lg.close()
+        subprocess.run([str(REPO / "deploy" / "minicluster"), "up", "22.05"], check=True)
+    rec = cluster.ended(job)[0]
+    cluster.cli("ledger", "reconcile")  # cron's; the epilog's own child may have settled it already
+    row = cluster.settled(job)[0]
+    price = row["price"]
+    assert (row["end_state"], row["settled_by"]) == ("COMPLETED", "reconcile")
+    assert (row["hold"], row["charge"]) == (60 * price, int(rec["ElapsedRaw"]) * price)
+    again = {d["key"] for d in json.loads(cluster.cli("ledger", "reconcile", "--json").stdout)}
+    assert row["job_key"] not in again  # settled once
+
+
+def test_reconcile_holds_and_settles_runs_no_prolog_held(cluster: Slurm, home: Path) -> None:
+    """A ledger that saw none of the cluster's runs (every prolog failed): reconcile finds each ended
+    GPU run in sacct, holds it at the price of its start and settles it, exactly."""
+    job = cluster.sbatch("-p", "a100", "--gres=shard:a100:2", "-t", "1", script="sleep 1")
+    rec = cluster.ended(job)[0]
+    (home / "config.toml").write_text(cluster.config_path.read_text().replace("[ledger]\n", "[ledger]\nenforce = false\nadmin_comment = false\n"))
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_YOLO_CONFIG"} | {"SLURM_YOLO_HOME": str(home)}
+    cfg = config_mod.load(home / "config.toml", env={"SLURM_YOLO_HOME": str(home)})
+
+    def reconciled() -> list[dict]:
+        subprocess.run(["/opt/slurm-yolo/venv/bin/slurm-yolo", "ledger", "reconcile", "--window-days", "0.05"],
+                       env=env, capture_output=True, text=True, check=True)  # fmt: skip
+        lg = ledger.reader(cfg)
+        assert lg is not None
+        with lg:
+            assert lg.check() == []
+            return [dict(r) for r in lg.runs(job)]
+
+    (row,) = poll("reconcile to find the run", reconciled, timeout=30)  # sacct's window query can lag -j
+    assert (row["held_by"], row["settled_by"], row["end_state"]) == ("reconcile", "reconcile", "COMPLETED")
+    assert (row["gpus"], row["hold"], row["charge"]) == (0.5, 30 * 1_000_000, int(rec["ElapsedRaw"]) * 500_000)
+
+
+def test_a_failed_prolog_is_an_alert_until_its_run_is_settled(cluster: Slurm, system: config_mod.Config) -> None:
+    job = cluster.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", "--hold", script="true")
+    assert cluster.hook("prolog", {"SLURM_JOB_ID": str(job)}) == 0  # no SLURM_CLUSTER_NAME: it cannot key the run
+    res = CliRunner().invoke(admin, ["alerts", "--json"])
+    hooks = [a for a in json.loads(res.stdout) if a["kind"] == "hook" and a["subject"].endswith(f":{job}")]
+    assert hooks and "prolog failed" in hooks[0]["message"]
+    cluster.cmd("scontrol", "release", str(job))
+    cluster.settled(job)
+    res = CliRunner().invoke(admin, ["alerts", "--json"])
+    assert not [a for a in json.loads(res.stdout or "[]") if a["kind"] == "hook" and a["subject"].endswith(f":{job}")]

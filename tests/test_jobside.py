@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import poll, skip_requeue_delay
+from conftest import Slurm, poll, skip_requeue_delay
 from slurm_yolo import calibration, config as config_mod, ledger
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
@@ -23,11 +23,10 @@ from slurm_yolo.slurm import commands
 from slurm_yolo.timemodel import fit
 
 pytestmark = [pytest.mark.cluster, pytest.mark.train]
-SYSTEM_ENV = {k: v for k, v in os.environ.items() if k != "SLURM_YOLO_HOME"}
 
 
 @pytest.fixture
-def job_dir(cluster: None, yolo_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def job_dir(cluster: Slurm, yolo_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A submit folder the SlurmUser can read (the epilog's feedback reads the usage records there),
     and the system config the hooks use, with the job's font dir."""
     base = Path("/var/tmp/slurm-yolo-tests")
@@ -35,7 +34,7 @@ def job_dir(cluster: None, yolo_env: dict[str, str], monkeypatch: pytest.MonkeyP
     tmp_path = Path(tempfile.mkdtemp(dir=base))
     monkeypatch.delenv("SLURM_YOLO_HOME", raising=False)
     cfg = tmp_path / "config.toml"
-    cfg.write_text(Path("/etc/slurm-yolo/config.toml").read_text().replace(
+    cfg.write_text(cluster.config_path.read_text().replace(
         "[job]\n", f"[job]\nyolo_config_dir = \"{yolo_env['YOLO_CONFIG_DIR']}\"\n"))  # fmt: skip
     monkeypatch.setenv("SLURM_YOLO_CONFIG", str(cfg))
     tmp_path.chmod(0o755)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,8 @@ from slurm_yolo.ledger import bucket
 DAY = bucket.DAY
 
 
-def run(job_id: int = 1, restart: int = 0, account: str = "acct", qos: str = "") -> ledger.Run:
-    return ledger.Run("c", job_id, "2026-11-30T00:00:00", restart, account, "u", "p", qos, 1.0, 2.0, 600)
+def run(job_id: int = 1, submit: int = 1_764_460_800, account: str = "acct", qos: str = "") -> ledger.Run:
+    return ledger.Run("c", job_id, submit, 0, account, "u", "p", qos, 1.0, 600, 600, 1_000_000, 1.0)
 
 
 @pytest.fixture
@@ -35,12 +36,6 @@ def test_refill_math() -> None:
     assert bucket.seconds_until(10, 240) == 3600 and bucket.seconds_until(10, 0) is None
 
 
-def test_gpu_tokens() -> None:
-    assert bucket.gpu_tokens(100, 2, 0.5) == 400_000_000
-    with pytest.raises(ValueError):
-        bucket.gpu_tokens(1, 1, 0)
-
-
 def test_hold_settle_once(cfg: config.Config) -> None:
     with ledger.writer(cfg) as lg:
         lg.credit("acct", 1000, "t")
@@ -55,14 +50,61 @@ def test_hold_settle_once(cfg: config.Config) -> None:
         assert lg.check() == []
 
 
-def test_charge_is_capped_at_the_hold_and_restarts_are_separate_runs(cfg: config.Config) -> None:
+def test_a_charge_past_the_hold_is_an_overrun_and_requeued_runs_are_separate(cfg: config.Config) -> None:
+    first, second = run(submit=100), run(submit=160)  # a requeued job's next run has its own submit time
+    assert first.key == "c:1:100" and second.key == "c:1:160"
     with ledger.writer(cfg) as lg:
         lg.credit("acct", 1000, "t")
-        lg.hold(run(restart=0), 100, None, "prolog")
-        lg.hold(run(restart=1), 100, None, "prolog")
-        assert lg.settle(run(restart=0).key, 500, "REQUEUED", 10, "epilog").charge == 100  # type: ignore[union-attr]
-        assert lg.settle(run(restart=1).key, 40, "COMPLETED", 10, "epilog").charge == 40  # type: ignore[union-attr]
-        assert lg.account("acct")["charged"] == 140 and lg.check() == []
+        lg.hold(first, 100, None, "prolog")
+        lg.hold(second, 100, None, "prolog")
+        over = lg.settle(first.key, 500, "COMPLETED", 10, "epilog")  # ran past its limit (an admin extended it)
+        assert over is not None and (over.charge, over.refund) == (500, 0)
+        assert lg.settle(second.key, 40, "COMPLETED", 10, "epilog").charge == 40  # type: ignore[union-attr]
+        a = lg.account("acct")
+        assert (a["charged"], a["held"], a["balance"]) == (540, 0, 460) and lg.check() == []
+        kinds = [m["kind"] for m in lg.history("acct") if m["job_key"] == first.key]
+        assert sorted(kinds) == ["charge", "hold", "overrun", "refund"]
+
+
+def test_prices_are_versioned_and_never_retroactive(cfg: config.Config) -> None:
+    import time
+
+    with ledger.writer(cfg) as lg:
+        assert lg.price_at("t4", time.time(), 7) == 7  # the default until an admin sets one
+        lg.set_price("t4", 2_000_000, 0.0, "admin")  # "from 1970" means from now
+        now = time.time()
+        assert lg.price_at("t4", now - 60, 7) == 7 and lg.price_at("t4", now + 1, 7) == 2_000_000
+        lg.set_price("t4", 3_000_000, now + 3600, "admin", "next hour")
+        assert lg.price_at("t4", now + 1, 7) == 2_000_000 and lg.price_at("t4", now + 3601, 7) == 3_000_000
+        assert lg.price_at("a100", now + 3601, 7) == 7
+        for bad in (0, -5):
+            with pytest.raises(UsageError):
+                lg.set_price("t4", bad, now, "admin")
+        assert [r["price"] for r in lg.prices()] == [2_000_000, 3_000_000]
+
+
+def test_version_1_ledger_migrates_with_its_runs(cfg: config.Config) -> None:
+    """A ledger written by the previous release keeps its accounts, movements and open holds."""
+    from slurm_yolo import db
+    from slurm_yolo.ledger.schema import MIGRATIONS
+
+    path = ledger.db_path(cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = db.connect_write(path, MIGRATIONS[:1], wal=True)
+    conn.execute("INSERT INTO accounts (name, balance, held, credited, refilled_at) VALUES ('a', 700, 300, 1000, 0)")
+    conn.execute("INSERT INTO movements (at, account, kind, amount, actor) VALUES (0, 'a', 'deposit', 1000, 't')")
+    old = "c:9:2026-11-30T00:00:00:0"
+    conn.execute("INSERT INTO movements (at, account, kind, amount, job_key, actor) VALUES (0, 'a', 'hold', 300, ?, 't')", (old,))
+    conn.execute("INSERT INTO jobs (job_key, cluster, job_id, submit_time, restart, account, user, partition, gpus, k,"
+                 " time_limit, hold, held_at) VALUES (?, 'c', 9, '2026-11-30T00:00:00', 0, 'a', 'u', 'p', 1, 2.0, 60, 300, 0)", (old,))  # fmt: skip
+    conn.close()
+    submit = int(time.mktime(time.strptime("2026-11-30T00:00:00", "%Y-%m-%dT%H:%M:%S")))  # local time, as Slurm printed it
+    key = ledger.run_key("c", 9, submit)
+    with ledger.writer(cfg) as lg:
+        row = lg.run(key)
+        assert row is not None and (row["submit_time"], row["price"], row["rate"], row["hold_seconds"]) == (submit, 500_000, 1.0, 60)
+        assert [m["job_key"] for m in lg.history("a")] == [key, None]
+        assert lg.settle(key, 100, "COMPLETED", 20, "epilog") is not None and lg.check() == []
 
 
 def test_dry_account_is_blocked_and_deposit_lifts(cfg: config.Config) -> None:
@@ -142,7 +184,7 @@ def test_invariant_under_any_sequence(tmp_path_factory: pytest.TempPathFactory, 
             elif op == "hold":
                 lg.hold(run(job_id=job, account="a"), amount, None, "p")
             else:
-                lg.settle(run(job_id=job, account="a").key, amount, "COMPLETED", 1, "e")
+                lg.settle(run(job_id=job, account="a").key, amount, "COMPLETED", 1, "e")  # may pass the hold
         assert lg.check() == []
 
 

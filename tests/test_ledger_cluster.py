@@ -1,264 +1,359 @@
-"""The ledger driven by the real slurmctld prolog/epilog on the local cluster.
+"""The money path on the real bundled clusters, Slurm 22.05 and 24.11 alike: what slurmctld's own
+prolog and epilog hold, charge and refund, to the token.
 
-These tests use the system config and state (/etc/slurm-yolo, /var/lib/slurm-yolo) because that is
-what slurmctld's hooks use; each test measures its own job's movements and deltas.
+Every expected amount is worked out here from slurmdbd's own record of the run (``sacct``, read
+without slurm-yolo's parsers) and the prices this test set as an admin: time x GPUs x price. The
+tests refuse to run on any Slurm the bundled minicluster did not write (``conftest.Slurm``), and the
+hooks' ledger is the cluster's own, never /var/lib/slurm-yolo.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import replace
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from conftest import poll, skip_requeue_delay
+from conftest import VENV_BIN, Slurm, fund, poll, skip_requeue_delay
+from slurm_yolo import calibration, ledger
 from slurm_yolo import config as config_mod
-from slurm_yolo import ledger
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
-from slurm_yolo.ledger import bucket
-from slurm_yolo.slurm import commands
 
 pytestmark = pytest.mark.cluster
-VENV_BIN = Path("/opt/slurm-yolo/venv/bin")
+PRICE = {"t4": 1_000, "a100": 3_000}  # tokens per GPU-second, as this test's admin sets them
+UNLIMITED_HOLD = 168 * 3600  # ledger.unlimited_hold_hours in deploy/config.toml
+
+
+def tokens(seconds: int, gpus: Fraction | int, partition: str) -> int:
+    return math.ceil(seconds * Fraction(gpus) * PRICE[partition])
+
+
+def set_balance(slurm: Slurm, account: str, target: int) -> None:
+    fund(slurm, (account,), target)
+
+
+@pytest.fixture(scope="session")
+def priced(slurm: Slurm) -> Slurm:
+    """The cluster with this test's prices and no tier surcharge on the default QOS."""
+    for partition, price in PRICE.items():
+        slurm.cli("ledger", "price", "set", partition, str(price), "--reason", "tests")
+    slurm.cli("ledger", "tiers", "normal", "1")
+    return slurm
 
 
 @pytest.fixture
-def system(cluster: None, monkeypatch: pytest.MonkeyPatch) -> config_mod.Config:
-    """The config and state the slurmctld hooks use."""
-    monkeypatch.delenv("SLURM_YOLO_HOME", raising=False)
-    cfg = config_mod.load()
-    if "PrologSlurmctld" not in Path("/etc/slurm/slurm.conf").read_text():
-        pytest.fail("the cluster runs without the slurm-yolo hooks (deploy/install, then deploy/minicluster up)")
-    return cfg
-
-
-def sbatch(*args: str, script: str = "sleep 1") -> int:
-    return commands.submit(f"#!/bin/bash\n{script}\n", ["-o", "/dev/null", *args])
-
-
-def read(cfg: config_mod.Config) -> ledger.Ledger:
-    lg = ledger.reader(cfg)
-    assert lg is not None
-    return lg
-
-
-
-def settled(cfg: config_mod.Config, job_id: int, restart: int = 0, timeout: float = 90) -> dict:
-    def find() -> dict | None:
-        lg = read(cfg)
-        try:
-            rows = [dict(r) for r in lg.runs(job_id) if r["restart"] == restart and r["state"] == "settled"]
-        finally:
-            lg.close()
-        return rows[0] if rows else None
-
-    return poll(f"job {job_id} run {restart} settled", find, timeout)  # type: ignore[return-value]
-
-
-def balance(cfg: config_mod.Config, account: str) -> int:
-    lg = read(cfg)
-    try:
-        row = lg.account(account)
-        return row["balance"] if row else 0
-    finally:
-        lg.close()
-
-
-def set_balance(cfg: config_mod.Config, account: str, target: int) -> None:
-    with ledger.writer(cfg) as lg:
-        row = lg.account(account)
-        lg.credit(account, target - (row["balance"] if row else 0), "test", "test setup", kind="adjustment")
-    subprocess.run([str(VENV_BIN / "slurm-yolo"), "ledger", "enforce", "--account", account], check=True,
-                   env={k: v for k, v in os.environ.items() if k != "SLURM_YOLO_HOME"})  # fmt: skip
-
-
-@pytest.fixture
-def funded(system: config_mod.Config) -> Iterator[config_mod.Config]:
-    set_balance(system, "vision", 10**13)
-    yield system
-    lg = read(system)
-    try:
+def funded(priced: Slurm) -> Iterator[Slurm]:
+    set_balance(priced, "vision", 10**15)
+    yield priced
+    with priced.ledger() as lg:
         assert lg.check() == []
-    finally:
-        lg.close()
 
 
-def k_of(cfg: config_mod.Config, partition: str) -> float:
-    from slurm_yolo import calibration
-
-    return calibration.load(cfg, partition).model.k
-
-
-def test_complete_job_holds_charges_and_refunds_to_the_token(funded: config_mod.Config) -> None:
-    before = balance(funded, "vision")
-    job = sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "2", "-A", "vision", script="sleep 2")
-    row = settled(funded, job)
-    k = k_of(funded, "t4")
-    assert row["hold"] == bucket.gpu_tokens(120, 1, k)
-    elapsed = int(commands.sacct_jobs([job])[0]["ElapsedRaw"])
-    assert row["end_state"] == "COMPLETED" and row["elapsed"] == elapsed
-    assert row["charge"] == bucket.gpu_tokens(elapsed, 1, k) and row["refund"] == row["hold"] - row["charge"]
-    assert balance(funded, "vision") == before - row["charge"]
-    comment = poll("AdminComment", lambda: commands.sacct_jobs([job])[0]["AdminComment"])
-    assert f"charge={row['charge']}" in str(comment)
+def elapsed(slurm: Slurm, job: int, run: int = 0) -> tuple[str, int]:
+    rec = slurm.ended(job, run + 1)[run]
+    return rec["State"].split(" ")[0], int(rec["ElapsedRaw"])
 
 
-def test_shard_job_holds_a_share_of_a_gpu(funded: config_mod.Config) -> None:
-    job = sbatch("-p", "a100", "--gres=shard:a100:2", "-t", "1", script="true")
-    row = settled(funded, job)
-    assert row["gpus"] == 0.5 and row["hold"] == bucket.gpu_tokens(60, 0.5, k_of(funded, "a100"))
+def movements(slurm: Slurm, job: int) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    with slurm.ledger() as lg:
+        for m in lg.job_movements(job):
+            out.setdefault(m["kind"], []).append(m["amount"])
+    return out
 
 
-def test_array_tasks_are_held_and_settled_each(funded: config_mod.Config) -> None:
-    """Array tasks start together (hookd merges their lookups) and each is held and settled under
-    its raw job id."""
-    first = sbatch("-p", "a100", "--array=0-3", "--gres=shard:a100:1", "-t", "1", script="sleep 1")
-    tasks = poll("array tasks in sacct", lambda: len(found := commands.sacct_jobs([first])) == 4 and found)
-    rows = [settled(funded, int(task["JobIDRaw"])) for task in tasks]
-    assert all(r["end_state"] == "COMPLETED" and r["gpus"] == 0.25 and r["charge"] + r["refund"] == r["hold"] for r in rows)
+def assert_billed(slurm: Slurm, job: int, hold_seconds: int, gpus: Fraction | int, partition: str,
+                  state: str | None = None, run: int = 0, timeout: float = 90) -> dict:  # fmt: skip
+    """The run was held and charged exactly what its Slurm record and the price say."""
+    row = slurm.settled(job, run + 1, timeout)[run]
+    end, ran = elapsed(slurm, job, run)
+    hold = tokens(hold_seconds, gpus, partition)
+    charge = tokens(ran, gpus, partition)
+    if end == "TIMEOUT":
+        charge = max(hold, charge)
+    assert (row["end_state"], row["elapsed"]) == (end, ran) and (state is None or end == state)
+    assert (row["hold"], row["charge"], row["refund"]) == (hold, charge, max(0, hold - charge)), row
+    assert row["price"] == PRICE[partition] and Fraction(row["gpus"]).limit_denominator(1000) == gpus
+    return row
 
 
-def test_cancel_while_pending_moves_nothing(funded: config_mod.Config) -> None:
-    job = sbatch("-p", "t4", "--gres=gpu:t4:1", "--hold")
-    subprocess.run(["/usr/bin/scancel", str(job)], check=True)
-    assert commands.wait_for_end(job, timeout=30).startswith("CANCELLED")
+def test_complete_pays_its_elapsed_time_at_the_admin_price_whatever_k_says(funded: Slurm) -> None:
+    cfg = funded.config()
+    with calibration.Store(cfg) as store:  # k is the time model only: no hold or charge reads it
+        store.save("t4", replace(calibration.load(cfg, "t4").model, k=123.0), "test: k is not a price")
+    before = funded.ledger().account("vision")["balance"]
+    job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "2", script="sleep 2")
+    row = assert_billed(funded, job, 120, 1, "t4", "COMPLETED")
+    assert movements(funded, job) == {"hold": [row["hold"]], "charge": [row["charge"]], "refund": [row["refund"]]}
+    assert funded.ledger().account("vision")["balance"] == before - row["charge"]
+    comment = poll("AdminComment", lambda: funded.cmd("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "AdminComment").stdout.strip())
+    assert f"charge={row['charge']}," in comment and "state=completed" in comment.lower()  # sacctmgr lowercases it
+
+
+def test_shard_job_pays_its_share_of_a_gpu(funded: Slurm) -> None:
+    job = funded.sbatch("-p", "a100", "--gres=shard:a100:2", "-t", "1", script="true")
+    assert_billed(funded, job, 60, Fraction(1, 2), "a100", "COMPLETED")
+
+
+def test_array_tasks_are_held_and_settled_each(funded: Slurm) -> None:
+    first = funded.sbatch("-p", "a100", "--array=0-3", "--gres=shard:a100:1", "-t", "1", script="sleep 1")
+    ids = poll("array tasks in sacct", lambda: len(ids := funded.cmd("sacct", "-X", "-n", "-P", "-j", str(first), "-o",
+                                                                      "JobIDRaw").stdout.split()) == 4 and ids)  # fmt: skip
+    for task in ids:
+        assert_billed(funded, int(task), 60, Fraction(1, 4), "a100", "COMPLETED")
+
+
+def test_cancel_while_pending_moves_nothing(funded: Slurm) -> None:
+    job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "--hold")
+    funded.cmd("scancel", str(job))
+    assert funded.ended(job)[0]["State"].startswith("CANCELLED")
     time.sleep(2)
-    lg = read(funded)
-    try:
-        assert lg.runs(job) == [] and lg.job_movements(job) == []
-    finally:
-        lg.close()
+    assert funded.runs(job) == [] and movements(funded, job) == {}
 
 
-def test_cancel_while_running_pays_the_time_it_ran(funded: config_mod.Config) -> None:
-    job = sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "5", script="sleep 120")
-    assert commands.wait_for_state(job, {"RUNNING"}, timeout=30) == "RUNNING"
+def wait_running(slurm: Slurm, job: int) -> None:
+    poll(f"job {job} running", lambda: slurm.cmd("squeue", "-h", "-j", str(job), "-o", "%T", check=False).stdout.strip() == "RUNNING", 60)
+
+
+def test_cancel_while_running_pays_the_time_it_ran(funded: Slurm) -> None:
+    job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "5", script="sleep 120")
+    wait_running(funded, job)
     time.sleep(3)
-    subprocess.run(["/usr/bin/scancel", str(job)], check=True)
-    row = settled(funded, job)
-    assert row["end_state"] == "CANCELLED" and row["elapsed"] >= 2
-    assert row["charge"] == bucket.gpu_tokens(row["elapsed"], 1, row["k"]) < row["hold"]
+    funded.cmd("scancel", str(job))
+    row = assert_billed(funded, job, 300, 1, "t4", "CANCELLED")
+    assert row["elapsed"] >= 2
 
 
-def test_failed_job_pays_the_time_it_ran(funded: config_mod.Config) -> None:
-    row = settled(funded, sbatch("-p", "a100", "--gres=gpu:a100:2", "-t", "1", script="sleep 1; exit 3"))
-    assert row["end_state"] == "FAILED" and row["gpus"] == 2
-    assert row["charge"] == bucket.gpu_tokens(row["elapsed"], 2, row["k"])
+def test_failed_job_pays_the_time_it_ran(funded: Slurm) -> None:
+    job = funded.sbatch("-p", "a100", "--gres=gpu:a100:2", "-t", "1", script="sleep 1; exit 3")
+    assert_billed(funded, job, 60, 2, "a100", "FAILED")
 
 
-def test_timeout_is_charged_in_full(funded: config_mod.Config) -> None:
-    row = settled(funded, sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="sleep 300"), timeout=240)
-    assert row["end_state"] == "TIMEOUT" and row["charge"] == row["hold"] and row["refund"] == 0
+def test_timeout_pays_at_least_its_whole_hold(funded: Slurm) -> None:
+    job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="sleep 300")
+    row = assert_billed(funded, job, 60, 1, "t4", "TIMEOUT", timeout=240)
+    assert row["refund"] == 0
 
 
-def test_requeue_settles_each_run_once(funded: config_mod.Config) -> None:
-    job = sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "2", script="sleep 8")
-    assert commands.wait_for_state(job, {"RUNNING"}, timeout=30) == "RUNNING"
+def test_requeue_settles_each_run_once_under_its_own_key(funded: Slurm) -> None:
+    job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "2", script="sleep 8")
+    wait_running(funded, job)
     time.sleep(1)
-    subprocess.run(["/usr/bin/scontrol", "requeue", str(job)], check=True)
-    first = settled(funded, job, restart=0)
-    assert first["end_state"] == "REQUEUED" and first["charge"] == bucket.gpu_tokens(first["elapsed"], 1, first["k"])
-    skip_requeue_delay(job)
-    second = settled(funded, job, restart=1, timeout=240)
-    assert second["end_state"] == "COMPLETED" and second["job_key"] != first["job_key"]
-    lg = read(funded)
+    funded.cmd("scontrol", "requeue", str(job))
+    first = assert_billed(funded, job, 120, 1, "t4", "REQUEUED")
+    skip_requeue_delay(job, funded)
+    second = assert_billed(funded, job, 120, 1, "t4", "COMPLETED", run=1, timeout=240)
+    assert first["job_key"] != second["job_key"] and first["submit_time"] < second["submit_time"]
+    kinds = movements(funded, job)
+    assert len(kinds["hold"]) == 2 and len(kinds["charge"]) == 2 and len(kinds["refund"]) == 2
+
+
+def test_node_failure_is_refunded_in_full(funded: Slurm) -> None:
+    job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "5", "--no-requeue", script="sleep 120")
+    wait_running(funded, job)
+    time.sleep(2)
+    funded.cmd("scontrol", "update", "nodename=gpu-t4-1", "state=down", "reason=ledger-test")
     try:
-        kinds = [m["kind"] for m in lg.job_movements(job)]
+        row = funded.settled(job)[0]
+        assert elapsed(funded, job)[0] == "NODE_FAIL"
+        assert (row["end_state"], row["hold"], row["charge"], row["refund"]) == ("NODE_FAIL", tokens(300, 1, "t4"), 0, tokens(300, 1, "t4"))
     finally:
-        lg.close()
-    assert kinds.count("hold") == 2 and kinds.count("charge") == 2 and kinds.count("refund") == 2
+        funded.cmd("scontrol", "update", "nodename=gpu-t4-1", "state=resume", check=False)
+        poll("gpu-t4-1 back", lambda: funded.cmd("sinfo", "-h", "-n", "gpu-t4-1", "-o", "%T").stdout.strip() in ("idle", "mixed", "allocated"), 90)
 
 
-def test_repeated_prolog_and_epilog_change_nothing(funded: config_mod.Config) -> None:
-    job = sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="true")
-    row = settled(funded, job)
-    before = balance(funded, "vision")
-    env = {"SLURM_JOB_ID": str(job), "SLURM_JOB_ACCOUNT": "vision", "SLURM_JOB_USER": "root",
-           "SLURM_JOB_PARTITION": "t4", "SLURM_CLUSTER_NAME": "yolo", "SLURM_JOB_RESTART_COUNT": "0"}  # fmt: skip
-    for hook in ("slurm-yolo-epilog", "slurm-yolo-prolog", "slurm-yolo-epilog"):
-        assert subprocess.run([str(VENV_BIN / hook)], env=env, timeout=60).returncode == 0
-    assert balance(funded, "vision") == before
-    lg = read(funded)
+def test_repeated_prolog_and_epilog_change_nothing(funded: Slurm) -> None:
+    job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="true")
+    row = assert_billed(funded, job, 60, 1, "t4", "COMPLETED")
+    before = funded.ledger().account("vision")["balance"]
+    env = {"SLURM_JOB_ID": str(job), "SLURM_JOB_ACCOUNT": "vision", "SLURM_JOB_USER": "root", "SLURM_JOB_PARTITION": "t4",
+           "SLURM_CLUSTER_NAME": funded.name, "SLURM_JOB_RESTART_COUNT": "0"}  # fmt: skip
+    for hook in ("epilog", "prolog", "epilog"):
+        assert funded.hook(hook, env) == 0
+    time.sleep(1)  # hookd settles epilogs after answering
+    assert funded.ledger().account("vision")["balance"] == before
+    assert movements(funded, job) == {"hold": [row["hold"]], "charge": [row["charge"]], "refund": [row["refund"]]}
+
+
+def test_a_price_change_applies_to_runs_held_after_it(funded: Slurm) -> None:
+    early = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "2", script="sleep 6")
+    poll("the early run held", lambda: funded.runs(early))
+    funded.cli("ledger", "price", "set", "t4", str(PRICE["t4"] * 2), "--reason", "test: dearer")
     try:
-        assert len(lg.job_movements(job)) == 3 and dict(lg.runs(job)[0])["charge"] == row["charge"]
+        late = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "2", script="true")
+        late_row = funded.settled(late)[0]
     finally:
-        lg.close()
+        funded.cli("ledger", "price", "set", "t4", str(PRICE["t4"]), "--reason", "tests")
+    assert_billed(funded, early, 120, 1, "t4", "COMPLETED")  # held before the change: the old price
+    ran = elapsed(funded, late)[1]
+    assert (late_row["price"], late_row["hold"], late_row["charge"]) == (2 * PRICE["t4"], 2 * tokens(120, 1, "t4"), 2 * tokens(ran, 1, "t4"))
 
 
-def test_dry_account_refused_by_yolo_sbatch_and_held_back_by_slurm(system: config_mod.Config, site_config: Path,
-                                                                   dataset: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    set_balance(system, "research", 5_000_000)
+def _hostile_dir(slurm: Slurm, name: str) -> Path:
+    """A folder alice owns, visible to the cluster's jobs (the 24.11 chroot shares /tmp)."""
+    d = Path("/tmp") / f"yolo-hostile-{slurm.release}-{os.getpid()}" / name
+    d.mkdir(parents=True, exist_ok=True)
+    for p in (d.parent, d):
+        os.chown(p, int(subprocess.run(["id", "-u", "alice"], capture_output=True, text=True).stdout), -1)
+        p.chmod(0o755)
+    return d
+
+
+FORGED = " TRES=cpu=1 TimeLimit=00:00:01 QOS=yolo-explore Partition=a100 |x|\nTRES=cpu=2 TimeLimit=1"
+
+
+def test_hostile_user_text_bills_exactly_from_slurms_facts(funded: Slurm) -> None:
+    """alice writes text that poses as scontrol fields everywhere she can, and estimates no parser
+    should believe; every run is still held and charged from Slurm's own numbers."""
+    base = _hostile_dir(funded, "work")
+    workdir = _hostile_dir(funded, f"w{FORGED.replace(chr(10), ' ').replace('/', '_')}")
+    gpu = ("-p", "t4", "--gres=gpu:t4:1")
+    cases = {  # label: (sbatch arguments, script, hold seconds, estimate the ledger may record)
+        "comment": ((*gpu, "-t", "2", f"--comment=x{FORGED}"), "sleep 1", 120, None),
+        "job name": ((*gpu, "-t", "2", "-J", f"n{FORGED}"), "sleep 1", 120, None),
+        "work dir": ((*gpu, "-t", "2", "-D", str(workdir)), "sleep 1", 120, None),
+        "output paths": ((*gpu, "-t", "2", "-o", f"{base}/o{FORGED}", "-e", f"{base}/e{FORGED}"), "sleep 1", 120, None),
+        "eff=inf": ((*gpu, "-t", "1", "--comment=yolo:eff=inf"), "sleep 1", 60, None),
+        "eff=1e19": ((*gpu, "-t", "1", "--comment=yolo:eff=1e19"), "sleep 1", 60, None),
+        "eff=-1": ((*gpu, "-t", "1", "--comment=yolo:eff=-1"), "sleep 1", 60, None),
+        "eff=nan": ((*gpu, "-t", "1", "--comment=yolo:eff=nan"), "sleep 1", 60, None),
+        "eff=²": ((*gpu, "-t", "1", "--comment=yolo:eff=²"), "sleep 1", 60, None),
+        "eff=12 full-width": ((*gpu, "-t", "1", "--comment=yolo:eff=１２"), "sleep 1", 60, None),
+        "eff=7 honest": ((*gpu, "-t", "1", "--comment=yolo:eff=7"), "sleep 1", 60, 7),
+        "no time limit": (("-p", "a100", "--gres=shard:a100:1"), "sleep 1", UNLIMITED_HOLD, None),
+    }
+    jobs = {label: funded.sbatch(*args, script=script, user="alice") for label, (args, script, _, _) in cases.items()}
+    for label, job in jobs.items():
+        args, _, hold_s, estimate = cases[label]
+        partition = args[args.index("-p") + 1]
+        share = Fraction(1, 4) if "--gres=shard:a100:1" in args else Fraction(1)
+        row = assert_billed(funded, job, hold_s, share, partition, "COMPLETED", timeout=180)
+        assert (row["user"], row["account"], row["qos"], row["estimate"]) == ("alice", "vision", "normal", estimate), label
+
+
+def test_an_admin_time_extension_is_charged_past_the_hold(funded: Slurm) -> None:
+    job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="sleep 68", user="alice")
+    wait_running(funded, job)
+    funded.cmd("scontrol", "update", f"jobid={job}", "TimeLimit=3")
+    row = assert_billed(funded, job, 60, 1, "t4", "COMPLETED", timeout=180)
+    assert row["charge"] > row["hold"] and row["refund"] == 0
+    assert movements(funded, job)["overrun"] == [row["charge"] - row["hold"]]
+
+
+def test_forged_spank_and_comment_values_in_the_hooks_environment(funded: Slurm) -> None:
+    """What slurmctld would pass from a user's --yolo-tokens and --comment, at its most hostile:
+    the hold is the same and no estimate is recorded."""
+    for value in ("²", "１２", "1e19", "inf", "-1", "9" * 19):
+        job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", "--hold")
+        env = {"SLURM_JOB_ID": str(job), "SLURM_CLUSTER_NAME": funded.name, "SPANK_YOLO_TOKENS": value,
+               "SLURM_JOB_COMMENT": f"yolo:eff={value}"}  # fmt: skip
+        try:
+            assert funded.hook("prolog", env) == 0
+            (row,) = poll("held", lambda: funded.runs(job))
+            assert (row["hold"], row["estimate"]) == (tokens(60, 1, "t4"), None), value
+        finally:
+            funded.cmd("scancel", str(job))
+        funded.cli("ledger", "reconcile")  # a pending job cancelled: its hand-made hold is settled from sacct
+
+
+@pytest.mark.parametrize("kind", ["symlink to /dev/zero", "fifo", "1 GB"])
+def test_a_hostile_usage_file_neither_blocks_nor_feeds_the_controller(funded: Slurm, kind: str) -> None:
+    work = _hostile_dir(funded, f"usage-{kind.split()[0]}")
+    make = {"symlink to /dev/zero": "ln -s /dev/zero", "fifo": "mkfifo", "1 GB": "truncate -s 1G"}[kind]
+    before = calibration.load(funded.config(), "t4").model.k
+    job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", "-D", str(work), user="alice",
+                        script=f"{make} yolo-usage-$SLURM_JOB_ID.jsonl")  # fmt: skip
+    assert_billed(funded, job, 60, 1, "t4", "COMPLETED")
+    log = funded.state_dir / "hooks.log"
+
+    def feedback_done() -> dict | None:
+        for line in log.read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("event") == "feedback" and rec.get("job") == job:
+                return rec
+        return None
+
+    rec = poll("the feedback's verdict", feedback_done, timeout=60)
+    assert rec.get("result") == "no usable usage records", rec
+    assert subprocess.run(["pgrep", "-f", f"feedback --job {job} "], capture_output=True).returncode == 1
+    assert calibration.load(funded.config(), "t4").model.k == before
+
+
+def test_dry_account_refused_by_yolo_sbatch_and_held_back_by_slurm(cluster: Slurm, priced: Slurm, hooks_config: object,
+                                                                   site_config: Path, dataset: Path) -> None:  # fmt: skip
+    if priced.release != "22.05":
+        pytest.skip("yolo-sbatch runs on the login node of the 22.05 cluster")
+    set_balance(priced, "research", 5_000_000)
     try:
         res = CliRunner().invoke(yolo_sbatch, ["-A", "research", "-p", "t4", "train", "model=yolov8l.yaml", f"data={dataset}",
                                                "epochs=50", "imgsz=640"])  # fmt: skip
         assert res.exit_code == 1 and len(res.output.strip().splitlines()) == 1
         assert res.output.startswith("Error: account research cannot cover this job: needs ")
         assert "has 5.0 MTok left (balance 5.0 MTok - pending jobs 0.0 MTok); no refill covers it" in res.output
-        assert balance(system, "research") == 5_000_000
+        assert priced.ledger().account("research")["balance"] == 5_000_000
 
-        set_balance(system, "research", 0)
-        assert "gres/gpu=0" in subprocess.run(
-            ["/usr/bin/sacctmgr", "-n", "-P", "show", "assoc", "where", "account=research", "format=grptresrunmins"],
-            capture_output=True, text=True).stdout  # fmt: skip
-        gpu_job = sbatch("-A", "research", "-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="true")
-        cpu_job = sbatch("-A", "research", "-p", "t4", "-t", "1", script="true")
-        assert commands.wait_for_end(cpu_job, timeout=60) == "COMPLETED"  # CPU jobs are not metered
-        reason = poll("pending reason", lambda: subprocess.run(
-            ["/usr/bin/squeue", "-h", "-j", str(gpu_job), "-o", "%r"], capture_output=True, text=True).stdout.strip())
+        set_balance(priced, "research", 0)
+        limits = priced.cmd("sacctmgr", "-n", "-P", "show", "assoc", "where", "account=research", "format=grptresrunmins")
+        assert "gres/gpu=0" in limits.stdout
+        gpu_job = priced.sbatch("-A", "research", "-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="true")
+        cpu_job = priced.sbatch("-A", "research", "-p", "t4", "-t", "1", script="true")
+        assert priced.ended(cpu_job)[0]["State"] == "COMPLETED"  # CPU jobs are not metered
+        reason = poll("pending reason", lambda: priced.cmd("squeue", "-h", "-j", str(gpu_job), "-o", "%r").stdout.strip())
         assert reason == "AssocGrpGRESRunMinutes"
-        res = subprocess.run([str(VENV_BIN / "slurm-yolo"), "ledger", "deposit", "research", "1G"],
-                             env={k: v for k, v in os.environ.items() if k != "SLURM_YOLO_HOME"}, capture_output=True, text=True)
-        assert res.returncode == 0, res.stderr
-        assert commands.wait_for_end(gpu_job, timeout=90) == "COMPLETED"
+        priced.cli("ledger", "deposit", "research", "1G")
+        assert priced.ended(gpu_job)[0]["State"] == "COMPLETED"
     finally:
-        set_balance(system, "research", 10**12)
+        set_balance(priced, "research", 10**12)
 
 
-def test_spank_option_reaches_the_ledger(funded: config_mod.Config) -> None:
-    bad = subprocess.run(["/usr/bin/sbatch", "--yolo-tokens=12abc", "-p", "t4", "--wrap", "true"], capture_output=True, text=True)
+def test_spank_option_reaches_the_ledger(funded: Slurm) -> None:
+    if "--yolo-tokens" not in funded.cmd("sbatch", "--help").stdout:
+        pytest.skip(f"the SPANK plugin is not loaded on {funded.release}")
+    bad = funded.cmd("sbatch", "--yolo-tokens=12abc", "-p", "t4", "--wrap", "true", check=False)
     assert bad.returncode != 0 and "yolo_tokens: --yolo-tokens: '12abc' is not a whole number" in bad.stderr
-    row = settled(funded, sbatch("--yolo-tokens=777", "-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="true"))
+    for value in ("²", "１２", "-1", "1e19", "inf", "nan", "9" * 20, ""):  # refused before Slurm has a job
+        bad = funded.cmd("sbatch", f"--yolo-tokens={value}", "-p", "t4", "--gres=gpu:t4:1", "--wrap", "true", check=False)
+        assert bad.returncode != 0 and "yolo_tokens: --yolo-tokens: " in bad.stderr, value
+    row = assert_billed(funded, funded.sbatch("--yolo-tokens=777", "-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="true"),
+                        60, 1, "t4", "COMPLETED")  # fmt: skip
     assert row["estimate"] == 777
 
 
-def test_users_cannot_write_the_ledger(funded: config_mod.Config) -> None:
-    env = {"PATH": "/usr/bin:/bin", "HOME": "/home/alice"}
-    before = balance(funded, "vision")
-
-    def as_alice(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", str(VENV_BIN / "slurm-yolo"), "ledger", *args],
-                              env=env, capture_output=True, text=True, cwd="/tmp")  # fmt: skip
-
-    res = as_alice("deposit", "vision", "1000G")
+def test_users_cannot_write_the_ledger(funded: Slurm) -> None:
+    before = funded.ledger().account("vision")["balance"]
+    res = funded.cli("ledger", "deposit", "vision", "1000G", user="alice", check=False)
     assert res.returncode == 1 and "permission denied" in res.stderr
-    res = as_alice("tiers", "yolo-explore", "0.001")
-    assert res.returncode == 1 and "permission denied" in res.stderr
-    assert balance(funded, "vision") == before
-    assert as_alice("balance", "vision").returncode == 0  # her own account
-    res = as_alice("balance", "research")
+    for args in (["tiers", "yolo-explore", "0.001"], ["price", "set", "t4", "1"]):
+        res = funded.cli("ledger", *args, user="alice", check=False)
+        assert res.returncode == 1 and "permission denied" in res.stderr, args
+    assert funded.ledger().account("vision")["balance"] == before
+    assert funded.cli("ledger", "balance", "vision", user="alice").returncode == 0  # her own account
+    res = funded.cli("ledger", "balance", "research", user="alice", check=False)
     assert res.returncode == 1 and "not one of yours" in res.stderr
 
 
-def test_hundreds_of_concurrent_hooks_with_kills_keep_the_books(cluster: None, home: Path) -> None:
+def test_hundreds_of_concurrent_hooks_with_kills_keep_the_books(cluster: Slurm, home: Path) -> None:
     """250 real prolog/epilog invocations (duplicated, shuffled, 10% killed -9) on real held jobs."""
-    (home / "config.toml").write_text(_chaos_config())
-    jobs = [sbatch("-p", "a100", "--gres=gpu:a100:1", "--hold", "-t", "5") for _ in range(50)]
+    text = cluster.config_path.read_text()
+    (home / "config.toml").write_text(text.replace('prolog_errors = "open"', 'prolog_errors = "open"\nenforce = false\nadmin_comment = false'))
+    jobs = [cluster.sbatch("-p", "a100", "--gres=gpu:a100:1", "--hold", "-t", "5") for _ in range(50)]
     try:
         events = [(j, "prolog") for j in jobs for _ in range(3)] + [(j, "epilog") for j in jobs for _ in range(2)]
         random.Random(7).shuffle(events)
         procs: list[subprocess.Popen[bytes]] = []
         rng = random.Random(11)
         for job, hook in events:
-            env = {"SLURM_JOB_ID": str(job), "SLURM_JOB_ACCOUNT": "vision", "SLURM_JOB_USER": "root",
-                   "SLURM_JOB_PARTITION": "a100", "SLURM_CLUSTER_NAME": "yolo", "SLURM_JOB_RESTART_COUNT": "0",
-                   "SLURM_YOLO_HOME": str(home)}  # fmt: skip
+            env = {"SLURM_JOB_ID": str(job), "SLURM_CLUSTER_NAME": cluster.name, "SLURM_YOLO_HOME": str(home)}
             procs.append(subprocess.Popen([str(VENV_BIN / f"slurm-yolo-{hook}")], env=env))
             if rng.random() < 0.1:
                 time.sleep(rng.uniform(0, 0.15))
@@ -270,20 +365,12 @@ def test_hundreds_of_concurrent_hooks_with_kills_keep_the_books(cluster: None, h
         killed = sum(p.returncode == -signal.SIGKILL for p in procs)
         assert all(p.returncode in (0, -signal.SIGKILL) for p in procs)
     finally:
-        subprocess.run(["/usr/bin/scancel", *map(str, jobs)], check=False)
-    cfg = config_mod.load()
-    lg = read(cfg)
-    try:
+        cluster.cmd("scancel", *map(str, jobs), check=False)
+    lg = ledger.reader(config_mod.load(home / "config.toml", env={"SLURM_YOLO_HOME": str(home)}))
+    assert lg is not None
+    with lg:
         assert lg.check() == [], lg.check()
-        holds = lg.conn.execute("SELECT job_key, count(*) FROM movements WHERE kind = 'hold' GROUP BY job_key").fetchall()
-        assert all(n == 1 for _, n in holds) and len(holds) >= 40
-        for r in lg.conn.execute("SELECT * FROM jobs WHERE state = 'settled'"):
-            assert r["charge"] + r["refund"] == r["hold"]
-    finally:
-        lg.close()
+        holds = [m for m in lg.movements() if m["kind"] == "hold"]
+        assert len({m["job_key"] for m in holds}) == len(holds) >= 40  # each run held once
+        assert all(m["amount"] == 300 * 1_000_000 for m in holds)  # 5 min x 1 GPU x the default price
     print(json.dumps({"invocations": len(procs), "killed": killed, "runs": len(holds)}))
-
-
-def _chaos_config() -> str:
-    text = Path("/etc/slurm-yolo/config.toml").read_text()
-    return text.replace('prolog_errors = "open"', 'prolog_errors = "open"\nenforce = false\nadmin_comment = false')

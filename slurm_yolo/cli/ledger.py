@@ -144,8 +144,52 @@ def tiers(qos: str | None, rate: float | None) -> None:
         with ledger.writer(config) as lg:
             lg.set_tier(qos, rate)
     with _read(config) as lg:
-        for r in lg.conn.execute("SELECT qos, rate FROM tiers ORDER BY qos"):
+        for r in lg.tiers():
             click.echo(f"{r['qos']}: {r['rate']:g}")
+
+
+@ledger_group.group()
+def price() -> None:
+    """What a GPU-second costs, per partition: the only number money is charged at (k only predicts)."""
+
+
+@price.command("set")
+@click.argument("partition")
+@click.argument("tokens_per_gpu_second", metavar="TOKENS")
+@click.option("--from", "effective", default="now", show_default=True,
+              help="When it takes effect (ISO time, e.g. 2026-12-01T00:00); never before now.")
+@click.option("--reason", default="", help="Why (kept with the price).")
+@library_errors
+def price_set(partition: str, tokens_per_gpu_second: str, effective: str, reason: str) -> None:
+    """Bill runs of PARTITION held from --from on at TOKENS per GPU-second (e.g. 1M); a shard pays its
+    share. Runs held before keep the price they were held at."""
+    config = load_config()
+    amount = admission.parse_tokens(tokens_per_gpu_second)
+    at = ledger.parse_when(effective)
+    with ledger.writer(config) as lg:
+        lg.set_price(partition, amount, at, _actor(), reason)
+    when = "now" if at <= time.time() else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    click.echo(f"{partition}: {fmt_tokens(amount)} per GPU-second from {when}")
+
+
+@price.command("show")
+@click.option("--json", "as_json", is_flag=True)
+@library_errors
+def price_show(as_json: bool) -> None:
+    """Every price version, and the default for partitions without one (ledger.default_price)."""
+    config = load_config()
+    lg = ledger.reader(config)
+    rows = []
+    if lg is not None:
+        with lg:
+            rows = [_row(r) for r in lg.prices()]
+    if as_json:
+        echo_json({"default": config["ledger"]["default_price"], "prices": rows})
+        return
+    click.echo(f"default: {fmt_tokens(config['ledger']['default_price'])} per GPU-second")
+    for r in rows:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(str(r["effective_at"]))))
+        click.echo(f"{r['partition']}: {fmt_tokens(float(str(r['price'])))} per GPU-second from {when} ({r['actor']}) {r['reason']}")
 
 
 @ledger_group.command()
@@ -170,7 +214,7 @@ def export(fmt: str) -> None:
     import sys
 
     with _read(load_config()) as lg:
-        rows = [_row(r) for r in lg.conn.execute("SELECT * FROM movements ORDER BY id")]
+        rows = [_row(r) for r in lg.movements()]
     if fmt == "json":
         echo_json(rows)
     elif rows:
@@ -197,18 +241,35 @@ def refill() -> None:
 
 
 @ledger_group.command()
-@click.option("--min-age", default=300.0, show_default=True, help="Only holds older than this many seconds.")
+@click.option("--window-days", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="How far back to look in sacct (config: ledger.reconcile_days).")
+@click.option("--min-age", default=0.0, show_default=True, help="Leave holds younger than this many seconds to their epilog.")
+@click.option("--job", "job_id", type=click.IntRange(min=1), default=None,
+              help="Only this job, asking sacct again until it has the job's end (what an epilog left).")
+@click.option("--cluster", default="", help="With --job: the cluster the job's runs are keyed under.")
+@click.option("--wait", type=click.FloatRange(min=0), default=0.0, help="With --job: for up to this many seconds.")
+@click.option("--work-dir", default="", help="With --job: the job's work dir, for the time model's feedback.")
+@click.option("--uid", default="", help="With --job: the job's uid, who must own its usage records.")
 @click.option("--json", "as_json", is_flag=True)
 @library_errors
-def reconcile(min_age: float, as_json: bool) -> None:
-    """Settle holds whose run ended without an epilog (slurmdbd or slurmctld was down), from sacct (cron)."""
-    from ..hooks import reconcile as reconcile_runs
+def reconcile(window_days: float | None, min_age: float, job_id: int | None, cluster: str, wait: float, work_dir: str,
+              uid: str, as_json: bool) -> None:  # fmt: skip
+    """Hold and settle, from sacct, every GPU run the hooks missed (a failed prolog, an epilog lost to a
+    slurmdbd or slurmctld outage): cron."""
+    from .. import hooks
 
-    done = reconcile_runs(load_config(), min_age)
+    config = load_config()
+    if job_id is not None:
+        done = hooks.reconcile_job(config, job_id, cluster, wait, work_dir, uid)
+    else:
+        done = hooks.reconcile(config, window_days, min_age)
     if as_json:
         echo_json(done)
         return
     for d in done:
+        if d["state"] == "RUNNING":
+            click.echo(f"{d['key']}: running without a hold, held {fmt_tokens(float(str(d['hold'])))}")
+            continue
         click.echo(f"{d['key']}: {d['state']}, charged {fmt_tokens(float(str(d['charge'])))}, refunded {fmt_tokens(float(str(d['refund'])))}")
     click.echo(f"{len(done)} run(s) reconciled")
 

@@ -73,6 +73,9 @@ def recalibrate(partitions: tuple[str, ...], window_days: float, min_samples: in
         if r.new.loo_median is not None:
             click.echo(f"  leave-one-out error: median {r.new.loo_median:.1%}, p90 {r.new.loo_p90:.1%}")
         click.echo(f"  buffer the residuals justify: {r.buffer_justified:.2f} (configured {r.buffer_configured:.2f})")
+        if r.proposed_price:
+            click.echo(f"  price at this throughput: {r.proposed_price} tokens per GPU-second "
+                       f"(an admin applies it: slurm-yolo ledger price set {r.partition} {r.proposed_price})")  # fmt: skip
 
 
 @click.command()

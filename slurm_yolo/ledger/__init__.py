@@ -6,7 +6,7 @@ the same ``BEGIN IMMEDIATE`` transaction as the account totals it moves, so the 
     credited (deposits + refills + adjustments) = balance + held + charged + expired
 
 holds after every commit, and ``check`` can prove it from the movements alone. A job run is keyed by
-cluster, job id, submit time and restart count: its hold and its settlement happen at most once,
+cluster, job id and the run's submit time: its hold and its settlement happen at most once,
 whatever order or number of prolog/epilog invocations Slurm produces.
 """
 
@@ -27,27 +27,36 @@ from . import bucket
 from .schema import MIGRATIONS
 
 CREDITS = ("deposit", "refill", "adjustment")
+KINDS = (*CREDITS, "hold", "charge", "refund", "expiry", "overrun")
 _WRITE_TURN = threading.Lock()
 
 
 class Run(NamedTuple):
-    """One run of a job, from trusted Slurm fields."""
+    """One run of a job, from facts slurmctld sets, with the price and tier rate it is billed at."""
 
     cluster: str
     job_id: int
-    submit_time: str
+    submit: int  # epoch seconds: a requeued job's next run has its own
     restart: int
     account: str
     user: str
     partition: str
     qos: str
-    gpus: float
-    k: float
-    time_limit: int
+    gpus: float  # whole GPUs, or shards as a share of one
+    time_limit: int | None  # seconds; None: unlimited
+    hold_seconds: int  # what the hold covers (the limit, or the configured cap)
+    price: int  # tokens per GPU-second, the partition's price when the run was held
+    rate: float  # the QOS tier's rate when the run was held
 
     @property
     def key(self) -> str:
-        return f"{self.cluster}:{self.job_id}:{self.submit_time}:{self.restart}"
+        return run_key(self.cluster, self.job_id, self.submit)
+
+
+def run_key(cluster: str, job_id: int, submit: int) -> str:
+    """A run's key from Slurm's own numbers (the cluster's name, the job id, the run's submit time in
+    epoch seconds): the same whichever hook or reconcile meets the run first."""
+    return f"{cluster}:{int(job_id)}:{int(submit)}"
 
 
 class Settlement(NamedTuple):
@@ -60,6 +69,18 @@ class Settlement(NamedTuple):
     refund: int
     balance: int
     blocked: bool | None  # the account's new blocked state, when this settlement changed it
+
+
+def parse_when(text: str) -> float:
+    """``now`` or a local ISO time (``2026-12-01T00:00``) as epoch seconds, for prices that take effect later."""
+    from datetime import datetime
+
+    if text.strip().lower() == "now":
+        return time.time()
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        raise UsageError(f"time {text!r} not understood (now, or e.g. 2026-12-01T00:00)") from None
 
 
 def db_path(config: Config) -> Path:
@@ -141,6 +162,7 @@ class Ledger:
             "charge": "held = held - :a, charged = charged + :a",
             "refund": "held = held - :a, balance = balance + :a",
             "expiry": "balance = balance - :a, expired = expired + :a",
+            "overrun": "balance = balance - :a, charged = charged + :a",  # paid past the hold
         }[kind]
         self.conn.execute(f"UPDATE accounts SET {delta} WHERE name = :n", {"a": amount, "n": account})
 
@@ -196,6 +218,9 @@ class Ledger:
                 (qos, rate),
             )
 
+    def tiers(self) -> list[sqlite3.Row]:
+        return self.conn.execute("SELECT qos, rate FROM tiers ORDER BY qos").fetchall()
+
     def tier_rate(self, qos: str) -> float:
         row = self.conn.execute("SELECT rate FROM tiers WHERE qos = ?", (qos,)).fetchone()
         return float(row["rate"]) if row else 1.0
@@ -239,55 +264,98 @@ class Ledger:
             if self.conn.execute("SELECT 1 FROM jobs WHERE job_key = ?", (run.key,)).fetchone():
                 return False, None
             self._refill(run.account, now)
-            self._insert_run(run, amount, estimate, now)
+            self._insert_run(run, amount, estimate, now, actor)
             self._move(run.account, "hold", amount, now, actor, job_key=run.key, user=run.user,
-                       reason=f"limit {run.time_limit}s x {run.gpus:g} GPU / k {run.k:g}")  # fmt: skip
+                       reason=f"{run.hold_seconds}s x {run.gpus:g} GPU x {run.price} tok/GPU-s x {run.rate:g}")  # fmt: skip
             return True, self._update_block(run.account)
 
-    def _insert_run(self, run: Run, amount: int, estimate: int | None, now: float) -> None:
+    def _insert_run(self, run: Run, amount: int, estimate: int | None, now: float, actor: str) -> None:
         self.conn.execute(
-            "INSERT INTO jobs (job_key, cluster, job_id, submit_time, restart, account, user, partition, qos, gpus, k,"
-            " time_limit, estimate, hold, held_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (run.key, run.cluster, run.job_id, run.submit_time, run.restart, run.account, run.user, run.partition,
-             run.qos, run.gpus, run.k, run.time_limit, estimate, amount, now),
+            "INSERT INTO jobs (job_key, cluster, job_id, submit_time, restart, account, user, partition, qos, gpus, price,"
+            " rate, time_limit, hold_seconds, estimate, hold, held_at, held_by)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run.key, run.cluster, run.job_id, run.submit, run.restart, run.account, run.user, run.partition,
+             run.qos, run.gpus, run.price, run.rate, run.time_limit, run.hold_seconds, estimate, amount, now, actor),
         )  # fmt: skip
 
-    def ended_run(self, cluster: str, job_id: int, restart: int, requeued: bool) -> sqlite3.Row | None:
-        """The run an epilog is about. Slurm counts a requeue before the epilog of the run it ended,
-        so a requeued run is the newest one still held below ``restart``; otherwise it is ``restart``
-        itself (or, if its prolog never ran, the newest held one below)."""
-        rows = self.conn.execute(
-            "SELECT * FROM jobs WHERE cluster = ? AND job_id = ? AND restart <= ? ORDER BY restart DESC, held_at DESC",
-            (cluster, job_id, restart),
-        ).fetchall()
-        if not requeued:
-            exact = [r for r in rows if r["restart"] == restart]
-            if exact:
-                return exact[0]
-        return next((r for r in rows if r["restart"] < restart and r["state"] == "held"), None)
+    def run(self, key: str) -> sqlite3.Row | None:
+        return self.conn.execute("SELECT * FROM jobs WHERE job_key = ?", (key,)).fetchone()
 
-    def held_runs(self, cluster: str, job_id: int, restart: int) -> list[sqlite3.Row]:
-        """The job's runs up to ``restart`` still holding tokens, newest first."""
+    def held_runs(self, cluster: str, job_id: int) -> list[sqlite3.Row]:
+        """The job's runs still holding tokens."""
         return self.conn.execute(
-            "SELECT * FROM jobs WHERE cluster = ? AND job_id = ? AND restart <= ? AND state = 'held'"
-            " ORDER BY restart DESC, held_at DESC", (cluster, job_id, restart),
-        ).fetchall()  # fmt: skip
+            "SELECT * FROM jobs WHERE cluster = ? AND job_id = ? AND state = 'held'", (cluster, job_id)
+        ).fetchall()
+
+    def stale_holds(self, older_than: float) -> list[sqlite3.Row]:
+        """Runs held since before ``older_than`` (epoch seconds) and still not settled."""
+        return self.conn.execute(
+            "SELECT * FROM jobs WHERE state = 'held' AND held_at < ? ORDER BY held_at", (older_than,)
+        ).fetchall()
+
+    # --- prices (admin-set, versioned) -----------------------------------------------------------
+
+    def set_price(self, partition: str, price: int, effective_at: float, actor: str, reason: str = "") -> None:
+        """From ``effective_at`` on, runs of ``partition`` are held and billed at ``price`` tokens per
+        GPU-second. Runs already held keep the price they were held at."""
+        if not isinstance(price, int) or price <= 0:
+            raise UsageError(f"a price must be a positive whole number of tokens per GPU-second (got {price})")
+        if not partition or not partition.isprintable():
+            raise UsageError("a price needs a plain partition name")
+        now = time.time()
+        with self._tx():
+            self.conn.execute(
+                "INSERT INTO prices (partition, price, effective_at, set_at, actor, reason) VALUES (?, ?, ?, ?, ?, ?)",
+                (partition, price, max(effective_at, now), now, actor, reason),
+            )
+
+    def price_at(self, partition: str, at: float, default: int) -> int:
+        """The partition's price at ``at`` (the newest version in effect then), else ``default``."""
+        row = self.conn.execute(
+            "SELECT price FROM prices WHERE partition = ? AND effective_at <= ? ORDER BY effective_at DESC, id DESC"
+            " LIMIT 1", (partition, at),
+        ).fetchone()  # fmt: skip
+        return int(row["price"]) if row else default
+
+    def prices(self) -> list[sqlite3.Row]:
+        return self.conn.execute("SELECT * FROM prices ORDER BY partition, effective_at, id").fetchall()
+
+    # --- incidents (a hook that failed: visible until its runs are settled) -----------------------
+
+    def record_incident(self, cluster: str, job_id: int, event: str, error: str) -> None:
+        with self._tx():
+            self.conn.execute(
+                "INSERT INTO incidents (at, cluster, job_id, event, error) VALUES (?, ?, ?, ?, ?)",
+                (time.time(), cluster, job_id, event, error[:500]),
+            )
+
+    def open_incidents(self) -> list[sqlite3.Row]:
+        return self.conn.execute("SELECT * FROM incidents WHERE resolved_at IS NULL ORDER BY at").fetchall()
 
     def settle(self, key: str, charge: int, end_state: str, elapsed: int, actor: str) -> Settlement | None:
-        """Charge ``charge`` (capped at the hold) and refund the rest, once; None if already settled."""
+        """Charge ``charge`` and refund the rest of the hold, once; None if already settled. A charge
+        past the hold (a run that outlived its limit) takes the rest from the balance ("overrun")."""
         now = time.time()
         with self._tx():
             row = self.conn.execute("SELECT * FROM jobs WHERE job_key = ?", (key,)).fetchone()
             if row is None or row["state"] != "held":
                 return None
-            charge = max(0, min(charge, row["hold"]))
-            refund = row["hold"] - charge
-            self._move(row["account"], "charge", charge, now, actor, job_key=key, user=row["user"], reason=end_state)
-            self._move(row["account"], "refund", refund, now, actor, job_key=key, user=row["user"], reason=end_state)
+            charge = max(0, charge)
+            from_hold = min(charge, row["hold"])
+            refund = row["hold"] - from_hold
+            who = {"job_key": key, "user": row["user"], "reason": end_state}
+            self._move(row["account"], "charge", from_hold, now, actor, **who)
+            self._move(row["account"], "refund", refund, now, actor, **who)
+            if charge > from_hold:
+                self._move(row["account"], "overrun", charge - from_hold, now, actor, **who)
             self.conn.execute(
-                "UPDATE jobs SET state = 'settled', charge = ?, refund = ?, end_state = ?, elapsed = ?, settled_at = ?"
-                " WHERE job_key = ?",
-                (charge, refund, end_state, elapsed, now, key),
+                "UPDATE jobs SET state = 'settled', charge = ?, refund = ?, end_state = ?, elapsed = ?, settled_at = ?,"
+                " settled_by = ? WHERE job_key = ?",
+                (charge, refund, end_state, elapsed, now, actor, key),
+            )
+            self.conn.execute(
+                "UPDATE incidents SET resolved_at = ? WHERE resolved_at IS NULL AND cluster IN (?, '') AND job_id = ?",
+                (now, row["cluster"], row["job_id"]),
             )
             blocked = self._update_block(row["account"])
             balance = self.conn.execute("SELECT balance FROM accounts WHERE name = ?", (row["account"],)).fetchone()[0]
@@ -306,6 +374,9 @@ class Ledger:
             "SELECT * FROM movements WHERE account = ? ORDER BY id DESC LIMIT ?", (account, limit)
         ).fetchall()
 
+    def movements(self) -> list[sqlite3.Row]:
+        return self.conn.execute("SELECT * FROM movements ORDER BY id").fetchall()
+
     def job_movements(self, job_id: int) -> list[sqlite3.Row]:
         return self.conn.execute(
             "SELECT m.* FROM movements m JOIN jobs j ON m.job_key = j.job_key WHERE j.job_id = ? ORDER BY m.id", (job_id,)
@@ -323,13 +394,13 @@ class Ledger:
         }
         for a in self.accounts():
             name = a["name"]
-            s = {k: sums.get((name, k), 0) for k in ("deposit", "refill", "adjustment", "hold", "charge", "refund", "expiry")}
+            s = {k: sums.get((name, k), 0) for k in KINDS}
             credited = s["deposit"] + s["refill"] + s["adjustment"]
             expect = {
                 "credited": credited,
-                "balance": credited - s["hold"] + s["refund"] - s["expiry"],
+                "balance": credited - s["hold"] + s["refund"] - s["expiry"] - s["overrun"],
                 "held": s["hold"] - s["charge"] - s["refund"],
-                "charged": s["charge"],
+                "charged": s["charge"] + s["overrun"],
                 "expired": s["expiry"],
             }
             for col, value in expect.items():
@@ -343,7 +414,8 @@ class Ledger:
             if open_holds != a["held"]:
                 problems.append(f"{name}: held is {a['held']}, open job holds sum to {open_holds}")
         for r in self.conn.execute(
-            "SELECT job_key, count(*) AS n FROM movements WHERE kind IN ('charge', 'hold') GROUP BY job_key, kind HAVING n > 1"
+            "SELECT job_key, count(*) AS n FROM movements WHERE kind IN ('charge', 'hold', 'overrun')"
+            " GROUP BY job_key, kind HAVING n > 1"
         ):
             problems.append(f"job {r['job_key']}: moved more than once")
         return problems

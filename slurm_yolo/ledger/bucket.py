@@ -30,10 +30,3 @@ def seconds_until(tokens: int, rate_per_day: int) -> float | None:
     if rate_per_day <= 0:
         return None
     return math.ceil(tokens / rate_per_day * DAY)
-
-
-def gpu_tokens(seconds: float, gpus: float, k: float) -> int:
-    """Effective tokens ``gpus`` GPUs process in ``seconds`` at ``k`` seconds per million tokens."""
-    if k <= 0:
-        raise ValueError("k must be positive")
-    return int(math.ceil(max(0.0, seconds) * max(0.0, gpus) / k * 1e6))

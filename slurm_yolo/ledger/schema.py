@@ -55,5 +55,90 @@ CREATE TABLE tiers (
     qos TEXT PRIMARY KEY,
     rate REAL NOT NULL CHECK (rate > 0)
 )
+""",    # 2: billing from prices an admin sets (versioned), stored on each run with its tier rate; runs
+    # keyed by Slurm's numbers; a run may pay past its hold ("overrun"); hook failures as incidents.
+    # Version 1 keyed runs by submit time as local-time text: such keys become epoch seconds (read in
+    # this host's time zone, as Slurm printed them), so reconcile finds the runs held before.
+    """
+CREATE TABLE prices (
+    id INTEGER PRIMARY KEY,
+    partition TEXT NOT NULL,
+    price INTEGER NOT NULL CHECK (price > 0),
+    effective_at REAL NOT NULL,
+    set_at REAL NOT NULL,
+    actor TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX prices_partition ON prices (partition, effective_at);
+CREATE TABLE incidents (
+    id INTEGER PRIMARY KEY,
+    at REAL NOT NULL,
+    cluster TEXT NOT NULL,
+    job_id INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    error TEXT NOT NULL,
+    resolved_at REAL
+);
+CREATE INDEX incidents_open ON incidents (resolved_at, cluster, job_id);
+CREATE TABLE movements2 (
+    id INTEGER PRIMARY KEY,
+    at REAL NOT NULL,
+    account TEXT NOT NULL REFERENCES accounts (name),
+    kind TEXT NOT NULL CHECK (kind IN ('deposit', 'refill', 'adjustment', 'hold', 'charge', 'refund', 'expiry', 'overrun')),
+    amount INTEGER NOT NULL,
+    job_key TEXT,
+    user TEXT,
+    actor TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT ''
+);
+CREATE TEMP TABLE keymap AS SELECT job_key AS old,
+    CASE WHEN unique_text THEN cluster || ':' || job_id || ':' || CAST(strftime('%s', submit_time, 'utc') AS INTEGER)
+         ELSE job_key END AS new,
+    CASE WHEN unique_text THEN CAST(strftime('%s', submit_time, 'utc') AS INTEGER) ELSE submit_time END AS submit
+    FROM (SELECT *, submit_time GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T*' AND (SELECT count(*) FROM jobs j2
+          WHERE j2.cluster = jobs.cluster AND j2.job_id = jobs.job_id AND j2.submit_time = jobs.submit_time) = 1
+          AS unique_text FROM jobs);
+INSERT INTO movements2 SELECT id, at, account, kind, amount,
+    coalesce((SELECT new FROM keymap WHERE old = movements.job_key), job_key), user, actor, reason FROM movements;
+DROP TABLE movements;
+ALTER TABLE movements2 RENAME TO movements;
+CREATE INDEX movements_account ON movements (account, at);
+CREATE INDEX movements_job ON movements (job_key);
+CREATE TABLE jobs2 (
+    job_key TEXT PRIMARY KEY,
+    cluster TEXT NOT NULL,
+    job_id INTEGER NOT NULL,
+    submit_time NOT NULL,
+    restart INTEGER NOT NULL,
+    account TEXT NOT NULL,
+    user TEXT NOT NULL,
+    partition TEXT NOT NULL,
+    qos TEXT NOT NULL DEFAULT '',
+    gpus REAL NOT NULL,
+    price INTEGER NOT NULL,
+    rate REAL NOT NULL,
+    time_limit INTEGER,
+    hold_seconds INTEGER NOT NULL,
+    estimate INTEGER,
+    hold INTEGER NOT NULL,
+    charge INTEGER,
+    refund INTEGER,
+    state TEXT NOT NULL DEFAULT 'held' CHECK (state IN ('held', 'settled')),
+    end_state TEXT,
+    elapsed INTEGER,
+    held_at REAL NOT NULL,
+    settled_at REAL,
+    held_by TEXT NOT NULL DEFAULT '',
+    settled_by TEXT
+);
+INSERT INTO jobs2 SELECT keymap.new, cluster, job_id, keymap.submit, restart, account, user, partition, qos, gpus,
+    CAST(round(1000000.0 / k) AS INTEGER), coalesce((SELECT rate FROM tiers WHERE tiers.qos = jobs.qos), 1.0),
+    time_limit, time_limit, estimate, hold, charge, refund, state, end_state, elapsed, held_at, settled_at, 'prolog',
+    CASE WHEN state = 'settled' THEN 'epilog' END FROM jobs JOIN keymap ON keymap.old = jobs.job_key;
+DROP TABLE jobs;
+DROP TABLE keymap;
+ALTER TABLE jobs2 RENAME TO jobs;
+CREATE INDEX jobs_account_state ON jobs (account, state);
+CREATE INDEX jobs_job ON jobs (cluster, job_id)
 """,
 )

@@ -7,6 +7,9 @@ truncated, interleaved, binary or enormous input gives a partial result with war
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -68,18 +71,33 @@ class ParseResult:
         return self
 
 
-def read_text(path: Path, warnings: list[str]) -> str:
-    """A log's text: binary bytes replaced, at most MAX_BYTES (its tail), never an exception."""
+def read_bytes(path: Path, max_bytes: int, owner: int | None = None) -> tuple[bytes, int]:
+    """A regular file's bytes, at most ``max_bytes`` (its tail), and its full size. Users control the
+    files read here, so a link, FIFO or device is refused (opened without following links and without
+    blocking), and so is a file not owned by ``owner`` when given: OSError says which."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if owner is not None and st.st_uid != owner:
+            raise OSError(errno.EPERM, f"owned by uid {st.st_uid}, not the job's user (uid {owner})")
+        if st.st_size > max_bytes:
+            f.seek(st.st_size - max_bytes)
+        return f.read(max_bytes), st.st_size
+
+
+def read_text(path: Path, warnings: list[str], max_bytes: int | None = None, owner: int | None = None) -> str:
+    """A log's text: binary bytes replaced, at most ``max_bytes`` (its tail; default MAX_BYTES), never
+    an exception."""
+    max_bytes = max_bytes or MAX_BYTES
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            if size > MAX_BYTES:
-                f.seek(size - MAX_BYTES)
-                warnings.append(f"log is {size} bytes: read its last {MAX_BYTES}")
-            data = f.read(MAX_BYTES)
+        data, size = read_bytes(path, max_bytes, owner)
     except OSError as e:
-        warnings.append(f"cannot read {path}: {e.strerror}")
+        warnings.append(f"cannot read {path}: {e.strerror or e}")
         return ""
+    if size > max_bytes:
+        warnings.append(f"log is {size} bytes: read its last {max_bytes}")
     if b"\x00" in data:
         warnings.append("binary content (NUL bytes) ignored")
         data = data.replace(b"\x00", b"")

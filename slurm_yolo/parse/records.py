@@ -9,29 +9,33 @@ from typing import Any
 
 from . import EpochStats, ParseResult, read_text
 
-
-def iter_records(path: Path) -> Iterator[dict[str, Any]]:
-    """The records of a usage file, skipping lines that are not JSON objects (none if unreadable)."""
-    try:
-        with open(path, errors="replace") as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(rec, dict):
-                    yield rec
-    except OSError:
-        return
+MAX_USAGE_BYTES = 16 * 1024 * 1024  # a usage file holds a few hundred bytes per epoch
 
 
-def parse_records(path: Path) -> ParseResult:
+def read_usage(path: Path, warnings: list[str], owner: int | None = None) -> str:
+    """A usage file's text, read as a file a user controls (``read_text``: bounded, regular files only)."""
+    return read_text(path, warnings, MAX_USAGE_BYTES, owner)
+
+
+def iter_records(path: Path, text: str | None = None) -> Iterator[dict[str, Any]]:
+    """The records of a usage file (or of its ``text``, read already), skipping lines that are not
+    JSON objects (none if unreadable)."""
+    for line in (read_usage(path, []) if text is None else text).splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            yield rec
+
+
+def parse_records(path: Path, text: str | None = None) -> ParseResult:
     """Per-epoch images, tokens, seconds and GPU memory; later runs of a requeued job continue earlier ones."""
     result = ParseResult(source="usage-records", path=str(path))
     epochs: dict[int, EpochStats] = {}
     ended = False
     bad = 0
-    for line in read_text(path, result.warnings).splitlines():
+    for line in (read_usage(path, result.warnings) if text is None else text).splitlines():
         try:
             rec = json.loads(line)
         except ValueError:

@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from . import read_bytes
 
 if TYPE_CHECKING:
     from . import ParseResult
 
+
+MAX_RUN_FILE_BYTES = 16 * 1024 * 1024  # args.yaml and results.csv of a run folder a user made
 
 @dataclass(frozen=True)
 class EpochRow:
@@ -30,9 +33,9 @@ class EpochRow:
 def read_results_csv(path: Path) -> list[EpochRow]:
     """Rows of a results.csv; malformed rows are skipped, a missing file is an error."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = read_bytes(path, MAX_RUN_FILE_BYTES)[0].decode("utf-8", errors="replace")
     except OSError as e:
-        raise UsageError(f"cannot read {path}: {e.strerror}") from None
+        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
     rows = []
     for raw in csv.DictReader(text.splitlines()):
         typed: dict[str, float] = {}
@@ -75,7 +78,7 @@ def read_run_dir(path: Path) -> RunDir:
     if not path.is_dir():
         raise UsageError(f"{path} is not a run folder")
     try:
-        args = yaml.safe_load((path / "args.yaml").read_text(encoding="utf-8"))
+        args = yaml.safe_load(read_bytes(path / "args.yaml", MAX_RUN_FILE_BYTES)[0].decode("utf-8"))
     except FileNotFoundError:
         raise UsageError(f"{path}: no args.yaml (not an ultralytics run folder)") from None
     except (OSError, yaml.YAMLError, UnicodeDecodeError) as e:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
@@ -22,6 +23,7 @@ from ..slurm import run
 FIELDS = ["JobIDRaw", "JobName", "Account", "User", "Partition", "QOS", "State", "ExitCode", "Submit", "Start", "End",
           "ElapsedRaw", "TimelimitRaw", "AllocTRES", "Comment", "AdminComment", "WorkDir"]  # fmt: skip
 VIEWS = ("usage", "accuracy", "waits", "failures", "k", "roi", "budgets")
+BILLED = ("hold", "charge", "refund", "price")  # what each run was held and billed at
 
 
 @dataclass(frozen=True)
@@ -73,31 +75,40 @@ def parse_jobs(text: str, shards_per_gpu: dict[str, int] | None = None) -> pd.Da
     df["pred_s"] = _kv(comment, "pred_s")
     df["est_tokens"] = _kv(comment, "eff")
     admin = df["AdminComment"]
-    for key in ("hold", "charge", "refund", "k"):
+    for key in BILLED:
         df[key] = _kv(admin, key)
     return df.reset_index(drop=True)
 
 
 def ledger_runs(config: Config) -> pd.DataFrame:
-    """The ledger's runs (empty when there is no ledger)."""
+    """The ledger's runs (empty when there is no ledger), with the run's submit time as sacct prints
+    it here (the ledger keeps epoch seconds)."""
     lg = ledger.reader(config)
     if lg is None:
-        return pd.DataFrame(columns=["job_id", "submit_time", "hold", "charge", "refund", "k"])
+        return pd.DataFrame(columns=["job_id", "submit", *BILLED])
     try:
-        return pd.read_sql_query("SELECT job_id, submit_time, hold, charge, refund, k, estimate FROM jobs", lg.conn)
+        runs = pd.read_sql_query(f"SELECT job_id, submit_time, {', '.join(BILLED)}, estimate FROM jobs", lg.conn)
     finally:
         lg.close()
+    runs["submit"] = pd.to_datetime([_local(v) for v in runs.pop("submit_time")])
+    return runs
+
+
+def _local(submit: object) -> datetime:
+    """A run's submit time (epoch seconds; text in ledgers older than version 2) in local time."""
+    text = str(submit)
+    return datetime.fromtimestamp(int(text)) if text.isdigit() else datetime.fromisoformat(text)
 
 
 def join(jobs: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """The ledger's amounts where it has the run (by job id and submit time), else the AdminComment's."""
     if runs.empty:
         return jobs
-    runs = runs.rename(columns={c: f"ledger_{c}" for c in ("hold", "charge", "refund", "k")})
-    merged = jobs.merge(runs, how="left", left_on=["job_id", "Submit"], right_on=["job_id", "submit_time"])
-    for key in ("hold", "charge", "refund", "k"):
+    runs = runs.rename(columns={c: f"ledger_{c}" for c in BILLED})
+    merged = jobs.merge(runs, how="left", on=["job_id", "submit"])
+    for key in BILLED:
         merged[key] = merged[f"ledger_{key}"].combine_first(merged[key])
-    return merged.drop(columns=[c for c in merged.columns if c.startswith("ledger_")] + ["submit_time"])
+    return merged.drop(columns=[c for c in merged.columns if c.startswith("ledger_")])
 
 
 def _pct(s: pd.Series, q: float) -> float:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import calibration
+from .. import calibration, ledger
 from ..config import Config
 from . import Filters, build
 
@@ -16,7 +16,7 @@ def _label(value: object) -> str:
     return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
 
 
-def render(views: dict[str, pd.DataFrame], k: dict[str, float]) -> str:
+def render(views: dict[str, pd.DataFrame], k: dict[str, float], incidents: int = 0) -> str:
     """The exposition text (pure): one HELP/TYPE block per metric."""
     lines: list[str] = []
 
@@ -32,6 +32,8 @@ def render(views: dict[str, pd.DataFrame], k: dict[str, float]) -> str:
     metric("held_tokens", "Tokens held by running jobs.", [({"account": r.account}, float(r.held)) for r in b.itertuples()])
     metric("burn_tokens_per_day", "Tokens charged per day over the last week.",
            [({"account": r.account}, float(r.burn_per_day)) for r in b.itertuples()])  # fmt: skip
+    metric("hook_incidents_open", "Hooks that failed and whose runs are not settled yet (ledger reconcile).",
+           [({}, float(incidents))])  # fmt: skip
     metric("k_seconds_per_mtok", "Seconds per million effective tokens per GPU.", [({"partition": p}, v) for p, v in k.items()])
     a = views["accuracy"]
     metric("prediction_abs_error_median", "Median |actual - predicted| / predicted run time, last day.",
@@ -49,9 +51,14 @@ def write_textfile(config: Config, directory: Path) -> Path:
     views = build(config, Filters(since="now-1days"), ("budgets", "accuracy", "waits"))
     names = set(config.partitions) | {h.partition for h in calibration.history(config)}
     k = {p: calibration.load(config, p).model.k for p in sorted(names)}
+    lg = ledger.reader(config)
+    incidents = 0
+    if lg is not None:
+        with lg:
+            incidents = len(lg.open_incidents())
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / "slurm_yolo.prom"
     tmp = directory / f".slurm_yolo.prom.{os.getpid()}"
-    tmp.write_text(render(views, k))
+    tmp.write_text(render(views, k, incidents))
     os.replace(tmp, target)
     return target

@@ -32,13 +32,15 @@ def _binary(name: str, bin_dir: Path | None) -> str:
 
 
 def run(
-    argv: list[str], *, input: str | None = None, timeout: float = 30.0, bin_dir: Path | None = None
+    argv: list[str], *, input: str | None = None, timeout: float = 30.0, bin_dir: Path | None = None,
+    time_format: str = "standard",
 ) -> Result:
-    """Run a Slurm command; a failure raises SlurmError with Slurm's own reason."""
+    """Run a Slurm command; a failure raises SlurmError with Slurm's own reason. ``time_format``:
+    how it prints times (the money path asks for epoch seconds, ``%s``)."""
     import subprocess  # offline dry runs never call Slurm: keep their start-up light
 
     full = [_binary(argv[0], bin_dir), *argv[1:]]
-    env = {**os.environ, "SLURM_TIME_FORMAT": "standard"}
+    env = {**os.environ, "SLURM_TIME_FORMAT": time_format}
     try:
         proc = subprocess.run(full, input=input, capture_output=True, text=True, timeout=timeout, env=env)
     except FileNotFoundError:
@@ -50,3 +52,13 @@ def run(
         reason = lines[-1] if lines else f"exit code {proc.returncode}"
         raise SlurmError(f"{argv[0]} failed: {reason}")
     return Result(argv=tuple(full), stdout=proc.stdout, stderr=proc.stderr)
+
+
+def detached(argv: list[str], env: dict[str, str], bin_dir: Path | None = None) -> None:
+    """Start ``argv`` in its own session and do not wait (no inherited stdio): what a slurmctld hook
+    may not wait for. A Slurm command's name is found like ``run``'s; other programs by their path."""
+    import subprocess
+
+    full = [_binary(argv[0], bin_dir) if "/" not in argv[0] else argv[0], *argv[1:]]
+    subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True, close_fds=True, env=env)  # fmt: skip

@@ -1,9 +1,13 @@
-"""Pure parsers of Slurm 22.05 command output (tested on recorded output and on the real cluster)."""
+"""Pure parsers of Slurm command output for planning and reports (tested on recorded output and on the
+real cluster). The money path reads ``records`` instead: ``scontrol show job`` prints user text
+(Comment, WorkDir, StdOut) as ``Key=value`` like real fields, so nothing billed comes from here."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+from . import records
 
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9/:_]*)=")
 
@@ -36,35 +40,13 @@ def parsable2(text: str, columns: list[str], trailing: bool = False) -> list[dic
     return rows
 
 
-def run_records(text: str) -> dict[int, dict[str, tuple[str, int]]]:
-    """``sacct -X -D -o JobIDRaw,Submit,State,ElapsedRaw`` rows as job id -> submit time -> (state,
-    elapsed seconds): one record per run (a requeue gives the next run a new submit time)."""
-    records: dict[int, dict[str, tuple[str, int]]] = {}
-    for line in text.splitlines():
-        parts = line.split("|")
-        if len(parts) == 4 and parts[0].isdigit() and parts[2].strip():
-            elapsed = int(parts[3]) if parts[3].isdigit() else 0
-            records.setdefault(int(parts[0]), {})[parts[1]] = (parts[2].split()[0], elapsed)
-    return records
-
-
 def duration(text: str) -> int | None:
-    """Slurm durations (``[D-]HH:MM:SS``, ``MM:SS``, minutes) as seconds; None for UNLIMITED/INVALID."""
-    text = text.strip()
-    if not text or text.upper() in ("UNLIMITED", "INVALID", "NOT_SET", "N/A", "PARTITION_LIMIT"):
+    """A Slurm duration as seconds (``records.duration``, the one parser of them), for planning and
+    reports: None for UNLIMITED and for anything it cannot read."""
+    try:
+        return records.duration(text.strip())
+    except ValueError:
         return None
-    days = 0
-    if "-" in text:
-        d, _, text = text.partition("-")
-        days = int(d)
-    parts = [float(p) for p in text.split(":")]
-    if len(parts) == 1:
-        seconds = parts[0] * 60  # a bare number is minutes
-    elif len(parts) == 2:
-        seconds = parts[0] * 60 + parts[1]
-    else:
-        seconds = parts[0] * 3600 + parts[1] * 60 + parts[2]
-    return int(days * 86400 + seconds)
 
 
 def minutes_arg(seconds: float) -> str:
@@ -86,16 +68,6 @@ def gres_count(text: str, name: str) -> int:
         except ValueError:
             total += 1 if len(parts) == 2 else 0  # "gpu:a100" means one
     return total
-
-
-def tres(text: str) -> dict[str, str]:
-    """A TRES string (``cpu=1,mem=256M,gres/gpu=2,gres/gpu:a100=2``) as a dict."""
-    out = {}
-    for item in text.split(","):
-        key, sep, value = item.partition("=")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
 
 
 def sbatch_job_id(text: str) -> int:

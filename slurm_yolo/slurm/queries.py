@@ -1,0 +1,40 @@
+"""The money path's Slurm queries: argv lists whose output user text cannot forge.
+
+Every field asked for here is set by slurmctld or slurmdbd (ids, numbers, states, and names only an
+admin creates: partitions, accounts, QOS, users); none is text a user writes (comment, job name,
+work dir, output paths), so splitting a line on the delimiter can never meet a forged field, and a
+record whose fields do not all parse is refused whole. Times come as epoch seconds
+(``SLURM_TIME_FORMAT=%s``), never as text one environment formats differently from another.
+
+Kept apart from ``records`` (the parsers) so that the hook entry points can start a query before
+importing anything else.
+"""
+
+from __future__ import annotations
+
+import time
+
+TIME_FORMAT = "%s"  # strftime: epoch seconds, in Slurm 22.05 and 24.11 alike
+
+# The controller's record of a job's current run (PrologSlurmctld): ``squeue -O``, ``|`` after each.
+SQUEUE_FIELDS = ("JobID", "tres-alloc", "TimeLimit", "SubmitTime", "StartTime", "Partition", "Account", "QOS",
+                 "UserName", "RestartCnt", "State")  # fmt: skip
+# slurmdbd's record of every run of a job (``sacct -D``): the epilog, reconcile and the audit.
+SACCT_FIELDS = ("JobIDRaw", "Cluster", "Submit", "Start", "End", "State", "ElapsedRaw", "TimelimitRaw", "Partition",
+                "Account", "QOS", "User", "AllocTRES")  # fmt: skip
+
+
+def job_list(job_ids: list[int]) -> str:
+    """``-j`` for several jobs (each checked to be an integer: nothing else reaches the command)."""
+    return ",".join(str(int(j)) for j in job_ids)
+
+
+def squeue_argv(job_ids: list[int]) -> list[str]:
+    return ["squeue", "-h", "--states=all", "-j", job_list(job_ids), "-O", ",".join(f"{f}:|" for f in SQUEUE_FIELDS)]
+
+
+def sacct_argv(job_ids: list[int] | None = None, since: int | None = None) -> list[str]:
+    """Every run (``-D``) of the given jobs, or of every job of every user active since ``since``."""
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since or 0))  # sacct reads local time
+    select = ["-j", job_list(job_ids)] if job_ids else ["-a", "-S", start, "-E", "now"]
+    return ["sacct", "-X", "-D", "-n", "-P", *select, "-o", ",".join(SACCT_FIELDS)]

@@ -1,0 +1,146 @@
+"""``JobRecord``: what the money path knows of one run of a job, parsed strictly from the structured
+queries of ``queries`` (one parser per source; both Slurm releases the project supports, 22.05 and
+24.11, print these fields alike: tests hold recorded output of each).
+
+A parser refuses a line whose fields do not all have their expected form (a count of fields, digits
+where numbers belong) rather than guess: a record it cannot read is no record, never a free run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from .queries import SACCT_FIELDS, SQUEUE_FIELDS
+
+# States after which a run's record no longer changes; anything else is still going on.
+FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
+                          "BOOT_FAIL", "DEADLINE", "REQUEUED", "REVOKED"})  # fmt: skip
+
+
+class JobRecord(NamedTuple):
+    """One run of one job (an array task under its own raw id), as slurmctld or slurmdbd state it."""
+
+    job_id: int
+    submit: int  # epoch seconds; a requeued job's next run has its own
+    state: str  # the state's first word: CANCELLED, not "CANCELLED by 0"
+    partition: str
+    account: str
+    qos: str
+    user: str
+    tres: Mapping[str, str]  # allocated TRES: {"gres/gpu": "2", ...}
+    time_limit: int | None  # seconds; None: unlimited
+    elapsed: int = 0  # seconds the run ran (sacct)
+    start: int = 0  # epoch seconds; 0: not started
+    cluster: str = ""  # sacct's; squeue's records take the hook's SLURM_CLUSTER_NAME
+    restarts: int = 0
+
+    @property
+    def final(self) -> bool:
+        return self.state in FINAL_STATES
+
+
+def _int(text: str) -> int:
+    """A plain non-negative integer as Slurm prints one; ValueError for anything else."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 18):
+        raise ValueError(f"not a number: {text[:30]!r}")
+    return int(text)
+
+
+def _epoch(text: str) -> int:
+    """An epoch time (``SLURM_TIME_FORMAT=%s``); Slurm prints Unknown/None for a run not started."""
+    return 0 if text in ("", "Unknown", "None", "N/A", "0") else _int(text)
+
+
+def _name(text: str) -> str:
+    """A name only an admin creates (partition, account, QOS, user): one printable word."""
+    if not text.isprintable() or " " in text or len(text) > 200:
+        raise ValueError(f"not a name: {text[:30]!r}")
+    return text
+
+
+def tres(text: str) -> dict[str, str]:
+    """A TRES list (``billing=1,cpu=1,gres/gpu=2,mem=256M``) as a dict."""
+    out = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+# slurmctld gives a running job with no time limit (an INFINITE partition) a limit of 365 days: what
+# squeue and sacct print for it once it starts. That, or more, is no limit at all.
+YEAR_SECONDS = 365 * 86400
+
+
+def _limit(seconds: int) -> int | None:
+    return None if seconds >= YEAR_SECONDS else seconds
+
+
+def duration(text: str) -> int | None:
+    """``squeue`` time limits (``[D-]HH:MM:SS``, ``MM:SS``, ``M``) as seconds; None for UNLIMITED."""
+    if text in ("UNLIMITED", "INFINITE"):
+        return None
+    days = 0
+    if "-" in text:
+        d, _, text = text.partition("-")
+        days = _int(d)
+    parts = [_int(p) for p in text.split(":")]
+    if not 1 <= len(parts) <= 3:
+        raise ValueError(f"not a duration: {text[:30]!r}")
+    if len(parts) == 1:
+        return _limit(days * 86400 + parts[0] * 60)  # a bare number is minutes
+    h, m, s = ([0] + parts)[-3:]
+    return _limit(days * 86400 + h * 3600 + m * 60 + s)
+
+
+def _minutes(text: str) -> int | None:
+    """``sacct`` TimelimitRaw: whole minutes, or UNLIMITED / Partition_Limit."""
+    return None if text in ("UNLIMITED", "Partition_Limit", "INFINITE") else _limit(_int(text) * 60)
+
+
+def _fields(line: str, names: tuple[str, ...], trailing: bool) -> dict[str, str]:
+    if trailing:
+        if not line.endswith("|"):
+            raise ValueError("not a complete record")
+        line = line[:-1]
+    parts = line.split("|")
+    if len(parts) != len(names):
+        raise ValueError(f"{len(parts)} fields, not {len(names)}")
+    return dict(zip(names, (p.strip() for p in parts)))
+
+
+def from_squeue(text: str) -> list[JobRecord]:
+    """``queries.squeue_argv`` output: the controller's view of each job's current run. Lines that
+    are not complete records (an array's pending meta-record ``123_[1-4]``) are skipped."""
+    out = []
+    for line in text.splitlines():
+        try:
+            f = _fields(line, SQUEUE_FIELDS, trailing=True)
+            out.append(JobRecord(
+                job_id=_int(f["JobID"]), submit=_epoch(f["SubmitTime"]), state=f["State"].split(" ")[0],
+                partition=_name(f["Partition"]), account=_name(f["Account"]), qos=_name(f["QOS"]),
+                user=_name(f["UserName"]), tres=tres(f["tres-alloc"]), time_limit=duration(f["TimeLimit"]),
+                start=_epoch(f["StartTime"]), restarts=_int(f["RestartCnt"]),
+            ))  # fmt: skip
+        except ValueError:
+            continue
+    return out
+
+
+def from_sacct(text: str) -> list[JobRecord]:
+    """``queries.sacct_argv`` output: slurmdbd's record of each run, oldest first per job."""
+    out = []
+    for line in text.splitlines():
+        try:
+            f = _fields(line, SACCT_FIELDS, trailing=False)
+            out.append(JobRecord(
+                job_id=_int(f["JobIDRaw"]), submit=_epoch(f["Submit"]), state=(f["State"].split(" ") or [""])[0],
+                partition=_name(f["Partition"]), account=_name(f["Account"]), qos=_name(f["QOS"]),
+                user=_name(f["User"]), tres=tres(f["AllocTRES"]), time_limit=_minutes(f["TimelimitRaw"]),
+                elapsed=_int(f["ElapsedRaw"] or "0"), start=_epoch(f["Start"]), cluster=_name(f["Cluster"]),
+            ))  # fmt: skip
+        except ValueError:
+            continue
+    return out
