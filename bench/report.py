@@ -10,7 +10,6 @@ import os
 import random
 import tempfile
 import time
-from pathlib import Path
 
 import pandas as pd
 

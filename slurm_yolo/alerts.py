@@ -12,9 +12,11 @@ import os
 import time
 from dataclasses import asdict, dataclass
 
-
 from . import calibration, ledger
 from .config import Config
+from .parse import read_bytes
+
+MAX_NOTES = 10_000  # the newest refusal notes read (the box is users' to fill)
 
 
 @dataclass(frozen=True)
@@ -39,11 +41,13 @@ def refusal_streaks(config: Config, since: float) -> dict[str, int]:
     """Per account, how many refusals in a row since ``since`` (a job charged later breaks a streak)."""
     box = config.state_dir / "refusals"
     notes = []
-    for p in box.glob("*.json") if box.is_dir() else []:
-        try:
-            notes.append(json.loads(p.read_text()))
-        except (OSError, ValueError):
+    for p in sorted(box.glob("*.json"))[-MAX_NOTES:] if box.is_dir() else []:
+        try:  # users write this box: a note is read bounded, never through a link, FIFO or device
+            note = json.loads(read_bytes(p, 4096)[0])
+        except (OSError, ValueError, RecursionError):
             continue
+        if isinstance(note, dict) and isinstance(note.get("at"), (int, float)) and isinstance(note.get("account"), str):
+            notes.append(note)
     last_charge: dict[str, float] = {}
     lg = ledger.reader(config)
     if lg:
@@ -54,7 +58,7 @@ def refusal_streaks(config: Config, since: float) -> dict[str, int]:
             lg.close()
     streaks: dict[str, int] = {}
     for n in notes:
-        if isinstance(n, dict) and n.get("at", 0) >= max(since, last_charge.get(str(n.get("account")), 0)):
+        if n["at"] >= max(since, last_charge.get(n["account"], 0)):
             streaks[str(n["account"])] = streaks.get(str(n["account"]), 0) + 1
     return streaks
 

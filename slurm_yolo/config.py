@@ -71,6 +71,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "default_price": 1_000_000,
         "unlimited_hold_hours": 168.0,  # what a job with no time limit (an INFINITE partition) holds
         "reconcile_days": 7.0,  # how far back `ledger reconcile` looks in sacct for runs the hooks missed
+        # Accepted and ignored, so that an older site config still loads: runs are keyed by Slurm's own
+        # ClusterName, which a setting changed while jobs run could not follow (it charged them twice).
+        "cluster": "",
         "expire_days": 0.0,  # tokens unspent this long after they were credited expire (0: never)
     },
     "hookd": {

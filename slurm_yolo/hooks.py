@@ -29,7 +29,7 @@ from .config import ENV_OVERRIDES, Config, load
 from .errors import SlurmYoloError
 from .ledger import policy
 from .slurm import commands, detached
-from .slurm.records import JobRecord, from_sacct, from_squeue
+from .slurm.records import PAST_A_YEAR, JobRecord, from_sacct, from_squeue
 
 if TYPE_CHECKING:
     import sqlite3
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     RunsLookup = Callable[[int], list[JobRecord] | None]
 
 SACCT_LAG_SECONDS = 3.0  # how long a hook waits for sacct to catch up with slurmctld
+PAST_A_YEAR_AT_LEAST = 366 * 86400  # the hold of a run whose limit squeue and sacct cannot tell yet
 LATE_SACCT_SECONDS = 900  # then a detached child goes on asking this long (cron's reconcile after that)
 USAGE_NAME = "yolo-usage-{job}.jsonl"
 
@@ -113,6 +114,8 @@ def prolog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] 
         record = found.get(job_id) or commands.current_runs([job_id], bin_dir=_bin_dir(config)).get(job_id)
     if record is None:
         raise SlurmYoloError(f"job {job_id}: the controller printed no complete record of it")
+    if record.time_limit == PAST_A_YEAR:
+        record = record._replace(time_limit=_limit_from_sacct(job_id, record.submit, config))
     estimate = policy.user_estimate(env.get("SPANK_YOLO_TOKENS"), env.get("SLURM_JOB_COMMENT"))
     with ledger.writer(config) as lg:
         found_run = billable_run(lg, record, cluster, config, time.time(), record.restarts)
@@ -123,6 +126,15 @@ def prolog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] 
     if blocked is not None:
         _enforce_later(config, run.account)
     return {"event": "prolog", "job": job_id, "key": run.key, "hold": amount, "new": held}
+
+
+def _limit_from_sacct(job_id: int, submit: int, config: Config) -> int:
+    """A time limit past a year, which squeue cannot print: sacct's record of this run has it once
+    slurmdbd has the run's start; until then (a prolog must not wait), a year and a day, the least
+    it can be. The charge is the time the run takes either way."""
+    runs = commands.job_runs([job_id], bin_dir=_bin_dir(config)).get(job_id, [])
+    same = [r.time_limit for r in runs if r.submit == submit and r.time_limit]
+    return same[-1] if same else PAST_A_YEAR_AT_LEAST
 
 
 def settle_runs(lg: ledger.Ledger, runs: list[JobRecord], config: Config, actor: str, cluster: str = "",
@@ -155,10 +167,14 @@ def settle_runs(lg: ledger.Ledger, runs: list[JobRecord], config: Config, actor:
     return done
 
 
-def _unfinished(lg: ledger.Ledger, runs: list[JobRecord], cluster: str, job_id: int) -> bool:
+def _unfinished(lg: ledger.Ledger, runs: list[JobRecord], cluster: str, job_id: int, ended: bool) -> bool:
     """Whether sacct has yet to report the end of a run of this job that started (slurmctld tells
-    slurmdbd asynchronously: an epilog can be ahead of it). A held run sacct does not know yet
-    counts; one it shows never started (an epilog run by hand on a pending job) does not."""
+    slurmdbd asynchronously: an epilog can be ahead of it, even of the run's start). ``ended``: the
+    caller knows a run just ended (slurmctld's own epilog), so sacct is behind until its newest
+    record is final. Otherwise a held run sacct does not know yet counts, and one it shows never
+    started (an epilog run by hand on a pending job) does not."""
+    if ended and not (runs and runs[-1].final):
+        return True
     by_key = {ledger.run_key(r.cluster or cluster, r.job_id, r.submit): r for r in runs}
     for row in lg.held_runs(cluster, job_id):
         rec = by_key.get(row["job_key"])
@@ -175,7 +191,8 @@ def epilog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] 
     job_id = int(env["SLURM_JOB_ID"])
     cluster = cluster_of(env)
     estimate = policy.user_estimate(env.get("SPANK_YOLO_TOKENS"), env.get("SLURM_JOB_COMMENT"))
-    done, waiting = settle_job(config, job_id, cluster, SACCT_LAG_SECONDS, "epilog", estimate, query, runs)
+    ended = env.get("SLURM_SCRIPT_CONTEXT") == "epilog_slurmctld"  # slurmctld's: a run of the job just ended
+    done, waiting = settle_job(config, job_id, cluster, SACCT_LAG_SECONDS, "epilog", estimate, query, runs, ended)
     for rec, row, settled in done:
         after_settlement(config, rec, row, settled, env)
     if waiting:  # sacct is behind (or down): a detached child keeps asking, then cron's reconcile
@@ -190,7 +207,7 @@ def epilog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] 
 
 
 def settle_job(config: Config, job_id: int, cluster: str, wait: float, actor: str, estimate: int | None = None,
-               query: subprocess.Popen[str] | None = None, runs: RunsLookup | None = None,
+               query: subprocess.Popen[str] | None = None, runs: RunsLookup | None = None, ended: bool = False,
                ) -> tuple[list[tuple[JobRecord, sqlite3.Row, ledger.Settlement]], bool]:  # fmt: skip
     """Settle the job's ended runs from sacct, asking again for up to ``wait`` seconds while a run it
     holds (or one that started) has no final record there yet; what was settled, and whether one
@@ -205,7 +222,7 @@ def settle_job(config: Config, job_id: int, cluster: str, wait: float, actor: st
         else:
             with ledger.writer(config) as lg:
                 done = settle_runs(lg, found, config, actor, cluster, estimate)
-                waiting = not done and _unfinished(lg, found, cluster, job_id)
+                waiting = not done and _unfinished(lg, found, cluster, job_id, ended)
             if done or not waiting:
                 return done, False
         if time.monotonic() + pause >= deadline:
@@ -297,8 +314,11 @@ def reconcile_job(config: Config, job_id: int, cluster: str, wait: float, work_d
                   uid: str = "") -> list[dict[str, object]]:  # fmt: skip
     """Settle one job's ended runs once sacct has them (what an epilog left waiting); ``work_dir`` and
     ``uid``, the epilog's, let the time model's feedback follow as it would have."""
-    done, _ = settle_job(config, job_id, cluster, wait, "reconcile")
+    done, waiting = settle_job(config, job_id, cluster, wait, "reconcile", ended=True)
     env = {"SLURM_JOB_WORK_DIR": work_dir, "SLURM_JOB_UID": uid, "SLURM_CLUSTER_NAME": cluster}
+    if waiting:  # still no final record that reads: an admin should look (alerts show it)
+        with ledger.writer(config) as lg:
+            lg.record_incident(cluster, job_id, "epilog", f"no readable final sacct record after {wait:.0f} s")
     for rec, row, settled in done:
         after_settlement(config, rec, row, settled, env)
     return [{"key": s.key, "state": rec.state, "charge": s.charge, "refund": s.refund} for rec, _, s in done]

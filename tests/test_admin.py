@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import REPO, Slurm, poll
-from slurm_yolo import ledger
+
 from slurm_yolo import config as config_mod
+from slurm_yolo import ledger
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
 from slurm_yolo.report import parse_jobs

@@ -64,3 +64,9 @@ def test_progress_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("pattern", "out"), [("yolo-%x-%j.out", "yolo-n-12.out"), ("/x/%u/%%j", "/x/bob/%j"), ("a%Zb", "a%Zb")])
 def test_expand_pattern(pattern: str, out: str) -> None:
     assert progress.expand_pattern(pattern, 12, "n", "bob") == out
+
+
+def test_a_usage_file_nested_past_pythons_recursion_is_no_sample(tmp_path: Path) -> None:
+    f = tmp_path / "yolo-usage-1.jsonl"
+    f.write_text("[" * 100_000 + "\n" + '{"kind": "start"}\n')
+    assert feedback.sample_from_usage(f, "deep") is None

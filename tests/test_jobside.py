@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import Slurm, poll, skip_requeue_delay
-from slurm_yolo import calibration, config as config_mod, ledger
+
+from slurm_yolo import calibration, ledger
+from slurm_yolo import config as config_mod
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
 from slurm_yolo.feedback import sample_from_usage

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import VENV_BIN, Slurm, fund, poll, skip_requeue_delay
+
 from slurm_yolo import calibration, ledger
 from slurm_yolo import config as config_mod
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
@@ -89,11 +89,16 @@ def assert_billed(slurm: Slurm, job: int, hold_seconds: int, gpus: Fraction | in
 
 def test_complete_pays_its_elapsed_time_at_the_admin_price_whatever_k_says(funded: Slurm) -> None:
     cfg = funded.config()
+    model = calibration.load(cfg, "t4").model
     with calibration.Store(cfg) as store:  # k is the time model only: no hold or charge reads it
-        store.save("t4", replace(calibration.load(cfg, "t4").model, k=123.0), "test: k is not a price")
-    before = funded.ledger().account("vision")["balance"]
-    job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "2", script="sleep 2")
-    row = assert_billed(funded, job, 120, 1, "t4", "COMPLETED")
+        store.save("t4", replace(model, k=123.0), "test: k is not a price")
+    try:
+        before = funded.ledger().account("vision")["balance"]
+        job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "2", script="sleep 2")
+        row = assert_billed(funded, job, 120, 1, "t4", "COMPLETED")
+    finally:
+        with calibration.Store(cfg) as store:  # the demo on this cluster predicts with it
+            store.save("t4", model, "test: k restored")
     assert movements(funded, job) == {"hold": [row["hold"]], "charge": [row["charge"]], "refund": [row["refund"]]}
     assert funded.ledger().account("vision")["balance"] == before - row["charge"]
     comment = poll("AdminComment", lambda: funded.cmd("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "AdminComment").stdout.strip())
@@ -250,6 +255,24 @@ def test_an_admin_time_extension_is_charged_past_the_hold(funded: Slurm) -> None
     assert movements(funded, job)["overrun"] == [row["charge"] - row["hold"]]
 
 
+def test_time_limits_a_user_sets_are_billed_exactly(funded: Slurm) -> None:
+    """Past a year (squeue prints INVALID), lowered to 0 while pending or running: each run is held
+    from its real limit and charged the time it ran."""
+    shard = ("-p", "t4", "--gres=shard:t4:1")
+    long_job = funded.sbatch(*shard, "-t", "400-00:00:00", script="sleep 2", user="alice")
+    pending = funded.sbatch(*shard, "-t", "5", "--hold", script="sleep 60", user="alice")
+    funded.cmd("scontrol", "update", f"jobid={pending}", "TimeLimit=0", user="alice")
+    funded.cmd("scontrol", "release", str(pending), user="alice")
+    running = funded.sbatch(*shard, "-t", "2", script="sleep 60", user="alice")
+    wait_running(funded, running)
+    funded.cmd("scontrol", "update", f"jobid={running}", "TimeLimit=0", user="alice")
+    row = funded.settled(long_job)[0]  # held at its limit, or at a year and a day while sacct lagged the prolog
+    assert row["hold"] in (tokens(400 * 86400, Fraction(1, 4), "t4"), tokens(366 * 86400, Fraction(1, 4), "t4"))
+    assert_billed(funded, long_job, row["hold_seconds"], Fraction(1, 4), "t4", "COMPLETED")
+    assert_billed(funded, pending, 0, Fraction(1, 4), "t4", timeout=180)
+    assert_billed(funded, running, 120, Fraction(1, 4), "t4", "TIMEOUT", timeout=180)
+
+
 def test_forged_spank_and_comment_values_in_the_hooks_environment(funded: Slurm) -> None:
     """What slurmctld would pass from a user's --yolo-tokens and --comment, at its most hostile:
     the hold is the same and no estimate is recorded."""
@@ -259,7 +282,7 @@ def test_forged_spank_and_comment_values_in_the_hooks_environment(funded: Slurm)
                "SLURM_JOB_COMMENT": f"yolo:eff={value}"}  # fmt: skip
         try:
             assert funded.hook("prolog", env) == 0
-            (row,) = poll("held", lambda: funded.runs(job))
+            (row,) = poll("held", lambda job=job: funded.runs(job))
             assert (row["hold"], row["estimate"]) == (tokens(60, 1, "t4"), None), value
         finally:
             funded.cmd("scancel", str(job))

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_yolo import parse as parse_mod
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.parse import parse_path
 from slurm_yolo.parse.stdout import parse_stdout

@@ -47,8 +47,9 @@ SQ = "{id}|billing=1,cpu=1,gres/gpu=2,mem=256M,node=1|{limit}|1764489615|1764489
 
 @pytest.mark.parametrize(
     ("limit", "seconds"),
-    [("2:00", 120), ("1:02:03", 3723), ("1-00:00:00", 86400), ("UNLIMITED", None), ("5", 300),
-     ("364-23:59:59", 364 * 86400 + 86399), ("365-00:00:00", None)],  # slurmctld's year for "no limit"
+    [("2:00", 120), ("1:02:03", 3723), ("1-00:00:00", 86400), ("UNLIMITED", None), ("5", 300), ("0:00", 0),
+     ("364-23:59:59", 364 * 86400 + 86399), ("365-00:00:00", None),  # slurmctld's year for "no limit"
+     ("INVALID", records.PAST_A_YEAR)],  # squeue's word for -t 400-0: sacct has it
 )
 def test_squeue_time_limits(limit: str, seconds: int | None) -> None:
     (r,) = records.from_squeue(SQ.format(id=7, limit=limit))
@@ -76,9 +77,11 @@ SA = "{id}|yolo|1764489615|1764489616|1764489640|{state}|24|{limit}|t4|vision|no
 
 def test_sacct_states_and_limits() -> None:
     text = "\n".join([SA.format(id=5, state="REQUEUED", limit="2"), SA.format(id=5, state="CANCELLED by 0", limit="UNLIMITED"),
-                      SA.format(id=6, state="RUNNING", limit="Partition_Limit"), SA.format(id=7, state="RUNNING", limit="525600")])  # fmt: skip
-    a, b, c, d = records.from_sacct(text)
+                      SA.format(id=6, state="RUNNING", limit="Partition_Limit"), SA.format(id=7, state="RUNNING", limit="525600"),
+                      SA.format(id=8, state="TIMEOUT", limit="576000"), SA.format(id=9, state="TIMEOUT", limit="")])  # fmt: skip
+    a, b, c, d, e, f = records.from_sacct(text)
     assert d.time_limit is None  # 365 days: slurmctld's stand-in for no limit
+    assert e.time_limit == 400 * 86400 and f.time_limit == 0  # -t 400-0; TimeLimit=0 prints nothing
     assert (a.state, a.final, a.time_limit, a.elapsed, a.start) == ("REQUEUED", True, 120, 24, 1764489616)
     assert (b.state, b.final, b.time_limit) == ("CANCELLED", True, None)
     assert (c.state, c.final) == ("RUNNING", False)
@@ -86,6 +89,8 @@ def test_sacct_states_and_limits() -> None:
 
 def test_sacct_refuses_malformed_lines() -> None:
     assert records.from_sacct(SA.format(id=5, state="COMPLETED", limit="2") + "|x") == []
+    # what slurmdbd answers when a run's end reached it before its start: refused, never billed
+    assert records.from_sacct("542|yolo|1796050593|1796050593|1796050596|COMPLETED|3||||Unknown|alice|billing=1,gres/shard=1") == []
     assert records.from_sacct(SA.format(id=5, state="COMPLETED", limit="2").replace("|24|", "|2e1|")) == []
 
 

@@ -166,10 +166,16 @@ def price_set(partition: str, tokens_per_gpu_second: str, effective: str, reason
     config = load_config()
     amount = admission.parse_tokens(tokens_per_gpu_second)
     at = ledger.parse_when(effective)
+    known = commands.partitions(Path(config["slurm"]["bin_dir"]))
+    if partition not in known:
+        raise UsageError(f"Slurm has no partition {partition!r} (it has {', '.join(known) or 'none'})")
     with ledger.writer(config) as lg:
         lg.set_price(partition, amount, at, _actor(), reason)
-    when = "now" if at <= time.time() else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
-    click.echo(f"{partition}: {fmt_tokens(amount)} per GPU-second from {when}")
+    click.echo(f"{partition}: {amount:,} tokens per GPU-second from {_when(at)}")
+
+
+def _when(at: float) -> str:
+    return "now" if at <= time.time() else time.strftime("%Y-%m-%d %H:%M", time.localtime(at))
 
 
 @price.command("show")
@@ -186,10 +192,15 @@ def price_show(as_json: bool) -> None:
     if as_json:
         echo_json({"default": config["ledger"]["default_price"], "prices": rows})
         return
-    click.echo(f"default: {fmt_tokens(config['ledger']['default_price'])} per GPU-second")
-    for r in rows:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(str(r["effective_at"]))))
-        click.echo(f"{r['partition']}: {fmt_tokens(float(str(r['price'])))} per GPU-second from {when} ({r['actor']}) {r['reason']}")
+    click.echo(f"default: {config['ledger']['default_price']:,} tokens per GPU-second (partitions without a price)")
+    now = time.time()
+    for partition in sorted({str(r["partition"]) for r in rows}):
+        versions = [r for r in rows if r["partition"] == partition]
+        current = [r for r in versions if float(str(r["effective_at"])) <= now][-1:]
+        for r in current + [r for r in versions if float(str(r["effective_at"])) > now]:
+            since = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(str(r["effective_at"]))))
+            label = f"since {since}" if r in current else f"from {since}"
+            click.echo(f"{partition}: {int(str(r['price'])):,} tokens per GPU-second {label} ({r['actor']}: {r['reason']})")
 
 
 @ledger_group.command()

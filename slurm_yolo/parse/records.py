@@ -23,7 +23,7 @@ def iter_records(path: Path, text: str | None = None) -> Iterator[dict[str, Any]
     for line in (read_usage(path, []) if text is None else text).splitlines():
         try:
             rec = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than Python recurses
             continue
         if isinstance(rec, dict):
             yield rec
@@ -38,7 +38,7 @@ def parse_records(path: Path, text: str | None = None) -> ParseResult:
     for line in (read_usage(path, result.warnings) if text is None else text).splitlines():
         try:
             rec = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             bad += 1
             continue
         if not isinstance(rec, dict):

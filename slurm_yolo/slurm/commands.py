@@ -121,6 +121,12 @@ def set_gpu_block(account: str, blocked: bool, bin_dir: Path | None = None) -> N
          f"GrpTRESRunMins=gres/gpu={value},gres/shard={value}"], bin_dir=bin_dir)  # fmt: skip
 
 
+def partitions(bin_dir: Path | None = None) -> list[str]:
+    """Every partition the controller has, hidden ones too."""
+    res = run(["sinfo", "-h", "-a", "-o", "%R"], bin_dir=bin_dir)
+    return sorted({line.strip() for line in res.stdout.splitlines() if line.strip()})
+
+
 def accounts_of(user: str, bin_dir: Path | None = None) -> list[str]:
     """The Slurm accounts ``user`` may submit to."""
     res = run(["sacctmgr", "-n", "-P", "show", "assoc", f"user={user}", "format=account"], bin_dir=bin_dir)

@@ -52,9 +52,11 @@ def _epoch(text: str) -> int:
     return 0 if text in ("", "Unknown", "None", "N/A", "0") else _int(text)
 
 
-def _name(text: str) -> str:
-    """A name only an admin creates (partition, account, QOS, user): one printable word."""
-    if not text.isprintable() or " " in text or len(text) > 200:
+def _name(text: str, required: bool = True) -> str:
+    """A name only an admin creates (partition, account, QOS, user): one printable word. slurmdbd can
+    answer with a record it has only in part (the end of a run before its start reached it: no
+    partition, QOS "Unknown", no time limit); a missing name marks such a record, which is refused."""
+    if not text.isprintable() or " " in text or len(text) > 200 or (required and not text):
         raise ValueError(f"not a name: {text[:30]!r}")
     return text
 
@@ -69,19 +71,25 @@ def tres(text: str) -> dict[str, str]:
     return out
 
 
-# slurmctld gives a running job with no time limit (an INFINITE partition) a limit of 365 days: what
-# squeue and sacct print for it once it starts. That, or more, is no limit at all.
-YEAR_SECONDS = 365 * 86400
+# slurmctld gives a job with no time limit (an INFINITE partition) a limit of exactly 365 days when it
+# starts: what squeue and sacct print for it from then on. That value is taken as no limit (a job
+# that asked for exactly 365 days is held like an unlimited one); every other value is its limit.
+INFINITE_STANDIN = 365 * 86400
+# squeue prints INVALID for a limit past a year (-t 400-0): only sacct knows it exactly.
+PAST_A_YEAR = -1
 
 
 def _limit(seconds: int) -> int | None:
-    return None if seconds >= YEAR_SECONDS else seconds
+    return None if seconds == INFINITE_STANDIN else seconds
 
 
 def duration(text: str) -> int | None:
-    """``squeue`` time limits (``[D-]HH:MM:SS``, ``MM:SS``, ``M``) as seconds; None for UNLIMITED."""
+    """``squeue`` time limits (``[D-]HH:MM:SS``, ``MM:SS``, ``M``) as seconds; None for UNLIMITED,
+    ``PAST_A_YEAR`` for INVALID."""
     if text in ("UNLIMITED", "INFINITE"):
         return None
+    if text == "INVALID":
+        return PAST_A_YEAR
     days = 0
     if "-" in text:
         d, _, text = text.partition("-")
@@ -96,8 +104,11 @@ def duration(text: str) -> int | None:
 
 
 def _minutes(text: str) -> int | None:
-    """``sacct`` TimelimitRaw: whole minutes, or UNLIMITED / Partition_Limit."""
-    return None if text in ("UNLIMITED", "Partition_Limit", "INFINITE") else _limit(_int(text) * 60)
+    """``sacct`` TimelimitRaw: whole minutes, or UNLIMITED / Partition_Limit; empty for a limit set to
+    0 (``scontrol update TimeLimit=0``)."""
+    if text in ("UNLIMITED", "Partition_Limit", "INFINITE"):
+        return None
+    return _limit(_int(text) * 60) if text else 0
 
 
 def _fields(line: str, names: tuple[str, ...], trailing: bool) -> dict[str, str]:
@@ -120,7 +131,7 @@ def from_squeue(text: str) -> list[JobRecord]:
             f = _fields(line, SQUEUE_FIELDS, trailing=True)
             out.append(JobRecord(
                 job_id=_int(f["JobID"]), submit=_epoch(f["SubmitTime"]), state=f["State"].split(" ")[0],
-                partition=_name(f["Partition"]), account=_name(f["Account"]), qos=_name(f["QOS"]),
+                partition=_name(f["Partition"]), account=_name(f["Account"]), qos=_name(f["QOS"], required=False),
                 user=_name(f["UserName"]), tres=tres(f["tres-alloc"]), time_limit=duration(f["TimeLimit"]),
                 start=_epoch(f["StartTime"]), restarts=_int(f["RestartCnt"]),
             ))  # fmt: skip
@@ -137,7 +148,7 @@ def from_sacct(text: str) -> list[JobRecord]:
             f = _fields(line, SACCT_FIELDS, trailing=False)
             out.append(JobRecord(
                 job_id=_int(f["JobIDRaw"]), submit=_epoch(f["Submit"]), state=(f["State"].split(" ") or [""])[0],
-                partition=_name(f["Partition"]), account=_name(f["Account"]), qos=_name(f["QOS"]),
+                partition=_name(f["Partition"]), account=_name(f["Account"]), qos=_name(f["QOS"], required=False),
                 user=_name(f["User"]), tres=tres(f["AllocTRES"]), time_limit=_minutes(f["TimelimitRaw"]),
                 elapsed=_int(f["ElapsedRaw"] or "0"), start=_epoch(f["Start"]), cluster=_name(f["Cluster"]),
             ))  # fmt: skip
