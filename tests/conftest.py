@@ -143,7 +143,7 @@ class Slurm(NamedTuple):
 
     def sacct(self, job: int) -> list[dict[str, str]]:
         """slurmdbd's own record of each run, read here without slurm-yolo's parsers: the test's facts."""
-        fields = ["Submit", "State", "ElapsedRaw", "AllocTRES", "TimelimitRaw"]
+        fields = ["Submit", "State", "ElapsedRaw", "AllocTRES", "TimelimitRaw", "End"]
         res = self.cmd("sacct", "-X", "-D", "-n", "-P", "-j", str(job), "-o", ",".join(fields))
         return [dict(zip(fields, line.split("|"))) for line in res.stdout.splitlines() if line.strip()]
 
@@ -152,8 +152,9 @@ class Slurm(NamedTuple):
         unfinished = {"PENDING", "RUNNING", "REQUEUED", "COMPLETING", ""}
 
         def find() -> list[dict[str, str]] | None:
-            rows = self.sacct(job)
-            ended = [r for r in rows if r["State"].split(" ")[0] not in unfinished or r["State"] == "REQUEUED"]
+            rows = self.sacct(job)  # an end state with End=Unknown: slurmdbd has not the end time yet
+            ended = [r for r in rows if (r["State"].split(" ")[0] not in unfinished or r["State"] == "REQUEUED")
+                     and r["End"] not in ("Unknown", "")]  # fmt: skip
             return rows if len(ended) >= count and len(rows) >= count else None
 
         return poll(f"job {job}: {count} run(s) ended in sacct on {self.release}", find, timeout)

@@ -91,6 +91,9 @@ def test_sacct_refuses_malformed_lines() -> None:
     assert records.from_sacct(SA.format(id=5, state="COMPLETED", limit="2") + "|x") == []
     # what slurmdbd answers when a run's end reached it before its start: refused, never billed
     assert records.from_sacct("542|yolo|1796050593|1796050593|1796050596|COMPLETED|3||||Unknown|alice|billing=1,gres/shard=1") == []
+    # ...and when it has the end state but not yet the end time: ElapsedRaw is still counting
+    (counting,) = records.from_sacct("728|yolo|1796051658|1796051658|Unknown|COMPLETED|10|1|t4|vision|normal|root|gres/gpu=1")
+    assert counting.state == "COMPLETED" and not counting.final
     assert records.from_sacct(SA.format(id=5, state="COMPLETED", limit="2").replace("|24|", "|2e1|")) == []
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import click
 
-from .. import admission, ledger
+from .. import admission, enforcement, ledger
 from ..config import Config
-from ..errors import SlurmYoloError, UsageError
+from ..errors import UsageError
 from ..estimate import fmt_tokens
 from ..slurm import commands
 from . import echo_json, library_errors, load_config
@@ -63,7 +63,7 @@ def deposit(account: str, amount: str, reason: str, adjust: bool) -> None:
     with ledger.writer(config) as lg:
         lg.credit(account, value, _actor(), reason, kind="adjustment" if adjust else "deposit")
         balance = lg.account(account)["balance"]  # type: ignore[index]  # credit() created it
-    commands_enforce(config, [account])
+    enforcement.sync(config, [account])
     click.echo(f"{account}: {'adjusted' if adjust else 'deposited'} {fmt_tokens(value)}, balance {fmt_tokens(balance)}")
 
 
@@ -244,7 +244,7 @@ def refill() -> None:
     with ledger.writer(config) as lg:
         expired = lg.expire(days) if days > 0 else {}
         changed = lg.refill_all()
-    commands_enforce(config, list(changed))
+    enforcement.sync(config, list(changed))
     for name, amount in expired.items():
         click.echo(f"{name}: {fmt_tokens(amount)} expired (unspent for {days:g} days)")
     for name, blocked in changed.items():
@@ -291,17 +291,4 @@ def reconcile(window_days: float | None, min_age: float, job_id: int | None, clu
 def enforce(accounts: tuple[str, ...]) -> None:
     """Make Slurm's limits match the ledger: dry accounts' GPU jobs do not start."""
     config = load_config()
-    commands_enforce(config, list(accounts) or None)
-
-
-def commands_enforce(config: Config, accounts: list[str] | None) -> None:
-    """Set or lift GrpTRESRunMins on each account's association from its ledger state."""
-    if not config["ledger"]["enforce"] or accounts == []:
-        return
-    with _read(config) as lg:
-        rows = lg.accounts() if accounts is None else [r for a in accounts if (r := lg.account(a))]
-    for r in rows:
-        try:
-            commands.set_gpu_block(r["name"], bool(r["blocked"]), Path(config["slurm"]["bin_dir"]))
-        except SlurmYoloError as e:
-            raise SlurmYoloError(f"account {r['name']}: ledger says {'dry' if r['blocked'] else 'funded'}, Slurm not updated: {e}") from None
+    enforcement.sync(config, list(accounts) or None)

@@ -34,10 +34,13 @@ class JobRecord(NamedTuple):
     start: int = 0  # epoch seconds; 0: not started
     cluster: str = ""  # sacct's; squeue's records take the hook's SLURM_CLUSTER_NAME
     restarts: int = 0
+    end: int = 0  # epoch seconds (sacct); 0: not known yet
 
     @property
     def final(self) -> bool:
-        return self.state in FINAL_STATES
+        """The run's record will not change. slurmdbd that has just come back shows a run it has the
+        end state of but not yet the end time (End=Unknown, ElapsedRaw still counting): not final."""
+        return self.state in FINAL_STATES and self.end > 0
 
 
 def _int(text: str) -> int:
@@ -151,6 +154,7 @@ def from_sacct(text: str) -> list[JobRecord]:
                 partition=_name(f["Partition"]), account=_name(f["Account"]), qos=_name(f["QOS"], required=False),
                 user=_name(f["User"]), tres=tres(f["AllocTRES"]), time_limit=_minutes(f["TimelimitRaw"]),
                 elapsed=_int(f["ElapsedRaw"] or "0"), start=_epoch(f["Start"]), cluster=_name(f["Cluster"]),
+                end=_epoch(f["End"]),
             ))  # fmt: skip
         except ValueError:
             continue
