@@ -1,13 +1,16 @@
 """Submit-time admission: refuse a job the account's tokens cannot cover (read-only on the ledger).
 
-What an account has left is its balance (running jobs' holds are already out of it) minus the
-estimates of its pending jobs. Accounts without a ledger entry are not metered.
+A job needs what its prolog will hold (its time limit x GPUs x the partition's price x the tier's
+rate), not its estimate. What an account has left is its balance (running jobs' holds are already
+out of it) minus the estimates of its pending jobs. Accounts without a ledger entry are not metered.
 """
 
 from __future__ import annotations
 
 import getpass
 import re
+import time
+from fractions import Fraction
 from pathlib import Path
 
 from . import ledger
@@ -47,9 +50,10 @@ def check(config: Config, plan: Plan, account: str | None) -> str | None:
         if row is None:
             return None
         rate = lg.tier_rate(plan.qos)
+        price = lg.price_at(plan.partition, time.time(), int(config["ledger"]["default_price"]))
     finally:
         lg.close()
-    need = int(plan.effective_tokens * rate)
+    need = hold(plan, price, rate)
     pending = sum(policy.user_estimate(None, c) or 0 for c in commands.pending_comments(name, bin_dir))
     left = row["balance"] - pending
     if need > left:
@@ -63,7 +67,19 @@ def check(config: Config, plan: Plan, account: str | None) -> str | None:
             else "no refill covers it: ask for a deposit"
         )
         raise QuotaError(
-            f"account {name} cannot cover this job: needs {fmt_tokens(need)}, has {fmt_tokens(max(0, left))} left"
+            f"account {name} cannot cover this job: needs {fmt_tokens(need)} (what its start holds: "
+            f"{plan.time_limit_seconds // 60} min x {_share(plan)} GPU x {price:,} tokens/GPU-s x {rate:g}; estimated "
+            f"{fmt_tokens(plan.effective_tokens)}), has {fmt_tokens(max(0, left))} left"
             f" (balance {fmt_tokens(row['balance'])} - pending jobs {fmt_tokens(pending)}); {refill}"
         )
     return name
+
+
+def _share(plan: Plan) -> Fraction:
+    """The GPUs the job's GRES asks for: whole GPUs, or its shards' share of one."""
+    return Fraction(plan.shard_share).limit_denominator(1000) if plan.shard else Fraction(plan.gpus)
+
+
+def hold(plan: Plan, price: int, rate: float) -> int:
+    """What the prolog will hold for this plan (``ledger.policy``): its time limit, not its estimate."""
+    return policy.tokens(plan.time_limit_seconds, _share(plan), price, policy.exact(rate))

@@ -102,7 +102,8 @@ class Slurm(NamedTuple):
         res = self.cmd("sbatch", "--parsable", "-o", "/dev/null", *args, user=user, input=f"#!/bin/bash\n{script}\n")
         return int(res.stdout.strip().split(";")[0])
 
-    def cli(self, *args: str, user: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def cli(self, *args: str, user: str | None = None, check: bool = True,
+            extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
         """``slurm-yolo ARGS`` on this cluster's config, where its users run it: the installed one on
         the host, the source tree with the chroot's Python 3.13 on Debian 13."""
         argv = [str(VENV_BIN / "slurm-yolo"), *args]
@@ -111,7 +112,7 @@ class Slurm(NamedTuple):
                     "PYTHONPATH=/opt/slurm-yolo/src", "PYTHONDONTWRITEBYTECODE=1", "/usr/bin/python3", "-m", "slurm_yolo", *args]  # fmt: skip
         elif user:
             argv = ["/usr/sbin/runuser", "-u", user, "--", *argv]
-        res = subprocess.run(argv, capture_output=True, text=True, env=self.env(user), cwd="/tmp", timeout=300)
+        res = subprocess.run(argv, capture_output=True, text=True, env=self.env(user) | (extra_env or {}), cwd="/tmp", timeout=300)
         if check and res.returncode != 0:
             raise AssertionError(f"slurm-yolo {' '.join(args)} failed: {res.stdout}{res.stderr}")
         return res

@@ -316,14 +316,15 @@ def test_dry_account_refused_by_yolo_sbatch_and_held_back_by_slurm(cluster: Slur
                                                                    site_config: Path, dataset: Path) -> None:  # fmt: skip
     if priced.release != "22.05":
         pytest.skip("yolo-sbatch runs on the login node of the 22.05 cluster")
-    set_balance(priced, "research", 5_000_000)
+    set_balance(priced, "research", 1_000)  # less than a minute of any GPU at this test's prices
     try:
         res = CliRunner().invoke(yolo_sbatch, ["-A", "research", "-p", "t4", "train", "model=yolov8l.yaml", f"data={dataset}",
                                                "epochs=50", "imgsz=640"])  # fmt: skip
         assert res.exit_code == 1 and len(res.output.strip().splitlines()) == 1
         assert res.output.startswith("Error: account research cannot cover this job: needs ")
-        assert "has 5.0 MTok left (balance 5.0 MTok - pending jobs 0.0 MTok); no refill covers it" in res.output
-        assert priced.ledger().account("research")["balance"] == 5_000_000
+        assert " tokens/GPU-s x 1; estimated " in res.output  # what its start holds, and the estimate beside it
+        assert "has 0.0 MTok left (balance 0.0 MTok - pending jobs 0.0 MTok); no refill covers it" in res.output
+        assert priced.ledger().account("research")["balance"] == 1_000
 
         set_balance(priced, "research", 0)
         limits = priced.cmd("sacctmgr", "-n", "-P", "show", "assoc", "where", "account=research", "format=grptresrunmins")
@@ -363,6 +364,9 @@ def test_users_cannot_write_the_ledger(funded: Slurm) -> None:
     assert funded.cli("ledger", "balance", "vision", user="alice").returncode == 0  # her own account
     res = funded.cli("ledger", "balance", "research", user="alice", check=False)
     assert res.returncode == 1 and "not one of yours" in res.stderr
+    posing = {"USER": "slurm", "LOGNAME": "slurm"}  # who she is comes from her uid, not from these
+    res = funded.cli("ledger", "balance", user="alice", check=False, extra_env=posing)
+    assert res.returncode == 1 and "listing every account is for admins" in res.stderr
 
 
 def test_hundreds_of_concurrent_hooks_with_kills_keep_the_books(cluster: Slurm, home: Path) -> None:

@@ -30,13 +30,23 @@ def _read(config: Config) -> ledger.Ledger:
     return lg
 
 
+def _me() -> str:
+    """Who runs this, from the real uid: never ``$USER``, which anyone sets."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
 def _privileged(config: Config) -> bool:
-    return os.geteuid() == 0 or getpass.getuser() == config["paths"]["owner"]
+    return os.getuid() == 0 or _me() == config["paths"]["owner"]
 
 
 def _visible(config: Config, account: str) -> None:
     """Users see their own accounts; root and the SlurmUser see all."""
-    me = getpass.getuser()
+    me = _me()
     if not _privileged(config) and account not in commands.accounts_of(me, Path(config["slurm"]["bin_dir"])):
         raise UsageError(f"account {account!r} is not one of yours ({me})")
 
