@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,20 +56,19 @@ def usage_file(job_id: int, bin_dir: Path | None = None) -> Path | None:
     return Path(work) / f"yolo-usage-{job_id}.jsonl" if work else None
 
 
-def watch(job_id: int, emit: Callable[[str], None], poll: float = 2.0, bin_dir: Path | None = None) -> str:
-    """Emit a status line whenever it changes, until the job ends; its final state."""
+def watch(job_id: int, emit: Callable[[str], None], poll: float = 2.0, bin_dir: Path | None = None,
+          timeout: float | None = None) -> str:  # fmt: skip
+    """Emit a status line whenever it changes, until the job ends (``commands.states``: an error
+    after ``timeout`` seconds, or for a job Slurm does not know); its final state."""
     path = usage_file(job_id, bin_dir)
-    last = ""
-    while True:
-        state = commands.job_state(job_id, bin_dir)
+    last = state = ""
+    for state in commands.states(job_id, poll, timeout, bin_dir):
         p = progress(parse_records(path)) if path and path.exists() else None
         line = render(state, p)
         if line != last:
             emit(line)
             last = line
-        if state in commands.FINAL_STATES:
-            return state
-        time.sleep(poll)
+    return state
 
 
 def expand_pattern(pattern: str, job_id: int, name: str = "", user: str = "") -> str:

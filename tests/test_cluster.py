@@ -119,3 +119,24 @@ def test_real_training_job_end_to_end(cluster: None, site_config: Path, dataset:
     assert records[-1]["kind"] == "end"
     assert (tmp_path / "runs" / "e2e" / "results.csv").exists()
     assert sacct_row(job_id, until=lambda r: r["State"] == "COMPLETED")["Comment"].startswith("yolo:tok=")
+
+
+def test_wait_gives_up_after_its_timeout_and_the_job_goes_on(cluster: None, site_config: Path, dataset: Path,
+                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(yolo_sbatch, ["-p", "t4", "--wait", "--wait-timeout", "2s", "--sbatch-arg=--hold", "-J",
+                                           "wait-timeout", "train", f"data={dataset}", "model=yolov8n.yaml"])  # fmt: skip
+    job = int(res.output.split()[3])
+    try:
+        assert res.exit_code == 1 and res.output.strip().splitlines()[-1].startswith(f"Error: job {job} still PENDING after 2 s")
+        assert commands.job_state(job) == "PENDING"  # waiting stopped, the job did not
+    finally:
+        subprocess.run(["/usr/bin/scancel", str(job)], check=False)
+
+
+def test_watching_a_job_slurm_does_not_know_is_one_error(cluster: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurm_yolo.cli.admin import main as admin
+
+    monkeypatch.setattr(commands, "UNKNOWN_GRACE_SECONDS", 1.0)
+    res = CliRunner().invoke(admin, ["watch", "--interval", "0.3", "999999999"])
+    assert res.exit_code == 1 and res.output.strip().splitlines()[-1] == "Error: job 999999999: Slurm knows no such job"

@@ -308,7 +308,8 @@ def test_a_hostile_usage_file_neither_blocks_nor_feeds_the_controller(funded: Sl
 
     rec = poll("the feedback's verdict", feedback_done, timeout=60)
     assert rec.get("result") == "no usable usage records", rec
-    assert subprocess.run(["pgrep", "-f", f"feedback --job {job} "], capture_output=True).returncode == 1
+    mine = f"feedback --job {job} --partition t4 --cluster {funded.name} "  # job ids repeat across the clusters
+    poll("the feedback process gone", lambda: subprocess.run(["pgrep", "-f", mine], capture_output=True).returncode == 1, 20)
     assert calibration.load(funded.config(), "t4").model.k == before
 
 

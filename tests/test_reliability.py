@@ -102,6 +102,7 @@ BAD = [
     (["--sbatch-arg=--qos=yolo-short", "train", "data={ds}"], "yolo-sbatch sets --qos from its plan"),
     (["--sbatch-arg=--comm=yolo:eff=1", "train", "data={ds}"], "yolo-sbatch sets --comment from its plan"),
     (["--sbatch-arg=--wrap=true", "train", "data={ds}"], "yolo-sbatch sets --wrap from its plan"),
+    (["--wait", "--wait-timeout", "soon", "train", "data={ds}"], "duration 'soon' not understood"),
     (["-A", "x'; DROP TABLE accounts; --", "--dry-run", "--sbatch-arg", "no-dash", "train", "data={ds}"], "--sbatch-arg"),
 ]
 

@@ -11,6 +11,7 @@ from .. import feedback as feedback_mod
 from .. import progress, watchdog
 from ..hooks import log_event
 from ..parse import parse_path
+from ..submission import parse_duration
 from . import echo_json, library_errors, load_config
 
 
@@ -66,25 +67,27 @@ def feedback(job_id: int, partition: str, cluster: str, uid: int | None, usage: 
 @click.command()
 @click.argument("job_id", type=int)
 @click.option("--interval", default=2.0, show_default=True)
+@click.option("--timeout", default=None, help="Give up after this long (e.g. 90m, 2h, 1d); the job goes on.")
 @library_errors
-def watch(job_id: int, interval: float) -> None:
+def watch(job_id: int, interval: float, timeout: str | None) -> None:
     """Follow a job: epoch, tokens done/total, MTok/s, ETA, until it ends."""
-    state = follow(job_id, interval)
+    state = follow(job_id, interval, parse_duration(timeout) if timeout else None)
     if state != "COMPLETED":
         raise SystemExit(1)
 
 
-def follow(job_id: int, interval: float = 2.0) -> str:
+def follow(job_id: int, interval: float = 2.0, timeout: float | None = None) -> str:
     """Print progress lines (redrawn in place on a terminal); the final state."""
     tty = sys.stdout.isatty()
 
     def emit(line: str) -> None:
         click.echo(f"\r\x1b[K{line}" if tty else line, nl=not tty)
 
-    state = progress.watch(job_id, emit, poll=interval, bin_dir=Path(load_config()["slurm"]["bin_dir"]))
-    if tty:
-        click.echo()
-    return state
+    try:
+        return progress.watch(job_id, emit, poll=interval, bin_dir=Path(load_config()["slurm"]["bin_dir"]), timeout=timeout)
+    finally:
+        if tty:
+            click.echo()
 
 
 @click.command("watchdog")

@@ -22,6 +22,7 @@ from . import echo_json, library_errors, load_config
 @click.option("--explain", is_flag=True, help="Print the estimate broken down.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--wait", is_flag=True, help="Block until the job ends; exit with its success.")
+@click.option("--wait-timeout", default="7d", show_default=True, help="With --wait: give up after this long (the job goes on).")
 @click.option("--account", "-A", default=None)
 @click.option("--job-name", "-J", default=None)
 @click.option("--output", "-o", default=None)
@@ -36,7 +37,7 @@ from . import echo_json, library_errors, load_config
 @library_errors
 def main(
     partition: str | None, gpus: int | None, deadline: str | None, priority: str | None, flops_factor: float | None,
-    dry_run: bool, explain: bool, as_json: bool, wait: bool, account: str | None, job_name: str | None,
+    dry_run: bool, explain: bool, as_json: bool, wait: bool, wait_timeout: str, account: str | None, job_name: str | None,
     output: str | None, error: str | None, mail_type: str | None, mail_user: str | None, dependency: str | None,
     begin: str | None, constraint: str | None, extra: tuple[str, ...], words: tuple[str, ...],
 ) -> None:  # fmt: skip
@@ -61,6 +62,7 @@ def main(
         config, job_name=job_name or "yolo", account=account, output=output, error=error, mail_type=mail_type,
         mail_user=mail_user, dependency=dependency, begin=begin, constraint=constraint, extra=extra,
     )  # fmt: skip
+    wait_limit = submission.parse_duration(wait_timeout) if wait else None  # a bad value submits nothing
     prepared = submission.prepare(config, list(words), request, options, flops_factor)
     p = prepared.plan
     job_id = None if dry_run else submission.submit(config, prepared)
@@ -80,7 +82,7 @@ def main(
     if wait and job_id is not None:
         from .job import follow  # the job-side commands: only when following a job
 
-        state = follow(job_id) if not as_json else commands.wait_for_end(job_id)
+        state = follow(job_id, timeout=wait_limit) if not as_json else commands.wait_for_end(job_id, timeout=wait_limit)
         click.echo(f"job {job_id} {state}", err=as_json)
         if state != "COMPLETED":
             raise SystemExit(1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import SlurmError
@@ -87,16 +88,34 @@ def job_state(job_id: int, bin_dir: Path | None = None) -> str:
     return rows[-1]["State"].split()[0] if rows else "UNKNOWN"
 
 
-def wait_for_end(job_id: int, poll: float = 1.0, timeout: float | None = None, bin_dir: Path | None = None) -> str:
-    """Poll until the job reaches a final state; that state."""
-    deadline = None if timeout is None else time.monotonic() + timeout
+UNKNOWN_GRACE_SECONDS = 30.0  # a job just submitted can be missing from both squeue and sacct this long
+
+
+def states(job_id: int, poll: float = 1.0, timeout: float | None = None, bin_dir: Path | None = None) -> Iterator[str]:
+    """The job's state every ``poll`` seconds, until a final one (the last yielded). SlurmError, with
+    one line to say so, when Slurm has not known the job for a while or ``timeout`` seconds passed."""
+    started = known = time.monotonic()
     while True:
         state = job_state(job_id, bin_dir)
+        yield state
         if state in FINAL_STATES:
-            return state
-        if deadline is not None and time.monotonic() > deadline:
-            raise SlurmError(f"job {job_id} still {state} after {timeout:.0f}s")
+            return
+        now = time.monotonic()
+        if state != "UNKNOWN":
+            known = now
+        elif now - known > UNKNOWN_GRACE_SECONDS:
+            raise SlurmError(f"job {job_id}: Slurm knows no such job")
+        if timeout is not None and now - started > timeout:
+            raise SlurmError(f"job {job_id} still {state} after {timeout:.0f} s; it goes on (slurm-yolo watch {job_id})")
         time.sleep(poll)
+
+
+def wait_for_end(job_id: int, poll: float = 1.0, timeout: float | None = None, bin_dir: Path | None = None) -> str:
+    """Poll until the job reaches a final state; that state."""
+    state = "UNKNOWN"
+    for state in states(job_id, poll, timeout, bin_dir):
+        pass
+    return state
 
 
 def wait_for_state(job_id: int, states: set[str], timeout: float = 60.0, poll: float = 0.3,
