@@ -20,7 +20,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,6 +34,7 @@ from .slurm.records import PAST_A_YEAR, JobRecord, from_sacct, from_squeue
 if TYPE_CHECKING:
     import sqlite3
     import subprocess
+    from collections.abc import Callable
 
     RunsLookup = Callable[[int], list[JobRecord] | None]
 

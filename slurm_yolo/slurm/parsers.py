@@ -44,10 +44,9 @@ def duration(text: str) -> int | None:
     """A Slurm duration as seconds (``records.duration``, the one parser of them), for planning and
     reports: None for UNLIMITED and for anything it cannot read."""
     try:
-        seconds = records.duration(text.strip())
+        return records.duration(text.strip())
     except ValueError:
         return None
-    return None if seconds is None or seconds < 0 else seconds
 
 
 def minutes_arg(seconds: float) -> str:

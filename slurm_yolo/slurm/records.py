@@ -87,12 +87,9 @@ def _limit(seconds: int) -> int | None:
 
 
 def duration(text: str) -> int | None:
-    """``squeue`` time limits (``[D-]HH:MM:SS``, ``MM:SS``, ``M``) as seconds; None for UNLIMITED,
-    ``PAST_A_YEAR`` for INVALID."""
+    """Slurm durations (``[D-]HH:MM:SS``, ``MM:SS``, ``M``) as seconds; None for UNLIMITED."""
     if text in ("UNLIMITED", "INFINITE"):
         return None
-    if text == "INVALID":
-        return PAST_A_YEAR
     days = 0
     if "-" in text:
         d, _, text = text.partition("-")
@@ -104,6 +101,11 @@ def duration(text: str) -> int | None:
         return _limit(days * 86400 + parts[0] * 60)  # a bare number is minutes
     h, m, s = ([0] + parts)[-3:]
     return _limit(days * 86400 + h * 3600 + m * 60 + s)
+
+
+def _squeue_limit(text: str) -> int | None:
+    """squeue's TimeLimit: a duration, or ``PAST_A_YEAR`` for the INVALID it prints past a year."""
+    return PAST_A_YEAR if text == "INVALID" else duration(text)
 
 
 def _minutes(text: str) -> int | None:
@@ -135,7 +137,7 @@ def from_squeue(text: str) -> list[JobRecord]:
             out.append(JobRecord(
                 job_id=_int(f["JobID"]), submit=_epoch(f["SubmitTime"]), state=f["State"].split(" ")[0],
                 partition=_name(f["Partition"]), account=_name(f["Account"]), qos=_name(f["QOS"], required=False),
-                user=_name(f["UserName"]), tres=tres(f["tres-alloc"]), time_limit=duration(f["TimeLimit"]),
+                user=_name(f["UserName"]), tres=tres(f["tres-alloc"]), time_limit=_squeue_limit(f["TimeLimit"]),
                 start=_epoch(f["StartTime"]), restarts=_int(f["RestartCnt"]),
             ))  # fmt: skip
         except ValueError:
