@@ -63,6 +63,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "refund_node_fail": True,  # NODE_FAIL / BOOT_FAIL runs are refunded in full
         "refund_preempted": True,
         "charge_timeout_full": True,  # a job's own TIMEOUT is charged its whole hold
+        "cancel_over_budget": True,  # a run whose hold the account cannot cover (admitted before it lost tokens) is cancelled at start
         "enforce": True,  # a dry account's GPU jobs are stopped by Slurm (GrpTRESRunMins gres=0)
         "admin_comment": True,  # the epilog writes its summary into the job's AdminComment (sacctmgr)
         "feedback": True,  # the epilog feeds a completed job's measured throughput into its partition's k

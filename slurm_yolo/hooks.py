@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import ledger
+from . import books, ledger
 from .config import ENV_OVERRIDES, Config, load
 from .errors import SlurmYoloError
 from .ledger import policy
@@ -124,9 +124,16 @@ def prolog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] 
             return {"event": "prolog", "job": job_id, "skipped": "no GPUs"}
         run, amount = found_run
         held, blocked = lg.hold(run, amount, estimate, actor="prolog")
+        left = lg.balance(run.account)
     if blocked is not None:
         _enforce_later(config, run.account)
-    return {"event": "prolog", "job": job_id, "key": run.key, "hold": amount, "new": held}
+    out: dict[str, object] = {"event": "prolog", "job": job_id, "key": run.key, "hold": amount, "new": held}
+    if held and left < 0 and config["ledger"]["cancel_over_budget"]:
+        # Admitted while the account could cover it, it no longer can (an expiry, an adjustment, a
+        # requeue after the tokens went elsewhere): it pays the seconds it ran, and goes no further.
+        detached(["scancel", str(job_id)], _child_env(config), _bin_dir(config))
+        out["cancelled"] = f"over budget at start: {run.account} is at {left} after this hold"
+    return out
 
 
 def _limit_from_sacct(job_id: int, submit: int, config: Config) -> int:
@@ -250,16 +257,12 @@ def _job_runs(job_id: int, config: Config, query: subprocess.Popen[str] | None,
 
 def after_settlement(config: Config, rec: JobRecord, row: sqlite3.Row, done: ledger.Settlement,
                      env: Mapping[str, str] | None = None) -> None:  # fmt: skip
-    """What follows a settlement, detached: the account's Slurm limit, the AdminComment summary, and
+    """What follows a settlement, detached: the account's Slurm limit, the AdminComments queued, and
     (for a completed run whose hook knows the job's work dir and user) the time model's feedback."""
     if done.blocked is not None:
         _enforce_later(config, done.account)
-    if config["ledger"]["admin_comment"]:
-        summary = (f"yolo:est={row['estimate'] if row['estimate'] is not None else ''},hold={done.hold},"
-                   f"charge={done.charge},refund={done.refund},price={row['price']},rate={row['rate']:g},"
-                   f"state={rec.state},elapsed={rec.elapsed}")  # fmt: skip
-        detached(["sacctmgr", "-i", "modify", "job", "where", f"jobid={rec.job_id}", "set", f"AdminComment={summary}"],
-                 _child_env(config), _bin_dir(config))  # fmt: skip
+    if config["ledger"]["admin_comment"]:  # queued with the settlement; written (and retried) by a child, then cron
+        spawn_python(["ledger", "comments"], config)
     env = env or {}
     work_dir, uid = env.get("SLURM_JOB_WORK_DIR", ""), env.get("SLURM_JOB_UID", "")
     if rec.state == "COMPLETED" and config["ledger"]["feedback"] and work_dir.startswith("/") and uid.isdigit():
@@ -356,6 +359,7 @@ def reconcile(config: Config, window_days: float | None = None, min_age_seconds:
     for rec, row, done in settled:
         after_settlement(config, rec, row, done)
         out.append({"key": done.key, "state": rec.state, "charge": done.charge, "refund": done.refund})
+    books.write_comments(config)  # those the hooks' children could not write (slurmdbd was down)
     return out
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from .. import admission, enforcement, ledger
+from .. import admission, availability, books, enforcement, ledger
 from ..config import Config
 from ..errors import UsageError
 from ..estimate import fmt_tokens
@@ -302,3 +302,62 @@ def enforce(accounts: tuple[str, ...]) -> None:
     """Make Slurm's limits match the ledger: dry accounts' GPU jobs do not start."""
     config = load_config()
     enforcement.sync(config, list(accounts) or None)
+
+
+@ledger_group.command()
+@library_errors
+def publish() -> None:
+    """Rewrite the balances slurmctld's admission reads (every ledger write does this too; cron and
+    a new install use it)."""
+    config = load_config()
+    availability.publish_now(config)
+    click.echo(f"published {availability.path(config)}")
+
+
+@ledger_group.command("admission-script")
+@library_errors
+def admission_script() -> None:
+    """Print job_submit.lua for this config (install as /etc/slurm/job_submit.lua with
+    JobSubmitPlugins=lua): every GPU submission is checked against the account's tokens."""
+    click.echo(availability.script(load_config()), nl=False)
+
+
+@ledger_group.command()
+@library_errors
+def comments() -> None:
+    """Write the AdminComments of settled jobs that slurmdbd has not taken yet (after each settlement,
+    and cron: a comment stays queued until sacctmgr takes it)."""
+    written, failed = books.write_comments(load_config())
+    for line in failed:
+        click.echo(f"Error: {line}", err=True)
+    click.echo(f"{written} AdminComment(s) written, {len(failed)} still queued")
+    if failed:
+        raise SystemExit(1)
+
+
+@ledger_group.command()
+@click.option("--window-days", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="How far back to compare (config: ledger.reconcile_days).")
+@click.option("--since", default=None, help="Compare from this time on instead (ISO local time).")
+@click.option("--min-age", type=click.FloatRange(min=0), default=900.0, show_default=True,
+              help="Leave runs that ended less than this many seconds ago to their hooks.")
+@click.option("--json", "as_json", is_flag=True)
+@library_errors
+def audit(window_days: float | None, since: str | None, min_age: float, as_json: bool) -> None:
+    """Compare sacct (every run of every job in the window) with the ledger: runs missing on either
+    side, amounts that differ, runs settled twice, AdminComments missing (cron; exit 1 when any)."""
+    config = load_config()
+    window = config["ledger"]["reconcile_days"] if window_days is None else window_days
+    if since is not None:
+        window = (time.time() - ledger.parse_when(since)) / 86400
+    findings = books.audit(config, window, min_age)
+    if _privileged(config):
+        books.save(config, findings, window)
+    if as_json:
+        echo_json([f._asdict() for f in findings])
+    else:
+        for f in findings:
+            click.echo(f"{f.kind}: {f.key}: {f.detail}")
+        click.echo(f"{len(findings)} difference(s) between sacct and the ledger over {window:g} day(s)")
+    if findings:
+        raise SystemExit(1)

@@ -13,6 +13,7 @@ whatever order or number of prolog/epilog invocations Slurm produces.
 from __future__ import annotations
 
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,10 +21,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
-from .. import db
+from .. import availability, db
 from ..config import Config
 from ..errors import UsageError
-from . import bucket
+from . import bucket, comment
 from .schema import MIGRATIONS
 
 CREDITS = ("deposit", "refill", "adjustment")
@@ -94,9 +95,21 @@ def writer(config: Config) -> Iterator[Ledger]:
     with db.as_state_owner(config.state_dir, config["paths"]["owner"]):
         conn = db.connect_write(db.writable(path, config["paths"]["owner"]), MIGRATIONS, wal=True)
         try:
-            yield Ledger(conn)
+            lg = Ledger(conn)
+            yield lg
+            if lg.wrote:
+                _publish(lg, config)
         finally:
             db.release(path, conn)
+
+
+def _publish(lg: Ledger, config: Config) -> None:
+    """Balances for slurmctld's admission after a write (a failure leaves the last file, whose stamp
+    makes admission count every run started since as unheld: stale, never generous)."""
+    try:
+        availability.publish(lg, config)
+    except OSError as e:
+        print(f"slurm-yolo: {availability.path(config)} not updated: {e}", file=sys.stderr)
 
 
 def reader(config: Config) -> Ledger | None:
@@ -111,6 +124,7 @@ class Ledger:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
         self.conn.row_factory = sqlite3.Row
+        self.wrote = False  # a transaction committed: the admission file is out of date
 
     def close(self) -> None:
         self.conn.close()
@@ -130,6 +144,7 @@ class Ledger:
             try:
                 yield self.conn
                 self.conn.execute("COMMIT")
+                self.wrote = True
             except BaseException:
                 self.conn.execute("ROLLBACK")
                 raise
@@ -357,14 +372,53 @@ class Ledger:
                 "UPDATE incidents SET resolved_at = ? WHERE resolved_at IS NULL AND cluster IN (?, '') AND job_id = ?",
                 (now, row["cluster"], row["job_id"]),
             )
+            self._queue_comment(row["cluster"], row["job_id"], now)
             blocked = self._update_block(row["account"])
             balance = self.conn.execute("SELECT balance FROM accounts WHERE name = ?", (row["account"],)).fetchone()[0]
             return Settlement(key, row["account"], row["hold"], charge, refund, balance, blocked)
+
+    # --- AdminComments (the books in sacct), queued with the settlement until sacctmgr takes them ---
+
+    def _queue_comment(self, cluster: str, job_id: int, now: float) -> None:
+        settled = self.conn.execute(
+            "SELECT * FROM jobs WHERE cluster = ? AND job_id = ? AND state = 'settled'", (cluster, job_id)
+        ).fetchall()
+        self.conn.execute(
+            "INSERT INTO admin_comments (cluster, job_id, text, queued_at) VALUES (?, ?, ?, ?) ON CONFLICT (cluster,"
+            " job_id) DO UPDATE SET text = excluded.text, queued_at = excluded.queued_at, written_at = NULL,"
+            " attempts = 0, error = ''", (cluster, job_id, comment.render(settled), now),
+        )  # fmt: skip
+
+    def unwritten_comments(self, limit: int = 1000) -> list[sqlite3.Row]:
+        """AdminComments sacctmgr has not taken yet, oldest first."""
+        return self.conn.execute(
+            "SELECT * FROM admin_comments WHERE written_at IS NULL ORDER BY queued_at LIMIT ?", (limit,)
+        ).fetchall()
+
+    def comment_done(self, cluster: str, job_id: int, text: str, error: str = "") -> None:
+        """Mark a comment written (``error`` empty), or count a failed attempt; a comment re-queued
+        meanwhile (another run settled) stays to be written."""
+        with self._tx():
+            if error:
+                self.conn.execute(
+                    "UPDATE admin_comments SET attempts = attempts + 1, error = ? WHERE cluster = ? AND job_id = ?"
+                    " AND text = ? AND written_at IS NULL", (error[:500], cluster, job_id, text),
+                )  # fmt: skip
+            else:
+                self.conn.execute(
+                    "UPDATE admin_comments SET written_at = ? WHERE cluster = ? AND job_id = ? AND text = ?",
+                    (time.time(), cluster, job_id, text),
+                )
 
     # --- reads ----------------------------------------------------------------------------------
 
     def account(self, name: str) -> sqlite3.Row | None:
         return self.conn.execute("SELECT * FROM accounts WHERE name = ?", (name,)).fetchone()
+
+    def balance(self, name: str) -> int:
+        """What the account has left beyond its holds (0 for an account the ledger does not know)."""
+        row = self.account(name)
+        return int(row["balance"]) if row else 0
 
     def accounts(self) -> list[sqlite3.Row]:
         return self.conn.execute("SELECT * FROM accounts ORDER BY name").fetchall()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import SlurmError
 from . import parsers, queries, run
-from .records import FINAL_STATES, JobRecord, from_sacct, from_squeue
+from .records import FINAL_STATES, JobRecord, comments_from_sacct, from_sacct, from_squeue
 
 
 def submit(script: str, args: list[str], bin_dir: Path | None = None, timeout: float = 30.0) -> int:
@@ -44,6 +44,24 @@ def runs_since(since: float, bin_dir: Path | None = None, timeout: float = 120.0
     """Every run of every user's jobs that was active since ``since`` (epoch seconds)."""
     res = run(queries.sacct_argv(since=int(since)), bin_dir=bin_dir, time_format=queries.TIME_FORMAT, timeout=timeout)
     return from_sacct(res.stdout)
+
+
+def admin_comments(job_ids: list[int] | None = None, since: float | None = None, bin_dir: Path | None = None,
+                   timeout: float = 120.0) -> dict[tuple[str, int, int], str]:  # fmt: skip
+    """The AdminComment of every run of the given jobs, or of every job active since ``since``, by
+    (cluster, job id, submit epoch)."""
+    argv = queries.comments_argv(job_ids, None if since is None else int(since))
+    res = run(argv, bin_dir=bin_dir, time_format=queries.TIME_FORMAT, timeout=timeout)
+    return comments_from_sacct(res.stdout)
+
+
+def set_admin_comment(job_id: int, cluster: str, text: str, bin_dir: Path | None = None) -> None:
+    """Write a finished job's AdminComment in slurmdbd (its newest run's record); raises unless
+    sacctmgr says it modified that job (slurmdbd down, or the job not recorded yet)."""
+    res = run(["sacctmgr", "-i", "modify", "job", "where", f"jobid={int(job_id)}", f"cluster={cluster}", "set",
+               f"AdminComment={text}"], bin_dir=bin_dir)  # fmt: skip
+    if not any(line.split()[:1] == [str(int(job_id))] for line in res.stdout.splitlines()):
+        raise SlurmError(f"sacctmgr modified no job {job_id} on {cluster}: {res.stdout.strip() or res.stderr.strip()}")
 
 
 SACCT_FIELDS = [

@@ -38,3 +38,13 @@ def sacct_argv(job_ids: list[int] | None = None, since: int | None = None) -> li
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since or 0))  # sacct reads local time
     select = ["-j", job_list(job_ids)] if job_ids else ["-a", "-S", start, "-E", "now"]
     return ["sacct", "-X", "-D", "-n", "-P", *select, "-o", ",".join(SACCT_FIELDS)]
+
+
+# The AdminComment of every run (``ledger audit``): written only by admins, slurmctld and slurm-yolo,
+# and last on the line, so that nothing in it can shift the fields before it.
+COMMENT_FIELDS = ("JobIDRaw", "Cluster", "Submit", "AdminComment")
+
+
+def comments_argv(job_ids: list[int] | None = None, since: int | None = None) -> list[str]:
+    argv = sacct_argv(job_ids, since)
+    return [*argv[:-1], ",".join(COMMENT_FIELDS)]

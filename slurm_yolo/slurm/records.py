@@ -161,3 +161,18 @@ def from_sacct(text: str) -> list[JobRecord]:
         except ValueError:
             continue
     return out
+
+
+def comments_from_sacct(text: str) -> dict[tuple[str, int, int], str]:
+    """``sacct -o JobIDRaw,Cluster,Submit,AdminComment`` as {(cluster, job id, submit epoch): comment}.
+    The comment is the rest of its line (and of any following lines that do not start a record)."""
+    out: dict[tuple[str, int, int], str] = {}
+    last: tuple[str, int, int] | None = None
+    for line in text.splitlines():
+        parts = line.split("|", 3)
+        if len(parts) == 4 and parts[0].isdigit() and parts[2].isdigit() and parts[1]:
+            last = (parts[1], int(parts[0]), int(parts[2]))
+            out[last] = parts[3]
+        elif last is not None:
+            out[last] += "\n" + line
+    return out

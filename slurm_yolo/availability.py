@@ -1,0 +1,107 @@
+"""What each account can still commit, published for slurmctld's native admission (``job_submit.lua``).
+
+Admission has to run inside slurmctld (the only place every ``sbatch``, ``srun`` and ``salloc`` passes
+through, one at a time) and must cost little there, so it reads no database: the ledger writes a small
+text file after each of its writers commits, and the Lua script reads it on every GPU submission.
+
+The file holds, as of its ``stamp``: each account's balance (holds already taken out), the price of
+each partition (the dearest of the one in effect and any scheduled after it, so a job pending across
+a price rise was admitted at the rise), each QOS tier's rate, the hold of a run without a time limit,
+and shards per GPU. The script subtracts what slurmctld's own job list still commits (pending GPU jobs,
+and runs started after ``stamp`` that no hold covers yet), so 20 submissions racing for the last tokens
+are admitted one at a time against one number.
+
+Writers take turns on a lock and each writes what the ledger holds once it has the lock, so the file
+left behind is never older than the last commit. Names that could break a line (anything but letters,
+digits, ``_ . -``) are left out: such an account, partition or QOS is priced as unknown (no balance,
+the default price, rate 1).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .config import Config
+from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .ledger import Ledger
+
+FILE_NAME = "availability"
+REFUSALS_NAME = "refusals.log"  # appended by the Lua script (as the SlurmUser), read by ``alerts``
+VERSION = 1
+_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
+_PATH = re.compile(r"/[^\x00-\x1f\x7f\"\\]*")
+
+
+def path(config: Config) -> Path:
+    return config.state_dir / FILE_NAME
+
+
+def refusals_path(config: Config) -> Path:
+    return config.state_dir / REFUSALS_NAME
+
+
+def render(lg: Ledger, config: Config, now: float) -> str:
+    """The file's text for the ledger as it is now."""
+    led = config["ledger"]
+    default = int(led["default_price"])
+    lines = [f"slurm-yolo-availability {VERSION}", f"stamp {int(now)}",
+             f"unlimited {int(led['unlimited_hold_hours'] * 3600)}", f"default_price {default}"]  # fmt: skip
+    prices: dict[str, int] = {}
+    for row in lg.prices():
+        name = row["partition"]
+        if row["effective_at"] > now:  # a scheduled rise: admit at it
+            prices[name] = max(prices.get(name, 0), int(row["price"]))
+    for name in {row["partition"] for row in lg.prices()}:
+        prices[name] = max(prices.get(name, 0), lg.price_at(name, now, default))
+    rates = {row["qos"]: float(row["rate"]) for row in lg.tiers()}
+    lines.append(f"maxrate {max([1.0, *rates.values()])!r}")
+    lines += [f"price {p} {n}" for p, n in sorted(prices.items()) if _NAME.fullmatch(p)]
+    lines += [f"rate {q} {r!r}" for q, r in sorted(rates.items()) if _NAME.fullmatch(q)]
+    lines += [f"shards {p.name} {p.shards_per_gpu}" for p in config.partitions.values() if _NAME.fullmatch(p.name)]
+    lines += [f"account {a['name']} {int(a['balance'])}" for a in lg.accounts() if _NAME.fullmatch(a["name"])]
+    return "\n".join(lines) + "\n"
+
+
+def publish(lg: Ledger, config: Config) -> None:
+    """Rewrite the file from the ledger (atomically: the script reads either the old or the new)."""
+    target = path(config)
+    with open(target.with_name(FILE_NAME + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        text = render(lg, config, time.time())
+        tmp = target.with_name(f".{FILE_NAME}.{os.getpid()}")
+        tmp.write_text(text)
+        tmp.chmod(0o644)
+        os.replace(tmp, target)
+
+
+def publish_now(config: Config) -> None:
+    """Publish from a fresh read of the ledger (a new install, or cron after a failed write)."""
+    from . import ledger
+
+    with ledger.writer(config) as lg:
+        publish(lg, config)
+
+
+def script(config: Config) -> str:
+    """The job_submit.lua text for this config: where to read balances and to note refusals, and the
+    SlurmUser's uid (who may still change a pending job's resources)."""
+    import pwd
+
+    owner = config["paths"]["owner"]
+    try:
+        uid = pwd.getpwnam(owner).pw_uid
+    except KeyError:
+        raise UsageError(f"paths.owner {owner!r} is not a user on this host") from None
+    for p in (path(config), refusals_path(config)):
+        if not _PATH.fullmatch(str(p)):
+            raise UsageError(f"{p}: a path with quotes, backslashes or control characters cannot go into Lua")
+    text = (Path(__file__).with_name("job_submit.lua")).read_text()
+    return (text.replace("@AVAILABILITY@", str(path(config))).replace("@REFUSALS@", str(refusals_path(config)))
+            .replace("@SLURM_UID@", str(uid)))  # fmt: skip

@@ -1,0 +1,156 @@
+"""The books in two places: the ledger, and sacct (each settled job's AdminComment). Writing the
+second from the first until sacctmgr takes it, and auditing one against the other.
+
+A settlement queues its job's AdminComment in the same transaction (``ledger.comment``); the hook
+that settled it starts ``ledger comments`` detached, and cron runs it again, so a comment that
+slurmdbd could not take (down, or not yet holding the job) lands once it can. ``audit`` reads every
+run of every job in a window from sacct, recomputes what each GPU run should have paid from
+sacct's own facts and the price and rate the ledger held it at, and lists what differs: runs
+missing on either side, amounts or end states that differ, runs settled more than once, comments
+missing or disagreeing. Cron runs it; ``alerts`` and the metrics report its last findings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from . import ledger
+from .config import Config
+from .errors import SlurmYoloError
+from .ledger import comment, policy
+from .slurm import commands
+from .slurm.records import JobRecord
+
+AUDIT_NAME = "audit.json"
+MAX_AUDIT_BYTES = 16 << 20
+
+
+class Finding(NamedTuple):
+    kind: str  # missing-in-ledger, unsettled, missing-in-sacct, differs, comment, books
+    key: str  # the run (cluster:job:submit), or the account for the ledger's own invariants
+    detail: str
+
+
+def write_comments(config: Config, limit: int = 1000) -> tuple[int, list[str]]:
+    """Write every queued AdminComment; how many landed, and one line per comment that did not."""
+    if not config["ledger"]["admin_comment"]:
+        return 0, []
+    lg = ledger.reader(config)
+    if lg is None:
+        return 0, []
+    with lg:
+        queued = [(r["cluster"], r["job_id"], r["text"]) for r in lg.unwritten_comments(limit)]
+    written, failed = 0, []
+    bin_dir = Path(config["slurm"]["bin_dir"])
+    for cluster, job_id, text in queued:
+        error = ""
+        try:
+            commands.set_admin_comment(job_id, cluster, text, bin_dir=bin_dir)
+        except SlurmYoloError as e:
+            error = str(e)
+            failed.append(f"{cluster}:{job_id}: {error}")
+        with ledger.writer(config) as w:
+            w.comment_done(cluster, job_id, text, error)
+        written += not error
+    return written, failed
+
+
+def audit(config: Config, window_days: float, min_age: float) -> list[Finding]:
+    """Every difference between sacct and the ledger for runs of the last ``window_days`` that ended
+    (or were held) more than ``min_age`` seconds ago."""
+    now = time.time()
+    since = now - window_days * 86400
+    bin_dir = Path(config["slurm"]["bin_dir"])
+    with_comments = bool(config["ledger"]["admin_comment"])
+    records = commands.runs_since(since, bin_dir=bin_dir)
+    comments = commands.admin_comments(since=since, bin_dir=bin_dir) if with_comments else {}
+    lg = ledger.reader(config)
+    if lg is None:
+        return [Finding("books", "-", f"no ledger at {ledger.db_path(config)}")]
+    with lg:
+        # sacct's window leaves out runs that ended the second they started: ask for those by id
+        known = {ledger.run_key(r.cluster, r.job_id, r.submit) for r in records}
+        missing = sorted({row["job_id"] for row in _held_between(lg, since, now - min_age) if row["job_key"] not in known})
+        for chunk in (missing[i:i + 500] for i in range(0, len(missing), 500)):
+            records += [r for runs in commands.job_runs(chunk, bin_dir=bin_dir).values() for r in runs]
+            if with_comments:
+                comments |= commands.admin_comments(chunk, bin_dir=bin_dir)
+        return _compare(lg, config, records, comments, now - min_age, since)
+
+
+def _held_between(lg: ledger.Ledger, since: float, before: float) -> list[Any]:
+    return lg.conn.execute(
+        "SELECT job_key, job_id FROM jobs WHERE held_at >= ? AND held_at < ?", (since, before)
+    ).fetchall()
+
+
+def _compare(lg: ledger.Ledger, config: Config, records: list[JobRecord], comments: dict[tuple[str, int, int], str],
+             settled_before: float, since: float) -> list[Finding]:  # fmt: skip
+    findings: list[Finding] = []
+    recorded: dict[tuple[str, int], dict[int, dict[str, str]]] = {}
+    for (cluster, job_id, _), text in comments.items():
+        recorded.setdefault((cluster, job_id), {}).update(comment.parse(text))
+    seen = set()
+    rules = policy.Rules(*(bool(config["ledger"][f]) for f in policy.Rules._fields))
+    for rec in records:
+        key = ledger.run_key(rec.cluster, rec.job_id, rec.submit)
+        seen.add(key)
+        share = policy.gpus(rec.tres, config.partition(rec.partition).shards_per_gpu)
+        row = lg.run(key)
+        if not share or not rec.start or not (rec.final and rec.end < settled_before):
+            continue
+        if row is None:
+            findings.append(Finding("missing-in-ledger", key, f"{rec.state} after {rec.elapsed} s, never held"))
+            continue
+        if row["state"] != "settled":
+            findings.append(Finding("unsettled", key, f"{rec.state} in sacct, still held ({row['hold']})"))
+            continue
+        due = policy.charge(rec.state, rec.elapsed, row["hold"], policy.exact(row["gpus"]), row["price"],
+                            policy.exact(row["rate"]), rules)  # fmt: skip
+        if (row["charge"], row["end_state"], row["elapsed"]) != (due, rec.state, rec.elapsed):
+            findings.append(Finding("differs", key, f"ledger {row['end_state']} {row['elapsed']} s charged "
+                                    f"{row['charge']}; sacct {rec.state} {rec.elapsed} s, due {due}"))  # fmt: skip
+        if config["ledger"]["admin_comment"]:
+            entries = recorded.get((rec.cluster, rec.job_id), {})
+            entry = entries.get(rec.submit, entries.get(0) if len(entries) == 1 else None)  # 0: before runs were named
+            want = {"hold": str(row["hold"]), "charge": str(row["charge"]), "refund": str(row["refund"]),
+                    "state": str(row["end_state"]).upper()}  # fmt: skip
+            if entry is None:
+                findings.append(Finding("comment", key, "no AdminComment for this run in sacct"))
+            elif {k: entry.get(k, "") for k in want} != want:
+                findings.append(Finding("comment", key, f"AdminComment says {entry}, ledger {want}"))
+    for row in _held_between(lg, since, settled_before):
+        if row["job_key"] not in seen:
+            findings.append(Finding("missing-in-sacct", row["job_key"], "held in the ledger, no such run in sacct"))
+    findings += [Finding("books", "-", problem) for problem in lg.check()]
+    return findings
+
+
+def audit_path(config: Config) -> Path:
+    return config.state_dir / AUDIT_NAME
+
+
+def save(config: Config, findings: list[Finding], window_days: float) -> None:
+    """The last audit, for ``alerts`` and the metrics (written by the state's owner, atomically)."""
+    target = audit_path(config)
+    tmp = target.with_name(f".{AUDIT_NAME}.{os.getpid()}")
+    tmp.write_text(json.dumps({"at": time.time(), "window_days": window_days,
+                               "findings": [f._asdict() for f in findings]}) + "\n")  # fmt: skip
+    os.replace(tmp, target)
+
+
+def last(config: Config) -> dict[str, object] | None:
+    """The last saved audit, or None (never run, or not a file its owner wrote)."""
+    from .parse import read_bytes
+
+    path = audit_path(config)
+    try:
+        raw, size = read_bytes(path, MAX_AUDIT_BYTES, owner=path.parent.stat().st_uid)
+        data = json.loads(raw) if size <= MAX_AUDIT_BYTES else None
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
