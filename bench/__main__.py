@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import sys
 
-from bench import accuracy, dataset, dry_run, hooks, ledger, report
+from bench import accuracy, admission, dataset, dry_run, hooks, ledger, report
 
 BENCHES = {
     "dry-run": dry_run.main,
     "hooks": hooks.main,
+    "admission": admission.main,
     "ledger": ledger.main,
     "dataset": dataset.main,
     "report": report.main,

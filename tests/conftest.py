@@ -178,6 +178,18 @@ def cluster_of_release(release: str) -> Slurm:
     return slurm
 
 
+PRICE = {"t4": 1_000, "a100": 3_000}  # tokens per GPU-second, as the money tests' admin sets them
+
+
+@pytest.fixture(scope="session")
+def priced(slurm: Slurm) -> Slurm:
+    """The cluster with the tests' prices and no tier surcharge on the default QOS."""
+    for partition, price in PRICE.items():
+        slurm.cli("ledger", "price", "set", partition, str(price), "--reason", "tests")
+    slurm.cli("ledger", "tiers", "normal", "1")
+    return slurm
+
+
 def fund(slurm: Slurm, accounts: tuple[str, ...], target: int) -> None:
     """Set the accounts' balances to ``target``, as an admin would, and let Slurm start their jobs."""
     with ledger.writer(slurm.config()) as lg:

@@ -23,14 +23,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import VENV_BIN, Slurm, fund, poll, skip_requeue_delay
+from conftest import PRICE, VENV_BIN, Slurm, fund, poll, skip_requeue_delay
 
 from slurm_yolo import calibration, ledger
 from slurm_yolo import config as config_mod
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
 
 pytestmark = pytest.mark.cluster
-PRICE = {"t4": 1_000, "a100": 3_000}  # tokens per GPU-second, as this test's admin sets them
 UNLIMITED_HOLD = 168 * 3600  # ledger.unlimited_hold_hours in deploy/config.toml
 
 
@@ -40,15 +39,6 @@ def tokens(seconds: int, gpus: Fraction | int, partition: str) -> int:
 
 def set_balance(slurm: Slurm, account: str, target: int) -> None:
     fund(slurm, (account,), target)
-
-
-@pytest.fixture(scope="session")
-def priced(slurm: Slurm) -> Slurm:
-    """The cluster with this test's prices and no tier surcharge on the default QOS."""
-    for partition, price in PRICE.items():
-        slurm.cli("ledger", "price", "set", partition, str(price), "--reason", "tests")
-    slurm.cli("ledger", "tiers", "normal", "1")
-    return slurm
 
 
 @pytest.fixture

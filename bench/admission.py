@@ -1,0 +1,75 @@
+"""Native admission's cost per submission: ``sbatch --hold`` of a GPU job on the bundled 22.05
+cluster through slurm-yolo's job_submit.lua, as a ratio to the same sbatch through a job_submit.lua
+that admits everything (plain sbatch: the plugin's own call costs microseconds), in the same run.
+
+Measured with the account's queue empty and with 500 of its GPU jobs pending (the script walks
+slurmctld's job list). Submissions alternate between the two scripts so drift in the machine's load
+falls on both; slurmctld reloads job_submit.lua when its file changes. The bundled cluster only (its
+marker), and the real script is put back however the run ends. Target: ratio <= 1.5.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+MARKER = Path("/var/lib/slurm-yolo-cluster/clusters/22.05.json")
+SCRIPT = Path("/etc/slurm/job_submit.lua")
+ADMIT_ALL = """function slurm_job_submit(job_desc, part_list, submit_uid) return slurm.SUCCESS end
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid) return slurm.SUCCESS end
+"""
+ROUNDS = 40
+
+
+def _sbatch() -> int:
+    out = subprocess.run(["sbatch", "--parsable", "--hold", "-A", "vision", "-p", "a100", "--gres=gpu:a100:1", "-t", "5",
+                          "-o", "/dev/null", "--wrap", "true"], capture_output=True, text=True, check=True)  # fmt: skip
+    return int(out.stdout.strip().split(";")[0])
+
+
+def _timed_submit(jobs: list[int]) -> float:
+    start = time.perf_counter()
+    jobs.append(_sbatch())
+    return time.perf_counter() - start
+
+
+def _use(text: str) -> None:
+    SCRIPT.write_text(text)
+    os.utime(SCRIPT, (time.time() + 1, time.time() + 1))  # a new mtime, so slurmctld reloads it
+    time.sleep(0.05)
+
+
+def _measure(real: str, jobs: list[int]) -> tuple[float, float]:
+    plain, admitted = [], []
+    for _ in range(ROUNDS):
+        _use(ADMIT_ALL)
+        _timed_submit(jobs)  # the reload's own cost falls on this one
+        plain.append(_timed_submit(jobs))
+        _use(real)
+        _timed_submit(jobs)
+        admitted.append(_timed_submit(jobs))
+    return statistics.median(plain) * 1000, statistics.median(admitted) * 1000
+
+
+def main() -> None:
+    if not MARKER.exists():
+        print("admission: skipped (no bundled 22.05 cluster: deploy/minicluster up)")
+        return
+    assert json.loads(MARKER.read_text())["conf_dir"] == "/etc/slurm"
+    real = SCRIPT.read_text()
+    jobs: list[int] = []
+    try:
+        for label, backlog in (("empty queue", 0), ("500 pending GPU jobs", 500)):
+            for _ in range(backlog - len(jobs)):
+                jobs.append(_sbatch())
+            plain, admitted = _measure(real, jobs)
+            print(f"admission ({label}): plain sbatch {plain:.1f} ms, with admission {admitted:.1f} ms, "
+                  f"ratio {admitted / plain:.2f} (target <= 1.5)")  # fmt: skip
+    finally:
+        SCRIPT.write_text(real)
+        for i in range(0, len(jobs), 200):
+            subprocess.run(["scancel", *map(str, jobs[i:i + 200])], check=False)

@@ -1,0 +1,273 @@
+"""Budgets that hold, on the real bundled clusters (Slurm 22.05 and 24.11): slurmctld's own
+job_submit.lua refuses what an account cannot cover, for plain sbatch, srun and salloc; racing
+submissions never take an account below zero; runs that end while slurmdbd is down are settled
+once it is back, with the refund their end state deserves and their AdminComment.
+
+Every expected amount is worked out here from the prices this test's admin set (``conftest.PRICE``)
+and slurmdbd's own record of the run, read without slurm-yolo's parsers. The bound tested: an
+account's balance (what it has beyond its holds) never goes below zero through admitted runs; only
+a run's overrun past its time limit could take it lower, and these runs end within their limits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import PRICE, REPO, Slurm, fund, poll
+
+pytestmark = pytest.mark.cluster
+A100 = PRICE["a100"]
+
+
+def wait_running(slurm: Slurm, job: int) -> None:
+    poll("job running", lambda: slurm.cmd("squeue", "-h", "-j", str(job), "-o", "%T").stdout.strip() == "RUNNING", 120)
+
+
+def gone_from_controller(slurm: Slurm, job: int, timeout: float = 240) -> None:
+    poll("job ended in slurmctld", lambda: slurm.cmd("squeue", "-h", "-j", str(job), "-o", "%T", check=False).stdout.strip()
+         in ("", "COMPLETED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "FAILED"), timeout)  # fmt: skip
+
+
+@pytest.fixture
+def lean(priced: Slurm) -> Iterator[Slurm]:
+    """The cluster with a100 priced as PRICE says (no later rise scheduled), vision's jobs gone after."""
+    prices = json.loads(priced.cli("ledger", "price", "show", "--json").stdout)
+    later = [p for p in prices if p["partition"] == "a100" and p.get("effective_at", 0) > time.time()]
+    assert not later, f"an a100 price rise is scheduled on this cluster: {later}"
+    yield priced
+    priced.cmd("scancel", "-A", "vision", check=False)
+    fund(priced, ("vision",), 10**15)
+    with priced.ledger() as lg:
+        assert lg.check() == []
+
+
+def balance_path(slurm: Slurm, account: str, since_id: int) -> list[int]:
+    """The account's balance after each movement since movement ``since_id``, from the movements
+    alone: what it had beyond its holds at every moment."""
+    with slurm.ledger() as lg:
+        rows = [r for r in lg.movements() if r["account"] == account]
+    sign = {"deposit": 1, "refill": 1, "adjustment": 1, "hold": -1, "refund": 1, "expiry": -1, "overrun": -1, "charge": 0}
+    balance, path = 0, []
+    for r in rows:
+        balance += sign[r["kind"]] * r["amount"]
+        if r["id"] > since_id:
+            path.append(balance)
+    return path
+
+
+def last_movement(slurm: Slurm) -> int:
+    with slurm.ledger() as lg:
+        return max((r["id"] for r in lg.movements()), default=0)
+
+
+def test_plain_submissions_beyond_what_is_left_are_refused_at_submit(lean: Slurm) -> None:
+    day = 86400 * 1 * A100  # what a one-day one-GPU a100 job may cost
+    fund(lean, ("vision",), day - 1)
+    before = last_movement(lean)
+    for argv in (["sbatch", "-o", "/dev/null", "--wrap", "true"], ["srun", "true"], ["salloc", "true"]):
+        res = lean.cmd(argv[0], "-A", "vision", "-p", "a100", "--gres=gpu:a100:1", "-t", "1-0", *argv[1:], user="alice",
+                       check=False)  # fmt: skip
+        assert res.returncode != 0, res.stdout
+        assert (f"account vision cannot cover this job: its worst case is {day:,} tokens" in res.stderr
+                and f"the account has {day - 1:,} left" in res.stderr), res.stderr  # fmt: skip
+    refusals = [line.split() for line in (lean.state_dir / "refusals.log").read_text().splitlines()[-3:]]
+    assert [(r[1], r[3], r[4]) for r in refusals] == [("vision", str(day), str(day - 1))] * 3  # account, need, left
+    assert all(r[2].isdigit() and r[2] != "0" for r in refusals)  # alice's uid
+    # two GPUs for a minute fit; it starts, holds exactly its worst case, and pays what it ran
+    job = lean.sbatch("-A", "vision", "-p", "a100", "--gres=gpu:a100:2", "-t", "1", script="sleep 1", user="alice")
+    row = lean.settled(job)[0]
+    ran = int(lean.ended(job)[0]["ElapsedRaw"])
+    assert (row["hold"], row["charge"], row["end_state"]) == (60 * 2 * A100, ran * 2 * A100, "COMPLETED")
+    assert min(balance_path(lean, "vision", before)) >= 0
+
+
+def test_a_pending_job_cannot_be_made_dearer_by_its_user(lean: Slurm) -> None:
+    fund(lean, ("vision",), 10**12)
+    job = lean.sbatch("-A", "vision", "-p", "a100", "--gres=gpu:a100:1", "-t", "5", "--hold", script="true", user="alice")
+    for change in ("gres=gpu:a100:2", "partition=t4", "numnodes=2"):
+        res = lean.cmd("scontrol", "update", f"jobid={job}", change, user="alice", check=False)
+        assert res.returncode != 0 and "cancel and resubmit" in res.stderr, (change, res.stderr)
+    assert lean.cmd("scontrol", "update", f"jobid={job}", "timelimit=2", user="alice", check=False).returncode == 0
+    lean.cmd("scancel", str(job))
+
+
+def test_twenty_submissions_racing_for_the_last_tokens_never_overdraw(lean: Slurm) -> None:
+    worst = 60 * 1 * A100  # -t 1 on one a100 GPU
+    fund(lean, ("vision",), 4 * worst + worst // 2)  # four fit, with half a fifth to spare
+    before = last_movement(lean)
+    results: list[subprocess.CompletedProcess[str]] = []
+    lock = threading.Lock()
+
+    def submit() -> None:
+        res = lean.cmd("sbatch", "--parsable", "-o", "/dev/null", "-A", "vision", "-p", "a100", "--gres=gpu:a100:1",
+                       "-t", "1", user="alice", input="#!/bin/bash\nsleep 2\n", check=False)  # fmt: skip
+        with lock:
+            results.append(res)
+
+    threads = [threading.Thread(target=submit) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    admitted = [int(r.stdout.strip().split(";")[0]) for r in results if r.returncode == 0]
+    refused = [r for r in results if r.returncode != 0]
+    assert 1 <= len(admitted) <= 4 and len(refused) == 20 - len(admitted)
+    assert all("account vision cannot cover this job" in r.stderr for r in refused)
+    charged = 0
+    for job in admitted:
+        row = lean.settled(job, timeout=240)[0]
+        ran = int(lean.ended(job)[0]["ElapsedRaw"])
+        assert (row["hold"], row["charge"]) == (worst, ran * A100)
+        charged += ran * A100
+    path = balance_path(lean, "vision", before)
+    assert min(path) >= 0  # the stated bound: never below zero (no run outlived its limit)
+    assert lean.ledger().account("vision")["balance"] == 4 * worst + worst // 2 - charged
+
+
+def test_a_run_its_account_no_longer_covers_is_cancelled_at_start(lean: Slurm) -> None:
+    fund(lean, ("vision",), 10**12)
+    job = lean.sbatch("-A", "vision", "-p", "a100", "--gres=gpu:a100:1", "-t", "10", "--hold", script="sleep 60")
+    fund(lean, ("vision",), 600 * A100 // 2)  # admitted; then half its worst case is all that is left
+    lean.cmd("scontrol", "release", str(job))
+    row = lean.settled(job, timeout=120)[0]
+    rec = lean.ended(job)[0]
+    assert rec["State"].startswith("CANCELLED") and int(rec["ElapsedRaw"]) < 30
+    assert (row["hold"], row["charge"]) == (600 * A100, int(rec["ElapsedRaw"]) * A100)
+
+
+def _slurmdbd_pid(slurm: Slurm) -> int:
+    marker = json.loads(Path(f"/var/lib/slurm-yolo-cluster/clusters/{slurm.release}.json").read_text())
+    state = Path(marker["state_dir"]).parent.parent  # <cluster state>/slurm-yolo/state
+    return int((state / "run" / "slurmdbd.pid").read_text())
+
+
+def _up(slurm: Slurm) -> None:
+    subprocess.run([str(REPO / "deploy" / "minicluster"), "up", slurm.release], check=True, capture_output=True)
+
+
+@pytest.mark.parametrize("cause", ["NODE_FAIL", "PREEMPTED", "TIMEOUT"])
+def test_a_run_that_ends_while_slurmdbd_is_down_is_settled_once_it_is_back(lean: Slurm, cause: str) -> None:
+    fund(lean, ("vision",), 10**12)
+    limit = 1 if cause == "TIMEOUT" else 5
+    job = lean.sbatch("-A", "vision", "-p", "a100", "--gres=gpu:a100:1", "-t", str(limit), "--no-requeue",
+                      script="sleep 400")  # fmt: skip
+    wait_running(lean, job)
+    hold = limit * 60 * A100
+    os.kill(_slurmdbd_pid(lean), signal.SIGTERM)
+    preemptor = None
+    try:
+        if cause == "NODE_FAIL":
+            lean.cmd("scontrol", "update", "nodename=gpu-a100-1", "state=down", "reason=budget-test")
+        elif cause == "PREEMPTED":
+            preemptor = lean.sbatch("-A", "vision", "-p", "a100", "--qos=yolo-preempt", "--gres=gpu:a100:2", "-t", "1",
+                                    script="sleep 1")  # fmt: skip
+        gone_from_controller(lean, job)
+        time.sleep(6)  # the epilog has asked sacct (down) and given up
+        assert [r["state"] for r in lean.runs(job)] == ["held"]
+    finally:
+        if cause == "NODE_FAIL":
+            lean.cmd("scontrol", "update", "nodename=gpu-a100-1", "state=resume", check=False)
+        _up(lean)
+    rec = lean.ended(job)[0]
+    assert rec["State"].split(" ")[0] == cause
+    lean.cli("ledger", "reconcile")  # cron's (the epilog's own child may have been first)
+    row = lean.settled(job)[0]
+    ran = int(rec["ElapsedRaw"])
+    due = {"NODE_FAIL": 0, "PREEMPTED": 0, "TIMEOUT": max(hold, ran * A100)}[cause]
+    assert (row["end_state"], row["hold"], row["charge"], row["refund"]) == (cause, hold, due, hold - due)
+    with lean.ledger() as lg:
+        kinds = [m["kind"] for m in lg.job_movements(job)]
+    assert sorted(kinds) == ["charge", "hold", "refund"]  # once
+    lean.cli("ledger", "comments", check=False)
+    comment = poll("AdminComment", lambda: (c := lean.cmd("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "AdminComment")
+                                            .stdout.strip()).startswith("yolo:") and c, 60)  # fmt: skip
+    assert f"run={row['submit_time']},".lower() in comment.lower()
+    assert f",hold={hold},charge={due},refund={hold - due}," in comment and f"state={cause}".lower() in comment.lower()
+    if preemptor:
+        lean.settled(preemptor)
+
+
+def _cluster_state(slurm: Slurm) -> Path:
+    marker = json.loads(Path(f"/var/lib/slurm-yolo-cluster/clusters/{slurm.release}.json").read_text())
+    return Path(marker["state_dir"]).parent.parent
+
+
+def _kill(pidfile: Path) -> None:
+    try:
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    except (OSError, ValueError):
+        pass
+
+
+def test_chaos_over_200_jobs_leaves_sacct_and_the_ledger_in_agreement(lean: Slurm) -> None:
+    """slurmdbd, hookd and epilogs (with the children they leave) killed at random points while 200
+    real GPU jobs run; once everything is back, cron's reconcile and comments, then the audit finds
+    no difference between sacct and the ledger, and the ledger's own books balance."""
+    import random
+
+    fund(lean, ("vision",), 10**15)
+    rng = random.Random(int(time.time()))
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 2))
+    stop = threading.Event()
+    done: list[str] = []
+    state = _cluster_state(lean)
+
+    def chaos() -> None:
+        while not stop.wait(rng.uniform(1.0, 4.0)):
+            what = rng.choice(["slurmdbd", "hookd", "epilog", "epilog"])
+            if what == "slurmdbd":
+                _kill(state / "run" / "slurmdbd.pid")
+                stop.wait(rng.uniform(1.0, 6.0))
+                _up(lean)
+            elif what == "hookd":
+                _kill(state / "run" / "hookd.pid")
+                stop.wait(rng.uniform(0.5, 3.0))
+                _up(lean)
+            else:  # the epilogs running now, and the children they left to finish their work
+                for pattern in ("slurm-yolo-hook epilog", "slurm_yolo.hook_entry import epilog_main",
+                                "slurm_yolo ledger reconcile --job", "slurm_yolo ledger comments"):
+                    subprocess.run(["pkill", "-9", "-f", pattern], check=False)
+            done.append(what)
+
+    chaos_thread = threading.Thread(target=chaos)
+    chaos_thread.start()
+    jobs = []
+    try:
+        for i in range(200):
+            gres = rng.choice(["--gres=shard:a100:1", "--gres=shard:t4:1", "--gres=gpu:a100:1", "--gres=gpu:t4:1"])
+            part = "a100" if "a100" in gres else "t4"
+            script = rng.choice(["sleep 1", "sleep 2", "true", "exit 3"])
+            jobs.append(lean.sbatch("-A", "vision", "-p", part, gres, "-t", "1", script=script))
+            if i % 25 == 0:
+                time.sleep(1)
+        poll("the 200 jobs gone from slurmctld", lambda: not lean.cmd(
+            "squeue", "-h", "-A", "vision", "-o", "%i", check=False).stdout.strip(), 900)  # fmt: skip
+    finally:
+        stop.set()
+        chaos_thread.join()
+        _up(lean)
+    assert {"slurmdbd", "hookd", "epilog"} <= set(done), done
+    for job in jobs:
+        lean.ended(job, timeout=300)
+
+    def audited() -> bool:
+        lean.cli("ledger", "reconcile", "--window-days", "1", check=False)
+        lean.cli("ledger", "comments", check=False)
+        return lean.cli("ledger", "audit", "--since", start, "--min-age", "0", check=False).returncode == 0
+
+    poll("an audit without differences", audited, 300)
+    res = lean.cli("ledger", "audit", "--since", start, "--min-age", "0", "--json")
+    assert json.loads(res.stdout) == []
+    with lean.ledger() as lg:
+        assert lg.check() == []
+        settled = [r for j in jobs for r in lg.runs(j)]
+    assert all(r["state"] == "settled" for r in settled)
+    assert {r["job_id"] for r in settled} == set(jobs)  # every job started a GPU run and paid for it
