@@ -141,4 +141,16 @@ ALTER TABLE jobs2 RENAME TO jobs;
 CREATE INDEX jobs_account_state ON jobs (account, state);
 CREATE INDEX jobs_job ON jobs (cluster, job_id)
 """,
+    # 3: what the site had set in an account's GPU run-minute limits on a cluster (GrpTRESRunMins, as
+    # sacctmgr prints it; '': none) while a ledger block replaces them with 0, so lifting the block
+    # restores them. A row exists only while the account is blocked there (or its lifting is pending).
+    """
+CREATE TABLE site_limits (
+    cluster TEXT NOT NULL,
+    account TEXT NOT NULL,
+    grp_tres_run_mins TEXT NOT NULL,
+    kept_at REAL NOT NULL,
+    PRIMARY KEY (cluster, account)
+)
+""",
 )
