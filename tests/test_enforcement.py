@@ -31,7 +31,8 @@ def converge(limits: str, blocked: bool, kept: str | None) -> tuple[str, str | N
     """The GrpTRESRunMins after one step, and the site values kept then (sacctmgr's text)."""
     current = parsers.tres(limits)
     to_set, keep = enforcement.plan(current, blocked, None if kept is None else parsers.tres(kept))
-    return parsers.format_tres(enforcement.applied(current, to_set)), None if keep is None else parsers.format_tres(keep)
+    after = parsers.format_tres(enforcement.applied(current, to_set))
+    return after, None if keep is None else parsers.format_tres(keep)
 
 
 def test_tres_lists() -> None:
@@ -68,7 +69,8 @@ def test_an_association_never_blocked_is_the_sites_alone() -> None:
 def test_a_site_change_under_a_block_is_what_lifting_it_leaves() -> None:
     """An admin set a new GPU value while the account was blocked: it is kept (and blocked again),
     and a value changed after the block was lifted by hand is left as it is."""
-    assert converge("gres/gpu=70000,gres/shard=0", True, "gres/gpu=50000") == ("gres/gpu=0,gres/shard=0", "gres/gpu=70000")
+    blocked_again = ("gres/gpu=0,gres/shard=0", "gres/gpu=70000")
+    assert converge("gres/gpu=70000,gres/shard=0", True, "gres/gpu=50000") == blocked_again
     assert converge("gres/gpu=70000,gres/shard=0", False, "gres/gpu=50000") == ("gres/gpu=70000", None)
 
 
@@ -154,11 +156,11 @@ esac""")
     assert res.stdout == "enf_a: blocked on fake, GrpTRESRunMins cpu=10,gres/gpu=5 -> cpu=10,gres/gpu=0,gres/shard=0\n"
     assert res.stderr.splitlines() == [
         "Error: ledger account 'Bad Name' is not a plain Slurm name (lower-case letters, digits, _ . -)",
-        "Error: account enf_b: the ledger says dry, its limit on cluster fake is not set: sacctmgr failed: "
-        "sacctmgr: error: simulated outage",
+        ("Error: account enf_b: the ledger says dry, its limit on cluster fake is not set: sacctmgr failed: "
+         "sacctmgr: error: simulated outage"),
     ]
     assert log.read_text().splitlines() == [
-        "-n -P show assoc where cluster=fake account=enf_a,enf_b,enf_c format=Cluster,Account,User,Partition,GrpTRESRunMins",
+        "-n -P show assoc where cluster=fake account=enf_a,enf_b,enf_c format=" + ",".join(parsers.ASSOC_FIELDS),
         "-i modify account where name=enf_a cluster=fake set GrpTRESRunMins=gres/gpu=0,gres/shard=0",
         "-i modify account where name=enf_b cluster=fake set GrpTRESRunMins=gres/gpu=0,gres/shard=0",
     ]
@@ -168,13 +170,14 @@ esac""")
 def test_enforce_without_a_cluster_name_changes_nothing(home: Path, tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    write_script(bin_dir / "scontrol", 'echo "slurm_load_ctl_conf error: Unable to contact slurm controller" >&2; exit 1')
+    down = "slurm_load_ctl_conf error: Unable to contact slurm controller"
+    write_script(bin_dir / "scontrol", f'echo "{down}" >&2; exit 1')
     write_script(bin_dir / "sacctmgr", "exit 99")
     cfg = use_bin_dir(home, bin_dir)
     set_dry(cfg, "enf_a", True)
     res = CliRunner().invoke(admin, ["ledger", "enforce", "--account", "enf_a"])
     assert (res.exit_code, res.stdout) == (1, "")
-    assert res.stderr == "Error: scontrol failed: slurm_load_ctl_conf error: Unable to contact slurm controller\n"
+    assert res.stderr == f"Error: scontrol failed: {down}\n"
 
 
 # --- the real bundled clusters ---------------------------------------------------------------------
@@ -250,7 +253,8 @@ def test_enforcement_keeps_the_site_limits_and_restores_them(slurm: Slurm, accou
 
     set_dry(cfg, account, False)
     out = enforcement.sync(cfg, None)  # every account of the ledger, as cron runs it
-    assert out.changes == [enforcement.Change(account, False, "cpu=1000,gres/gpu=0,gres/shard=0", "cpu=1000,gres/gpu=50000")]
+    lifted = enforcement.Change(account, False, "cpu=1000,gres/gpu=0,gres/shard=0", "cpu=1000,gres/gpu=50000")
+    assert out.changes == [lifted]
     assert grp_tres_run_mins(slurm, account) == "cpu=1000,gres/gpu=50000"
     assert kept(cfg, slurm.name) == {}
     assert len(modifies(bin_dir)) == 1
@@ -266,8 +270,8 @@ def test_lifting_a_block_clears_what_the_site_never_set(slurm: Slurm, account: s
     assert grp_tres_run_mins(slurm, account) == "gres/gpu=0,gres/shard=0"
     set_dry(cfg, account, False)
     res = CliRunner().invoke(admin, ["ledger", "enforce", "--account", account])
-    assert (res.exit_code, res.output) == (0, f"{account}: unblocked on {slurm.name}, GrpTRESRunMins "
-                                              "gres/gpu=0,gres/shard=0 -> (none)\n")  # fmt: skip
+    lifted = f"{account}: unblocked on {slurm.name}, GrpTRESRunMins gres/gpu=0,gres/shard=0 -> (none)\n"
+    assert (res.exit_code, res.output) == (0, lifted)
     assert grp_tres_run_mins(slurm, account) == ""
 
 

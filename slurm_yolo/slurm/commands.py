@@ -170,8 +170,9 @@ def set_run_mins(cluster: str, account: str, limits: dict[str, int], bin_dir: Pa
     enforces it itself, so plain ``sbatch`` cannot bypass a budget; pending jobs wait with reason
     AssocGrpGRESRunMinutes and start once the limit is lifted.
     """
-    run(["sacctmgr", "-i", "modify", "account", "where", f"name={plain_name(account)}", f"cluster={plain_name(cluster)}",
-         "set", f"GrpTRESRunMins={parsers.format_tres(limits)}"], bin_dir=bin_dir)  # fmt: skip
+    where = [f"name={plain_name(account)}", f"cluster={plain_name(cluster)}"]
+    run(["sacctmgr", "-i", "modify", "account", "where", *where, "set", f"GrpTRESRunMins={parsers.format_tres(limits)}"],
+        bin_dir=bin_dir)  # fmt: skip
 
 
 def partitions(bin_dir: Path | None = None) -> list[str]:
