@@ -15,9 +15,10 @@ from click.testing import CliRunner
 from conftest import RELEASES, Slurm
 
 from slurm_yolo import config as config_mod
-from slurm_yolo import enforcement, ledger
+from slurm_yolo import db, enforcement, ledger
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.errors import UsageError
+from slurm_yolo.ledger.schema import MIGRATIONS
 from slurm_yolo.slurm import commands, parsers
 
 REC = Path(__file__).parent / "recorded"
@@ -178,6 +179,24 @@ def test_enforce_without_a_cluster_name_changes_nothing(home: Path, tmp_path: Pa
     res = CliRunner().invoke(admin, ["ledger", "enforce", "--account", "enf_a"])
     assert (res.exit_code, res.stdout) == (1, "")
     assert res.stderr == f"Error: scontrol failed: {down}\n"
+
+
+def test_blocks_of_an_earlier_release_are_lifted_once_funded(home: Path) -> None:
+    """A version 2 ledger (its releases blocked with 0 and kept nothing): migrating keeps "none" for
+    its blocked accounts on each cluster it has runs of, so funding them lifts the block."""
+    cfg = config_mod.load()
+    path = ledger.db_path(cfg)
+    conn = db.connect_write(path, MIGRATIONS[:2], wal=True)
+    for name, blocked in (("dry", 1), ("funded", 0)):
+        conn.execute("INSERT INTO accounts (name, refilled_at, blocked) VALUES (?, 0, ?)", (name, blocked))
+    for cluster, job_id in (("yolo", 1), ("yolo", 2), ("other", 1)):
+        conn.execute("INSERT INTO jobs (job_key, cluster, job_id, submit_time, restart, account, user, partition, gpus,"
+                     " price, rate, hold_seconds, hold, held_at)"
+                     " VALUES (?, ?, ?, 0, 0, 'dry', 'u', 'p', 1, 1, 1, 60, 60, 0)",
+                     (ledger.run_key(cluster, job_id, 0), cluster, job_id))  # fmt: skip
+    conn.close()
+    assert kept(cfg, "yolo") == kept(cfg, "other") == {"dry": ""}
+    assert converge("gres/gpu=0,gres/shard=0", False, "") == ("", None)
 
 
 # --- the real bundled clusters ---------------------------------------------------------------------
