@@ -51,6 +51,15 @@ def _visible(config: Config, account: str) -> None:
         raise UsageError(f"account {account!r} is not one of yours ({me})")
 
 
+def _fail_unconverged(outcome: enforcement.Outcome) -> None:
+    """One ``Error:`` line for each account whose Slurm limit is not what the ledger says, and exit 1
+    (the ledger's change stands; cron's ``ledger enforce`` retries)."""
+    for line in outcome.errors:
+        click.echo(f"Error: {line}", err=True)
+    if outcome.errors:
+        click.get_current_context().exit(1)
+
+
 def _row(a: sqlite3.Row) -> dict[str, object]:
     return {k: a[k] for k in a.keys()}
 
@@ -73,8 +82,9 @@ def deposit(account: str, amount: str, reason: str, adjust: bool) -> None:
     with ledger.writer(config) as lg:
         lg.credit(account, value, _actor(), reason, kind="adjustment" if adjust else "deposit")
         balance = lg.account(account)["balance"]  # type: ignore[index]  # credit() created it
-    enforcement.sync(config, [account])
+    outcome = enforcement.sync(config, [account])
     click.echo(f"{account}: {'adjusted' if adjust else 'deposited'} {fmt_tokens(value)}, balance {fmt_tokens(balance)}")
+    _fail_unconverged(outcome)
 
 
 @ledger_group.command()
@@ -254,11 +264,12 @@ def refill() -> None:
     with ledger.writer(config) as lg:
         expired = lg.expire(days) if days > 0 else {}
         changed = lg.refill_all()
-    enforcement.sync(config, list(changed))
+    outcome = enforcement.sync(config, list(changed))
     for name, amount in expired.items():
         click.echo(f"{name}: {fmt_tokens(amount)} expired (unspent for {days:g} days)")
     for name, blocked in changed.items():
         click.echo(f"{name}: {'blocked' if blocked else 'unblocked'}")
+    _fail_unconverged(outcome)
 
 
 @ledger_group.command()
@@ -299,9 +310,15 @@ def reconcile(window_days: float | None, min_age: float, job_id: int | None, clu
 @click.option("--account", "accounts", multiple=True, help="Only these accounts (default: all).")
 @library_errors
 def enforce(accounts: tuple[str, ...]) -> None:
-    """Make Slurm's limits match the ledger: dry accounts' GPU jobs do not start."""
+    """Make Slurm's limits match the ledger: dry accounts' GPU jobs do not start, funded ones get the
+    site's own limits back. Only what differs is changed; run it again (cron) until no error is left."""
     config = load_config()
-    enforcement.sync(config, list(accounts) or None)
+    outcome = enforcement.sync(config, list(accounts) or None)
+    for c in outcome.changes:
+        click.echo(f"{c.account}: {'blocked' if c.blocked else 'unblocked'} on {outcome.cluster}, "
+                   f"GrpTRESRunMins {c.before or '(none)'} -> {c.after or '(none)'}")  # fmt: skip
+    _fail_unconverged(outcome)
+
 
 
 @ledger_group.command()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..errors import SlurmError
+from ..errors import SlurmError, UsageError
 from . import parsers, queries, run
 from .records import FINAL_STATES, JobRecord, comments_from_sacct, from_sacct, from_squeue
 
@@ -147,15 +148,49 @@ def wait_for_state(job_id: int, states: set[str], timeout: float = 60.0, poll: f
         time.sleep(poll)
 
 
-def set_gpu_block(account: str, blocked: bool, bin_dir: Path | None = None) -> None:
-    """Stop (or allow again) the start of an account's GPU jobs: ``GrpTRESRunMins`` of 0 on its association.
+PLAIN_NAME = re.compile(r"[a-z0-9_][a-z0-9_.-]*")  # Slurm's account and cluster names: lower case
 
-    Slurm enforces it itself, so plain ``sbatch`` cannot bypass a dry budget; pending jobs wait with
-    reason AssocGrpGRESRunMinutes and start once the limit is lifted.
+
+def plain_name(name: str) -> str:
+    """``name`` when it is a plain Slurm name, else UsageError: names go into sacctmgr's own
+    ``key=value`` arguments, where ``,``, ``=``, spaces or a leading ``-`` would change the request."""
+    if not PLAIN_NAME.fullmatch(name):
+        raise UsageError(f"{name!r} is not a plain Slurm name (lower-case letters, digits, _ . -)")
+    return name
+
+
+def cluster_name(bin_dir: Path | None = None) -> str:
+    """ClusterName of the cluster the commands in ``bin_dir`` talk to, from its controller."""
+    res = run(["scontrol", "show", "config"], bin_dir=bin_dir)
+    try:
+        return plain_name(parsers.cluster_name(res.stdout))
+    except ValueError as e:
+        raise SlurmError(str(e)) from None
+
+
+def account_run_mins(cluster: str, accounts: list[str], bin_dir: Path | None = None) -> dict[str, dict[str, int]]:
+    """The GrpTRESRunMins of each account's own association on ``cluster``; accounts without one
+    there are missing."""
+    names = ",".join(plain_name(a) for a in accounts)
+    res = run(["sacctmgr", "-n", "-P", "show", "assoc", "where", f"cluster={plain_name(cluster)}", f"account={names}",
+               f"format={','.join(parsers.ASSOC_FIELDS)}"], bin_dir=bin_dir)  # fmt: skip
+    try:
+        return parsers.account_run_mins(res.stdout, cluster)
+    except ValueError as e:
+        raise SlurmError(str(e)) from None
+
+
+def set_run_mins(cluster: str, account: str, limits: dict[str, int], bin_dir: Path | None = None) -> None:
+    """Set these TRES of the account's GrpTRESRunMins on ``cluster`` (-1 clears one); sacctmgr leaves
+    the TRES not named as they are.
+
+    A run-minutes limit of 0 on ``gres/gpu`` is how a dry account's GPU jobs are held back: Slurm
+    enforces it itself, so plain ``sbatch`` cannot bypass a budget; pending jobs wait with reason
+    AssocGrpGRESRunMinutes and start once the limit is lifted.
     """
-    value = "0" if blocked else "-1"
-    run(["sacctmgr", "-i", "modify", "account", "where", f"name={account}", "set",
-         f"GrpTRESRunMins=gres/gpu={value},gres/shard={value}"], bin_dir=bin_dir)  # fmt: skip
+    where = [f"name={plain_name(account)}", f"cluster={plain_name(cluster)}"]
+    run(["sacctmgr", "-i", "modify", "account", "where", *where, "set", f"GrpTRESRunMins={parsers.format_tres(limits)}"],
+        bin_dir=bin_dir)  # fmt: skip
 
 
 def partitions(bin_dir: Path | None = None) -> list[str]:

@@ -70,6 +70,47 @@ def gres_count(text: str, name: str) -> int:
     return total
 
 
+def cluster_name(config_text: str) -> str:
+    """The ClusterName in ``scontrol show config`` output: the cluster these commands talk to (one
+    slurmdbd may serve several, so accounting changes must name it)."""
+    for line in config_text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "ClusterName" and value.strip():
+            return value.strip()
+    raise ValueError("scontrol show config printed no ClusterName")
+
+
+def tres(text: str) -> dict[str, int]:
+    """A TRES list as sacctmgr prints it (``cpu=1000,gres/gpu=50000``; empty: no limit) as a dict."""
+    limits: dict[str, int] = {}
+    for item in text.strip().split(","):
+        if not item:
+            continue
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value.isdigit():
+            raise ValueError(f"TRES list not understood: {text.strip()[:200]!r}")
+        limits[name] = int(value)
+    return limits
+
+
+def format_tres(limits: dict[str, int]) -> str:
+    """A TRES list for sacctmgr, in the dict's order (-1 clears a limit when setting one)."""
+    return ",".join(f"{name}={value}" for name, value in limits.items())
+
+
+ASSOC_FIELDS = ["Cluster", "Account", "User", "Partition", "GrpTRESRunMins"]
+
+
+def account_run_mins(text: str, cluster: str) -> dict[str, dict[str, int]]:
+    """Each account's own association on ``cluster`` (the one without a user, which limits all of the
+    account's users together), from ``sacctmgr -n -P show assoc format=ASSOC_FIELDS``: its GrpTRESRunMins."""
+    return {
+        row["Account"]: tres(row["GrpTRESRunMins"])
+        for row in parsable2(text, ASSOC_FIELDS)
+        if row["Cluster"] == cluster and not row["User"] and not row["Partition"]
+    }
+
+
 def sbatch_job_id(text: str) -> int:
     """The job id of ``sbatch --parsable`` output (``123`` or ``123;cluster``)."""
     first = text.strip().splitlines()[-1] if text.strip() else ""
