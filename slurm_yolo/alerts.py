@@ -12,7 +12,7 @@ import os
 import time
 from dataclasses import asdict, dataclass
 
-from . import calibration, ledger
+from . import books, calibration, ledger
 from .config import Config
 from .parse import read_bytes
 
@@ -77,8 +77,18 @@ def check(config: Config, budget_share: float = 0.8, refusals: int = 3, drift: f
             for i in lg.open_incidents():
                 alerts.append(Alert("hook", f"job {i['cluster']}:{i['job_id']}",
                                     f"{i['event']} failed: {i['error']} (ledger reconcile settles its runs from sacct)"))  # fmt: skip
+            stuck = [c for c in lg.unwritten_comments() if c["queued_at"] < time.time() - 3600]
+            if stuck:
+                alerts.append(Alert("books", "AdminComment", f"{len(stuck)} settled job(s) without their AdminComment"
+                                    f" for over an hour (ledger comments): {stuck[0]['error'] or 'not tried yet'}"))  # fmt: skip
         finally:
             lg.close()
+    audit = books.last(config)
+    if audit and audit.get("findings"):
+        found = audit["findings"]
+        kinds = sorted({str(f.get("kind")) for f in found if isinstance(f, dict)})
+        alerts.append(Alert("audit", "sacct vs ledger", f"{len(found)} difference(s) ({', '.join(kinds)}) in the last"
+                            " audit (slurm-yolo ledger audit)"))  # fmt: skip
     for account, n in refusal_streaks(config, time.time() - 7 * 86400).items():
         if n >= refusals:
             alerts.append(Alert("refusals", account, f"{n} submissions refused in a row for lack of tokens"))
