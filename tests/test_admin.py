@@ -130,7 +130,14 @@ def test_sacct_parse_matches_recorded_rows() -> None:
 
 def test_alerts(system: config_mod.Config, series: dict, dataset: Path, site_config: Path,
                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Budget and prediction alerts on the real cluster. yolo-sbatch's own refusals go to syslog and
+    nowhere the admin side reads (the refusals alerts counts are slurmctld's: test_alerts.py)."""
+    import syslog
+
     cfg = config_mod.load()
+    logged: list[tuple[int, str]] = []
+    monkeypatch.setattr(syslog, "syslog", lambda priority, message: logged.append((priority, message)))
+    state_before = sorted(p.name for p in cfg.state_dir.iterdir())
     with ledger.writer(cfg) as lg:
         row = lg.account("research")
         lg.credit("research", -row["balance"] + 1, "test", "alerts", kind="adjustment")
@@ -138,10 +145,13 @@ def test_alerts(system: config_mod.Config, series: dict, dataset: Path, site_con
         for _ in range(3):
             res = CliRunner().invoke(yolo_sbatch, ["-A", "research", "-p", "t4", "train", f"data={dataset}", "epochs=50"])
             assert res.exit_code == 1 and "cannot cover" in res.output
+        assert len(logged) == 3 and all(p == syslog.LOG_USER | syslog.LOG_NOTICE for p, _ in logged)
+        assert logged[0][1].startswith("yolo-sbatch refused a job: account research uid 0 needs ")
+        assert not {p.name for p in cfg.state_dir.iterdir()} - set(state_before) - {"ledger.db-wal", "ledger.db-shm"}
         res = CliRunner().invoke(admin, ["alerts", "--json"])
         assert res.exit_code == 1
         found = {(a["kind"], a["subject"]) for a in json.loads(res.stdout)}
-        assert ("budget", "research") in found and ("refusals", "research") in found
+        assert ("budget", "research") in found
         assert any(kind == "prediction" for kind, _ in found)
     finally:
         with ledger.writer(cfg) as lg:
