@@ -40,6 +40,31 @@ def parsable2(text: str, columns: list[str], trailing: bool = False) -> list[dic
     return rows
 
 
+def delimited(text: str, width: int, delimiter: str) -> list[list[str]]:
+    """Records of ``width`` fields from ``sacct -p --delimiter=D`` output (D after every field, a
+    newline after every record), split on D alone: a field may hold newlines. A record is ``width``
+    fields whose next field starts with the newline that ends it; where that is not so (a field that
+    holds D itself, which only a saved file with a guessable D can have), the fields up to the next
+    line are skipped, so a record that does not line up is dropped, never shifted into another."""
+    tokens = text.split(delimiter)
+    last = len(tokens) - 1  # what follows the final delimiter: the final newline
+    records = []
+    i = 0
+    while i + width <= last:
+        after = tokens[i + width]
+        if after.startswith("\n") or (i + width == last and not after):
+            records.append(tokens[i : i + width])
+            tokens[i + width] = after[1:]
+            i += width
+            continue
+        nxt = next((k for k in range(i + 1, last + 1) if "\n" in tokens[k]), None)
+        if nxt is None:
+            break
+        tokens[nxt] = tokens[nxt].rsplit("\n", 1)[1]
+        i = nxt
+    return records
+
+
 def duration(text: str) -> int | None:
     """A Slurm duration as seconds (``records.duration``, the one parser of them), for planning and
     reports: None for UNLIMITED and for anything it cannot read."""
