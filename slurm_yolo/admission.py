@@ -7,7 +7,6 @@ out of it) minus the estimates of its pending jobs. Accounts without a ledger en
 
 from __future__ import annotations
 
-import getpass
 import os
 import re
 import time
@@ -21,6 +20,7 @@ from .estimate import fmt_tokens
 from .ledger import bucket, policy
 from .plan import Plan
 from .slurm import commands
+from .visibility import current_user
 
 _AMOUNT = re.compile(r"^(-?\d+(?:\.\d+)?)\s*([kmgt]?)(?:tok)?$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
@@ -46,7 +46,7 @@ def check(config: Config, plan: Plan, account: str | None) -> str | None:
         return None
     bin_dir = Path(config["slurm"]["bin_dir"])
     try:
-        name = account or commands.default_account(getpass.getuser(), bin_dir)
+        name = account or commands.default_account(current_user(), bin_dir)
         row = lg.account(name)
         if row is None:
             return None

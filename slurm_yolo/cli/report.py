@@ -8,6 +8,7 @@ import click
 
 from .. import alerts as alerts_mod
 from .. import recalibrate as recal_mod
+from .. import visibility
 from . import echo_json, library_errors, load_config
 
 FILTERS = [
@@ -34,14 +35,16 @@ FILTERS = [
 @library_errors
 def report(views: tuple[str, ...], as_csv: bool, as_json: bool, html_file: Path | None, sacct_file: Path | None,
            delimiter: str, **filters: str | None) -> None:  # fmt: skip
-    """Tokens, GPU-hours, prediction accuracy, waits, failures, k, ROI and budgets from sacct + the ledger."""
+    """Tokens, GPU-hours, prediction accuracy, waits, failures, k, ROI and budgets from sacct + the ledger
+    (of the accounts you may see: Slurm's PrivateData rule)."""
     from .. import report as report_mod
     from ..report import output
 
     config = load_config()
+    viewer = visibility.viewer(config)
     f = report_mod.Filters(**{k: v for k, v in filters.items() if v is not None})  # type: ignore[arg-type]
     saved = report_mod.read_saved(sacct_file.read_text(), delimiter) if sacct_file else None
-    tables = report_mod.build(config, f, views or report_mod.VIEWS, saved)
+    tables = report_mod.build(config, f, views or report_mod.VIEWS, saved, lambda names: visibility.visible(viewer, names))
     if html_file:
         html_file.write_text(output.html_page(tables))
         click.echo(f"wrote {html_file}")
@@ -95,6 +98,7 @@ def alerts(as_json: bool, mail_to: str | None, budget_share: float, refusals: in
     from ..report import recent_predictions
 
     config = load_config()
+    visibility.require_admin(visibility.viewer(config), "slurm-yolo alerts")
     found = alerts_mod.check(config, budget_share, refusals, drift, error_bound, recent_predictions(config))
     if as_json:
         echo_json(alerts_mod.to_dicts(found))
@@ -115,7 +119,9 @@ def metrics(directory: Path) -> None:
     """Write Prometheus metrics (balances, holds, burn, k, prediction error, waits) for node_exporter."""
     from ..report.metrics import write_textfile
 
-    click.echo(f"wrote {write_textfile(load_config(), directory)}")
+    config = load_config()
+    visibility.require_admin(visibility.viewer(config), "slurm-yolo metrics")
+    click.echo(f"wrote {write_textfile(config, directory)}")
 
 
 COMMANDS = (report, recalibrate, alerts, metrics)

@@ -9,6 +9,7 @@ accounting in its AdminComment (written by the epilog).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -198,23 +199,34 @@ def budgets(config: Config, days: float = 7.0) -> pd.DataFrame:
             " AND at >= strftime('%s', 'now') - ? GROUP BY account", lg.conn, params=(days * 86400,))  # fmt: skip
     finally:
         lg.close()
-    out = accounts.merge(burn, how="left", on="account").fillna({"charged_recent": 0})
+    out = accounts.merge(burn, how="left", on="account")
+    out["charged_recent"] = out["charged_recent"].astype(float).fillna(0)  # no charge in the window: object NaNs
     out["burn_per_day"] = out["charged_recent"] / days
     out["net_burn_per_day"] = out["burn_per_day"] - out["rate_per_day"]
     out["days_left"] = (out["balance"] / out["net_burn_per_day"]).where(out["net_burn_per_day"] > 0)
     return out.drop(columns=["charged_recent"])
 
 
-def build(config: Config, f: Filters, views: tuple[str, ...] = VIEWS,
-          saved: list[list[str]] | None = None) -> dict[str, pd.DataFrame]:  # fmt: skip
-    """The selected views (``saved`` rows replace the live sacct call, for benchmarks and audits)."""
+def build(config: Config, f: Filters, views: tuple[str, ...] = VIEWS, saved: list[list[str]] | None = None,
+          visible: Callable[[set[str]], set[str]] | None = None) -> dict[str, pd.DataFrame]:  # fmt: skip
+    """The selected views (``saved`` rows replace the live sacct call, for benchmarks and audits), of
+    the accounts ``visible`` keeps of those it is given (``visibility``; default: all)."""
     rows = fetch_sacct(config, f) if saved is None else saved
     shards = {name: p.shards_per_gpu for name, p in config.partitions.items()}
     df = join(parse_jobs(rows, shards), ledger_runs(config))
+
+    def shown(frame: pd.DataFrame, column: str) -> pd.DataFrame:
+        return frame if visible is None else frame[frame[column].isin(visible(set(frame[column])))]
+
+    def budget_view() -> pd.DataFrame:
+        b = budgets(config)
+        return shown(b[b["account"] == f.account] if f.account else b, "account")
+
+    df = shown(df, "Account")
     makers = {
         "usage": lambda: usage(df), "accuracy": lambda: accuracy(df), "waits": lambda: waits(df),
         "failures": lambda: failures(df), "k": lambda: k_history(config), "roi": lambda: roi(df),
-        "budgets": lambda: budgets(config).query("account == @f.account") if f.account else budgets(config),
+        "budgets": budget_view,
     }  # fmt: skip
     return {v: makers[v]() for v in views}
 

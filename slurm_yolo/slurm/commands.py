@@ -163,6 +163,19 @@ def accounts_of(user: str, bin_dir: Path | None = None) -> list[str]:
     return sorted({line.strip() for line in res.stdout.splitlines() if line.strip()})
 
 
+def private_data(bin_dir: Path | None = None) -> frozenset[str]:
+    """What the cluster's ``PrivateData`` hides from users: accounts, jobs, usage..."""
+    return parsers.private_data(run(["scontrol", "show", "config"], bin_dir=bin_dir).stdout)
+
+
+def admin_level_and_coordinated(user: str, bin_dir: Path | None = None) -> tuple[str, frozenset[str]]:
+    """``user``'s AdminLevel in slurmdbd (None, Operator, Administrator) and the accounts they coordinate
+    (sacctmgr lists the sub-accounts of a coordinated account with it)."""
+    res = run(["sacctmgr", "-n", "-P", "show", "user", f"name={user}", "withcoord", "format=AdminLevel,Coordinators"],
+              bin_dir=bin_dir)  # fmt: skip
+    return parsers.admin_level_and_coordinated(res.stdout)
+
+
 def default_account(user: str, bin_dir: Path | None = None) -> str:
     res = run(["sacctmgr", "-n", "-P", "show", "user", user, "format=defaultaccount"], bin_dir=bin_dir)
     return res.stdout.strip().splitlines()[0] if res.stdout.strip() else ""

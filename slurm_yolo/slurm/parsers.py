@@ -65,6 +65,24 @@ def delimited(text: str, width: int, delimiter: str) -> list[list[str]]:
     return records
 
 
+def private_data(config_text: str) -> frozenset[str]:
+    """What ``PrivateData`` hides from users (lowercase: accounts, jobs, usage...), from ``scontrol show
+    config`` (``PrivateData = accounts,usage``; ``none`` hides nothing)."""
+    for line in config_text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "PrivateData":
+            return frozenset(v.strip().lower() for v in value.split(",") if v.strip() and v.strip().lower() != "none")
+    return frozenset()
+
+
+def admin_level_and_coordinated(text: str) -> tuple[str, frozenset[str]]:
+    """A user's AdminLevel and the accounts they coordinate, from ``sacctmgr -n -P show user NAME withcoord
+    format=AdminLevel,Coordinators`` (``None|a,b``; no line for a user slurmdbd does not know)."""
+    line = next((ln for ln in text.splitlines() if ln.strip()), "None|")
+    level, _, accounts = line.partition("|")
+    return level.strip() or "None", frozenset(a.strip() for a in accounts.split(",") if a.strip())
+
+
 def duration(text: str) -> int | None:
     """A Slurm duration as seconds (``records.duration``, the one parser of them), for planning and
     reports: None for UNLIMITED and for anything it cannot read."""
