@@ -9,6 +9,8 @@ accounting in its AdminComment (written by the epilog).
 
 from __future__ import annotations
 
+import functools
+import pwd
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +20,7 @@ import pandas as pd
 
 from .. import calibration, ledger
 from ..config import Config
+from ..parse import read_text
 from ..parse.records import iter_records
 from ..slurm import commands, parsers
 
@@ -166,10 +169,27 @@ def k_history(config: Config) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["partition", "at", "k", "n", "source"])
 
 
-def final_map(workdir: str, job_id: int) -> float | None:
-    """mAP50-95 of a job's last validation, from its usage records."""
+ROI_TAIL_BYTES = 1024 * 1024  # a usage file's last records, where its final validation is
+
+
+@functools.cache
+def _uid(user: str) -> int | None:
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return None
+
+
+def final_map(workdir: str, job_id: int, user: str) -> float | None:
+    """mAP50-95 of a job's last validation, from its usage records. A work dir names any folder and a
+    user writes what is in it, so the file is read only if the job's user owns it, never through a
+    link, FIFO or device, and only its tail (``parse.read_text``)."""
+    uid = _uid(user)
+    if uid is None or not workdir.startswith("/"):
+        return None
+    path = Path(workdir) / f"yolo-usage-{job_id}.jsonl"
     last = None
-    for rec in iter_records(Path(workdir) / f"yolo-usage-{job_id}.jsonl"):
+    for rec in iter_records(path, read_text(path, [], ROI_TAIL_BYTES, owner=uid)):
         if rec.get("kind") in ("epoch", "end"):
             value = (rec.get("metrics") or {}).get("metrics/mAP50-95(B)")
             last = float(value) if value is not None else last
@@ -179,7 +199,7 @@ def final_map(workdir: str, job_id: int) -> float | None:
 def roi(df: pd.DataFrame) -> pd.DataFrame:
     """Final mAP50-95 per GTok charged, per job, where the job left its results."""
     done = df[df["yolo"] & (df["state"] == "COMPLETED")].copy()
-    done["map50_95"] = [final_map(w, j) for w, j in zip(done["WorkDir"], done["job_id"])]
+    done["map50_95"] = [final_map(w, j, u) for w, j, u in zip(done["WorkDir"], done["job_id"], done["User"])]
     per_job = df[df["yolo"]].groupby("job_id")["charge"].sum()
     done["gtok_charged"] = done["job_id"].map(per_job) / 1e9
     done = done[done["map50_95"].notna() & (done["gtok_charged"] > 0)]
