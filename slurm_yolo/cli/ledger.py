@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from .. import admission, availability, books, enforcement, ledger
+from .. import admission, availability, books, enforcement, ledger, visibility
 from ..config import Config
 from ..errors import UsageError
 from ..estimate import fmt_tokens
@@ -28,27 +28,6 @@ def _read(config: Config) -> ledger.Ledger:
     if lg is None:
         raise UsageError(f"no ledger yet at {ledger.db_path(config)}")
     return lg
-
-
-def _me() -> str:
-    """Who runs this, from the real uid: never ``$USER``, which anyone sets."""
-    import pwd
-
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        return str(os.getuid())
-
-
-def _privileged(config: Config) -> bool:
-    return os.getuid() == 0 or _me() == config["paths"]["owner"]
-
-
-def _visible(config: Config, account: str) -> None:
-    """Users see their own accounts; root and the SlurmUser see all."""
-    me = _me()
-    if not _privileged(config) and account not in commands.accounts_of(me, Path(config["slurm"]["bin_dir"])):
-        raise UsageError(f"account {account!r} is not one of yours ({me})")
 
 
 def _fail_unconverged(outcome: enforcement.Outcome) -> None:
@@ -92,19 +71,21 @@ def deposit(account: str, amount: str, reason: str, adjust: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @library_errors
 def balance(account: str | None, as_json: bool) -> None:
-    """Balance, held, charged and quota of ACCOUNT (all accounts for admins)."""
+    """Balance, held, charged and quota of ACCOUNT, or of every account you may see (Slurm's PrivateData rule)."""
     config = load_config()
+    viewer = visibility.viewer(config)
+    if account:
+        visibility.require(viewer, account)
     with _read(config) as lg:
         if account:
-            _visible(config, account)
             row = lg.account(account)
             if row is None:
                 raise UsageError(f"account {account!r} has no ledger entry")
             rows = [row]
-        elif _privileged(config):
-            rows = lg.accounts()
         else:
-            raise UsageError("give an ACCOUNT of yours: listing every account is for admins")
+            rows = lg.accounts()
+    shown = visibility.visible(viewer, [r["name"] for r in rows])
+    rows = [r for r in rows if r["name"] in shown]
     if as_json:
         echo_json([_row(r) for r in rows])
         return
@@ -124,7 +105,7 @@ def balance(account: str | None, as_json: bool) -> None:
 def history(account: str, limit: int, as_json: bool) -> None:
     """The newest movements of ACCOUNT."""
     config = load_config()
-    _visible(config, account)
+    visibility.require(visibility.viewer(config), account)
     with _read(config) as lg:
         rows = lg.history(account, limit)
     if as_json:
@@ -240,12 +221,16 @@ def check() -> None:
 @click.option("--format", "fmt", type=click.Choice(["json", "csv"]), default="json")
 @library_errors
 def export(fmt: str) -> None:
-    """Every movement, for audits."""
+    """Every movement of the accounts you may see (all, for admins), for audits."""
     import csv
     import sys
 
-    with _read(load_config()) as lg:
+    config = load_config()
+    viewer = visibility.viewer(config)
+    with _read(config) as lg:
         rows = [_row(r) for r in lg.movements()]
+    shown = visibility.visible(viewer, {str(r["account"]) for r in rows})
+    rows = [r for r in rows if r["account"] in shown]
     if fmt == "json":
         echo_json(rows)
     elif rows:
@@ -367,8 +352,10 @@ def audit(window_days: float | None, since: str | None, min_age: float, as_json:
     window = config["ledger"]["reconcile_days"] if window_days is None else window_days
     if since is not None:
         window = (time.time() - ledger.parse_when(since)) / 86400
+    viewer = visibility.viewer(config)
+    visibility.require_admin(viewer, "slurm-yolo ledger audit")
     findings = books.audit(config, window, min_age)
-    if _privileged(config):
+    if viewer.uid == 0 or viewer.user == viewer.owner:  # what alerts and the metrics report
         books.save(config, findings, window)
     if as_json:
         echo_json([f._asdict() for f in findings])

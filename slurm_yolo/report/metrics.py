@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -52,7 +54,9 @@ def render(views: dict[str, pd.DataFrame], k: dict[str, float], incidents: int =
 
 
 def write_textfile(config: Config, directory: Path) -> Path:
-    """Write ``slurm_yolo.prom`` atomically (node_exporter must never read half a file)."""
+    """Write ``slurm_yolo.prom`` atomically (node_exporter must never read half a file), through a
+    temporary file of a name nobody can guess or plant first (a link or FIFO there would be written
+    through, or block)."""
     views = build(config, Filters(since="now-1days"), ("budgets", "accuracy", "waits"))
     names = set(config.partitions) | {h.partition for h in calibration.history(config)}
     k = {p: calibration.load(config, p).model.k for p in sorted(names)}
@@ -66,7 +70,14 @@ def write_textfile(config: Config, directory: Path) -> Path:
     findings = float(len(audit["findings"])) if audit and isinstance(audit.get("findings"), list) else float("nan")
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / "slurm_yolo.prom"
-    tmp = directory / f".slurm_yolo.prom.{os.getpid()}"
-    tmp.write_text(render(views, k, incidents, queued, findings))
-    os.replace(tmp, target)
+    fd, tmp = tempfile.mkstemp(prefix=".slurm_yolo.prom.", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), 0o644)  # node_exporter reads it as its own user
+            f.write(render(views, k, incidents, queued, findings))
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return target

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ..errors import SlurmError, UsageError
@@ -71,13 +72,21 @@ SACCT_FIELDS = [
 ]  # fmt: skip
 
 
+def sacct_rows(select: list[str], fields: Sequence[str], bin_dir: Path | None = None, timeout: float = 30.0) -> list[list[str]]:
+    """Allocation rows (``-X``) of every run (``-D``) of the jobs ``select`` picks (``-j``, ``-S``...),
+    user text included (job names, comments, work dirs, any character). sacct separates the fields
+    with a delimiter drawn at random for this call: no text written before can hold it, so no ``|`` or
+    newline in one field can move another (``parsers.delimited``)."""
+    delimiter = f"<{secrets.token_hex(16)}>"
+    res = run(["sacct", "-X", "-D", "-n", "-p", f"--delimiter={delimiter}", *select, "-o", ",".join(fields)],
+              bin_dir=bin_dir, timeout=timeout)  # fmt: skip
+    return parsers.delimited(res.stdout, len(fields), delimiter)
+
+
 def sacct_jobs(job_ids: list[int], bin_dir: Path | None = None) -> list[dict[str, str]]:
-    """Allocation rows (-X) of the given jobs from ``sacct --parsable2``."""
-    res = run(
-        ["sacct", "-X", "-n", "-P", "-D", "-j", queries.job_list(job_ids), "-o", ",".join(SACCT_FIELDS)],
-        bin_dir=bin_dir,
-    )
-    return parsers.parsable2(res.stdout, SACCT_FIELDS)
+    """Allocation rows of every run of the given jobs, as dicts of ``SACCT_FIELDS``."""
+    rows = sacct_rows(["-j", queries.job_list(job_ids)], SACCT_FIELDS, bin_dir=bin_dir)
+    return [dict(zip(SACCT_FIELDS, row)) for row in rows]
 
 
 def partition_states(partitions: list[str], bin_dir: Path | None = None) -> dict[str, parsers.PartitionState]:
@@ -103,8 +112,10 @@ def job_state(job_id: int, bin_dir: Path | None = None) -> str:
             return res.stdout.strip().split()[0]
     except SlurmError:
         pass  # squeue fails for jobs it no longer knows
-    rows = sacct_jobs([job_id], bin_dir=bin_dir)  # one row per run of a requeued job: the last is current
-    return rows[-1]["State"].split()[0] if rows else "UNKNOWN"
+    # The state alone, a word slurmdbd sets: one line per run of a requeued job, the last is current.
+    res = run(["sacct", "-X", "-D", "-n", "-P", "-j", str(int(job_id)), "-o", "State"], bin_dir=bin_dir)
+    runs = [line.split() for line in res.stdout.splitlines() if line.strip()]
+    return runs[-1][0] if runs else "UNKNOWN"
 
 
 UNKNOWN_GRACE_SECONDS = 30.0  # a job just submitted can be missing from both squeue and sacct this long
@@ -203,6 +214,19 @@ def accounts_of(user: str, bin_dir: Path | None = None) -> list[str]:
     """The Slurm accounts ``user`` may submit to."""
     res = run(["sacctmgr", "-n", "-P", "show", "assoc", f"user={user}", "format=account"], bin_dir=bin_dir)
     return sorted({line.strip() for line in res.stdout.splitlines() if line.strip()})
+
+
+def private_data(bin_dir: Path | None = None) -> frozenset[str]:
+    """What the cluster's ``PrivateData`` hides from users: accounts, jobs, usage..."""
+    return parsers.private_data(run(["scontrol", "show", "config"], bin_dir=bin_dir).stdout)
+
+
+def admin_level_and_coordinated(user: str, bin_dir: Path | None = None) -> tuple[str, frozenset[str]]:
+    """``user``'s AdminLevel in slurmdbd (None, Operator, Administrator) and the accounts they coordinate
+    (sacctmgr lists the sub-accounts of a coordinated account with it)."""
+    res = run(["sacctmgr", "-n", "-P", "show", "user", f"name={user}", "withcoord", "format=AdminLevel,Coordinators"],
+              bin_dir=bin_dir)  # fmt: skip
+    return parsers.admin_level_and_coordinated(res.stdout)
 
 
 def default_account(user: str, bin_dir: Path | None = None) -> str:
