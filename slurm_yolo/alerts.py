@@ -1,22 +1,30 @@
 """Alerts an admin acts on: budgets nearly spent, users refused again and again, k drifting, bad predictions.
 
-yolo-sbatch drops one small file per refusal into ``refusals/`` under the state dir (a sticky,
-write-only drop box, like /tmp): users cannot read or remove others' files, and a forged file can
-only raise an alert.
+Refusals are recorded by the trusted side alone: slurmctld's job_submit.lua appends one line per
+refused submission to ``refusals.log`` in the state dir, a file of the state's owner (the SlurmUser):
+``<epoch-seconds> <account> <uid> <need-tokens> <available-tokens>``. Nothing a user writes is read
+here (yolo-sbatch's own, advisory refusals go to syslog), and the log is read as if it were hostile
+anyway: no link, FIFO or device, only its owner's or root's, its tail alone.
 """
 
 from __future__ import annotations
 
-import json
-import os
+import errno
+import pwd
+import re
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import NamedTuple
 
-from . import calibration, ledger
+from . import books, calibration, ledger
 from .config import Config
 from .parse import read_bytes
 
-MAX_NOTES = 10_000  # the newest refusal notes read (the box is users' to fill)
+REFUSALS_LOG = "refusals.log"
+REFUSALS_TAIL_BYTES = 4 * 1024 * 1024  # ~40 bytes a refusal: the newest 100,000, weeks of them
+_REFUSAL = re.compile(r"(\d{1,12}) (\S{1,200}) (\d{1,10}) (-?\d{1,20}) (-?\d{1,20})")
 
 
 @dataclass(frozen=True)
@@ -26,40 +34,57 @@ class Alert:
     message: str
 
 
-def record_refusal(config: Config, account: str, user: str, need: int, left: int) -> None:
-    """Drop a refusal note (best effort: a full or missing drop box must not break yolo-sbatch)."""
-    box = config.state_dir / "refusals"
+class Refusal(NamedTuple):
+    """One submission slurmctld refused for lack of tokens."""
+
+    at: int  # epoch seconds
+    account: str
+    uid: int
+    need: int  # tokens
+    available: int  # tokens (negative when pending jobs already promise more than the balance)
+
+
+def parse_refusals(text: str) -> list[Refusal]:
+    """The well-formed lines of ``refusals.log`` text, in order; anything else is skipped."""
+    out = []
+    for line in text.split("\n"):
+        m = _REFUSAL.fullmatch(line)
+        if m and m.group(2).isprintable():
+            out.append(Refusal(int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4)), int(m.group(5))))
+    return out
+
+
+def refusals_path(config: Config) -> Path:
+    return config.state_dir / REFUSALS_LOG
+
+
+def _trusted_uids(config: Config) -> frozenset[int]:
+    """Who may have written the log: root and the state's owner (the SlurmUser slurmctld runs as)."""
     try:
-        fd = os.open(box / f"{time.time():.6f}-{os.getpid()}.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump({"at": time.time(), "account": account, "user": user, "need": need, "left": left}, f)
-    except OSError:
-        pass
+        return frozenset({0, pwd.getpwnam(config["paths"]["owner"]).pw_uid})
+    except KeyError:
+        return frozenset({0})
 
 
-def refusal_streaks(config: Config, since: float) -> dict[str, int]:
-    """Per account, how many refusals in a row since ``since`` (a job charged later breaks a streak)."""
-    box = config.state_dir / "refusals"
-    notes = []
-    for p in sorted(box.glob("*.json"))[-MAX_NOTES:] if box.is_dir() else []:
-        try:  # users write this box: a note is read bounded, never through a link, FIFO or device
-            note = json.loads(read_bytes(p, 4096)[0])
-        except (OSError, ValueError, RecursionError):
-            continue
-        if isinstance(note, dict) and isinstance(note.get("at"), (int, float)) and isinstance(note.get("account"), str):
-            notes.append(note)
-    last_charge: dict[str, float] = {}
-    lg = ledger.reader(config)
-    if lg:
-        try:
-            for r in lg.conn.execute("SELECT account, max(at) FROM movements WHERE kind = 'charge' GROUP BY account"):
-                last_charge[r[0]] = r[1]
-        finally:
-            lg.close()
+def read_refusals(config: Config) -> list[Refusal]:
+    """The refusals of the log's last ``REFUSALS_TAIL_BYTES`` (none when there is no log yet).
+    OSError when the log is there but not the trusted side's regular file (it is then not read)."""
+    try:
+        data, size = read_bytes(refusals_path(config), REFUSALS_TAIL_BYTES, _trusted_uids(config))
+    except FileNotFoundError:
+        return []
+    text = data.decode("utf-8", errors="replace")
+    if size > len(data):
+        text = text.partition("\n")[2]  # the tail starts inside a line
+    return parse_refusals(text)
+
+
+def refusal_streaks(refusals: Iterable[Refusal], last_charge: Mapping[str, float], since: float) -> dict[str, int]:
+    """Per account, how many refusals in a row since ``since``: a job charged later breaks a streak."""
     streaks: dict[str, int] = {}
-    for n in notes:
-        if n["at"] >= max(since, last_charge.get(n["account"], 0)):
-            streaks[str(n["account"])] = streaks.get(str(n["account"]), 0) + 1
+    for r in refusals:
+        if r.at >= max(since, last_charge.get(r.account, 0)):
+            streaks[r.account] = streaks.get(r.account, 0) + 1
     return streaks
 
 
@@ -67,9 +92,12 @@ def check(config: Config, budget_share: float = 0.8, refusals: int = 3, drift: f
           predictions: list[tuple[int, str, float, float]] | None = None) -> list[Alert]:  # fmt: skip
     """All current alerts. ``predictions`` are recent (job, partition, predicted s, actual s)."""
     alerts = []
+    last_charge: dict[str, float] = {}
     lg = ledger.reader(config)
     if lg:
         try:
+            for r in lg.conn.execute("SELECT account, max(at) FROM movements WHERE kind = 'charge' GROUP BY account"):
+                last_charge[r[0]] = r[1]
             for a in lg.accounts():
                 if a["credited"] > 0 and a["charged"] + a["held"] >= budget_share * a["credited"]:
                     used = (a["charged"] + a["held"]) / a["credited"]
@@ -77,9 +105,24 @@ def check(config: Config, budget_share: float = 0.8, refusals: int = 3, drift: f
             for i in lg.open_incidents():
                 alerts.append(Alert("hook", f"job {i['cluster']}:{i['job_id']}",
                                     f"{i['event']} failed: {i['error']} (ledger reconcile settles its runs from sacct)"))  # fmt: skip
+            stuck = [c for c in lg.unwritten_comments() if c["queued_at"] < time.time() - 3600]
+            if stuck:
+                alerts.append(Alert("books", "AdminComment", f"{len(stuck)} settled job(s) without their AdminComment"
+                                    f" for over an hour (ledger comments): {stuck[0]['error'] or 'not tried yet'}"))  # fmt: skip
         finally:
             lg.close()
-    for account, n in refusal_streaks(config, time.time() - 7 * 86400).items():
+    audit = books.last(config)
+    if audit and audit.get("findings"):
+        found = audit["findings"]
+        kinds = sorted({str(f.get("kind")) for f in found if isinstance(f, dict)})
+        alerts.append(Alert("audit", "sacct vs ledger", f"{len(found)} difference(s) ({', '.join(kinds)}) in the last"
+                            " audit (slurm-yolo ledger audit)"))  # fmt: skip
+    try:
+        found = read_refusals(config)
+    except OSError as e:
+        alerts.append(Alert("refusals", str(refusals_path(config)), f"not read: {e.strerror or errno.errorcode.get(e.errno or 0, e)}"))
+        found = []
+    for account, n in refusal_streaks(found, last_charge, time.time() - 7 * 86400).items():
         if n >= refusals:
             alerts.append(Alert("refusals", account, f"{n} submissions refused in a row for lack of tokens"))
     week = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 7 * 86400))

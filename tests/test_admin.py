@@ -19,7 +19,6 @@ from slurm_yolo import config as config_mod
 from slurm_yolo import ledger
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
-from slurm_yolo.report import parse_jobs
 from slurm_yolo.slurm import commands
 
 pytestmark = pytest.mark.cluster
@@ -120,17 +119,43 @@ def test_report_formats_and_html_plots(system: config_mod.Config, series: dict, 
     assert len(images) >= 3 and all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
 
 
-def test_sacct_parse_matches_recorded_rows() -> None:
-    text = (Path(__file__).parent / "recorded" / "sacct_jobs.txt").read_text() + "garbage line\n"
-    df = parse_jobs("\n".join(line + "|" for line in text.splitlines()))
-    assert list(df["job_id"]) == [1, 2, 8, 9]
-    assert list(df["gpus"]) == [1.0, 2.0, 2.0, 2.0]  # shards count as GPUs when the partition is unknown
-    assert df.loc[df["job_id"] == 9, "pred_s"].item() == 25
+@pytest.mark.parametrize("name", ["yo|lo", "yo\nlo"])
+def test_any_job_name_reaches_reports_and_ends_a_wait(slurm: Slurm, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """A job name with a ``|`` or a newline, and a comment forging a line of sacct output, move no
+    field: waiting on the job sees it end, and its report row is there with its own estimate."""
+    from slurm_yolo import report
+
+    monkeypatch.delenv("SLURM_YOLO_HOME", raising=False)
+    monkeypatch.setenv("SLURM_YOLO_CONFIG", str(slurm.config_path))
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 1))
+    comment = "yolo:tok=1,eff=1,pred_s=7,limit_s=60,k=1,gpus=1\n999|vision|alice|t4|normal|COMPLETED|"
+    job = slurm.sbatch("-J", name, "-A", "vision", "-p", "t4", "-t", "1", f"--comment={comment}", user="alice")
+    assert commands.wait_for_end(job, poll=0.3, timeout=60, bin_dir=slurm.bin_dir) == "COMPLETED"
+    cfg = slurm.config()
+
+    def row() -> dict | None:
+        df = report.parse_jobs(report.fetch_sacct(cfg, report.Filters(since=start, user="alice")))
+        rows = df[df["job_id"] == job].to_dict("records")
+        return rows[0] if rows and rows[0]["state"] == "COMPLETED" else None
+
+    r = poll(f"job {job} in sacct", row)
+    assert (r["Account"], r["User"], r["Partition"], r["pred_s"], r["Comment"]) == ("vision", "alice", "t4", 7, comment)
+    assert 999 not in set(report.parse_jobs(report.fetch_sacct(cfg, report.Filters(since=start)))["job_id"])
+    res = CliRunner().invoke(admin, ["report", "--json", "--view", "accuracy", "--since", start, "-u", "alice", "-A", "vision"])
+    assert res.exit_code == 0, res.output
+    assert any(a["Partition"] == "t4" and a["jobs"] >= 1 for a in json.loads(res.stdout)["accuracy"])
 
 
 def test_alerts(system: config_mod.Config, series: dict, dataset: Path, site_config: Path,
                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Budget and prediction alerts on the real cluster. yolo-sbatch's own refusals go to syslog and
+    nowhere the admin side reads (the refusals alerts counts are slurmctld's: test_alerts.py)."""
+    import syslog
+
     cfg = config_mod.load()
+    logged: list[tuple[int, str]] = []
+    monkeypatch.setattr(syslog, "syslog", lambda priority, message: logged.append((priority, message)))
+    state_before = sorted(p.name for p in cfg.state_dir.iterdir())
     with ledger.writer(cfg) as lg:
         row = lg.account("research")
         lg.credit("research", -row["balance"] + 1, "test", "alerts", kind="adjustment")
@@ -138,10 +163,13 @@ def test_alerts(system: config_mod.Config, series: dict, dataset: Path, site_con
         for _ in range(3):
             res = CliRunner().invoke(yolo_sbatch, ["-A", "research", "-p", "t4", "train", f"data={dataset}", "epochs=50"])
             assert res.exit_code == 1 and "cannot cover" in res.output
+        assert len(logged) == 3 and all(p == syslog.LOG_USER | syslog.LOG_NOTICE for p, _ in logged)
+        assert logged[0][1].startswith("yolo-sbatch refused a job: account research uid 0 needs ")
+        assert not {p.name for p in cfg.state_dir.iterdir()} - set(state_before) - {"ledger.db-wal", "ledger.db-shm"}
         res = CliRunner().invoke(admin, ["alerts", "--json"])
         assert res.exit_code == 1
         found = {(a["kind"], a["subject"]) for a in json.loads(res.stdout)}
-        assert ("budget", "research") in found and ("refusals", "research") in found
+        assert ("budget", "research") in found
         assert any(kind == "prediction" for kind, _ in found)
     finally:
         with ledger.writer(cfg) as lg:

@@ -353,11 +353,12 @@ def test_users_cannot_write_the_ledger(funded: Slurm) -> None:
         assert res.returncode == 1 and "permission denied" in res.stderr, args
     assert funded.ledger().account("vision")["balance"] == before
     assert funded.cli("ledger", "balance", "vision", user="alice").returncode == 0  # her own account
-    res = funded.cli("ledger", "balance", "research", user="alice", check=False)
-    assert res.returncode == 1 and "not one of yours" in res.stderr
-    posing = {"USER": "slurm", "LOGNAME": "slurm"}  # who she is comes from her uid, not from these
-    res = funded.cli("ledger", "balance", user="alice", check=False, extra_env=posing)
-    assert res.returncode == 1 and "listing every account is for admins" in res.stderr
+    # The bundled clusters set no PrivateData, so she may see any account, as Slurm shows her sshare
+    # (PrivateData=accounts: test_visibility.py). Who she is comes from her uid, never from $USER.
+    assert funded.cli("ledger", "balance", "research", user="alice").returncode == 0
+    names = [{r["name"] for r in json.loads(funded.cli("ledger", "balance", "--json", user="alice", extra_env=env).stdout)}
+             for env in ({}, {"USER": "slurm", "LOGNAME": "slurm"})]  # fmt: skip
+    assert names[0] == names[1] >= {"vision", "research"}
 
 
 def test_hundreds_of_concurrent_hooks_with_kills_keep_the_books(cluster: Slurm, home: Path) -> None:

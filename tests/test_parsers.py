@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_yolo.slurm import commands, parsers
+from slurm_yolo.slurm import parsers
 
 REC = Path(__file__).parent / "recorded"
 
@@ -23,11 +23,19 @@ def test_scontrol_values_with_spaces() -> None:
     assert rec == {"JobId": "5", "JobName": "a b c", "Comment": "yolo:tok=1,k=2", "WorkDir": "/x y"}
 
 
-def test_sacct_parsable2() -> None:
-    rows = parsers.parsable2((REC / "sacct_jobs.txt").read_text(), commands.SACCT_FIELDS)
-    assert [r["JobIDRaw"] for r in rows] == ["1", "2", "8", "9"]
-    assert rows[3]["Comment"].startswith("yolo:tok=405504") and rows[3]["State"] == "COMPLETED"
-    assert rows[0]["Comment"] == '{"a":1}'
+def test_delimited_fields_may_hold_newlines_and_pipes() -> None:
+    text = "1<D>yo|lo<D>a\nb<D>\n2<D><D>\n3|x<D>\n"
+    assert parsers.delimited(text, 3, "<D>") == [["1", "yo|lo", "a\nb"], ["2", "", "\n3|x"]]
+    assert parsers.delimited("1<D>a<D>b<D>", 3, "<D>") == [["1", "a", "b"]]  # no final newline
+    assert parsers.delimited("", 3, "<D>") == []
+
+
+def test_delimited_drops_a_record_that_does_not_line_up() -> None:
+    """Saved with ``|``, a name holding one gives its record a field too many: it is dropped, and the
+    next record is read from its own line, never shifted."""
+    assert parsers.delimited("1|yo|lo|x|\n2|ok|y|\n3|a|b|", 3, "|") == [["2", "ok", "y"], ["3", "a", "b"]]
+    assert parsers.delimited("1|a|\n2|ok|y|\n", 3, "|") == [["2", "ok", "y"]]  # a field short
+    assert parsers.delimited("1|a|b|c|d|e", 3, "|") == []
 
 
 @pytest.mark.parametrize(

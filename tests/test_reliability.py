@@ -276,21 +276,3 @@ def test_calibrate_never_unpickles_a_users_model_as_root(dataset: Path, yolo_env
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert not target.exists(), "alice's pickle ran as root"
     assert res.returncode == 1 and res.stderr.startswith("Error: no usable run") and "cannot measure its FLOPs" in res.stderr, res.stderr
-
-
-def test_hostile_refusal_notes_neither_block_nor_break_alerts(home: Path) -> None:
-    """The refusal drop box is users' to write: a FIFO, a link to /dev/zero, a huge file and notes of
-    the wrong shape are skipped, and root's `alerts` answers at once."""
-    box = home / "refusals"
-    box.mkdir()
-    os.mkfifo(box / "fifo.json")
-    os.symlink("/dev/zero", box / "zero.json")
-    with open(box / "huge.json", "wb") as f:
-        f.truncate(1 << 30)
-    (box / "wrong.json").write_text('{"at": "x", "account": "vision"}')
-    (box / "deep.json").write_text("[" * 100_000)
-    (box / "good.json").write_text(json.dumps({"at": time.time(), "account": "vision", "user": "alice", "need": 1, "left": 0}))
-    res = subprocess.run([str(VENV_BIN / "slurm-yolo"), "alerts", "--json", "--refusals", "1"], capture_output=True, text=True,
-                         timeout=60, env={**os.environ, "SLURM_YOLO_HOME": str(home)})  # fmt: skip
-    assert res.returncode in (0, 1) and not res.stderr, res.stderr
-    assert [a["subject"] for a in json.loads(res.stdout) if a["kind"] == "refusals"] == ["vision"]  # the good note alone

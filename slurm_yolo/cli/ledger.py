@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from .. import admission, availability, books, enforcement, ledger
+from .. import admission, availability, books, enforcement, ledger, visibility
 from ..config import Config
 from ..errors import UsageError
 from ..estimate import fmt_tokens
@@ -30,25 +30,13 @@ def _read(config: Config) -> ledger.Ledger:
     return lg
 
 
-def _me() -> str:
-    """Who runs this, from the real uid: never ``$USER``, which anyone sets."""
-    import pwd
-
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        return str(os.getuid())
-
-
-def _privileged(config: Config) -> bool:
-    return os.getuid() == 0 or _me() == config["paths"]["owner"]
-
-
-def _visible(config: Config, account: str) -> None:
-    """Users see their own accounts; root and the SlurmUser see all."""
-    me = _me()
-    if not _privileged(config) and account not in commands.accounts_of(me, Path(config["slurm"]["bin_dir"])):
-        raise UsageError(f"account {account!r} is not one of yours ({me})")
+def _fail_unconverged(outcome: enforcement.Outcome) -> None:
+    """One ``Error:`` line for each account whose Slurm limit is not what the ledger says, and exit 1
+    (the ledger's change stands; cron's ``ledger enforce`` retries)."""
+    for line in outcome.errors:
+        click.echo(f"Error: {line}", err=True)
+    if outcome.errors:
+        click.get_current_context().exit(1)
 
 
 def _row(a: sqlite3.Row) -> dict[str, object]:
@@ -73,8 +61,9 @@ def deposit(account: str, amount: str, reason: str, adjust: bool) -> None:
     with ledger.writer(config) as lg:
         lg.credit(account, value, _actor(), reason, kind="adjustment" if adjust else "deposit")
         balance = lg.account(account)["balance"]  # type: ignore[index]  # credit() created it
-    enforcement.sync(config, [account])
+    outcome = enforcement.sync(config, [account])
     click.echo(f"{account}: {'adjusted' if adjust else 'deposited'} {fmt_tokens(value)}, balance {fmt_tokens(balance)}")
+    _fail_unconverged(outcome)
 
 
 @ledger_group.command()
@@ -82,19 +71,21 @@ def deposit(account: str, amount: str, reason: str, adjust: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @library_errors
 def balance(account: str | None, as_json: bool) -> None:
-    """Balance, held, charged and quota of ACCOUNT (all accounts for admins)."""
+    """Balance, held, charged and quota of ACCOUNT, or of every account you may see (Slurm's PrivateData rule)."""
     config = load_config()
+    viewer = visibility.viewer(config)
+    if account:
+        visibility.require(viewer, account)
     with _read(config) as lg:
         if account:
-            _visible(config, account)
             row = lg.account(account)
             if row is None:
                 raise UsageError(f"account {account!r} has no ledger entry")
             rows = [row]
-        elif _privileged(config):
-            rows = lg.accounts()
         else:
-            raise UsageError("give an ACCOUNT of yours: listing every account is for admins")
+            rows = lg.accounts()
+    shown = visibility.visible(viewer, [r["name"] for r in rows])
+    rows = [r for r in rows if r["name"] in shown]
     if as_json:
         echo_json([_row(r) for r in rows])
         return
@@ -114,7 +105,7 @@ def balance(account: str | None, as_json: bool) -> None:
 def history(account: str, limit: int, as_json: bool) -> None:
     """The newest movements of ACCOUNT."""
     config = load_config()
-    _visible(config, account)
+    visibility.require(visibility.viewer(config), account)
     with _read(config) as lg:
         rows = lg.history(account, limit)
     if as_json:
@@ -230,12 +221,16 @@ def check() -> None:
 @click.option("--format", "fmt", type=click.Choice(["json", "csv"]), default="json")
 @library_errors
 def export(fmt: str) -> None:
-    """Every movement, for audits."""
+    """Every movement of the accounts you may see (all, for admins), for audits."""
     import csv
     import sys
 
-    with _read(load_config()) as lg:
+    config = load_config()
+    viewer = visibility.viewer(config)
+    with _read(config) as lg:
         rows = [_row(r) for r in lg.movements()]
+    shown = visibility.visible(viewer, {str(r["account"]) for r in rows})
+    rows = [r for r in rows if r["account"] in shown]
     if fmt == "json":
         echo_json(rows)
     elif rows:
@@ -254,11 +249,12 @@ def refill() -> None:
     with ledger.writer(config) as lg:
         expired = lg.expire(days) if days > 0 else {}
         changed = lg.refill_all()
-    enforcement.sync(config, list(changed))
+    outcome = enforcement.sync(config, list(changed))
     for name, amount in expired.items():
         click.echo(f"{name}: {fmt_tokens(amount)} expired (unspent for {days:g} days)")
     for name, blocked in changed.items():
         click.echo(f"{name}: {'blocked' if blocked else 'unblocked'}")
+    _fail_unconverged(outcome)
 
 
 @ledger_group.command()
@@ -299,9 +295,15 @@ def reconcile(window_days: float | None, min_age: float, job_id: int | None, clu
 @click.option("--account", "accounts", multiple=True, help="Only these accounts (default: all).")
 @library_errors
 def enforce(accounts: tuple[str, ...]) -> None:
-    """Make Slurm's limits match the ledger: dry accounts' GPU jobs do not start."""
+    """Make Slurm's limits match the ledger: dry accounts' GPU jobs do not start, funded ones get the
+    site's own limits back. Only what differs is changed; run it again (cron) until no error is left."""
     config = load_config()
-    enforcement.sync(config, list(accounts) or None)
+    outcome = enforcement.sync(config, list(accounts) or None)
+    for c in outcome.changes:
+        click.echo(f"{c.account}: {'blocked' if c.blocked else 'unblocked'} on {outcome.cluster}, "
+                   f"GrpTRESRunMins {c.before or '(none)'} -> {c.after or '(none)'}")  # fmt: skip
+    _fail_unconverged(outcome)
+
 
 
 @ledger_group.command()
@@ -350,8 +352,10 @@ def audit(window_days: float | None, since: str | None, min_age: float, as_json:
     window = config["ledger"]["reconcile_days"] if window_days is None else window_days
     if since is not None:
         window = (time.time() - ledger.parse_when(since)) / 86400
+    viewer = visibility.viewer(config)
+    visibility.require_admin(viewer, "slurm-yolo ledger audit")
     findings = books.audit(config, window, min_age)
-    if _privileged(config):
+    if viewer.uid == 0 or viewer.user == viewer.owner:  # what alerts and the metrics report
         books.save(config, findings, window)
     if as_json:
         echo_json([f._asdict() for f in findings])

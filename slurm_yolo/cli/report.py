@@ -8,6 +8,7 @@ import click
 
 from .. import alerts as alerts_mod
 from .. import recalibrate as recal_mod
+from .. import visibility
 from . import echo_json, library_errors, load_config
 
 FILTERS = [
@@ -27,17 +28,23 @@ FILTERS = [
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--html", "html_file", type=click.Path(path_type=Path), default=None, help="Write an HTML page with plots.")
 @click.option("--sacct-file", type=click.Path(exists=True, path_type=Path), default=None,
-              help="Read saved `sacct -X -D -n -P -o ...` output instead of calling sacct.")  # fmt: skip
+              help="Read saved `sacct -X -D -n -p -o JobIDRaw,Account,User,Partition,QOS,State,Submit,Start,End,"
+                   "ElapsedRaw,TimelimitRaw,AllocTRES,Comment,AdminComment,WorkDir` output instead of calling sacct.")
+@click.option("--delimiter", default="|", show_default=True,
+              help="With --sacct-file: the sacct --delimiter it was saved with (one no job name or comment holds).")
 @library_errors
 def report(views: tuple[str, ...], as_csv: bool, as_json: bool, html_file: Path | None, sacct_file: Path | None,
-           **filters: str | None) -> None:  # fmt: skip
-    """Tokens, GPU-hours, prediction accuracy, waits, failures, k, ROI and budgets from sacct + the ledger."""
+           delimiter: str, **filters: str | None) -> None:  # fmt: skip
+    """Tokens, GPU-hours, prediction accuracy, waits, failures, k, ROI and budgets from sacct + the ledger
+    (of the accounts you may see: Slurm's PrivateData rule)."""
     from .. import report as report_mod
     from ..report import output
 
     config = load_config()
+    viewer = visibility.viewer(config)
     f = report_mod.Filters(**{k: v for k, v in filters.items() if v is not None})  # type: ignore[arg-type]
-    tables = report_mod.build(config, f, views or report_mod.VIEWS, sacct_file.read_text() if sacct_file else None)
+    saved = report_mod.read_saved(sacct_file.read_text(), delimiter) if sacct_file else None
+    tables = report_mod.build(config, f, views or report_mod.VIEWS, saved, lambda names: visibility.visible(viewer, names))
     if html_file:
         html_file.write_text(output.html_page(tables))
         click.echo(f"wrote {html_file}")
@@ -91,6 +98,7 @@ def alerts(as_json: bool, mail_to: str | None, budget_share: float, refusals: in
     from ..report import recent_predictions
 
     config = load_config()
+    visibility.require_admin(visibility.viewer(config), "slurm-yolo alerts")
     found = alerts_mod.check(config, budget_share, refusals, drift, error_bound, recent_predictions(config))
     if as_json:
         echo_json(alerts_mod.to_dicts(found))
@@ -111,7 +119,9 @@ def metrics(directory: Path) -> None:
     """Write Prometheus metrics (balances, holds, burn, k, prediction error, waits) for node_exporter."""
     from ..report.metrics import write_textfile
 
-    click.echo(f"wrote {write_textfile(load_config(), directory)}")
+    config = load_config()
+    visibility.require_admin(visibility.viewer(config), "slurm-yolo metrics")
+    click.echo(f"wrote {write_textfile(config, directory)}")
 
 
 COMMANDS = (report, recalibrate, alerts, metrics)

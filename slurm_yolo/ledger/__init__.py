@@ -347,6 +347,26 @@ class Ledger:
     def open_incidents(self) -> list[sqlite3.Row]:
         return self.conn.execute("SELECT * FROM incidents WHERE resolved_at IS NULL ORDER BY at").fetchall()
 
+    # --- the site's own Slurm limits, kept while a block replaces them (``enforcement``) ----------
+
+    def site_limits(self, cluster: str) -> dict[str, str]:
+        """The kept GrpTRESRunMins (sacctmgr's text) of each account blocked on ``cluster``."""
+        rows = self.conn.execute("SELECT account, grp_tres_run_mins FROM site_limits WHERE cluster = ?", (cluster,))
+        return {r["account"]: r["grp_tres_run_mins"] for r in rows}
+
+    def keep_site_limits(self, cluster: str, account: str, grp_tres_run_mins: str) -> None:
+        with self._tx():
+            self.conn.execute(
+                "INSERT INTO site_limits (cluster, account, grp_tres_run_mins, kept_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (cluster, account) DO UPDATE SET grp_tres_run_mins = excluded.grp_tres_run_mins,"
+                " kept_at = excluded.kept_at",
+                (cluster, account, grp_tres_run_mins, time.time()),
+            )
+
+    def forget_site_limits(self, cluster: str, account: str) -> None:
+        with self._tx():
+            self.conn.execute("DELETE FROM site_limits WHERE cluster = ? AND account = ?", (cluster, account))
+
     def settle(self, key: str, charge: int, end_state: str, elapsed: int, actor: str) -> Settlement | None:
         """Charge ``charge`` and refund the rest of the hold, once; None if already settled. A charge
         past the hold (a run that outlived its limit) takes the rest from the balance ("overrun")."""

@@ -144,6 +144,8 @@ CREATE INDEX jobs_job ON jobs (cluster, job_id)
     # 3: what the site had set in an account's GPU run-minute limits on a cluster (GrpTRESRunMins, as
     # sacctmgr prints it; '': none) while a ledger block replaces them with 0, so lifting the block
     # restores them. A row exists only while the account is blocked there (or its lifting is pending).
+    # Accounts blocked now were blocked by an earlier release, which set 0 and kept nothing: they get
+    # a row saying "none" on each cluster the ledger has runs of, so that funding them lifts the block.
     """
 CREATE TABLE site_limits (
     cluster TEXT NOT NULL,
@@ -151,7 +153,10 @@ CREATE TABLE site_limits (
     grp_tres_run_mins TEXT NOT NULL,
     kept_at REAL NOT NULL,
     PRIMARY KEY (cluster, account)
-)
+);
+INSERT INTO site_limits (cluster, account, grp_tres_run_mins, kept_at)
+    SELECT clusters.cluster, accounts.name, '', CAST(strftime('%s', 'now') AS REAL)
+    FROM accounts CROSS JOIN (SELECT DISTINCT cluster FROM jobs) AS clusters WHERE accounts.blocked = 1
 """,
     # 4: each job's AdminComment, queued in the settlement's transaction, until sacctmgr takes it
     """

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -71,17 +72,19 @@ class ParseResult:
         return self
 
 
-def read_bytes(path: Path, max_bytes: int, owner: int | None = None) -> tuple[bytes, int]:
+def read_bytes(path: Path, max_bytes: int, owner: int | Collection[int] | None = None) -> tuple[bytes, int]:
     """A regular file's bytes, at most ``max_bytes`` (its tail), and its full size. Users control the
     files read here, so a link, FIFO or device is refused (opened without following links and without
-    blocking), and so is a file not owned by ``owner`` when given: OSError says which."""
+    blocking), and so is a file not owned by ``owner`` (a uid, or any of several) when given: OSError
+    says which."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, "not a regular file")
-        if owner is not None and st.st_uid != owner:
-            raise OSError(errno.EPERM, f"owned by uid {st.st_uid}, not the job's user (uid {owner})")
+        owners = {owner} if isinstance(owner, int) else owner
+        if owners is not None and st.st_uid not in owners:
+            raise OSError(errno.EPERM, f"owned by uid {st.st_uid}, not by uid {' or '.join(map(str, sorted(owners)))}")
         if st.st_size > max_bytes:
             f.seek(st.st_size - max_bytes)
         return f.read(max_bytes), st.st_size

@@ -1,14 +1,17 @@
 """Admin reports from Slurm's accounting joined with the ledger (pandas is imported here and only here).
 
-Source of truth is ``sacct --parsable2`` (one row per run: requeued jobs have several), joined with
-the ledger's runs on job id + submit time (a requeued run gets a new submit time, and job ids repeat
-after a controller purge), and with the two summaries every yolo job carries: the estimate in its
-Comment (written at submit) and the accounting in its AdminComment (written by the epilog).
+Source of truth is ``sacct`` (one row per run: requeued jobs have several; ``commands.sacct_rows``,
+whose delimiter no job name, comment or work dir can hold), joined with the ledger's runs on job id +
+submit time (a requeued run gets a new submit time, and job ids repeat after a controller purge), and
+with the two summaries every yolo job carries: the estimate in its Comment (written at submit) and the
+accounting in its AdminComment (written by the epilog).
 """
 
 from __future__ import annotations
 
-import io
+import functools
+import pwd
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -17,11 +20,12 @@ import pandas as pd
 
 from .. import calibration, ledger
 from ..config import Config
+from ..parse import read_text
 from ..parse.records import iter_records
-from ..slurm import run
+from ..slurm import commands, parsers
 
-FIELDS = ["JobIDRaw", "JobName", "Account", "User", "Partition", "QOS", "State", "ExitCode", "Submit", "Start", "End",
-          "ElapsedRaw", "TimelimitRaw", "AllocTRES", "Comment", "AdminComment", "WorkDir"]  # fmt: skip
+FIELDS = ["JobIDRaw", "Account", "User", "Partition", "QOS", "State", "Submit", "Start", "End", "ElapsedRaw",
+          "TimelimitRaw", "AllocTRES", "Comment", "AdminComment", "WorkDir"]  # fmt: skip
 VIEWS = ("usage", "accuracy", "waits", "failures", "k", "roi", "budgets")
 BILLED = ("hold", "charge", "refund", "price")  # what each run was held and billed at
 
@@ -38,13 +42,20 @@ class Filters:
     qos: str | None = None
 
 
-def fetch_sacct(config: Config, f: Filters) -> str:
-    """Every run (``-D``) of every user's jobs in the window, ``|``-separated."""
-    argv = ["sacct", "-a", "-X", "-D", "-n", "-P", "-S", f.since, "-E", f.until, "-o", ",".join(FIELDS)]
+def fetch_sacct(config: Config, f: Filters) -> list[list[str]]:
+    """Every run (``-D``) of every user's jobs in the window, as rows of ``FIELDS``."""
+    select = ["-a", "-S", f.since, "-E", f.until]
     for flag, value in (("-A", f.account), ("-u", f.user), ("-r", f.partition), ("-q", f.qos)):
         if value:
-            argv += [flag, value]
-    return run(argv, bin_dir=Path(config["slurm"]["bin_dir"]), timeout=300).stdout
+            select += [flag, value]
+    return commands.sacct_rows(select, FIELDS, bin_dir=Path(config["slurm"]["bin_dir"]), timeout=300)
+
+
+def read_saved(text: str, delimiter: str = "|") -> list[list[str]]:
+    """Saved ``sacct -X -D -n -p -o FIELDS`` output (a delimiter after every field), for benchmarks and
+    audits. Saved with sacct's ``--delimiter`` set to a string no field holds, any text survives; with
+    ``|``, a record whose text holds one is dropped."""
+    return parsers.delimited(text, len(FIELDS), delimiter)
 
 
 def _kv(series: pd.Series, key: str) -> pd.Series:
@@ -52,10 +63,9 @@ def _kv(series: pd.Series, key: str) -> pd.Series:
     return pd.to_numeric(series.str.extract(rf"(?:^yolo:|,){key}=([^,]*)", expand=False), errors="coerce")
 
 
-def parse_jobs(text: str, shards_per_gpu: dict[str, int] | None = None) -> pd.DataFrame:
+def parse_jobs(rows: list[list[str]], shards_per_gpu: dict[str, int] | None = None) -> pd.DataFrame:
     """sacct rows as a typed frame: times, GPUs, GPU-hours, the estimate and the accounting summary."""
-    df = pd.read_csv(io.StringIO(text), sep="|", names=FIELDS, header=None, dtype=str, keep_default_na=False,
-                     quoting=3, on_bad_lines="skip", engine="c")  # fmt: skip
+    df = pd.DataFrame(rows, columns=FIELDS, dtype=str)
     df["job_id"] = pd.to_numeric(df["JobIDRaw"], errors="coerce")
     df = df[df["job_id"].notna()].copy()
     df["job_id"] = df["job_id"].astype("int64")
@@ -159,10 +169,27 @@ def k_history(config: Config) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["partition", "at", "k", "n", "source"])
 
 
-def final_map(workdir: str, job_id: int) -> float | None:
-    """mAP50-95 of a job's last validation, from its usage records."""
+ROI_TAIL_BYTES = 1024 * 1024  # a usage file's last records, where its final validation is
+
+
+@functools.cache
+def _uid(user: str) -> int | None:
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return None
+
+
+def final_map(workdir: str, job_id: int, user: str) -> float | None:
+    """mAP50-95 of a job's last validation, from its usage records. A work dir names any folder and a
+    user writes what is in it, so the file is read only if the job's user owns it, never through a
+    link, FIFO or device, and only its tail (``parse.read_text``)."""
+    uid = _uid(user)
+    if uid is None or not workdir.startswith("/"):
+        return None
+    path = Path(workdir) / f"yolo-usage-{job_id}.jsonl"
     last = None
-    for rec in iter_records(Path(workdir) / f"yolo-usage-{job_id}.jsonl"):
+    for rec in iter_records(path, read_text(path, [], ROI_TAIL_BYTES, owner=uid)):
         if rec.get("kind") in ("epoch", "end"):
             value = (rec.get("metrics") or {}).get("metrics/mAP50-95(B)")
             last = float(value) if value is not None else last
@@ -172,7 +199,7 @@ def final_map(workdir: str, job_id: int) -> float | None:
 def roi(df: pd.DataFrame) -> pd.DataFrame:
     """Final mAP50-95 per GTok charged, per job, where the job left its results."""
     done = df[df["yolo"] & (df["state"] == "COMPLETED")].copy()
-    done["map50_95"] = [final_map(w, j) for w, j in zip(done["WorkDir"], done["job_id"])]
+    done["map50_95"] = [final_map(w, j, u) for w, j, u in zip(done["WorkDir"], done["job_id"], done["User"])]
     per_job = df[df["yolo"]].groupby("job_id")["charge"].sum()
     done["gtok_charged"] = done["job_id"].map(per_job) / 1e9
     done = done[done["map50_95"].notna() & (done["gtok_charged"] > 0)]
@@ -192,22 +219,34 @@ def budgets(config: Config, days: float = 7.0) -> pd.DataFrame:
             " AND at >= strftime('%s', 'now') - ? GROUP BY account", lg.conn, params=(days * 86400,))  # fmt: skip
     finally:
         lg.close()
-    out = accounts.merge(burn, how="left", on="account").fillna({"charged_recent": 0})
+    out = accounts.merge(burn, how="left", on="account")
+    out["charged_recent"] = out["charged_recent"].astype(float).fillna(0)  # no charge in the window: object NaNs
     out["burn_per_day"] = out["charged_recent"] / days
     out["net_burn_per_day"] = out["burn_per_day"] - out["rate_per_day"]
     out["days_left"] = (out["balance"] / out["net_burn_per_day"]).where(out["net_burn_per_day"] > 0)
     return out.drop(columns=["charged_recent"])
 
 
-def build(config: Config, f: Filters, views: tuple[str, ...] = VIEWS, sacct_text: str | None = None) -> dict[str, pd.DataFrame]:
-    """The selected views (``sacct_text`` replaces the live sacct call, for benchmarks and audits)."""
-    text = fetch_sacct(config, f) if sacct_text is None else sacct_text
+def build(config: Config, f: Filters, views: tuple[str, ...] = VIEWS, saved: list[list[str]] | None = None,
+          visible: Callable[[set[str]], set[str]] | None = None) -> dict[str, pd.DataFrame]:  # fmt: skip
+    """The selected views (``saved`` rows replace the live sacct call, for benchmarks and audits), of
+    the accounts ``visible`` keeps of those it is given (``visibility``; default: all)."""
+    rows = fetch_sacct(config, f) if saved is None else saved
     shards = {name: p.shards_per_gpu for name, p in config.partitions.items()}
-    df = join(parse_jobs(text, shards), ledger_runs(config))
+    df = join(parse_jobs(rows, shards), ledger_runs(config))
+
+    def shown(frame: pd.DataFrame, column: str) -> pd.DataFrame:
+        return frame if visible is None else frame[frame[column].isin(visible(set(frame[column])))]
+
+    def budget_view() -> pd.DataFrame:
+        b = budgets(config)
+        return shown(b[b["account"] == f.account] if f.account else b, "account")
+
+    df = shown(df, "Account")
     makers = {
         "usage": lambda: usage(df), "accuracy": lambda: accuracy(df), "waits": lambda: waits(df),
         "failures": lambda: failures(df), "k": lambda: k_history(config), "roi": lambda: roi(df),
-        "budgets": lambda: budgets(config).query("account == @f.account") if f.account else budgets(config),
+        "budgets": budget_view,
     }  # fmt: skip
     return {v: makers[v]() for v in views}
 

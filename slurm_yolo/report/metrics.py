@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from pathlib import Path
 
 import pandas as pd
 
-from .. import calibration, ledger
+from .. import books, calibration, ledger
 from ..config import Config
 from . import Filters, build
 
@@ -16,7 +18,8 @@ def _label(value: object) -> str:
     return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
 
 
-def render(views: dict[str, pd.DataFrame], k: dict[str, float], incidents: int = 0) -> str:
+def render(views: dict[str, pd.DataFrame], k: dict[str, float], incidents: int = 0, comments_queued: int = 0,
+           audit_findings: float = float("nan")) -> str:  # fmt: skip
     """The exposition text (pure): one HELP/TYPE block per metric."""
     lines: list[str] = []
 
@@ -34,6 +37,10 @@ def render(views: dict[str, pd.DataFrame], k: dict[str, float], incidents: int =
            [({"account": r.account}, float(r.burn_per_day)) for r in b.itertuples()])  # fmt: skip
     metric("hook_incidents_open", "Hooks that failed and whose runs are not settled yet (ledger reconcile).",
            [({}, float(incidents))])  # fmt: skip
+    metric("admin_comments_queued", "Settled jobs whose AdminComment slurmdbd has not taken yet (ledger comments).",
+           [({}, float(comments_queued))])  # fmt: skip
+    metric("audit_findings", "Differences between sacct and the ledger in the last ledger audit.",
+           [({}, audit_findings)])  # fmt: skip
     metric("k_seconds_per_mtok", "Seconds per million effective tokens per GPU.", [({"partition": p}, v) for p, v in k.items()])
     a = views["accuracy"]
     metric("prediction_abs_error_median", "Median |actual - predicted| / predicted run time, last day.",
@@ -47,18 +54,30 @@ def render(views: dict[str, pd.DataFrame], k: dict[str, float], incidents: int =
 
 
 def write_textfile(config: Config, directory: Path) -> Path:
-    """Write ``slurm_yolo.prom`` atomically (node_exporter must never read half a file)."""
+    """Write ``slurm_yolo.prom`` atomically (node_exporter must never read half a file), through a
+    temporary file of a name nobody can guess or plant first (a link or FIFO there would be written
+    through, or block)."""
     views = build(config, Filters(since="now-1days"), ("budgets", "accuracy", "waits"))
     names = set(config.partitions) | {h.partition for h in calibration.history(config)}
     k = {p: calibration.load(config, p).model.k for p in sorted(names)}
     lg = ledger.reader(config)
-    incidents = 0
+    incidents = queued = 0
     if lg is not None:
         with lg:
             incidents = len(lg.open_incidents())
+            queued = len(lg.unwritten_comments())
+    audit = books.last(config)
+    findings = float(len(audit["findings"])) if audit and isinstance(audit.get("findings"), list) else float("nan")
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / "slurm_yolo.prom"
-    tmp = directory / f".slurm_yolo.prom.{os.getpid()}"
-    tmp.write_text(render(views, k, incidents))
-    os.replace(tmp, target)
+    fd, tmp = tempfile.mkstemp(prefix=".slurm_yolo.prom.", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), 0o644)  # node_exporter reads it as its own user
+            f.write(render(views, k, incidents, queued, findings))
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return target

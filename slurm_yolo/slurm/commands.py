@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ..errors import SlurmError
+from ..errors import SlurmError, UsageError
 from . import parsers, queries, run
 from .records import FINAL_STATES, JobRecord, comments_from_sacct, from_sacct, from_squeue
 
@@ -70,13 +72,21 @@ SACCT_FIELDS = [
 ]  # fmt: skip
 
 
+def sacct_rows(select: list[str], fields: Sequence[str], bin_dir: Path | None = None, timeout: float = 30.0) -> list[list[str]]:
+    """Allocation rows (``-X``) of every run (``-D``) of the jobs ``select`` picks (``-j``, ``-S``...),
+    user text included (job names, comments, work dirs, any character). sacct separates the fields
+    with a delimiter drawn at random for this call: no text written before can hold it, so no ``|`` or
+    newline in one field can move another (``parsers.delimited``)."""
+    delimiter = f"<{secrets.token_hex(16)}>"
+    res = run(["sacct", "-X", "-D", "-n", "-p", f"--delimiter={delimiter}", *select, "-o", ",".join(fields)],
+              bin_dir=bin_dir, timeout=timeout)  # fmt: skip
+    return parsers.delimited(res.stdout, len(fields), delimiter)
+
+
 def sacct_jobs(job_ids: list[int], bin_dir: Path | None = None) -> list[dict[str, str]]:
-    """Allocation rows (-X) of the given jobs from ``sacct --parsable2``."""
-    res = run(
-        ["sacct", "-X", "-n", "-P", "-D", "-j", queries.job_list(job_ids), "-o", ",".join(SACCT_FIELDS)],
-        bin_dir=bin_dir,
-    )
-    return parsers.parsable2(res.stdout, SACCT_FIELDS)
+    """Allocation rows of every run of the given jobs, as dicts of ``SACCT_FIELDS``."""
+    rows = sacct_rows(["-j", queries.job_list(job_ids)], SACCT_FIELDS, bin_dir=bin_dir)
+    return [dict(zip(SACCT_FIELDS, row)) for row in rows]
 
 
 def partition_states(partitions: list[str], bin_dir: Path | None = None) -> dict[str, parsers.PartitionState]:
@@ -102,8 +112,10 @@ def job_state(job_id: int, bin_dir: Path | None = None) -> str:
             return res.stdout.strip().split()[0]
     except SlurmError:
         pass  # squeue fails for jobs it no longer knows
-    rows = sacct_jobs([job_id], bin_dir=bin_dir)  # one row per run of a requeued job: the last is current
-    return rows[-1]["State"].split()[0] if rows else "UNKNOWN"
+    # The state alone, a word slurmdbd sets: one line per run of a requeued job, the last is current.
+    res = run(["sacct", "-X", "-D", "-n", "-P", "-j", str(int(job_id)), "-o", "State"], bin_dir=bin_dir)
+    runs = [line.split() for line in res.stdout.splitlines() if line.strip()]
+    return runs[-1][0] if runs else "UNKNOWN"
 
 
 UNKNOWN_GRACE_SECONDS = 30.0  # a job just submitted can be missing from both squeue and sacct this long
@@ -147,15 +159,49 @@ def wait_for_state(job_id: int, states: set[str], timeout: float = 60.0, poll: f
         time.sleep(poll)
 
 
-def set_gpu_block(account: str, blocked: bool, bin_dir: Path | None = None) -> None:
-    """Stop (or allow again) the start of an account's GPU jobs: ``GrpTRESRunMins`` of 0 on its association.
+PLAIN_NAME = re.compile(r"[a-z0-9_][a-z0-9_.-]*")  # Slurm's account and cluster names: lower case
 
-    Slurm enforces it itself, so plain ``sbatch`` cannot bypass a dry budget; pending jobs wait with
-    reason AssocGrpGRESRunMinutes and start once the limit is lifted.
+
+def plain_name(name: str) -> str:
+    """``name`` when it is a plain Slurm name, else UsageError: names go into sacctmgr's own
+    ``key=value`` arguments, where ``,``, ``=``, spaces or a leading ``-`` would change the request."""
+    if not PLAIN_NAME.fullmatch(name):
+        raise UsageError(f"{name!r} is not a plain Slurm name (lower-case letters, digits, _ . -)")
+    return name
+
+
+def cluster_name(bin_dir: Path | None = None) -> str:
+    """ClusterName of the cluster the commands in ``bin_dir`` talk to, from its controller."""
+    res = run(["scontrol", "show", "config"], bin_dir=bin_dir)
+    try:
+        return plain_name(parsers.cluster_name(res.stdout))
+    except ValueError as e:
+        raise SlurmError(str(e)) from None
+
+
+def account_run_mins(cluster: str, accounts: list[str], bin_dir: Path | None = None) -> dict[str, dict[str, int]]:
+    """The GrpTRESRunMins of each account's own association on ``cluster``; accounts without one
+    there are missing."""
+    names = ",".join(plain_name(a) for a in accounts)
+    res = run(["sacctmgr", "-n", "-P", "show", "assoc", "where", f"cluster={plain_name(cluster)}", f"account={names}",
+               f"format={','.join(parsers.ASSOC_FIELDS)}"], bin_dir=bin_dir)  # fmt: skip
+    try:
+        return parsers.account_run_mins(res.stdout, cluster)
+    except ValueError as e:
+        raise SlurmError(str(e)) from None
+
+
+def set_run_mins(cluster: str, account: str, limits: dict[str, int], bin_dir: Path | None = None) -> None:
+    """Set these TRES of the account's GrpTRESRunMins on ``cluster`` (-1 clears one); sacctmgr leaves
+    the TRES not named as they are.
+
+    A run-minutes limit of 0 on ``gres/gpu`` is how a dry account's GPU jobs are held back: Slurm
+    enforces it itself, so plain ``sbatch`` cannot bypass a budget; pending jobs wait with reason
+    AssocGrpGRESRunMinutes and start once the limit is lifted.
     """
-    value = "0" if blocked else "-1"
-    run(["sacctmgr", "-i", "modify", "account", "where", f"name={account}", "set",
-         f"GrpTRESRunMins=gres/gpu={value},gres/shard={value}"], bin_dir=bin_dir)  # fmt: skip
+    where = [f"name={plain_name(account)}", f"cluster={plain_name(cluster)}"]
+    run(["sacctmgr", "-i", "modify", "account", "where", *where, "set", f"GrpTRESRunMins={parsers.format_tres(limits)}"],
+        bin_dir=bin_dir)  # fmt: skip
 
 
 def partitions(bin_dir: Path | None = None) -> list[str]:
@@ -168,6 +214,19 @@ def accounts_of(user: str, bin_dir: Path | None = None) -> list[str]:
     """The Slurm accounts ``user`` may submit to."""
     res = run(["sacctmgr", "-n", "-P", "show", "assoc", f"user={user}", "format=account"], bin_dir=bin_dir)
     return sorted({line.strip() for line in res.stdout.splitlines() if line.strip()})
+
+
+def private_data(bin_dir: Path | None = None) -> frozenset[str]:
+    """What the cluster's ``PrivateData`` hides from users: accounts, jobs, usage..."""
+    return parsers.private_data(run(["scontrol", "show", "config"], bin_dir=bin_dir).stdout)
+
+
+def admin_level_and_coordinated(user: str, bin_dir: Path | None = None) -> tuple[str, frozenset[str]]:
+    """``user``'s AdminLevel in slurmdbd (None, Operator, Administrator) and the accounts they coordinate
+    (sacctmgr lists the sub-accounts of a coordinated account with it)."""
+    res = run(["sacctmgr", "-n", "-P", "show", "user", f"name={user}", "withcoord", "format=AdminLevel,Coordinators"],
+              bin_dir=bin_dir)  # fmt: skip
+    return parsers.admin_level_and_coordinated(res.stdout)
 
 
 def default_account(user: str, bin_dir: Path | None = None) -> str:

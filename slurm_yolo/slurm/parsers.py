@@ -40,6 +40,49 @@ def parsable2(text: str, columns: list[str], trailing: bool = False) -> list[dic
     return rows
 
 
+def delimited(text: str, width: int, delimiter: str) -> list[list[str]]:
+    """Records of ``width`` fields from ``sacct -p --delimiter=D`` output (D after every field, a
+    newline after every record), split on D alone: a field may hold newlines. A record is ``width``
+    fields whose next field starts with the newline that ends it; where that is not so (a field that
+    holds D itself, which only a saved file with a guessable D can have), the fields up to the next
+    line are skipped, so a record that does not line up is dropped, never shifted into another."""
+    tokens = text.split(delimiter)
+    last = len(tokens) - 1  # what follows the final delimiter: the final newline
+    records = []
+    i = 0
+    while i + width <= last:
+        after = tokens[i + width]
+        if after.startswith("\n") or (i + width == last and not after):
+            records.append(tokens[i : i + width])
+            tokens[i + width] = after[1:]
+            i += width
+            continue
+        nxt = next((k for k in range(i + 1, last + 1) if "\n" in tokens[k]), None)
+        if nxt is None:
+            break
+        tokens[nxt] = tokens[nxt].rsplit("\n", 1)[1]
+        i = nxt
+    return records
+
+
+def private_data(config_text: str) -> frozenset[str]:
+    """What ``PrivateData`` hides from users (lowercase: accounts, jobs, usage...), from ``scontrol show
+    config`` (``PrivateData = accounts,usage``; ``none`` hides nothing)."""
+    for line in config_text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "PrivateData":
+            return frozenset(v.strip().lower() for v in value.split(",") if v.strip() and v.strip().lower() != "none")
+    return frozenset()
+
+
+def admin_level_and_coordinated(text: str) -> tuple[str, frozenset[str]]:
+    """A user's AdminLevel and the accounts they coordinate, from ``sacctmgr -n -P show user NAME withcoord
+    format=AdminLevel,Coordinators`` (``None|a,b``; no line for a user slurmdbd does not know)."""
+    line = next((ln for ln in text.splitlines() if ln.strip()), "None|")
+    level, _, accounts = line.partition("|")
+    return level.strip() or "None", frozenset(a.strip() for a in accounts.split(",") if a.strip())
+
+
 def duration(text: str) -> int | None:
     """A Slurm duration as seconds (``records.duration``, the one parser of them), for planning and
     reports: None for UNLIMITED and for anything it cannot read."""
@@ -68,6 +111,47 @@ def gres_count(text: str, name: str) -> int:
         except ValueError:
             total += 1 if len(parts) == 2 else 0  # "gpu:a100" means one
     return total
+
+
+def cluster_name(config_text: str) -> str:
+    """The ClusterName in ``scontrol show config`` output: the cluster these commands talk to (one
+    slurmdbd may serve several, so accounting changes must name it)."""
+    for line in config_text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "ClusterName" and value.strip():
+            return value.strip()
+    raise ValueError("scontrol show config printed no ClusterName")
+
+
+def tres(text: str) -> dict[str, int]:
+    """A TRES list as sacctmgr prints it (``cpu=1000,gres/gpu=50000``; empty: no limit) as a dict."""
+    limits: dict[str, int] = {}
+    for item in text.strip().split(","):
+        if not item:
+            continue
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value.isdigit():
+            raise ValueError(f"TRES list not understood: {text.strip()[:200]!r}")
+        limits[name] = int(value)
+    return limits
+
+
+def format_tres(limits: dict[str, int]) -> str:
+    """A TRES list for sacctmgr, in the dict's order (-1 clears a limit when setting one)."""
+    return ",".join(f"{name}={value}" for name, value in limits.items())
+
+
+ASSOC_FIELDS = ["Cluster", "Account", "User", "Partition", "GrpTRESRunMins"]
+
+
+def account_run_mins(text: str, cluster: str) -> dict[str, dict[str, int]]:
+    """Each account's own association on ``cluster`` (the one without a user, which limits all of the
+    account's users together), from ``sacctmgr -n -P show assoc format=ASSOC_FIELDS``: its GrpTRESRunMins."""
+    return {
+        row["Account"]: tres(row["GrpTRESRunMins"])
+        for row in parsable2(text, ASSOC_FIELDS)
+        if row["Cluster"] == cluster and not row["User"] and not row["Partition"]
+    }
 
 
 def sbatch_job_id(text: str) -> int:

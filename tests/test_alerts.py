@@ -1,0 +1,96 @@
+"""Refusal alerts from slurmctld's refusals.log, read as a file that could be hostile (no cluster needed)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from slurm_yolo import alerts
+from slurm_yolo import config as config_mod
+
+
+def test_parse_refusals_keeps_well_formed_lines_only() -> None:
+    text = "\n".join([
+        "1796000000 vision 1001 5000 -20",  # available is negative when pending jobs promise more than the balance
+        "1796000001 vision 1001 5000",  # a field short
+        "1796000002 vision 1001 5000 20 extra",
+        "1796000003.5 vision 1001 5000 20",  # epoch seconds are whole
+        "1796000004  vision 1001 5000 20",  # two spaces: an empty field
+        "1796000005\tvision 1001 5000 20",
+        "1796000006 vis\x07ion 1001 5000 20",
+        "1796000007 vision 1001 " + "9" * 30 + " 20",
+        "x vision 1001 5000 20",
+        "",
+        "1796000008 research 1002 7 0",
+    ])  # fmt: skip
+    assert alerts.parse_refusals(text) == [
+        alerts.Refusal(1796000000, "vision", 1001, 5000, -20),
+        alerts.Refusal(1796000008, "research", 1002, 7, 0),
+    ]
+
+
+def test_streaks_count_refusals_since_the_last_charge() -> None:
+    refusals = [alerts.Refusal(t, a, 1001, 10, 0) for t, a in ((100, "vision"), (200, "vision"), (300, "vision"), (150, "research"))]
+    assert alerts.refusal_streaks(refusals, {}, since=0) == {"vision": 3, "research": 1}
+    assert alerts.refusal_streaks(refusals, {"vision": 250}, since=0) == {"vision": 1, "research": 1}
+    assert alerts.refusal_streaks(refusals, {}, since=160) == {"vision": 2}
+
+
+def refusal_alerts(config: config_mod.Config) -> list[alerts.Alert]:
+    return [a for a in alerts.check(config, refusals=3) if a.kind == "refusals"]
+
+
+def test_alerts_count_the_logs_refusals(home: Path) -> None:
+    config = config_mod.load()
+    now = int(time.time())
+    lines = [f"{now - 60 + i} vision 1001 5000 {i}\n" for i in range(3)] + [f"{now} research 1002 5 0\n", "garbage\n"]
+    (home / "refusals.log").write_text("".join(lines))
+    assert refusal_alerts(config) == [alerts.Alert("refusals", "vision", "3 submissions refused in a row for lack of tokens")]
+    (home / "refusals.log").write_text(f"{now - 8 * 86400} vision 1001 5000 0\n" * 5)  # older than a week
+    assert refusal_alerts(config) == []
+
+
+def test_a_log_past_its_bound_is_read_from_its_tail(home: Path) -> None:
+    """A 1 GB log (sparse here) costs the read of its last few MiB, whose cut first line is dropped."""
+    now = int(time.time())
+    with open(home / "refusals.log", "wb") as f:
+        f.truncate(1 << 30)
+        f.seek(0, os.SEEK_END)
+        f.write(b"".join(f"\n{now} vision 1001 5000 0".encode() for _ in range(4)) + b"\n")
+    assert alerts.read_refusals(config_mod.load()) == [alerts.Refusal(now, "vision", 1001, 5000, 0)] * 4
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link", "alice"])
+def test_a_log_that_is_not_the_trusted_sides_file_is_not_read(home: Path, kind: str) -> None:
+    """A FIFO (it would block a plain open), a link (to /dev/zero, or to a file of the log's form) or a
+    file of another owner: not read, and said so, at once."""
+    log = home / "refusals.log"
+    good = home / "elsewhere.log"
+    good.write_text(f"{int(time.time())} vision 1001 5000 0\n" * 3)
+    if kind == "fifo":
+        os.mkfifo(log)
+    elif kind == "link":
+        log.symlink_to(good)
+    else:
+        good.rename(log)
+        os.chown(log, pwd.getpwnam("alice").pw_uid, -1)
+    with pytest.raises(OSError):
+        alerts.read_refusals(config_mod.load())
+    found = refusal_alerts(config_mod.load())
+    assert [(a.subject, a.message.split(":")[0]) for a in found] == [(str(log), "not read")]
+
+
+@pytest.mark.cluster
+def test_alerts_from_the_command_line_never_wait_on_a_fifo(cluster: object, home: Path) -> None:
+    """`slurm-yolo alerts` answers at once with a FIFO for its log (subprocess: a hang would be killed)."""
+    os.mkfifo(home / "refusals.log")
+    res = subprocess.run([sys.executable, "-m", "slurm_yolo", "alerts", "--json"], capture_output=True, text=True, timeout=30,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)  # fmt: skip
+    assert res.returncode == 1 and '"not read: not a regular file"' in res.stdout, res.stdout + res.stderr

@@ -1,0 +1,147 @@
+"""Who sees which account: Slurm's rule (PrivateData, coordinators, operators), from the real uid."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import REPO, Slurm
+
+from slurm_yolo import config as config_mod
+from slurm_yolo import ledger
+from slurm_yolo.slurm import commands, parsers
+from slurm_yolo.visibility import Viewer, is_admin, may_see, visible
+
+ALICE = Viewer(1001, "alice", "slurm", associated=frozenset({"vision"}), coordinated=frozenset({"lab"}))
+
+
+@pytest.mark.parametrize(
+    ("viewer", "sees_all"),
+    [
+        (Viewer(0, "root", "slurm", private_data=frozenset({"accounts"})), True),
+        (Viewer(64030, "slurm", "slurm", private_data=frozenset({"accounts"})), True),
+        (ALICE._replace(admin_level="Operator", private_data=frozenset({"usage"})), True),
+        (ALICE._replace(admin_level="Administrator", private_data=frozenset({"accounts"})), True),
+        (ALICE._replace(private_data=frozenset({"jobs", "users"})), True),  # nothing that hides accounts
+        (ALICE, True),  # no PrivateData: as Slurm shows sshare to all
+        (ALICE._replace(private_data=frozenset({"accounts"})), False),
+        (ALICE._replace(private_data=frozenset({"usage"})), False),
+    ],
+)
+def test_the_rule(viewer: Viewer, sees_all: bool) -> None:
+    accounts = ["vision", "research", "lab"]
+    assert visible(viewer, accounts) == ({"vision", "research", "lab"} if sees_all else {"vision", "lab"})
+    assert may_see(viewer, "research") is sees_all
+
+
+def test_admins_are_root_the_slurmuser_and_slurms_operators() -> None:
+    assert is_admin(Viewer(0, "root", "slurm")) and is_admin(Viewer(64030, "slurm", "slurm"))
+    assert is_admin(ALICE._replace(admin_level="Operator")) and is_admin(ALICE._replace(admin_level="Administrator"))
+    assert not is_admin(ALICE) and not is_admin(ALICE._replace(user="alice", owner="slurm", uid=64030))
+
+
+@pytest.mark.parametrize(
+    ("text", "hidden"),
+    [("PrivateData             = none\n", set()), ("ClusterName = yolo\nPrivateData             = accounts,jobs,usage\n",
+     {"accounts", "jobs", "usage"}), ("PrivateData = Accounts, Usage\n", {"accounts", "usage"}), ("", set())],
+)  # fmt: skip
+def test_private_data(text: str, hidden: set[str]) -> None:
+    assert parsers.private_data(text) == hidden
+
+
+def test_admin_level_and_coordinated() -> None:
+    assert parsers.admin_level_and_coordinated("None|lab,lab-sub\n") == ("None", {"lab", "lab-sub"})
+    assert parsers.admin_level_and_coordinated("Administrator|\n") == ("Administrator", frozenset())
+    assert parsers.admin_level_and_coordinated("") == ("None", frozenset())  # a user slurmdbd does not know
+
+
+@pytest.mark.cluster
+def test_the_lookups_on_each_release(slurm: Slurm) -> None:
+    assert commands.admin_level_and_coordinated("root", slurm.bin_dir) == ("Administrator", frozenset())
+    assert commands.admin_level_and_coordinated("alice", slurm.bin_dir)[0] == "None"
+    assert commands.private_data(slurm.bin_dir) == frozenset()  # the bundled clusters set none
+    assert "vision" in commands.accounts_of("alice", slurm.bin_dir)
+
+
+@pytest.fixture
+def books(cluster: Slurm) -> Iterator[tuple[Path, str]]:
+    """A ledger of its own (where alice can read it) with vision, research and an account alice
+    coordinates only, created in Slurm for this test and deleted after it."""
+    lab = f"yolo-coord-{os.getpid()}"
+    home = Path("/var/tmp/slurm-yolo-tests") / f"privacy-{os.getpid()}"
+    home.mkdir(parents=True, exist_ok=True)
+    home.chmod(0o755)
+    cluster.cmd("sacctmgr", "-i", "add", "account", lab, "parent=root")
+    try:
+        cluster.cmd("sacctmgr", "-i", "add", "coordinator", f"account={lab}", "names=alice")
+        cfg = config_mod.load(home / "config.toml", env={"SLURM_YOLO_HOME": str(home)})
+        with ledger.writer(cfg) as lg:
+            for account in ("vision", "research", lab):
+                lg.credit(account, 10**9, "test", "visibility")
+        yield home, lab
+    finally:
+        cluster.cmd("sacctmgr", "-i", "delete", "account", lab, check=False)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def hide_accounts(home: Path) -> None:
+    """This home's config asks a scontrol that reports PrivateData=accounts,jobs (the clusters set none)."""
+    fake = home / "bin"
+    fake.mkdir(mode=0o755)
+    (fake / "scontrol").write_text('#!/bin/sh\n/usr/bin/scontrol "$@" | sed "s/^PrivateData .*/PrivateData = accounts,jobs/"\n')
+    (fake / "scontrol").chmod(0o755)
+    (home / "config.toml").write_text(f'[slurm]\nbin_dir = "{fake}"\n')
+
+
+def yolo(user: str, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``slurm-yolo ARGS`` of this checkout as ``user``, who claims to be the SlurmUser in $USER."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "SLURM_YOLO_HOME": str(home), "PYTHONPATH": str(REPO),
+           "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
+    argv = ["/usr/sbin/runuser", "-u", user, "--", "/usr/bin/env", "USER=slurm", "LOGNAME=slurm", sys.executable, "-m", "slurm_yolo", *args]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, cwd="/tmp", timeout=120, check=False)
+
+
+def balances(user: str, home: Path) -> set[str]:
+    res = yolo(user, home, "ledger", "balance", "--json")
+    assert res.returncode == 0, res.stderr
+    return {r["name"] for r in json.loads(res.stdout)}
+
+
+@pytest.mark.cluster
+def test_without_private_data_anyone_sees_any_account(books: tuple[Path, str]) -> None:
+    home, lab = books
+    assert balances("alice", home) == balances("bob", home) == {"vision", "research", lab}
+    assert yolo("bob", home, "ledger", "history", lab).returncode == 0
+
+
+@pytest.mark.cluster
+def test_private_accounts_show_users_their_associations_and_coordinated_accounts(books: tuple[Path, str]) -> None:
+    home, lab = books
+    hide_accounts(home)
+    assert balances("alice", home) == {"vision", lab}  # her association; the account she coordinates
+    assert balances("bob", home) == {"research"}
+    assert balances("slurm", home) == balances("root", home) == {"vision", "research", lab}
+    for args in (["ledger", "balance", "research"], ["ledger", "history", "research"]):
+        res = yolo("alice", home, *args)
+        assert res.returncode == 1 and res.stderr.startswith("Error: account 'research' is not one you may see (alice"), res.stderr
+    res = yolo("alice", home, "ledger", "export")
+    assert res.returncode == 0 and {m["account"] for m in json.loads(res.stdout)} == {"vision", lab}
+    res = yolo("alice", home, "report", "--json", "--view", "budgets", "--since", "now-1minutes")
+    assert res.returncode == 0, res.stderr
+    assert {b["account"] for b in json.loads(res.stdout)["budgets"]} == {"vision", lab}
+
+
+@pytest.mark.cluster
+def test_alerts_and_metrics_are_for_admins(books: tuple[Path, str]) -> None:
+    home, _ = books
+    for args in (["alerts"], ["metrics", "--textfile", str(home / "prom")]):
+        res = yolo("alice", home, *args)
+        assert res.returncode == 1 and "is for root, the SlurmUser and Slurm operators and administrators, not alice" in res.stderr
+    assert yolo("slurm", home, "alerts", "--json").returncode in (0, 1)  # 1: alerts found
+    assert not (home / "prom").exists()
