@@ -199,10 +199,14 @@ local function committed(state, account)
   return total
 end
 
+-- One line per refusal for `slurm-yolo alerts`; the account as Slurm could ever name one (anything
+-- else in a user's --account becomes "?", so no line can pose as another).
 local function note_refusal(account, uid, need, left)
   local f = io.open(REFUSALS, "a")
   if f then
-    f:write(string.format("%d %s %d %d %d\n", os.time(), account, uid, need, left))
+    local name = account:gsub("[^%w_.%-]", "?")
+    if name == "" then name = "?" end
+    f:write(string.format("%d %s %d %d %d\n", os.time(), name, uid, need, left))
     f:close()
   end
 end
@@ -247,7 +251,8 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 end
 
 -- A pending job's GPUs, nodes, partition, account, QOS and array are what admission priced: a user
--- changes them by resubmitting (admins and the SlurmUser may still update them).
+-- changes them by resubmitting (admins and the SlurmUser may still update them). scontrol does not
+-- show a job_modify message, so the refusal reads "Access/permission denied".
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
   if modify_uid == 0 or modify_uid == slurm_user_id then return slurm.SUCCESS end
   local fields = {"tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "gres",
@@ -256,14 +261,14 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
     if job_desc[name] ~= nil then
       slurm.log_user("slurm-yolo: " .. name .. " of a submitted job cannot change (its budget " ..
                      "was checked at submission): cancel and resubmit")
-      return slurm.ERROR
+      return slurm.ESLURM_ACCESS_DENIED or slurm.ERROR
     end
   end
   for _, name in ipairs({"min_nodes", "max_nodes", "num_tasks", "ntasks_per_node"}) do
     if valid(job_desc[name]) then
       slurm.log_user("slurm-yolo: " .. name .. " of a submitted job cannot change (its budget " ..
                      "was checked at submission): cancel and resubmit")
-      return slurm.ERROR
+      return slurm.ESLURM_ACCESS_DENIED or slurm.ERROR
     end
   end
   return slurm.SUCCESS

@@ -39,7 +39,7 @@ def gone_from_controller(slurm: Slurm, job: int, timeout: float = 240) -> None:
 @pytest.fixture
 def lean(priced: Slurm) -> Iterator[Slurm]:
     """The cluster with a100 priced as PRICE says (no later rise scheduled), vision's jobs gone after."""
-    prices = json.loads(priced.cli("ledger", "price", "show", "--json").stdout)
+    prices = json.loads(priced.cli("ledger", "price", "show", "--json").stdout)["prices"]
     later = [p for p in prices if p["partition"] == "a100" and p.get("effective_at", 0) > time.time()]
     assert not later, f"an a100 price rise is scheduled on this cluster: {later}"
     yield priced
@@ -92,9 +92,11 @@ def test_plain_submissions_beyond_what_is_left_are_refused_at_submit(lean: Slurm
 def test_a_pending_job_cannot_be_made_dearer_by_its_user(lean: Slurm) -> None:
     fund(lean, ("vision",), 10**12)
     job = lean.sbatch("-A", "vision", "-p", "a100", "--gres=gpu:a100:1", "-t", "5", "--hold", script="true", user="alice")
+    before = lean.cmd("squeue", "-h", "-j", str(job), "-O", "tres-alloc:|,Partition:|,NumNodes:|").stdout
     for change in ("gres=gpu:a100:2", "partition=t4", "numnodes=2"):
         res = lean.cmd("scontrol", "update", f"jobid={job}", change, user="alice", check=False)
-        assert res.returncode != 0 and "cancel and resubmit" in res.stderr, (change, res.stderr)
+        assert res.returncode != 0 and "denied" in res.stderr.lower(), (change, res.stderr)
+    assert lean.cmd("squeue", "-h", "-j", str(job), "-O", "tres-alloc:|,Partition:|,NumNodes:|").stdout == before
     assert lean.cmd("scontrol", "update", f"jobid={job}", "timelimit=2", user="alice", check=False).returncode == 0
     lean.cmd("scancel", str(job))
 
@@ -102,6 +104,7 @@ def test_a_pending_job_cannot_be_made_dearer_by_its_user(lean: Slurm) -> None:
 def test_twenty_submissions_racing_for_the_last_tokens_never_overdraw(lean: Slurm) -> None:
     worst = 60 * 1 * A100  # -t 1 on one a100 GPU
     fund(lean, ("vision",), 4 * worst + worst // 2)  # four fit, with half a fifth to spare
+    time.sleep(3)  # admission counts its own admissions of the last two seconds (the last test's too)
     before = last_movement(lean)
     results: list[subprocess.CompletedProcess[str]] = []
     lock = threading.Lock()
@@ -182,15 +185,16 @@ def test_a_run_that_ends_while_slurmdbd_is_down_is_settled_once_it_is_back(lean:
     row = lean.settled(job)[0]
     ran = int(rec["ElapsedRaw"])
     due = {"NODE_FAIL": 0, "PREEMPTED": 0, "TIMEOUT": max(hold, ran * A100)}[cause]
-    assert (row["end_state"], row["hold"], row["charge"], row["refund"]) == (cause, hold, due, hold - due)
+    refund = max(0, hold - due)  # a TIMEOUT run ends some seconds past its limit: those are its overrun
+    assert (row["end_state"], row["hold"], row["charge"], row["refund"]) == (cause, hold, due, refund)
     with lean.ledger() as lg:
         kinds = [m["kind"] for m in lg.job_movements(job)]
-    assert sorted(kinds) == ["charge", "hold", "refund"]  # once
+    assert sorted(kinds) == ["charge", "hold", *(["overrun"] if due > hold else []), "refund"]  # once
     lean.cli("ledger", "comments", check=False)
     comment = poll("AdminComment", lambda: (c := lean.cmd("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "AdminComment")
                                             .stdout.strip()).startswith("yolo:") and c, 60)  # fmt: skip
     assert f"run={row['submit_time']},".lower() in comment.lower()
-    assert f",hold={hold},charge={due},refund={hold - due}," in comment and f"state={cause}".lower() in comment.lower()
+    assert f",hold={hold},charge={due},refund={refund}," in comment and f"state={cause}".lower() in comment.lower()
     if preemptor:
         lean.settled(preemptor)
 

@@ -317,12 +317,16 @@ def test_dry_account_refused_by_yolo_sbatch_and_held_back_by_slurm(cluster: Slur
         assert "has 0.0 MTok left (balance 0.0 MTok - pending jobs 0.0 MTok); no refill covers it" in res.output
         assert priced.ledger().account("research")["balance"] == 1_000
 
+        gpu_job = priced.sbatch("-A", "research", "-p", "t4", "--gres=gpu:t4:1", "-t", "1", "--hold", script="true")
         set_balance(priced, "research", 0)
         limits = priced.cmd("sacctmgr", "-n", "-P", "show", "assoc", "where", "account=research", "format=grptresrunmins")
         assert "gres/gpu=0" in limits.stdout
-        gpu_job = priced.sbatch("-A", "research", "-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="true")
+        refused = priced.cmd("sbatch", "-A", "research", "-p", "t4", "--gres=gpu:t4:1", "-t", "1", "--wrap", "true",
+                             check=False)  # fmt: skip
+        assert refused.returncode != 0 and "account research cannot cover this job" in refused.stderr  # at submit
         cpu_job = priced.sbatch("-A", "research", "-p", "t4", "-t", "1", script="true")
         assert priced.ended(cpu_job)[0]["State"] == "COMPLETED"  # CPU jobs are not metered
+        priced.cmd("scontrol", "release", str(gpu_job))  # admitted while funded: Slurm's own limit holds it back
         reason = poll("pending reason", lambda: priced.cmd("squeue", "-h", "-j", str(gpu_job), "-o", "%r").stdout.strip())
         assert reason == "AssocGrpGRESRunMinutes"
         priced.cli("ledger", "deposit", "research", "1G")
