@@ -21,7 +21,6 @@ local REFUSALS = "@REFUSALS@"
 
 local NO_VAL, INFINITE, NO_VAL16 = 4294967294, 4294967295, 65534
 local PENDING, RUNNING = 0, 1
-local WORST_TAG = "slurm-yolo:worst="  -- AdminComment of a pending GPU job: its worst case per task
 local SOCKETS_UNKNOWN = 2
 
 local function valid(n)
@@ -179,20 +178,15 @@ local function committed(state, account)
     local fresh = st == RUNNING and (job.start_time or 0) >= state.stamp - 1
     if job.account == account and (st == PENDING or fresh) then
       local tasks = st == PENDING and math.max(job.array_task_cnt or 1, 1) or 1
-      local tagged = tostring(job.admin_comment or ""):match("^" .. WORST_TAG:gsub("%-", "%%-") .. "(%d+)$")
-      if tagged then
-        total = total + tonumber(tagged) * tasks
-      else  -- submitted before this script: priced from its requested TRES at the dearest tier
-        local g, s = gres_units(job.tres_fmt_req_str)
-        if g > 0 or s > 0 then
-          local worst = 0
-          for name in tostring(job.partition or ""):gmatch("[^,]+") do
-            local w = tokens(seconds_of(state, job.time_limit, nil), share(state, name, g, s),
-                             price_of(state, name), state.maxrate)
-            if w > worst then worst = w end
-          end
-          total = total + worst * tasks
+      local g, s = gres_units(job.tres_fmt_req_str)  -- what it asked for, over all its nodes
+      if g > 0 or s > 0 then
+        local rate = job.qos and (state.rate[job.qos] or 1) or state.maxrate  -- no QOS known: the dearest
+        local worst = 0
+        for name in tostring(job.partition or ""):gmatch("[^,]+") do
+          local w = tokens(seconds_of(state, job.time_limit, nil), share(state, name, g, s), price_of(state, name), rate)
+          if w > worst then worst = w end
         end
+        total = total + worst * tasks
       end
     end
   end
@@ -245,7 +239,6 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
       fmt(left), fmt(balance), fmt(pending)))
     return slurm.ESLURM_ACCOUNTING_POLICY or slurm.ERROR
   end
-  job_desc.admin_comment = WORST_TAG .. string.format("%d", worst)
   recent[#recent + 1] = {t = os.time(), account = account, need = need}
   return slurm.SUCCESS
 end
