@@ -112,11 +112,10 @@ def check(config: Config, budget_share: float = 0.8, refusals: int = 3, drift: f
         finally:
             lg.close()
     audit = books.last(config)
-    if audit and audit.get("findings"):
-        found = audit["findings"]
-        kinds = sorted({str(f.get("kind")) for f in found if isinstance(f, dict)})
-        alerts.append(Alert("audit", "sacct vs ledger", f"{len(found)} difference(s) ({', '.join(kinds)}) in the last"
-                            " audit (slurm-yolo ledger audit)"))  # fmt: skip
+    if audit and audit.findings:
+        kinds = sorted({f.get("kind", "") for f in audit.findings})
+        alerts.append(Alert("audit", "sacct vs ledger", f"{len(audit.findings)} difference(s) ({', '.join(kinds)}) in"
+                            " the last audit (slurm-yolo ledger audit)"))  # fmt: skip
     try:
         found = read_refusals(config)
     except OSError as e:

@@ -143,8 +143,13 @@ def save(config: Config, findings: list[Finding], window_days: float) -> None:
     os.replace(tmp, target)
 
 
-def last(config: Config) -> dict[str, object] | None:
-    """The last saved audit, or None (never run, or not a file its owner wrote)."""
+class LastAudit(NamedTuple):
+    at: float
+    findings: list[dict[str, str]]
+
+
+def last(config: Config) -> LastAudit | None:
+    """The last saved audit, or None (never run, or not a regular file its owner wrote)."""
     from .parse import read_bytes
 
     path = audit_path(config)
@@ -153,4 +158,7 @@ def last(config: Config) -> dict[str, object] | None:
         data = json.loads(raw) if size <= MAX_AUDIT_BYTES else None
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+    if not isinstance(data, dict) or not isinstance(data.get("findings"), list):
+        return None
+    found = [{str(k): str(v) for k, v in f.items()} for f in data["findings"] if isinstance(f, dict)]
+    return LastAudit(float(data.get("at") or 0), found)

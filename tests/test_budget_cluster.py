@@ -146,16 +146,21 @@ def test_a_run_its_account_no_longer_covers_is_cancelled_at_start(lean: Slurm) -
     assert (row["hold"], row["charge"]) == (600 * A100, int(rec["ElapsedRaw"]) * A100)
 
 
-def _slurmdbd_pid(slurm: Slurm) -> int:
+def _cluster_state(slurm: Slurm) -> Path:
+    """The cluster's own state folder (its daemons' pid files), from its marker."""
     marker = json.loads(Path(f"/var/lib/slurm-yolo-cluster/clusters/{slurm.release}.json").read_text())
-    state = Path(marker["state_dir"]).parent.parent  # <cluster state>/slurm-yolo/state
-    return int((state / "run" / "slurmdbd.pid").read_text())
+    return Path(marker["state_dir"]).parent.parent  # <cluster state>/slurm-yolo/state
+
+
+def _slurmdbd_pid(slurm: Slurm) -> int:
+    return int((_cluster_state(slurm) / "run" / "slurmdbd.pid").read_text())
 
 
 def _up(slurm: Slurm) -> None:
     """Bring back whatever is down (twice at most: a daemon killed a moment ago may still be exiting)."""
-    for attempt in range(3):
-        res = subprocess.run([str(REPO / "deploy" / "minicluster"), "up", slurm.release], capture_output=True, text=True)
+    for _ in range(3):
+        res = subprocess.run([str(REPO / "deploy" / "minicluster"), "up", slurm.release], capture_output=True, text=True,
+                             check=False)
         if res.returncode == 0:
             return
         time.sleep(2)
@@ -203,11 +208,6 @@ def test_a_run_that_ends_while_slurmdbd_is_down_is_settled_once_it_is_back(lean:
     assert f",hold={hold},charge={due},refund={refund}," in comment and f"state={cause}".lower() in comment.lower()
     if preemptor:
         lean.settled(preemptor)
-
-
-def _cluster_state(slurm: Slurm) -> Path:
-    marker = json.loads(Path(f"/var/lib/slurm-yolo-cluster/clusters/{slurm.release}.json").read_text())
-    return Path(marker["state_dir"]).parent.parent
 
 
 def _kill(pidfile: Path) -> None:

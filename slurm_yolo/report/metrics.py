@@ -67,7 +67,7 @@ def write_textfile(config: Config, directory: Path) -> Path:
             incidents = len(lg.open_incidents())
             queued = len(lg.unwritten_comments())
     audit = books.last(config)
-    findings = float(len(audit["findings"])) if audit and isinstance(audit.get("findings"), list) else float("nan")
+    findings = float(len(audit.findings)) if audit else float("nan")
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / "slurm_yolo.prom"
     fd, tmp = tempfile.mkstemp(prefix=".slurm_yolo.prom.", dir=directory)

@@ -1,0 +1,108 @@
+"""The books' pure parts: the AdminComment's text both ways, sacct's comment lines, the balances
+published for admission, and the audit's comparison, on a real ledger (SQLite) and made-up sacct
+records."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_yolo import availability, books, config, ledger
+from slurm_yolo.ledger import comment
+from slurm_yolo.slurm.records import JobRecord, comments_from_sacct
+
+SUBMIT = 1_796_000_000
+GPU = {"gres/gpu": "1", "cpu": "1"}
+
+
+@pytest.fixture
+def cfg() -> config.Config:
+    return config.load()
+
+
+def run(job_id: int, submit: int = SUBMIT, account: str = "vision") -> ledger.Run:
+    return ledger.Run("yolo", job_id, submit, 0, account, "alice", "a100", "normal", 1.0, 600, 600, 3000, 1.0)
+
+
+def record(job_id: int, state: str = "COMPLETED", elapsed: int = 100, submit: int = SUBMIT) -> JobRecord:
+    start = submit + 5
+    return JobRecord(job_id=job_id, submit=submit, state=state, partition="a100", account="vision", qos="normal",
+                     user="alice", tres=GPU, time_limit=600, elapsed=elapsed, start=start, cluster="yolo",
+                     end=start + elapsed)  # fmt: skip
+
+
+def settle(lg: ledger.Ledger, job_id: int, state: str = "COMPLETED", elapsed: int = 100, submit: int = SUBMIT) -> None:
+    r = run(job_id, submit)
+    lg.hold(r, 600 * 3000, None, "test")
+    lg.settle(r.key, 0 if state == "NODE_FAIL" else elapsed * 3000, state, elapsed, "test")
+
+
+def test_comment_names_each_run_and_survives_22_05_lowercasing(cfg: config.Config) -> None:
+    with ledger.writer(cfg) as lg:
+        settle(lg, 7, submit=SUBMIT)
+        settle(lg, 7, "NODE_FAIL", 40, submit=SUBMIT + 300)  # a requeued job's second run
+        [queued] = lg.unwritten_comments()
+    text = queued["text"]
+    assert text == (f"yolo:run={SUBMIT},est=,hold=1800000,charge=300000,refund=1500000,price=3000,rate=1,"
+                    f"state=COMPLETED,elapsed=100;run={SUBMIT + 300},est=,hold=1800000,charge=0,refund=1800000,"
+                    "price=3000,rate=1,state=NODE_FAIL,elapsed=40")  # fmt: skip
+    for stored in (text, text.lower()):
+        runs = comment.parse(stored)
+        assert runs[SUBMIT]["charge"] == "300000" and runs[SUBMIT + 300]["state"] == "NODE_FAIL"
+    assert comment.parse("slurm-yolo:worst=5") == {} and comment.parse("an admin's note") == {}
+
+
+def test_a_comment_is_written_once_and_requeued_when_another_run_settles(cfg: config.Config) -> None:
+    with ledger.writer(cfg) as lg:
+        settle(lg, 8)
+        [first] = lg.unwritten_comments()
+        lg.comment_done("yolo", 8, first["text"], "sacctmgr failed: slurmdbd down")
+        assert lg.unwritten_comments()[0]["attempts"] == 1
+        lg.comment_done("yolo", 8, first["text"])
+        assert lg.unwritten_comments() == []
+        settle(lg, 8, submit=SUBMIT + 60)
+        [again] = lg.unwritten_comments()
+        lg.comment_done("yolo", 8, first["text"])  # a stale writer's success does not mark the new text
+        assert lg.unwritten_comments()[0]["text"] == again["text"] != first["text"]
+
+
+def test_sacct_comment_lines_keep_bars_and_newlines_inside_the_comment() -> None:
+    text = f"12|yolo|{SUBMIT}|a|b\nstill b\n13|yolo|{SUBMIT + 1}|\n14|other|{SUBMIT + 2}|yolo:run=1"
+    assert comments_from_sacct(text) == {("yolo", 12, SUBMIT): "a|b\nstill b", ("yolo", 13, SUBMIT + 1): "",
+                                         ("other", 14, SUBMIT + 2): "yolo:run=1"}  # fmt: skip
+
+
+def test_availability_lists_balances_dearest_prices_and_rates(cfg: config.Config) -> None:
+    now = time.time()
+    with ledger.writer(cfg) as lg:
+        lg.credit("vision", 5_000, "test")
+        lg.credit("bad name\naccount vision 99", 1, "test")  # a name that could break a line is left out
+        lg.set_price("a100", 3000, now, "test")
+        lg.set_price("a100", 5000, now + 86400, "test")  # a scheduled rise: admission uses it already
+        lg.set_tier("yolo-prod", 0.8)
+        lg.set_tier("yolo-explore", 1.5)
+        now = time.time()
+        text = availability.render(lg, cfg, now)
+    lines = text.splitlines()
+    assert lines[0] == "slurm-yolo-availability 1" and f"stamp {int(now)}" in lines
+    assert "price a100 5000" in lines and "account vision 5000" in lines and "maxrate 1.5" in lines
+    assert "rate yolo-prod 0.8" in lines and not any("99" in line for line in lines)
+    assert Path(availability.path(cfg)).read_text().splitlines()[2:] == lines[2:]  # every write published it
+
+
+def test_audit_finds_each_kind_of_difference(cfg: config.Config) -> None:
+    with ledger.writer(cfg) as lg:
+        settle(lg, 1)  # agrees with sacct and its comment
+        settle(lg, 2, elapsed=90)  # sacct says it ran 100 s
+        lg.hold(run(3), 1_800_000, None, "test")  # sacct has its end; the ledger still holds it
+        settle(lg, 5)  # sacct never heard of it
+        texts = {r["job_id"]: r["text"] for r in lg.unwritten_comments()}
+    sacct = [record(1), record(2), record(3), record(4)]  # 4: a run the ledger never held
+    comments = {("yolo", 1, SUBMIT): texts[1], ("yolo", 2, SUBMIT): ""}
+    with ledger.reader(cfg) as lg:
+        found = books._compare(lg, cfg, sacct, comments, time.time() + 60, 0)
+    by = {(f.kind, f.key.split(":")[1]) for f in found}
+    assert by == {("differs", "2"), ("comment", "2"), ("unsettled", "3"), ("missing-in-ledger", "4"),
+                  ("missing-in-sacct", "5")}  # fmt: skip
