@@ -24,13 +24,11 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from .config import Config
 from .errors import UsageError
-
-if TYPE_CHECKING:
-    from .ledger import Ledger
 
 FILE_NAME = "availability"
 REFUSALS_NAME = "refusals.log"  # appended by the Lua script (as the SlurmUser), read by ``alerts``
@@ -47,46 +45,49 @@ def refusals_path(config: Config) -> Path:
     return config.state_dir / REFUSALS_NAME
 
 
-def render(lg: Ledger, config: Config, now: float) -> str:
-    """The file's text for the ledger as it is now."""
+def dearest_prices(prices: Iterable[Any], now: float, default: int) -> dict[str, int]:
+    """Per partition, the dearer of the price in effect at ``now`` (the newest version in effect, else
+    ``default``) and any price scheduled after it (rows of the ledger's prices table)."""
+    current: dict[str, tuple[float, int, int]] = {}
+    later: dict[str, int] = {}
+    for row in prices:
+        name, at, price = str(row["partition"]), float(row["effective_at"]), int(row["price"])
+        if at > now:
+            later[name] = max(later.get(name, 0), price)
+        elif name not in current or (at, int(row["id"])) >= current[name][:2]:
+            current[name] = (at, int(row["id"]), price)
+    return {name: max(later.get(name, 0), current[name][2] if name in current else default)
+            for name in current.keys() | later.keys()}  # fmt: skip
+
+
+def render(config: Config, now: float, accounts: Iterable[Any], prices: Iterable[Any],
+           tiers: Iterable[Any]) -> str:  # fmt: skip
+    """The file's text (pure) from the ledger's accounts, prices and tiers rows."""
     led = config["ledger"]
     default = int(led["default_price"])
     lines = [f"slurm-yolo-availability {VERSION}", f"stamp {int(now)}",
              f"unlimited {int(led['unlimited_hold_hours'] * 3600)}", f"default_price {default}"]  # fmt: skip
-    prices: dict[str, int] = {}
-    for row in lg.prices():
-        name = row["partition"]
-        if row["effective_at"] > now:  # a scheduled rise: admit at it
-            prices[name] = max(prices.get(name, 0), int(row["price"]))
-    for name in {row["partition"] for row in lg.prices()}:
-        prices[name] = max(prices.get(name, 0), lg.price_at(name, now, default))
-    rates = {row["qos"]: float(row["rate"]) for row in lg.tiers()}
+    dearest = dearest_prices(prices, now, default)
+    rates = {str(row["qos"]): float(row["rate"]) for row in tiers}
     lines.append(f"maxrate {max([1.0, *rates.values()])!r}")
-    lines += [f"price {p} {n}" for p, n in sorted(prices.items()) if _NAME.fullmatch(p)]
+    lines += [f"price {p} {n}" for p, n in sorted(dearest.items()) if _NAME.fullmatch(p)]
     lines += [f"rate {q} {r!r}" for q, r in sorted(rates.items()) if _NAME.fullmatch(q)]
     lines += [f"shards {p.name} {p.shards_per_gpu}" for p in config.partitions.values() if _NAME.fullmatch(p.name)]
-    lines += [f"account {a['name']} {int(a['balance'])}" for a in lg.accounts() if _NAME.fullmatch(a["name"])]
+    lines += [f"account {a['name']} {int(a['balance'])}" for a in accounts if _NAME.fullmatch(str(a["name"]))]
     return "\n".join(lines) + "\n"
 
 
-def publish(lg: Ledger, config: Config) -> None:
-    """Rewrite the file from the ledger (atomically: the script reads either the old or the new)."""
+def publish(config: Config, text: Callable[[float], str]) -> None:
+    """Rewrite the file (atomically: the script reads either the old or the new) with ``text(now)``,
+    read from the ledger once this writer has its turn."""
     target = path(config)
     with open(target.with_name(FILE_NAME + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        text = render(lg, config, time.time())
+        body = text(time.time())
         tmp = target.with_name(f".{FILE_NAME}.{os.getpid()}")
-        tmp.write_text(text)
+        tmp.write_text(body)
         tmp.chmod(0o644)
         os.replace(tmp, target)
-
-
-def publish_now(config: Config) -> None:
-    """Publish from a fresh read of the ledger (a new install, or cron after a failed write)."""
-    from . import ledger
-
-    with ledger.writer(config) as lg:
-        publish(lg, config)
 
 
 def script(config: Config) -> str:

@@ -84,7 +84,7 @@ def test_availability_lists_balances_dearest_prices_and_rates(cfg: config.Config
         lg.set_tier("yolo-prod", 0.8)
         lg.set_tier("yolo-explore", 1.5)
         now = time.time()
-        text = availability.render(lg, cfg, now)
+        text = availability.render(cfg, now, lg.accounts(), lg.prices(), lg.tiers())
     lines = text.splitlines()
     assert lines[0] == "slurm-yolo-availability 1" and f"stamp {int(now)}" in lines
     assert "price a100 5000" in lines and "account vision 5000" in lines and "maxrate 1.5" in lines

@@ -312,7 +312,7 @@ def publish() -> None:
     """Rewrite the balances slurmctld's admission reads (every ledger write does this too; cron and
     a new install use it)."""
     config = load_config()
-    availability.publish_now(config)
+    ledger.publish(config)
     click.echo(f"published {availability.path(config)}")
 
 

@@ -107,9 +107,15 @@ def _publish(lg: Ledger, config: Config) -> None:
     """Balances for slurmctld's admission after a write (a failure leaves the last file, whose stamp
     makes admission count every run started since as unheld: stale, never generous)."""
     try:
-        availability.publish(lg, config)
+        availability.publish(config, lambda now: availability.render(config, now, lg.accounts(), lg.prices(), lg.tiers()))
     except OSError as e:
         print(f"slurm-yolo: {availability.path(config)} not updated: {e}", file=sys.stderr)
+
+
+def publish(config: Config) -> None:
+    """Publish the balances from a fresh read of the ledger (a new install; cron after a failed write)."""
+    with writer(config) as lg:
+        _publish(lg, config)
 
 
 def reader(config: Config) -> Ledger | None:
