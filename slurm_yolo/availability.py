@@ -32,7 +32,7 @@ from .errors import UsageError
 
 FILE_NAME = "availability"
 REFUSALS_NAME = "refusals.log"  # appended by the Lua script (as the SlurmUser), read by ``alerts``
-VERSION = 1
+VERSION = 2
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
 _PATH = re.compile(r"/[^\x00-\x1f\x7f\"\\]*")
 
@@ -45,35 +45,38 @@ def refusals_path(config: Config) -> Path:
     return config.state_dir / REFUSALS_NAME
 
 
-def dearest_prices(prices: Iterable[Any], now: float, default: int) -> dict[str, int]:
-    """Per partition, the dearer of the price in effect at ``now`` (the newest version in effect, else
-    ``default``) and any price scheduled after it (rows of the ledger's prices table)."""
+def price_versions(prices: Iterable[Any], now: float) -> dict[str, list[tuple[int, int]]]:
+    """Per partition, (effective_at, price) of the version in effect at ``now`` and of each version
+    scheduled after it (rows of the ledger's prices table): the script picks the one in effect when
+    it runs, as the prolog will when the job starts."""
     current: dict[str, tuple[float, int, int]] = {}
-    later: dict[str, int] = {}
+    later: dict[str, list[tuple[int, int]]] = {}
     for row in prices:
         name, at, price = str(row["partition"]), float(row["effective_at"]), int(row["price"])
         if at > now:
-            later[name] = max(later.get(name, 0), price)
+            later.setdefault(name, []).append((int(at) + 1, price))  # whole seconds, never early
         elif name not in current or (at, int(row["id"])) >= current[name][:2]:
             current[name] = (at, int(row["id"]), price)
-    return {name: max(later.get(name, 0), current[name][2] if name in current else default)
+    return {name: sorted(([(0, current[name][2])] if name in current else []) + later.get(name, []))
             for name in current.keys() | later.keys()}  # fmt: skip
 
 
-def render(config: Config, now: float, accounts: Iterable[Any], prices: Iterable[Any],
-           tiers: Iterable[Any]) -> str:  # fmt: skip
-    """The file's text (pure) from the ledger's accounts, prices and tiers rows."""
+def render(config: Config, now: float, accounts: Iterable[Any], prices: Iterable[Any], tiers: Iterable[Any],
+           held: Iterable[tuple[str, int]]) -> str:  # fmt: skip
+    """The file's text (pure) from the ledger's accounts, prices and tiers rows, and the (cluster, job
+    id) of every run it holds now."""
     led = config["ledger"]
-    default = int(led["default_price"])
     lines = [f"slurm-yolo-availability {VERSION}", f"stamp {int(now)}",
-             f"unlimited {int(led['unlimited_hold_hours'] * 3600)}", f"default_price {default}"]  # fmt: skip
-    dearest = dearest_prices(prices, now, default)
+             f"unlimited {int(led['unlimited_hold_hours'] * 3600)}", f"default_price {int(led['default_price'])}"]  # fmt: skip
     rates = {str(row["qos"]): float(row["rate"]) for row in tiers}
     lines.append(f"maxrate {max([1.0, *rates.values()])!r}")
-    lines += [f"price {p} {n}" for p, n in sorted(dearest.items()) if _NAME.fullmatch(p)]
+    for name, versions in sorted(price_versions(prices, now).items()):
+        if _NAME.fullmatch(name):
+            lines += [f"price {name} {price} {at}" for at, price in versions]
     lines += [f"rate {q} {r!r}" for q, r in sorted(rates.items()) if _NAME.fullmatch(q)]
     lines += [f"shards {p.name} {p.shards_per_gpu}" for p in config.partitions.values() if _NAME.fullmatch(p.name)]
     lines += [f"account {a['name']} {int(a['balance'])}" for a in accounts if _NAME.fullmatch(str(a["name"]))]
+    lines += [f"held {cluster} {int(job)}" for cluster, job in sorted(set(held)) if _NAME.fullmatch(cluster)]
     return "\n".join(lines) + "\n"
 
 
@@ -90,9 +93,10 @@ def publish(config: Config, text: Callable[[float], str]) -> None:
         os.replace(tmp, target)
 
 
-def script(config: Config) -> str:
-    """The job_submit.lua text for this config: where to read balances and to note refusals, and the
-    SlurmUser's uid (who may still change a pending job's resources)."""
+def script(config: Config, cluster: str) -> str:
+    """The job_submit.lua text for this config and cluster (its ClusterName: the runs of its jobs the
+    ledger holds): where to read balances and to note refusals, and the SlurmUser's uid (who may still
+    change a pending job's resources)."""
     import pwd
 
     owner = config["paths"]["owner"]
@@ -100,9 +104,11 @@ def script(config: Config) -> str:
         uid = pwd.getpwnam(owner).pw_uid
     except KeyError:
         raise UsageError(f"paths.owner {owner!r} is not a user on this host") from None
+    if not _NAME.fullmatch(cluster):
+        raise UsageError(f"cluster name {cluster!r} is not a plain name")
     for p in (path(config), refusals_path(config)):
         if not _PATH.fullmatch(str(p)):
             raise UsageError(f"{p}: a path with quotes, backslashes or control characters cannot go into Lua")
     text = (Path(__file__).with_name("job_submit.lua")).read_text()
     return (text.replace("@AVAILABILITY@", str(path(config))).replace("@REFUSALS@", str(refusals_path(config)))
-            .replace("@SLURM_UID@", str(uid)))  # fmt: skip
+            .replace("@SLURM_UID@", str(uid)).replace("@CLUSTER@", cluster))  # fmt: skip

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from . import ledger
+from . import db, ledger
 from .config import Config
 from .errors import SlurmYoloError
 from .ledger import comment, policy
@@ -134,13 +134,30 @@ def audit_path(config: Config) -> Path:
     return config.state_dir / AUDIT_NAME
 
 
+def requeue_comments(config: Config, findings: list[Finding]) -> int:
+    """Queue again the AdminComments the audit found missing or wrong in sacct (slurmdbd took them,
+    then lost them to a later record); cron's ``ledger comments`` writes them. How many."""
+    jobs = set()
+    for f in findings:
+        cluster, _, rest = f.key.partition(":")
+        if f.kind == "comment" and rest.split(":")[0].isdigit():
+            jobs.add((cluster, int(rest.split(":")[0])))
+    if jobs:
+        with ledger.writer(config) as lg:
+            for cluster, job_id in sorted(jobs):
+                lg.requeue_comment(cluster, job_id)
+    return len(jobs)
+
+
 def save(config: Config, findings: list[Finding], window_days: float) -> None:
-    """The last audit, for ``alerts`` and the metrics (written by the state's owner, atomically)."""
+    """The last audit, for ``alerts`` and the metrics: written as the state's owner (root's run too,
+    so that ``last`` accepts it), atomically."""
     target = audit_path(config)
-    tmp = target.with_name(f".{AUDIT_NAME}.{os.getpid()}")
-    tmp.write_text(json.dumps({"at": time.time(), "window_days": window_days,
-                               "findings": [f._asdict() for f in findings]}) + "\n")  # fmt: skip
-    os.replace(tmp, target)
+    with db.as_state_owner(config.state_dir, config["paths"]["owner"]):
+        tmp = target.with_name(f".{AUDIT_NAME}.{os.getpid()}")
+        tmp.write_text(json.dumps({"at": time.time(), "window_days": window_days,
+                                   "findings": [f._asdict() for f in findings]}) + "\n")  # fmt: skip
+        os.replace(tmp, target)
 
 
 class LastAudit(NamedTuple):

@@ -7,17 +7,19 @@ hold) exceeds what the account has left:
 
     left = balance in the ledger (holds already taken out)
          - worst cases of the account's pending GPU jobs (slurmctld's own job list)
-         - worst cases of its GPU jobs that started after the ledger last published (not held yet)
+         - worst cases of its running GPU jobs the ledger holds nothing for (just started, or a failed prolog)
 
-The ledger publishes balances, prices and tier rates to AVAILABILITY (a small text file it rewrites
-atomically after every write); this script never writes the ledger. Installed by
-`slurm-yolo admission script > /etc/slurm/job_submit.lua` (that fills in the two paths below) and
-`JobSubmitPlugins=lua` in slurm.conf. Without a readable AVAILABILITY file, GPU jobs are refused:
+The ledger publishes balances, prices (with their scheduled changes), tier rates and the jobs it
+holds runs of to AVAILABILITY, a small text file it rewrites atomically after every write; this
+script never writes the ledger. Installed by `slurm-yolo ledger admission-script >
+/etc/slurm/job_submit.lua` (which fills in the paths, the cluster's name and the SlurmUser's uid
+below) and `JobSubmitPlugins=lua` in slurm.conf. Without a readable AVAILABILITY file, GPU jobs are refused:
 an unknown budget is not an unlimited one.
 ]]
 
 local AVAILABILITY = "@AVAILABILITY@"
 local REFUSALS = "@REFUSALS@"
+local CLUSTER = "@CLUSTER@"
 
 local NO_VAL, INFINITE, NO_VAL16 = 4294967294, 4294967295, 65534
 local PENDING, RUNNING = 0, 1
@@ -27,20 +29,24 @@ local function valid(n)
   return n ~= nil and n ~= NO_VAL and n ~= INFINITE and n ~= NO_VAL16
 end
 
--- The published state: {stamp, unlimited, default_price, maxrate, price{}, rate{}, shards{}, account{}}.
+-- The published state: {stamp, unlimited, default_price, maxrate, price{partition: {{from, price}...}},
+-- rate{}, shards{}, account{}, held{job id: true}}.
 local function read_state()
   local f = io.open(AVAILABILITY, "r")
   if not f then return nil end
-  local s = {price = {}, rate = {}, shards = {}, account = {}, maxrate = 1}
+  local s = {price = {}, rate = {}, shards = {}, account = {}, held = {}, maxrate = 1}
   local ok = false
   for line in f:lines() do
-    local key, a, b = line:match("^(%S+) (%S+) ?(%S*)$")
-    if key == "slurm-yolo-availability" then ok = (a == "1")
+    local key, a, b, c = line:match("^(%S+) (%S+) ?(%S*) ?(%S*)$")
+    if key == "slurm-yolo-availability" then ok = (a == "2")
     elseif key == "stamp" then s.stamp = tonumber(a)
     elseif key == "unlimited" then s.unlimited = tonumber(a)
     elseif key == "default_price" then s.default_price = tonumber(a)
     elseif key == "maxrate" then s.maxrate = tonumber(a)
-    elseif key == "price" then s.price[a] = tonumber(b)
+    elseif key == "price" then
+      s.price[a] = s.price[a] or {}
+      table.insert(s.price[a], {tonumber(c) or 0, tonumber(b)})
+    elseif key == "held" and a == CLUSTER then s.held[tonumber(b) or -1] = true
     elseif key == "rate" then s.rate[a] = tonumber(b)
     elseif key == "shards" then s.shards[a] = tonumber(b)
     elseif key == "account" then s.account[a] = tonumber(b)
@@ -73,8 +79,13 @@ local function share(state, partition, gpus, shards)
   return 0
 end
 
+-- The partition's price in effect now (versions in time order), as its prolog would hold it.
 local function price_of(state, partition)
-  return state.price[partition] or state.default_price
+  local now, price = os.time(), state.default_price
+  for _, v in ipairs(state.price[partition] or {}) do
+    if v[1] <= now then price = v[2] end
+  end
+  return price
 end
 
 -- Tokens, rounded up to the token as the prolog rounds its exact product: a float within a
@@ -170,13 +181,14 @@ local function recently_admitted(account)
   return total
 end
 
--- What the account's pending GPU jobs (and those started since the last publication) may still hold.
+-- What the account's pending GPU jobs, and its running ones the ledger holds nothing for yet (just
+-- started, or their prolog failed), may still hold.
 local function committed(state, account)
   local total = recently_admitted(account)
   for _, job in pairs(slurm.jobs or {}) do
     local st = (job.job_state or -1) % 256
-    local fresh = st == RUNNING and (job.start_time or 0) >= state.stamp - 1
-    if job.account == account and (st == PENDING or fresh) then
+    local unheld = st == RUNNING and not state.held[job.job_id]
+    if job.account == account and (st == PENDING or unheld) then
       local tasks = st == PENDING and math.max(job.array_task_cnt or 1, 1) or 1
       local g, s = gres_units(job.tres_fmt_req_str)  -- what it asked for, over all its nodes
       if g > 0 or s > 0 then

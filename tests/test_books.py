@@ -74,21 +74,24 @@ def test_sacct_comment_lines_keep_bars_and_newlines_inside_the_comment() -> None
                                          ("other", 14, SUBMIT + 2): "yolo:run=1"}  # fmt: skip
 
 
-def test_availability_lists_balances_dearest_prices_and_rates(cfg: config.Config) -> None:
-    now = time.time()
+def test_availability_lists_balances_prices_rates_and_held_jobs(cfg: config.Config) -> None:
+    t0 = time.time()
     with ledger.writer(cfg) as lg:
         lg.credit("vision", 5_000, "test")
         lg.credit("bad name\naccount vision 99", 1, "test")  # a name that could break a line is left out
-        lg.set_price("a100", 3000, now, "test")
-        lg.set_price("a100", 5000, now + 86400, "test")  # a scheduled rise: admission uses it already
+        lg.set_price("a100", 3000, t0, "test")
+        lg.set_price("a100", 5000, t0 + 86400, "test")
         lg.set_tier("yolo-prod", 0.8)
         lg.set_tier("yolo-explore", 1.5)
         now = time.time()
-        text = availability.render(cfg, now, lg.accounts(), lg.prices(), lg.tiers())
+        lg.hold(run(41), 5, None, "test")
+        text = availability.render(cfg, now, lg.accounts(), lg.prices(), lg.tiers(), lg.held_jobs())
     lines = text.splitlines()
-    assert lines[0] == "slurm-yolo-availability 1" and f"stamp {int(now)}" in lines
-    assert "price a100 5000" in lines and "account vision 5000" in lines and "maxrate 1.5" in lines
-    assert "rate yolo-prod 0.8" in lines and not any("99" in line for line in lines)
+    assert lines[0] == "slurm-yolo-availability 2" and f"stamp {int(now)}" in lines
+    later = int(t0 + 86400) + 1  # a scheduled price: the script switches to it when it takes effect
+    assert [line for line in lines if line.startswith("price a100")] == ["price a100 3000 0", f"price a100 5000 {later}"]
+    assert "account vision 4995" in lines and "maxrate 1.5" in lines and "held yolo 41" in lines
+    assert "rate yolo-prod 0.8" in lines and [line for line in lines if line.startswith("account")] == ["account vision 4995"]
     assert Path(availability.path(cfg)).read_text().splitlines()[2:] == lines[2:]  # every write published it
 
 

@@ -321,7 +321,9 @@ def publish() -> None:
 def admission_script() -> None:
     """Print job_submit.lua for this config (install as /etc/slurm/job_submit.lua with
     JobSubmitPlugins=lua): every GPU submission is checked against the account's tokens."""
-    click.echo(availability.script(load_config()), nl=False)
+    config = load_config()
+    cluster = commands.cluster_name(Path(config["slurm"]["bin_dir"]))
+    click.echo(availability.script(config, cluster), nl=False)
 
 
 @ledger_group.command()
@@ -329,7 +331,9 @@ def admission_script() -> None:
 def comments() -> None:
     """Write the AdminComments of settled jobs that slurmdbd has not taken yet (after each settlement,
     and cron: a comment stays queued until sacctmgr takes it)."""
-    written, failed = books.write_comments(load_config())
+    config = load_config()
+    visibility.require_admin(visibility.viewer(config), "slurm-yolo ledger comments")
+    written, failed = books.write_comments(config)
     for line in failed:
         click.echo(f"Error: {line}", err=True)
     click.echo(f"{written} AdminComment(s) written, {len(failed)} still queued")
@@ -355,8 +359,10 @@ def audit(window_days: float | None, since: str | None, min_age: float, as_json:
     viewer = visibility.viewer(config)
     visibility.require_admin(viewer, "slurm-yolo ledger audit")
     findings = books.audit(config, window, min_age)
-    if viewer.uid == 0 or viewer.user == viewer.owner:  # what alerts and the metrics report
-        books.save(config, findings, window)
+    if viewer.uid == 0 or viewer.user == viewer.owner:
+        books.requeue_comments(config, findings)  # lost AdminComments: `ledger comments` writes them again
+        if window_days is None and since is None:  # cron's audit is what alerts and the metrics report
+            books.save(config, findings, window)
     if as_json:
         echo_json([f._asdict() for f in findings])
     else:

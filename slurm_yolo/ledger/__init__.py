@@ -107,7 +107,8 @@ def _publish(lg: Ledger, config: Config) -> None:
     """Balances for slurmctld's admission after a write (a failure leaves the last file, whose stamp
     makes admission count every run started since as unheld: stale, never generous)."""
     try:
-        availability.publish(config, lambda now: availability.render(config, now, lg.accounts(), lg.prices(), lg.tiers()))
+        availability.publish(config, lambda now: availability.render(config, now, lg.accounts(), lg.prices(), lg.tiers(),
+                                                                     lg.held_jobs()))  # fmt: skip
     except OSError as e:
         print(f"slurm-yolo: {availability.path(config)} not updated: {e}", file=sys.stderr)
 
@@ -308,6 +309,10 @@ class Ledger:
             "SELECT * FROM jobs WHERE cluster = ? AND job_id = ? AND state = 'held'", (cluster, job_id)
         ).fetchall()
 
+    def held_jobs(self) -> list[tuple[str, int]]:
+        """(cluster, job id) of every run holding tokens now."""
+        return [(r["cluster"], r["job_id"]) for r in self.conn.execute("SELECT DISTINCT cluster, job_id FROM jobs WHERE state = 'held'")]
+
     def stale_holds(self, older_than: float) -> list[sqlite3.Row]:
         """Runs held since before ``older_than`` (epoch seconds) and still not settled."""
         return self.conn.execute(
@@ -414,6 +419,11 @@ class Ledger:
             " job_id) DO UPDATE SET text = excluded.text, queued_at = excluded.queued_at, written_at = NULL,"
             " attempts = 0, error = ''", (cluster, job_id, comment.render(settled), now),
         )  # fmt: skip
+
+    def requeue_comment(self, cluster: str, job_id: int) -> None:
+        """Queue the job's AdminComment again (the audit found sacct without it: written, then lost)."""
+        with self._tx():
+            self._queue_comment(cluster, job_id, time.time())
 
     def unwritten_comments(self, limit: int = 1000) -> list[sqlite3.Row]:
         """AdminComments sacctmgr has not taken yet, oldest first."""

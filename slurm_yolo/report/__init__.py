@@ -10,6 +10,7 @@ accounting in its AdminComment (written by the epilog).
 from __future__ import annotations
 
 import functools
+import math
 import pwd
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -190,9 +191,10 @@ def final_map(workdir: str, job_id: int, user: str) -> float | None:
     path = Path(workdir) / f"yolo-usage-{job_id}.jsonl"
     last = None
     for rec in iter_records(path, read_text(path, [], ROI_TAIL_BYTES, owner=uid)):
-        if rec.get("kind") in ("epoch", "end"):
-            value = (rec.get("metrics") or {}).get("metrics/mAP50-95(B)")
-            last = float(value) if value is not None else last
+        metrics = rec.get("metrics") if rec.get("kind") in ("epoch", "end") else None
+        value = metrics.get("metrics/mAP50-95(B)") if isinstance(metrics, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            last = float(value)  # anything else in the user's file (text, NaN, a list) is no figure
     return last
 
 

@@ -49,7 +49,8 @@ def run(
         raise SlurmError(f"{argv[0]}: no answer from Slurm within {timeout:.0f}s") from None
     if proc.returncode != 0:
         lines = [ln.strip() for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
-        reason = lines[-1] if lines else f"exit code {proc.returncode}"
+        ours = [ln for ln in lines if "slurm-yolo:" in ln]  # job_submit.lua's reason beats Slurm's generic last line
+        reason = (ours or lines)[-1] if lines else f"exit code {proc.returncode}"
         raise SlurmError(f"{argv[0]} failed: {reason}")
     return Result(argv=tuple(full), stdout=proc.stdout, stderr=proc.stderr)
 
