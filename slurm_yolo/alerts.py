@@ -20,7 +20,9 @@ from typing import NamedTuple
 
 from . import books, calibration, ledger
 from .config import Config
+from .errors import SlurmYoloError
 from .parse import read_bytes
+from .slurm import commands
 
 REFUSALS_LOG = "refusals.log"
 REFUSALS_TAIL_BYTES = 4 * 1024 * 1024  # ~40 bytes a refusal: the newest 100,000, weeks of them
@@ -79,6 +81,19 @@ def read_refusals(config: Config) -> list[Refusal]:
     return parse_refusals(text)
 
 
+def _members_only(refusals: list[Refusal], bin_dir: Path) -> list[Refusal]:
+    """The refusals of users who may submit to the account: admission runs before Slurm checks the
+    association, so anyone can be refused for anyone's account (one sacctmgr call per user)."""
+    accounts: dict[int, set[str]] = {}
+    for r in refusals:
+        if r.uid not in accounts:
+            try:
+                accounts[r.uid] = set(commands.accounts_of(pwd.getpwuid(r.uid).pw_name, bin_dir))
+            except (KeyError, SlurmYoloError):
+                accounts[r.uid] = set()
+    return [r for r in refusals if r.account in accounts[r.uid]]
+
+
 def refusal_streaks(refusals: Iterable[Refusal], last_charge: Mapping[str, float], since: float) -> dict[str, int]:
     """Per account, how many refusals in a row since ``since``: a job charged later breaks a streak."""
     streaks: dict[str, int] = {}
@@ -117,7 +132,7 @@ def check(config: Config, budget_share: float = 0.8, refusals: int = 3, drift: f
         alerts.append(Alert("audit", "sacct vs ledger", f"{len(audit.findings)} difference(s) ({', '.join(kinds)}) in"
                             " the last audit (slurm-yolo ledger audit)"))  # fmt: skip
     try:
-        found = read_refusals(config)
+        found = _members_only(read_refusals(config), Path(config["slurm"]["bin_dir"]))
     except OSError as e:
         alerts.append(Alert("refusals", str(refusals_path(config)), f"not read: {e.strerror or errno.errorcode.get(e.errno or 0, e)}"))
         found = []

@@ -75,6 +75,7 @@ def render(config: Config, now: float, accounts: Iterable[Any], prices: Iterable
             lines += [f"price {name} {price} {at}" for at, price in versions]
     lines += [f"rate {q} {r!r}" for q, r in sorted(rates.items()) if _NAME.fullmatch(q)]
     lines += [f"shards {p.name} {p.shards_per_gpu}" for p in config.partitions.values() if _NAME.fullmatch(p.name)]
+    lines += [f"gpus {p.name} {p.gpus_per_node}" for p in config.partitions.values() if _NAME.fullmatch(p.name)]
     lines += [f"account {a['name']} {int(a['balance'])}" for a in accounts if _NAME.fullmatch(str(a["name"]))]
     lines += [f"held {cluster} {int(job)}" for cluster, job in sorted(set(held)) if _NAME.fullmatch(cluster)]
     return "\n".join(lines) + "\n"

@@ -34,7 +34,7 @@ end
 local function read_state()
   local f = io.open(AVAILABILITY, "r")
   if not f then return nil end
-  local s = {price = {}, rate = {}, shards = {}, account = {}, held = {}, maxrate = 1}
+  local s = {price = {}, rate = {}, shards = {}, gpus = {}, account = {}, held = {}, maxrate = 1}
   local ok = false
   for line in f:lines() do
     local key, a, b, c = line:match("^(%S+) (%S+) ?(%S*) ?(%S*)$")
@@ -49,6 +49,7 @@ local function read_state()
     elseif key == "held" and a == CLUSTER then s.held[tonumber(b) or -1] = true
     elseif key == "rate" then s.rate[a] = tonumber(b)
     elseif key == "shards" then s.shards[a] = tonumber(b)
+    elseif key == "gpus" then s.gpus[a] = tonumber(b)
     elseif key == "account" then s.account[a] = tonumber(b)
     end
   end
@@ -105,18 +106,22 @@ local function seconds_of(state, minutes, part)
   return minutes * 60
 end
 
+-- Tasks in an --array spec ("0-9:2,15%4", "[0-9]"); nil for a spec this cannot read (refused).
 local function array_size(spec)
   if spec == nil or spec == "" then return 1 end
+  local text = tostring(spec):gsub("%%.*$", ""):gsub("[%[%]%s]", "")
   local n = 0
-  for range in tostring(spec):gsub("%%.*$", ""):gmatch("[^,]+") do
+  for range in text:gmatch("[^,]+") do
     local lo, hi, step = range:match("^(%d+)%-(%d+):?(%d*)$")
-    if lo then
-      n = n + math.floor((tonumber(hi) - tonumber(lo)) / (tonumber(step) or 1)) + 1
-    else
+    if lo and tonumber(hi) >= tonumber(lo) then
+      n = n + math.floor((tonumber(hi) - tonumber(lo)) / math.max(tonumber(step) or 1, 1)) + 1
+    elseif range:match("^%d+$") then
       n = n + 1
+    else
+      return nil
     end
   end
-  return math.max(n, 1)
+  return n > 0 and n or nil
 end
 
 local function default_partition(part_list)
@@ -147,21 +152,25 @@ end
 -- The worst case of one task of a new submission, and how it was reckoned (its dearest partition).
 local function desc_worst(state, job_desc, part_list)
   local gpus, shards = desc_units(job_desc)
-  if gpus == 0 and shards == 0 then return 0 end
+  local exclusive = job_desc.shared == 0  -- --exclusive: every GPU of its nodes, asked for or not
   local names = job_desc.partition or default_partition(part_list) or ""
   local rate = state.rate[job_desc.qos or job_desc.default_qos or ""] or 1
-  local worst, why = 0, ""
+  local worst, why, worst_seconds = 0, "", 0
   for name in names:gmatch("[^,]+") do
     local seconds = seconds_of(state, job_desc.time_limit, part_list[name])
     local units = share(state, name, gpus, shards)
-    local w = tokens(seconds, units, price_of(state, name), rate)
-    if w >= worst then
-      worst = w
+    if exclusive then
+      local nodes = valid(job_desc.min_nodes) and job_desc.min_nodes or 1
+      units = math.max(units, nodes * (state.gpus[name] or 0))
+    end
+    local w = units > 0 and tokens(seconds, units, price_of(state, name), rate) or 0
+    if w > 0 and w >= worst then
+      worst, worst_seconds = w, seconds
       why = string.format("%d s x %g GPU x %d tokens/GPU-s on %s x rate %g", seconds, units,
                           price_of(state, name), name, rate)
     end
   end
-  return worst, why
+  return worst, why, worst_seconds
 end
 
 -- Admissions of the last two seconds: slurmctld refreshes the script's copy of its job list
@@ -212,13 +221,13 @@ local function note_refusal(account, uid, need, left)
   if f then
     local name = account:gsub("[^%w_.%-]", "?")
     if name == "" then name = "?" end
-    f:write(string.format("%d %s %d %d %d\n", os.time(), name, uid, need, left))
+    f:write(string.format("%d %s %d %.0f %.0f\n", os.time(), name, uid, need, left))
     f:close()
   end
 end
 
 local function fmt(n)
-  local s = string.format("%d", n)
+  local s = string.format("%.0f", n)
   local out = s:reverse():gsub("(%d%d%d)", "%1,"):reverse()
   return (out:gsub("^(%-?),", "%1"))
 end
@@ -234,9 +243,16 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     end
     return slurm.SUCCESS
   end
-  local worst, why = desc_worst(state, job_desc, part_list)
+  local worst, why, seconds = desc_worst(state, job_desc, part_list)
   if worst == 0 then return slurm.SUCCESS end
   local tasks = array_size(job_desc.array_inx)
+  if tasks == nil then
+    slurm.log_user("slurm-yolo: --array=" .. tostring(job_desc.array_inx) .. " not understood (e.g. 0-9, 1,3,5, 0-99:2%4)")
+    return slurm.ESLURM_INVALID_ARRAY or slurm.ERROR
+  end
+  if not valid(job_desc.time_limit) and seconds == state.unlimited then
+    job_desc.time_limit = math.floor(state.unlimited / 60)  -- a GPU job without a limit runs as long as it holds for
+  end
   local need = worst * tasks
   local account = job_desc.account or job_desc.default_account or ""
   local balance = state.account[account] or 0
@@ -269,7 +285,13 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
       return slurm.ESLURM_ACCESS_DENIED or slurm.ERROR
     end
   end
-  for _, name in ipairs({"min_nodes", "max_nodes", "num_tasks", "ntasks_per_node"}) do
+  local limit, was = job_desc.time_limit, job_rec.time_limit
+  if limit ~= nil and limit ~= NO_VAL and (was == nil or was == NO_VAL or limit > was) then
+    slurm.log_user("slurm-yolo: a submitted job's time limit can only be lowered (its budget was checked" ..
+                   " at submission): cancel and resubmit")
+    return slurm.ESLURM_ACCESS_DENIED or slurm.ERROR
+  end
+  for _, name in ipairs({"min_nodes", "max_nodes", "num_tasks", "ntasks_per_node", "shared"}) do
     if valid(job_desc[name]) then
       slurm.log_user("slurm-yolo: " .. name .. " of a submitted job cannot change (its budget " ..
                      "was checked at submission): cancel and resubmit")

@@ -193,8 +193,12 @@ def final_map(workdir: str, job_id: int, user: str) -> float | None:
     for rec in iter_records(path, read_text(path, [], ROI_TAIL_BYTES, owner=uid)):
         metrics = rec.get("metrics") if rec.get("kind") in ("epoch", "end") else None
         value = metrics.get("metrics/mAP50-95(B)") if isinstance(metrics, dict) else None
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            last = float(value)  # anything else in the user's file (text, NaN, a list) is no figure
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            try:
+                figure = float(value)
+            except OverflowError:  # an integer of 400 digits
+                continue
+            last = figure if math.isfinite(figure) else last  # text, NaN, a list: no figure
     return last
 
 
