@@ -23,8 +23,8 @@ import fcntl
 import os
 import re
 import time
-from pathlib import Path
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from .config import Config
