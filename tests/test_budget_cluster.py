@@ -101,6 +101,24 @@ def test_a_pending_job_cannot_be_made_dearer_by_its_user(lean: Slurm) -> None:
     lean.cmd("scancel", str(job))
 
 
+def test_what_slurm_grants_beyond_the_request_is_counted_too(lean: Slurm) -> None:
+    """--exclusive gets every GPU of its node, an array spec in brackets every task, a job without a
+    time limit the hold's: each worst case as the prolog will hold it, refused beyond the balance."""
+    fund(lean, ("vision",), 2 * 60 * A100 - 1)  # less than one minute of the node's two GPUs
+    for args, worst in ((["--exclusive"], 2 * 60 * A100), (["--gres=gpu:a100:1", "--array=[0-9]"], 10 * 60 * A100)):
+        res = lean.cmd("sbatch", "-A", "vision", "-p", "a100", "-t", "1", *args, "--wrap", "true", user="alice",
+                       check=False)  # fmt: skip
+        assert res.returncode != 0 and f"its worst case is {worst:,} tokens" in res.stderr, (args, res.stderr)
+    fund(lean, ("vision",), 10**15)
+    job = lean.sbatch("-A", "vision", "-p", "a100", "--gres=gpu:a100:1", "--hold", script="true", user="alice")
+    limit = lean.cmd("squeue", "-h", "-j", str(job), "-o", "%l").stdout.strip()
+    assert limit == "7-00:00:00"  # ledger.unlimited_hold_hours, 168
+    for longer in ("TimeLimit=UNLIMITED", "TimeLimit=8-00:00:00"):
+        assert lean.cmd("scontrol", "update", f"jobid={job}", longer, user="alice", check=False).returncode != 0
+    assert lean.cmd("squeue", "-h", "-j", str(job), "-o", "%l").stdout.strip() == limit
+    lean.cmd("scancel", str(job))
+
+
 def test_twenty_submissions_racing_for_the_last_tokens_never_overdraw(lean: Slurm) -> None:
     worst = 60 * 1 * A100  # -t 1 on one a100 GPU
     fund(lean, ("vision",), 4 * worst + worst // 2)  # four fit, with half a fifth to spare

@@ -317,6 +317,7 @@ def test_dry_account_refused_by_yolo_sbatch_and_held_back_by_slurm(cluster: Slur
         assert "has 0.0 MTok left (balance 0.0 MTok - pending jobs 0.0 MTok); no refill covers it" in res.output
         assert priced.ledger().account("research")["balance"] == 1_000
 
+        set_balance(priced, "research", 10**9)
         gpu_job = priced.sbatch("-A", "research", "-p", "t4", "--gres=gpu:t4:1", "-t", "1", "--hold", script="true")
         set_balance(priced, "research", 0)
         limits = priced.cmd("sacctmgr", "-n", "-P", "show", "assoc", "where", "account=research", "format=grptresrunmins")

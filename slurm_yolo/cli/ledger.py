@@ -317,12 +317,13 @@ def publish() -> None:
 
 
 @ledger_group.command("admission-script")
+@click.option("--cluster", default="", help="The cluster's ClusterName (default: asked of its running slurmctld).")
 @library_errors
-def admission_script() -> None:
+def admission_script(cluster: str) -> None:
     """Print job_submit.lua for this config (install as /etc/slurm/job_submit.lua with
     JobSubmitPlugins=lua): every GPU submission is checked against the account's tokens."""
     config = load_config()
-    cluster = commands.cluster_name(Path(config["slurm"]["bin_dir"]))
+    cluster = cluster or commands.cluster_name(Path(config["slurm"]["bin_dir"]))
     click.echo(availability.script(config, cluster), nl=False)
 
 
