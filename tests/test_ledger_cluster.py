@@ -328,7 +328,8 @@ def test_dry_account_refused_by_yolo_sbatch_and_held_back_by_slurm(cluster: Slur
         cpu_job = priced.sbatch("-A", "research", "-p", "t4", "-t", "1", script="true")
         assert priced.ended(cpu_job)[0]["State"] == "COMPLETED"  # CPU jobs are not metered
         priced.cmd("scontrol", "release", str(gpu_job))  # admitted while funded: Slurm's own limit holds it back
-        reason = poll("pending reason", lambda: priced.cmd("squeue", "-h", "-j", str(gpu_job), "-o", "%r").stdout.strip())
+        reason = poll("pending reason", lambda: (r := priced.cmd("squeue", "-h", "-j", str(gpu_job), "-o", "%r").stdout.strip())
+                      not in ("", "None") and r)  # fmt: skip  # "None" until the scheduler has looked at it
         assert reason == "AssocGrpGRESRunMinutes"
         priced.cli("ledger", "deposit", "research", "1G")
         assert priced.ended(gpu_job)[0]["State"] == "COMPLETED"
