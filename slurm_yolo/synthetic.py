@@ -25,12 +25,12 @@ def _png(width: int, height: int, pixels: bytearray) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 1)) + chunk(b"IEND", b"")
 
 
-def image(size: int, rng: random.Random) -> tuple[bytes, list[str]]:
-    """One image with 1-3 boxes, and its YOLO label lines."""
+def image(size: int, rng: random.Random, objects: tuple[int, int] = (1, 3)) -> tuple[bytes, list[str]]:
+    """One image with ``objects`` (min, max) boxes, and its YOLO label lines."""
     base = rng.randrange(60, 120)
     pixels = bytearray(bytes((base,)) * (size * size * 3))
     labels = []
-    for _ in range(rng.randint(1, 3)):
+    for _ in range(rng.randint(*objects)):
         cls = rng.randrange(len(COLOURS))
         w, h = rng.randint(size // 6, size // 2), rng.randint(size // 6, size // 2)
         x0, y0 = rng.randrange(0, size - w), rng.randrange(0, size - h)
@@ -42,14 +42,19 @@ def image(size: int, rng: random.Random) -> tuple[bytes, list[str]]:
     return _png(size, size, pixels), labels
 
 
-def make_dataset(root: Path, train: int = 16, val: int = 8, size: int = 96, seed: int = 0) -> Path:
-    """Write ``root/{images,labels}/{train,val}`` and ``root/data.yaml``; returns the yaml path."""
+def make_dataset(
+    root: Path, train: int = 16, val: int = 8, size: int = 96, seed: int = 0, objects: tuple[int, int] = (1, 3)
+) -> Path:
+    """Write ``root/{images,labels}/{train,val}`` and ``root/data.yaml``; returns the yaml path.
+
+    Source resolution and objects per image change training speed at the same imgsz (the loader
+    resizes, the loss assigns targets), so benchmarks vary both."""
     rng = random.Random(seed)
     for split, n in (("train", train), ("val", val)):
         (root / "images" / split).mkdir(parents=True, exist_ok=True)
         (root / "labels" / split).mkdir(parents=True, exist_ok=True)
         for i in range(n):
-            png, labels = image(size, rng)
+            png, labels = image(size, rng, objects)
             (root / "images" / split / f"{i:05d}.png").write_bytes(png)
             (root / "labels" / split / f"{i:05d}.txt").write_text("\n".join(labels) + "\n")
     yaml_path = root / "data.yaml"
