@@ -1,75 +1,216 @@
-"""Prediction accuracy on real ultralytics CPU runs: calibrate on half, predict the other half.
+"""Prediction accuracy on the committed corpus of real ultralytics CPU runs (refits in seconds).
 
-Trains a grid of tiny runs (models, image sizes, batches, epochs, two generated datasets), then
-for two folds fits the time model on one half and predicts the training time of the other half, and
-prints each run's error, the error per model, and the seeds' pure ``T = k x tokens`` for comparison.
+Three models, each judged on whole-job time (what a time limit must cover):
+- the seeds' ``T = k x tokens`` (k fitted as the geometric mean of seconds per effective token, a
+  fixed 20% buffer);
+- slurm-yolo's model before the corpus (``bench/legacy_timemodel.py``);
+- today's model (``slurm_yolo.fitting``).
+
+It prints 10-fold cross-validation on the calibration split, the extrapolation split (fitted on the
+calibration runs, predicting the runs 3-10x bigger), the coverage the time limit promises against
+the coverage it realises (nested: each limit comes from a fit that did not see the run), the median
+time limit / actual wall for runs of 60 s or more, and how fits on 1, 2 and 3 runs per model compare
+with the prior alone.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
+import math
+import random
 import statistics
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
-from slurm_yolo import calibration, config
-from slurm_yolo.synthetic import make_dataset, train_run
-from slurm_yolo.timemodel import fit, predict_train_seconds
+from bench import corpus, legacy_timemodel
+from slurm_yolo import calibration, config, fitting
+from slurm_yolo.plan import time_limit
+from slurm_yolo.timemodel import Sample, TimeModel, buffer_for, effective_mtok, predict_seconds
 
-# (model, dataset, epochs, imgsz, batch)
-GRID = [
-    ("yolov8n.yaml", 0, 2, 96, 8), ("yolov8n.yaml", 1, 3, 128, 16), ("yolov8n.yaml", 0, 4, 64, 4),
-    ("yolov8n.yaml", 1, 1, 160, 8), ("yolov8n.yaml", 0, 3, 128, 8), ("yolov8n.yaml", 1, 2, 96, 16),
-    ("yolo11n.yaml", 0, 2, 96, 8), ("yolo11n.yaml", 1, 3, 128, 16), ("yolo11n.yaml", 0, 4, 64, 4),
-    ("yolo11n.yaml", 1, 1, 160, 8), ("yolo11n.yaml", 0, 3, 128, 8), ("yolo11n.yaml", 1, 2, 96, 16),
-    ("yolov8s.yaml", 0, 2, 96, 8), ("yolov8s.yaml", 1, 2, 128, 16), ("yolov8s.yaml", 0, 3, 64, 8),
-    ("yolov8s.yaml", 1, 1, 160, 8),
-]  # fmt: skip
+REF = 8.86
+DDP = 0.9
+LONG = 60.0  # runs at least this long (wall) for the limit / actual target
+FEW = (1, 2, 3)
+FEW_DRAWS = 10
 
 
-def main() -> dict[str, float]:
-    tmp = Path(tempfile.mkdtemp(prefix="slurm-yolo-bench-"))
-    try:
-        os.environ.update({"YOLO_OFFLINE": "1", "YOLO_VERBOSE": "False", "YOLO_CONFIG_DIR": str(tmp / "cfg"), "CUDA_VISIBLE_DEVICES": "",
-                           "SLURM_YOLO_HOME": str(tmp / "home")})  # fmt: skip
-        fonts = sorted(Path("/usr/share/fonts/truetype").rglob("*.ttf"))
-        (tmp / "cfg" / "Ultralytics").mkdir(parents=True)
-        if fonts:
-            shutil.copyfile(fonts[0], tmp / "cfg" / "Ultralytics" / "Arial.ttf")
-        data = [make_dataset(tmp / "ds0", 24, 8, 96, seed=0), make_dataset(tmp / "ds1", 48, 16, 160, seed=1)]
-        cfg = config.load()
-        samples = []
-        for i, (model, ds, epochs, imgsz, batch) in enumerate(GRID):
-            run = train_run(tmp / "runs", f"r{i}", model=model, data=str(data[ds]), epochs=epochs, imgsz=imgsz, batch=batch)
-            samples.append(calibration.sample_from_run_dir(run, cfg))
-        prior = calibration.prior(cfg)
-        errors: dict[str, list[float]] = {"model": [], "seeds k-only": []}
-        per_model: dict[str, list[float]] = {}
-        print(f"{'run':>4} {'model':<8} {'ep':>2} {'imgsz':>5} {'batch':>5} {'actual s':>9} {'pred s':>8} {'error':>7}")
-        for fold in (0, 1):
-            train = [s for i, s in enumerate(samples) if i % 2 != fold]
-            test = [(i, s) for i, s in enumerate(samples) if i % 2 == fold]
-            for label, forms in (("model", None), ("seeds k-only", (("k",),))):
-                tm = fit(train, prior, forms=forms) if forms else fit(train, prior)
-                for i, s in test:
-                    pred = predict_train_seconds(s.workload, tm, 1, 0.9, cfg["estimate"]["reference_gflops"])
-                    err = (pred - s.train_seconds) / s.train_seconds
-                    errors[label].append(abs(err))
-                    if label == "model":
-                        per_model.setdefault(s.workload.model, []).append(abs(err))
-                        w = s.workload
-                        print(f"{i:>4} {w.model:<8} {w.epochs:>2} {w.imgsz:>5} {w.batch:>5} {s.train_seconds:>9.2f} {pred:>8.2f} {err:>+7.1%}")
-            print(f"fold {fold}: fitted form {fit(train, prior).form} on {len(train)} runs")
-        for model, errs in sorted(per_model.items()):
-            print(f"{model:<8} median |error| {statistics.median(errs):.1%}, max {max(errs):.1%} ({len(errs)} runs)")
-        result = {label: statistics.median(errs) for label, errs in errors.items()}
-        print(f"overall median |error|: time model {result['model']:.1%}, seeds' T = k x tokens {result['seeds k-only']:.1%}"
-              f" (p90 {sorted(errors['model'])[int(0.9 * len(errors['model']))]:.1%} vs"
-              f" {sorted(errors['seeds k-only'])[int(0.9 * len(errors['seeds k-only']))]:.1%})")  # fmt: skip
-        return result
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+class Predictor(NamedTuple):
+    """A model fitted on some runs: whole-job seconds, and the time limit it would set."""
+
+    seconds: Callable[[Sample], float]
+    limit: Callable[[Sample], int]
+    promised: float | None
+
+
+Fitter = Callable[[list[Sample]], Predictor]
+
+
+def ours(prior: TimeModel, base: float, coverage: float) -> Fitter:
+    def fit(train: list[Sample]) -> Predictor:
+        tm = fitting.fit(train, prior, DDP, REF, coverage)
+        buf = buffer_for(tm, base)
+
+        def seconds(s: Sample) -> float:
+            return predict_seconds(s.workload, tm, s.gpus, DDP, REF, s.cpus)
+
+        return Predictor(seconds, lambda s: time_limit(seconds(s), buf.value), buf.coverage)
+
+    return fit
+
+
+def legacy(prior: TimeModel, base: float) -> Fitter:
+    lprior = legacy_timemodel.TimeModel(k=prior.k, overhead_seconds=5.0, val_weight=prior.val_weight,
+                                        iteration_seconds=0.0, startup_seconds=20.0)  # fmt: skip
+
+    def fit(train: list[Sample]) -> Predictor:
+        old = [legacy_timemodel.Sample(s.workload, s.gpus, s.train_seconds, s.key) for s in train]
+        tm = legacy_timemodel.fit(old, lprior, DDP, REF)
+        buf = legacy_timemodel.buffer_for(tm, base)
+
+        def seconds(s: Sample) -> float:
+            return legacy_timemodel.predict_seconds(s.workload, tm, s.gpus, DDP, REF)
+
+        return Predictor(seconds, lambda s: time_limit(seconds(s), buf.value), None)
+
+    return fit
+
+
+def seeds(base: float) -> Fitter:
+    unit = TimeModel(k=1.0, overhead_seconds=0, val_weight=1.0, iteration_seconds=0, startup_seconds=0)
+
+    def tokens(s: Sample) -> float:
+        tr, va, final = effective_mtok(s.workload, unit, REF)
+        return tr + va + final
+
+    def fit(train: list[Sample]) -> Predictor:
+        k = math.exp(statistics.fmean(math.log(wall(s) / tokens(s)) for s in train))
+        return Predictor(lambda s: k * tokens(s), lambda s: time_limit(k * tokens(s), base), None)
+
+    return fit
+
+
+def wall(s: Sample) -> float:
+    assert s.total_seconds is not None, "corpus runs carry their wall time"
+    return s.total_seconds
+
+
+class Scores(NamedTuple):
+    mape: float
+    median: float
+    p90: float
+    bias: float
+    realised: float  # share of runs within their time limit
+    limit_ratio: float | None  # median limit / actual over runs >= LONG s
+    long_runs: int
+
+
+def score(pairs: list[tuple[Sample, float, int]]) -> Scores:
+    errors = [(pred - wall(s)) / wall(s) for s, pred, _ in pairs]
+    absolute = sorted(abs(e) for e in errors)
+    long = [limit / wall(s) for s, _, limit in pairs if wall(s) >= LONG]
+    return Scores(
+        mape=statistics.fmean(absolute),
+        median=statistics.median(absolute),
+        p90=absolute[min(len(absolute) - 1, math.ceil(0.9 * len(absolute)) - 1)],
+        bias=statistics.fmean(errors),
+        realised=sum(1 for s, _, limit in pairs if wall(s) <= limit) / len(pairs),
+        limit_ratio=statistics.median(long) if long else None,
+        long_runs=len(long),
+    )
+
+
+def cross_validate(fitter: Fitter, runs: list[Sample], folds: int = 10) -> list[tuple[Sample, float, int]]:
+    out = []
+    for f in range(folds):
+        p = fitter([s for i, s in enumerate(runs) if i % folds != f])
+        out += [(s, p.seconds(s), p.limit(s)) for s in runs[f::folds]]
+    return out
+
+
+def held_out(fitter: Fitter, train: list[Sample], test: list[Sample]) -> tuple[list[tuple[Sample, float, int]], Predictor]:
+    p = fitter(train)
+    return [(s, p.seconds(s), p.limit(s)) for s in test], p
+
+
+def _row(label: str, sc: Scores) -> str:
+    ratio = f"{sc.limit_ratio:.2f} ({sc.long_runs})" if sc.limit_ratio else "-"
+    return (f"  {label:<26} MAPE {sc.mape:6.1%}  median {sc.median:6.1%}  p90 {sc.p90:6.1%}  bias {sc.bias:+6.1%}"
+            f"  covered {sc.realised:6.1%}  limit/actual>=60s {ratio}")  # fmt: skip
+
+
+def few_runs(fitter: Fitter, cal: list[Sample], test: list[Sample]) -> dict[int, tuple[float, float]]:
+    """MAPE (mean, worst over draws) after fitting n runs per model, on every run the fit did not see."""
+    by_model: dict[str, list[Sample]] = {}
+    for s in cal:
+        by_model.setdefault(s.workload.model, []).append(s)
+    rng = random.Random(7)
+    out = {}
+    for n in FEW:
+        mapes = []
+        for _ in range(FEW_DRAWS):
+            train = [s for runs in by_model.values() for s in rng.sample(runs, min(n, len(runs)))]
+            keys = {s.key for s in train}
+            p = fitter(train)
+            rest = [s for s in cal + test if s.key not in keys]
+            mapes.append(statistics.fmean(abs(p.seconds(s) - wall(s)) / wall(s) for s in rest))
+        out[n] = (statistics.fmean(mapes), max(mapes))
+    return out
+
+
+def main(path: Path = corpus.CORPUS) -> dict[str, float]:
+    runs = corpus.load(path)
+    cal = [s for rec, s in runs if rec["design"]["split"] == "calibration"]
+    ext = [s for rec, s in runs if rec["design"]["split"] == "extrapolation"]
+    cfg = config.load(Path("/nonexistent"))  # the shipped defaults: the priors every site starts from
+    prior = calibration.prior(cfg)
+    base, coverage = cfg["estimate"]["buffer"], cfg["estimate"]["coverage"]
+    cal_tokens = sorted(s.workload.train_tokens * s.workload.gflops for s in cal)
+    print(f"corpus {path.name}: {len(runs)} real ultralytics CPU runs ({len(cal)} calibration, {len(ext)} extrapolation:"
+          f" median {statistics.median(s.workload.train_tokens * s.workload.gflops for s in ext) / statistics.median(cal_tokens):.1f}x"
+          f" the calibration runs' FLOP-tokens); wall {min(map(wall, cal + ext)):.0f}-{max(map(wall, cal + ext)):.0f} s")  # fmt: skip
+    models = {"seeds T = k x tokens": seeds(base), "before the corpus": legacy(prior, base),
+              "this model": ours(prior, base, coverage)}  # fmt: skip
+    result: dict[str, float] = {}
+    for label, fitter in models.items():
+        cv = score(cross_validate(fitter, cal))
+        pairs, _ = held_out(fitter, cal, ext)
+        ex = score(pairs)
+        print(f"{label}:")
+        print(_row("10-fold CV (calibration)", cv))
+        print(_row("extrapolation (3-10x)", ex))
+        result[f"{label}: cv_mape"], result[f"{label}: extrapolation_mape"] = cv.mape, ex.mape
+    final = fitting.fit(cal, prior, DDP, REF, coverage)
+    promised = buffer_for(final, base).coverage or 0.0
+    cv_pairs = cross_validate(models["this model"], cal)
+    ext_pairs = held_out(models["this model"], cal, ext)[0]
+    cv, ex, pooled = score(cv_pairs), score(ext_pairs), score(cv_pairs + ext_pairs)
+    print(f"this model on all {len(cal)} calibration runs: cross-validated median error {final.cv_median:.1%},"
+          f" bias {final.cv_bias:+.1%}; limits promise {promised:.0%} coverage (actual/predicted up to"
+          f" {final.coverage_ratio:.2f}); realised {cv.realised:.1%} in CV, {ex.realised:.1%} extrapolating")  # fmt: skip
+    print(f"  fitted terms: k {final.k:.3g} s/MTok, overhead {final.overhead_seconds:.2f} s, {final.epoch_seconds:.2f} s/epoch,"
+          f" {final.val_pass_seconds:.2f} s/val pass, {final.iteration_seconds * 1000:.1f} ms/iteration x factor^{final.iteration_exponent:.2f},"
+          f" val weight {final.val_weight:.2f}, imgsz exponent {final.imgsz_exponent:.2f}, start-up {final.startup_seconds:.1f} s,"
+          f" families {', '.join(f'{k} {v:.2f}' for k, v in sorted(final.family_factors.items()))}")  # fmt: skip
+    prior_alone = Predictor(lambda s: predict_seconds(s.workload, prior, s.gpus, DDP, REF, s.cpus), lambda s: 0, None)
+    prior_mape = statistics.fmean(abs(prior_alone.seconds(s) - wall(s)) / wall(s) for s in cal + ext)
+    few = few_runs(models["this model"], cal, ext)
+    print(f"few runs (n per model, {FEW_DRAWS} random draws): prior alone MAPE {prior_mape:.1%}; "
+          + "; ".join(f"{n}: mean {m:.1%}, worst {w:.1%}" for n, (m, w) in few.items()))
+    targets = {
+        "CV MAPE <= 8%": cv.mape <= 0.08,
+        "|bias| <= 3%": abs(cv.bias) <= 0.03,
+        "extrapolation MAPE <= 12%": ex.mape <= 0.12,
+        f"realised coverage >= promised {promised:.0%}": min(cv.realised, ex.realised) >= promised,
+        f"median limit / actual <= 1.4 ({pooled.long_runs} runs >= 60 s, CV and extrapolation)":
+            (pooled.limit_ratio or math.inf) <= 1.4,
+        "1-3 runs never worse than the prior": all(w <= prior_mape for _, w in few.values()),
+    }
+    for name, ok in targets.items():
+        print(f"  target {name}: {'met' if ok else 'MISSED'}")
+    result.update({"cv_mape": cv.mape, "cv_bias": cv.bias, "extrapolation_mape": ex.mape, "promised": promised,
+                   "realised_cv": cv.realised, "realised_extrapolation": ex.realised,
+                   "limit_ratio_long": pooled.limit_ratio or math.inf})  # fmt: skip
+    return result
 
 
 if __name__ == "__main__":

@@ -25,8 +25,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from slurm_yolo.estimate import Workload
+from slurm_yolo.timemodel import Sample
 
 CORPUS = Path(__file__).parent / "corpus" / "runs.jsonl"
 SEED = 13
@@ -177,7 +181,7 @@ def generate(out: Path = CORPUS, seed: int = SEED, only: int | None = None) -> N
             env_job = {**env, "SLURM_SUBMIT_DIR": str(job), "SLURM_JOB_ID": str(900000 + d["index"])}
             cmd = [sys.executable, "-m", "slurm_yolo", "run", *_args(d, data[d["dataset"]], tmp / "runs")]
             started = time.monotonic()
-            proc = subprocess.run(cmd, env=env_job, cwd=job, capture_output=True, text=True)
+            proc = subprocess.run(cmd, env=env_job, cwd=job, capture_output=True, text=True, check=False)
             wall = time.monotonic() - started
             run_dir = tmp / "runs" / f"r{d['index']}"
             if proc.returncode != 0 or not (run_dir / "results.csv").exists():
@@ -222,3 +226,23 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{len(runs)} runs, rough total {total / 60:.0f} min", file=sys.stderr)
         return
     generate(a.out, a.seed, a.only)
+
+
+def load(path: Path = CORPUS) -> list[tuple[dict[str, Any], Sample]]:
+    """Every recorded run as (its record, its calibration sample): the workload the launcher wrote in
+    its start record (dataset counted, model resolved, as in a job), the epochs results.csv finished,
+    results.csv's training time, and the process's wall time as the job's elapsed."""
+    out = []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        start = next(r for r in rec["usage"] if r.get("kind") == "start")
+        rows = [r.split(",") for r in rec["results_csv"].strip().splitlines()]
+        col = [c.strip() for c in rows[0]].index("time")
+        w = Workload(**start["workload"])
+        done = len(rows) - 1
+        w = replace(w, epochs=done, val_passes=done if rec["design"]["val"] else 1 if done >= w.epochs else 0)
+        out.append((rec, Sample(w, max(1, rec["gpus"]), float(rows[-1][col]), key=f"corpus:{rec['design']['index']}",
+                                total_seconds=rec["wall_seconds"], cpus=rec["cpus"])))  # fmt: skip
+    return out

@@ -11,7 +11,7 @@ import json
 import sqlite3
 import time
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -19,7 +19,7 @@ from . import db
 from .config import Config
 from .errors import UsageError
 from .estimate import Workload
-from .timemodel import Sample, TimeModel, fit
+from .timemodel import Sample, TimeModel
 
 MIGRATIONS = (
     """
@@ -50,6 +50,8 @@ CREATE TABLE history (
 );
 CREATE INDEX history_partition ON history (partition, at)
 """,
+    # CPUs the run had: a GPU site's data-loader term needs them (images per second per loader CPU).
+    "ALTER TABLE samples ADD COLUMN cpus INTEGER NOT NULL DEFAULT 0",
 )
 
 WINDOW = 500  # most recent samples a refit reads
@@ -69,6 +71,12 @@ def prior(config: Config) -> TimeModel:
         val_weight=e["val_weight"],
         iteration_seconds=e["iteration_seconds"],
         startup_seconds=e["startup_seconds"],
+        epoch_seconds=e["epoch_seconds"],
+        val_pass_seconds=e["val_pass_seconds"],
+        imgsz_exponent=e["imgsz_exponent"],
+        batch_exponent=e["batch_exponent"],
+        iteration_exponent=e["iteration_exponent"],
+        loader_seconds=e["loader_seconds"],
     )
 
 
@@ -77,7 +85,7 @@ def _model_json(tm: TimeModel) -> str:
 
 
 def _model_from_json(text: str) -> TimeModel:
-    return TimeModel(**json.loads(text))
+    return TimeModel.from_dict(json.loads(text))
 
 
 class Calibrated(NamedTuple):
@@ -155,11 +163,11 @@ class Store:
         self.conn.close()
         self._stack.close()
 
-    def add_sample(self, partition: str, sample: Sample, source: str, total_seconds: float | None = None) -> bool:
+    def add_sample(self, partition: str, sample: Sample, source: str) -> bool:
         """Record a run; False when this key was recorded already (calibrating twice changes nothing)."""
         cur = self.conn.execute(
             "INSERT OR IGNORE INTO samples (partition, key, recorded_at, source, workload, gpus, train_seconds,"
-            " total_seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            " total_seconds, cpus) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 partition,
                 sample.key,
@@ -168,7 +176,8 @@ class Store:
                 json.dumps(sample.workload.to_dict()),
                 sample.gpus,
                 sample.train_seconds,
-                total_seconds,
+                sample.total_seconds,
+                sample.cpus,
             ),
         )
         return cur.rowcount == 1
@@ -180,7 +189,9 @@ class Store:
             (partition, since, limit),
         ).fetchall()
         return [
-            Sample(Workload(**json.loads(r["workload"])), r["gpus"], r["train_seconds"], r["key"]) for r in rows
+            Sample(Workload(**json.loads(r["workload"])), r["gpus"], r["train_seconds"], r["key"], r["total_seconds"],
+                   r["cpus"])
+            for r in rows
         ]
 
     def save(self, partition: str, tm: TimeModel, source: str) -> None:
@@ -249,11 +260,34 @@ class CalibrationResult:
         }
 
 
+def partition_prior(config: Config, current: TimeModel) -> TimeModel:
+    """What a refit shrinks toward: the config's priors, with what the partition's history knows that
+    its samples may not: family factors, and the start-up jobs measured (run folders cannot)."""
+    p = replace(prior(config), family_factors=current.family_factors)
+    if current.startup_n:
+        p = replace(p, startup_seconds=current.startup_seconds, startup_n=current.startup_n)
+    return p
+
+
+def fit_partition(config: Config, partition: str, samples: list[Sample], current: TimeModel) -> TimeModel:
+    """The partition's model fitted to ``samples`` (with cross-validation and its coverage)."""
+    from . import fitting  # numpy: admin and cron path only, and the hooks import this module
+
+    e = config["estimate"]
+    part = config.partition(partition)
+    return fitting.fit(samples, partition_prior(config, current), part.ddp_efficiency, e["reference_gflops"], e["coverage"])
+
+
+def startup_note(tm: TimeModel) -> str:
+    """Where a model's start-up comes from: only whole jobs (Slurm's elapsed) show it."""
+    if tm.startup_n:
+        return f"start-up {tm.startup_seconds:.1f} s, learned from {tm.startup_n} job(s)"
+    return f"start-up {tm.startup_seconds:.1f} s is the prior: run folders cannot show it, finished jobs will teach it"
+
+
 def refit(store: Store, partition: str, source: str) -> TimeModel:
     """Refit a partition from its recorded samples and store the result."""
-    config = store.config
-    part = config.partition(partition)
-    tm = fit(store.samples(partition), prior(config), part.ddp_efficiency, config["estimate"]["reference_gflops"])
+    tm = fit_partition(store.config, partition, store.samples(partition), load(store.config, partition).model)
     store.save(partition, tm, source)
     return tm
 

@@ -49,7 +49,14 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "overhead_seconds": 5.0,  # prior fixed cost inside training (dataloaders, first batch)
         "startup_seconds": 20.0,  # process start, model build, dataset scan: not in results.csv
         "val_weight": 0.5,  # prior cost of a validation token relative to a training token
-        "iteration_seconds": 0.0,  # prior per-iteration cost (optimizer step, logging)
+        "iteration_seconds": 0.02,  # prior per-iteration cost (optimizer step, collation, logging)
+        "epoch_seconds": 0.5,  # prior per-epoch cost (loader restart, metrics, checkpoint)
+        "val_pass_seconds": 0.5,  # prior per-validation-pass cost (set-up, NMS, metrics)
+        "imgsz_exponent": 0.3,  # cost per token ~ (imgsz / 640) ^ -this: small images cost more per pixel
+        "batch_exponent": 0.0,  # cost per token ~ (batch pixels / 16 x 640^2) ^ this (CPU: > 0, GPU: < 0)
+        "iteration_exponent": 0.3,  # per-step cost ~ model factor ^ this: far from FLOPs-proportional
+        "loader_seconds": 0.0,  # CPU-seconds per image in the data loader; > 0: a GPU site fits a loader bound
+        "coverage": 0.99,  # share of runs the time limit covers (cross-validated), buffer never below "buffer"
         "default_priority": "dev",
     },
     "light": {

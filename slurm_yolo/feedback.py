@@ -16,7 +16,7 @@ from . import calibration
 from .config import Config
 from .estimate import Workload
 from .parse.records import iter_records, parse_records, read_usage
-from .timemodel import Sample, TimeModel, ddp_factor, effective_mtok, predict_train_seconds, scaled_iterations
+from .timemodel import Sample, TimeModel, components, final_val_seconds, predict_train_seconds
 
 ALPHA = 0.3  # weight of one job in the running k
 MAX_STEP = 0.25  # an established partition's k moves at most this fraction per job
@@ -37,12 +37,15 @@ class Feedback:
     ratio: float | None = None
 
 
-def sample_from_usage(path: Path, key: str, owner: int | None = None) -> Sample | None:
+def sample_from_usage(path: Path, key: str, owner: int | None = None, elapsed: int | None = None) -> Sample | None:
     """The finished job as a calibration sample (None when its records say too little). The file is
     the job's user's: read bounded, never through a link or from a FIFO or device, and only when
-    ``owner`` (the job's uid, when given) owns it."""
+    ``owner`` (the job's uid, when given) owns it. ``elapsed`` (Slurm's, not the user's) is the whole
+    job's time when the records show one uninterrupted run; a requeued job's elapsed covers its last
+    run only."""
     text = read_usage(path, [], owner)
-    start = next((r for r in iter_records(path, text) if r.get("kind") == "start"), None)
+    records = list(iter_records(path, text))
+    start = next((r for r in records if r.get("kind") == "start"), None)
     parsed = parse_records(path, text)
     if not start or not isinstance(start.get("workload"), dict) or not parsed.per_epoch:
         return None
@@ -52,34 +55,44 @@ def sample_from_usage(path: Path, key: str, owner: int | None = None) -> Sample 
     seconds = sum(e.seconds or 0.0 for e in parsed.per_epoch)
     if seconds <= 0:
         return None
-    return Sample(replace(w, epochs=done, val_passes=passes), int(str(start.get("gpus") or 1)), seconds, key=key)
+    one_run = not any(r.get("kind") in ("resume", "requeue") for r in records)
+    total = float(elapsed) if elapsed and one_run and elapsed >= seconds else None
+    return Sample(replace(w, epochs=done, val_passes=passes), int(str(start.get("gpus") or 1)), seconds, key=key,
+                  total_seconds=total, cpus=int(str(start.get("cpus") or 0)))  # fmt: skip
 
 
 def nudge(tm: TimeModel, sample: Sample, ddp_eff: float, reference_gflops: float) -> tuple[TimeModel, float, str]:
-    """k moved toward this run (EWMA, bounded step); the ratio actual/predicted and why."""
-    predicted = predict_train_seconds(sample.workload, tm, sample.gpus, ddp_eff, reference_gflops)
+    """k moved toward this run (EWMA, bounded step), and the start-up toward what the job's elapsed
+    showed; the ratio actual/predicted and why."""
+    predicted = predict_train_seconds(sample.workload, tm, sample.gpus, ddp_eff, reference_gflops, sample.cpus)
     ratio = sample.train_seconds / predicted if predicted > 0 else float("inf")
     established = tm.n >= ESTABLISHED
     if established and not OUTLIER[0] <= ratio <= OUTLIER[1]:
         return tm, ratio, f"outlier: actual/predicted {ratio:.2f}, k unchanged"
-    tr, va, _ = effective_mtok(sample.workload, tm, reference_gflops)
-    compute = (tr + tm.val_weight * va) / ddp_factor(sample.gpus, ddp_eff)
-    fixed = tm.overhead_seconds + tm.iteration_seconds * scaled_iterations(sample.workload, reference_gflops)
-    if compute <= 0 or sample.train_seconds <= fixed:
-        return tm, ratio, "run too short to measure k"
-    measured = (sample.train_seconds - fixed) / compute
     alpha = max(ALPHA, 1 / (tm.n + 1))  # a running mean while the partition has few runs
+    notes = []
+    if sample.total_seconds:
+        gap = max(0.0, sample.total_seconds - sample.train_seconds - final_val_seconds(sample.workload, tm, reference_gflops))
+        weight = max(ALPHA, 1 / (tm.startup_n + 1))
+        startup = (1 - weight) * tm.startup_seconds + weight * gap
+        notes.append(f"start-up {tm.startup_seconds:.1f} -> {startup:.1f} s (this job {gap:.1f})")
+        tm = replace(tm, startup_seconds=startup, startup_n=tm.startup_n + 1)
+    c = components(sample.workload, tm, sample.gpus, ddp_eff, reference_gflops, sample.cpus)
+    per_k = c.compute / tm.k if tm.k > 0 else 0.0
+    if per_k <= 0 or sample.train_seconds <= c.fixed:
+        return tm, ratio, "; ".join(["run too short to measure k", *notes])
+    measured = (sample.train_seconds - c.fixed) / per_k
     k = (1 - alpha) * tm.k + alpha * measured
     if established:
         k = min(max(k, tm.k * (1 - MAX_STEP)), tm.k * (1 + MAX_STEP))
-    return replace(tm, k=k), ratio, f"k {tm.k:.4g} -> {k:.4g} (this job measured {measured:.4g})"
+    return replace(tm, k=k), ratio, "; ".join([f"k {tm.k:.4g} -> {k:.4g} (this job measured {measured:.4g})", *notes])
 
 
 def job_feedback(config: Config, partition: str, job_id: int, usage: Path, cluster: str = "default",
-                 owner: int | None = None) -> Feedback | None:  # fmt: skip
+                 owner: int | None = None, elapsed: int | None = None) -> Feedback | None:  # fmt: skip
     """Record the job's measured run and nudge its partition's k (the time model only: no hold or
     charge reads k); None when it left no usable records."""
-    sample = sample_from_usage(usage, key=f"job:{cluster}:{job_id}", owner=owner)
+    sample = sample_from_usage(usage, key=f"job:{cluster}:{job_id}", owner=owner, elapsed=elapsed)
     if sample is None:
         return None
     part = config.partition(partition)

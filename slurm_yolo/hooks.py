@@ -268,7 +268,8 @@ def after_settlement(config: Config, rec: JobRecord, row: sqlite3.Row, done: led
     if rec.state == "COMPLETED" and config["ledger"]["feedback"] and work_dir.startswith("/") and uid.isdigit():
         usage = Path(work_dir) / USAGE_NAME.format(job=rec.job_id)
         spawn_python(["feedback", "--job", str(rec.job_id), "--partition", rec.partition, "--cluster",
-                      rec.cluster or cluster_of(env), "--uid", uid, str(usage)], config)  # fmt: skip
+                      rec.cluster or cluster_of(env), "--uid", uid, "--elapsed", str(rec.elapsed), str(usage)],
+                     config)  # fmt: skip
 
 
 def _collect(query: subprocess.Popen[str] | None, config: Config) -> str:

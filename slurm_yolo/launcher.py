@@ -137,9 +137,10 @@ def gpu_telemetry() -> dict[str, float]:
     return out
 
 
-def start_record(s: spec_mod.TrainSpec, gpus: int) -> dict[str, Any]:
-    """The workload this job trains (dataset counted, model resolved as yolo-sbatch did)."""
-    record: dict[str, Any] = {"kind": "start", "imgsz": s.imgsz, "epochs": s.epochs, "gpus": max(1, gpus),
+def start_record(s: spec_mod.TrainSpec, gpus: int, cpus: int) -> dict[str, Any]:
+    """The workload this job trains (dataset counted, model resolved as yolo-sbatch did), and the
+    CPUs it has (a GPU site's data-loader term reads them)."""
+    record: dict[str, Any] = {"kind": "start", "imgsz": s.imgsz, "epochs": s.epochs, "gpus": max(1, gpus), "cpus": cpus,
                               "partition": os.environ.get("SLURM_JOB_PARTITION")}  # fmt: skip
     try:
         cfg = config_mod.load()
@@ -210,7 +211,7 @@ def run(words: list[str]) -> int:
     if s.model.endswith(".yaml"):
         args.setdefault("pretrained", False)
     recorder = UsageRecorder(usage_path(), s.imgsz)
-    recorder.write(start_record(s, gpus))
+    recorder.write(start_record(s, gpus, cpus))
     requeue = Requeue(recorder)
     resume_from = last_checkpoint(recorder.path) if int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) else None
     if resume_from:

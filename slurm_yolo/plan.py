@@ -15,7 +15,7 @@ from .config import Config, Partition
 from .errors import UsageError
 from .estimate import Workload, fmt_tokens, images_640, model_factor, tokens
 from .slurm.parsers import PartitionState
-from .timemodel import TimeModel, buffer_for, ddp_factor, predict_seconds, predict_train_seconds
+from .timemodel import TimeModel, buffer_for, ddp_factor, describe, predict_seconds, predict_train_seconds
 
 
 class Request(NamedTuple):
@@ -50,6 +50,7 @@ class Plan:
     predicted_train_seconds: float
     buffer: float
     buffer_reason: str
+    coverage: float | None  # share of runs like the model's the limit is promised to cover
     time_limit_seconds: int
     expected_wait_seconds: float | None
     workload: Workload
@@ -110,8 +111,9 @@ def plan_partition(
     """The plan on one partition."""
     ref = config["estimate"]["reference_gflops"]
     gpus, gpus_why = _gpus(w, tm, part, req, devices, ref)
-    predicted = predict_seconds(w, tm, gpus, part.ddp_efficiency, ref)
-    train = predict_train_seconds(w, tm, gpus, part.ddp_efficiency, ref)
+    cpus = config["job"]["cpus_per_gpu"] * gpus  # the loader term's CPUs, as render asks Slurm for them
+    predicted = predict_seconds(w, tm, gpus, part.ddp_efficiency, ref, cpus)
+    train = predict_train_seconds(w, tm, gpus, part.ddp_efficiency, ref, cpus)
     buf = buffer_for(tm, config["estimate"]["buffer"])
     limit = time_limit(predicted, buf.value)
 
@@ -150,11 +152,12 @@ def plan_partition(
         f" (val weight {tm.val_weight:.2f})",
         f"model: {w.model} {w.gflops:.2f} GFLOPs ({w.model_source}), factor {mf:.2f} x family {w.family} {ff:.2f}"
         f" -> {fmt_tokens(eff)} effective",
-        f"k: {tm.k:.4g} s/MTok per GPU, overhead {tm.overhead_seconds:.1f} s, {tm.iteration_seconds:.3g} s/iteration,"
-        f" start-up {tm.startup_seconds:.0f} s; from {k_source}",
+        f"time model: {k_source}",
+        *(f"  {line}" for line in describe(tm)),
         f"time: {predicted / 60:.1f} min predicted ({train / 60:.1f} min training) on {gpus} GPU(s)"
         f" [{gpus_why}, DDP x{ddp_factor(gpus, part.ddp_efficiency):.2f}]",
-        f"buffer: {buf.value:.2f} ({buf.reason}) -> time limit {limit // 60} min",
+        f"buffer: {buf.value:.2f} ({buf.reason}) -> time limit {limit // 60} min"
+        + (f", promised to cover {buf.coverage:.0%} of runs like the {tm.n} behind the model" if buf.coverage else ""),
         f"gres: {gres}" + (" (light job: shares a GPU)" if shard else ""),
         f"qos: {qos} ({'short job' if short else 'priority ' + req.priority})",
     ]
@@ -165,7 +168,7 @@ def plan_partition(
         tokens=tok, train_tokens=w.train_tokens, val_tokens=w.val_tokens + w.final_val_tokens,
         effective_tokens=eff, model_factor=mf, family_factor=ff, k=tm.k, k_source=k_source,
         predicted_seconds=predicted, predicted_train_seconds=train, buffer=buf.value, buffer_reason=buf.reason,
-        time_limit_seconds=limit, expected_wait_seconds=wait, workload=w, explain=explain,
+        coverage=buf.coverage, time_limit_seconds=limit, expected_wait_seconds=wait, workload=w, explain=explain,
     )  # fmt: skip
 
 

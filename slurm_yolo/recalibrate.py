@@ -3,7 +3,7 @@
 Samples are the jobs' measured runs (fed back by the epilog) and the run folders admins calibrated
 from. The fit is robust (Huber on relative error: a user's broken job does not move k), needs a
 minimum number of runs in the window, and moves k at most ``max_step`` per refit; every change
-lands in the history. It also reports the time-limit buffer the residuals would justify, and the
+lands in the history. It also reports the time-limit buffer its cross-validation justifies, and the
 price that would bill each partition at its measured throughput, for an admin to apply or not: a
 refit never changes what a run costs.
 """
@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, replace
 
 from . import calibration
 from .config import Config
-from .timemodel import TimeModel, buffer_for, fit
+from .timemodel import TimeModel, buffer_for
 
 
 @dataclass(frozen=True)
@@ -51,10 +51,8 @@ def refit_partition(store: calibration.Store, partition: str, window_days: float
     if len(samples) < min_samples:
         return Refit(partition, len(samples), old, old, False, f"{len(samples)} runs in {window_days:g} days < {min_samples}",
                      buffer_for(old, 0.0).value, base)  # fmt: skip
-    part = config.partition(partition)
-    prior = replace(calibration.prior(config), family_factors=old.family_factors)
-    new = fit(samples, prior, part.ddp_efficiency, config["estimate"]["reference_gflops"])
-    reason = f"refit on {len(samples)} runs, form {new.form}"
+    new = calibration.fit_partition(config, partition, samples, old)
+    reason = f"refit on {len(samples)} runs"
     if old.n and old.k > 0:
         lo, hi = old.k / (1 + max_step), old.k * (1 + max_step)
         if not lo <= new.k <= hi:

@@ -89,6 +89,7 @@ def comment(plan: Plan) -> str:
     return (
         f"yolo:tok={plan.tokens:.0f},eff={plan.effective_tokens:.0f},pred_s={plan.predicted_seconds:.0f},"
         f"limit_s={plan.time_limit_seconds},k={plan.k:.6g},gpus={plan.gpus}"
+        + (f",cov={plan.coverage:.3g}" if plan.coverage else "")
     )
 
 

@@ -1,56 +1,78 @@
-"""The time model and its robust fit (pure functions, no I/O).
+"""The time model: what a run costs, term by term (pure functions, no I/O, import-light).
 
-    train_seconds = overhead + (k x (train_eff + val_weight x val_eff)) / (gpus x ddp(gpus))
-                    + iteration_seconds x iterations x model_factor
-    seconds       = startup + train_seconds + k x val_weight x final_val_eff
+    train_seconds = overhead
+                    + epoch_seconds x epochs + val_pass_seconds x val_passes
+                    + iteration_seconds x iterations x model_factor^iteration_exponent
+                    + k x cost(imgsz) x (train_eff + val_weight x val_eff) / ddp(gpus)
+    seconds       = startup + train_seconds + val_pass_seconds + k x cost(imgsz) x val_weight x final_val_eff
 
-where ``*_eff`` are millions of effective tokens (tokens x GFLOPs / reference GFLOPs x family factor).
-``k`` alone (the seeds' form) is 22-85% off on short jobs: fixed start-up, per-epoch validation and
-per-iteration costs dominate them. The fit picks, by leave-one-out error, the richest form the data
-supports, so a partition with two runs gets ``k`` and one with dozens gets every term.
+Each term is something a run does: a fixed cost inside training (data loaders, first batch), a cost
+per epoch (loader restart, metrics, checkpoint) and per validation pass (set-up, NMS), a cost per
+optimizer step that grows far slower than the model's FLOPs, and compute. ``*_eff`` are millions of
+effective tokens (tokens x GFLOPs / reference GFLOPs x family factor) and ``cost(imgsz) =
+(imgsz / 640) ^ -imgsz_exponent x (batch x imgsz^2 / (16 x 640^2)) ^ batch_exponent``: small images
+cost more per pixel (measured ~1.5x at 96 px on CPU), and a batch's pixels change the cost per pixel
+(on a CPU big batches spill caches: > 0; on a GPU they fill it better: < 0). The
+start-up (process start, model build, saving) is not in results.csv; jobs teach it. The fit
+(``fitting``, numpy) never runs on the login path; this module only predicts.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from dataclasses import dataclass, field, fields
+from typing import Any, NamedTuple
 
 from .estimate import FAMILY_PRIOR, MTOK, Workload, model_factor
 
-# Candidate forms, simplest first: which linear terms are free ("a" overhead, "k", "w" val weight, "c" per iteration).
-FORMS: tuple[tuple[str, ...], ...] = (("k",), ("a", "k"), ("a", "k", "c"), ("a", "k", "w"), ("a", "k", "w", "c"))
-HUBER = 0.10  # relative residual beyond which a run counts as an outlier and is down-weighted
+REFERENCE_IMGSZ = 640  # where the model table's GFLOPs were measured: cost(640) = 1
+REFERENCE_BATCH = 16  # ultralytics' default batch: the batch term is 1 at 16 images of 640 px
 
 
 @dataclass(frozen=True)
 class TimeModel:
     """A partition's calibrated time model, with the evidence behind it."""
 
-    k: float
+    k: float  # seconds per million effective tokens per GPU, at imgsz 640
     overhead_seconds: float
     val_weight: float
-    iteration_seconds: float
+    iteration_seconds: float  # per optimizer step of the reference model
     startup_seconds: float
+    epoch_seconds: float = 0.0
+    val_pass_seconds: float = 0.0
+    imgsz_exponent: float = 0.0
+    batch_exponent: float = 0.0  # cost per token ~ (batch pixels / 16 x 640^2) ^ this: > 0 where big batches spill caches
+    iteration_exponent: float = 0.0
+    loader_seconds: float = 0.0  # CPU-seconds of data loading per training image; 0: not modelled
     family_factors: dict[str, float] = field(default_factory=dict)
     form: str = "prior"
     n: int = 0
-    loo_median: float | None = None  # median |pred - actual| / actual, leave-one-out
-    loo_p90: float | None = None
-    ratio_max: float | None = None  # largest actual / predicted (leave-one-out)
-    ratio_p95: float | None = None
+    startup_n: int = 0  # whole-job runs behind startup_seconds (jobs, not run folders)
+    cv_median: float | None = None  # median |pred - actual| / actual of the whole job, cross-validated
+    cv_p90: float | None = None
+    cv_bias: float | None = None  # mean signed (pred - actual) / actual: < 0 predicts low
+    coverage: float | None = None  # share of runs a limit of coverage_ratio x prediction covers
+    coverage_ratio: float | None = None  # the conformal quantile of cross-validated actual / predicted
 
     def family_factor(self, family: str) -> float:
         return self.family_factors.get(family, FAMILY_PRIOR.get(family, 1.0))
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TimeModel:
+        """A stored model; keys of older versions that this one no longer has are dropped."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
 
 class Sample(NamedTuple):
-    """One finished run: its workload, its GPUs and how long training took."""
+    """One finished run: its workload, its GPUs and CPUs, how long training (and the job) took."""
 
     workload: Workload
     gpus: int
     train_seconds: float
     key: str = ""
+    total_seconds: float | None = None  # the whole job (Slurm's elapsed), when a job reported it
+    cpus: int = 0  # CPUs the run had (0: unknown)
 
 
 def ddp_factor(gpus: int, efficiency: float) -> float:
@@ -60,175 +82,59 @@ def ddp_factor(gpus: int, efficiency: float) -> float:
     return gpus * efficiency ** math.log2(gpus)
 
 
-def scaled_iterations(w: Workload, reference_gflops: float) -> float:
-    """Iterations weighted by model size: the per-step cost (optimizer update, gradient bookkeeping,
-    data collation) grows with the parameter count, which tracks GFLOPs within a family."""
-    return w.iterations * model_factor(w.gflops, reference_gflops)
+def token_cost(w: Workload, tm: TimeModel, reference_gflops: float) -> float:
+    """Seconds-per-k of one effective million tokens of this workload (model, family, image size)."""
+    size = (max(1, w.imgsz) / REFERENCE_IMGSZ) ** -tm.imgsz_exponent
+    batch = (max(1, w.batch) * w.imgsz**2 / (REFERENCE_BATCH * REFERENCE_IMGSZ**2)) ** tm.batch_exponent
+    return model_factor(w.gflops, reference_gflops) * tm.family_factor(w.family) * size * batch / MTOK
 
 
 def effective_mtok(w: Workload, tm: TimeModel, reference_gflops: float) -> tuple[float, float, float]:
-    """(train, in-training val, final val) effective millions of tokens."""
-    scale = model_factor(w.gflops, reference_gflops) * tm.family_factor(w.family) / MTOK
+    """(train, in-training val, final val) effective millions of tokens, image-size cost included."""
+    scale = token_cost(w, tm, reference_gflops)
     return w.train_tokens * scale, w.val_tokens * scale, w.final_val_tokens * scale
 
 
-def predict_train_seconds(w: Workload, tm: TimeModel, gpus: int, ddp_eff: float, reference_gflops: float) -> float:
-    """Training time alone: what results.csv's ``time`` measures."""
+class Components(NamedTuple):
+    """The parts of a training-time prediction (seconds), for ``--explain`` and the k feedback."""
+
+    fixed: float  # overhead, per-epoch, per-validation and per-iteration costs
+    compute: float  # k x effective tokens / DDP speed-up
+    loader: float  # data loading when it, not compute, bounds an epoch (0 unless modelled)
+
+
+def components(w: Workload, tm: TimeModel, gpus: int, ddp_eff: float, reference_gflops: float, cpus: int = 0) -> Components:
+    """Training time split into what k scales and what it does not."""
     tr, va, _ = effective_mtok(w, tm, reference_gflops)
     compute = tm.k * (tr + tm.val_weight * va) / ddp_factor(max(1, gpus), ddp_eff)
-    return tm.overhead_seconds + compute + tm.iteration_seconds * scaled_iterations(w, reference_gflops)
+    steps = w.iterations * model_factor(w.gflops, reference_gflops) ** tm.iteration_exponent
+    fixed = (tm.overhead_seconds + tm.epoch_seconds * w.epochs + tm.val_pass_seconds * w.val_passes
+             + tm.iteration_seconds * steps)  # fmt: skip
+    loader = tm.loader_seconds * w.epochs * w.train_images / cpus if tm.loader_seconds > 0 and cpus > 0 else 0.0
+    return Components(fixed, compute, loader)
 
 
-def predict_seconds(w: Workload, tm: TimeModel, gpus: int, ddp_eff: float, reference_gflops: float) -> float:
-    """The whole job: start-up, training, final validation."""
+def predict_train_seconds(
+    w: Workload, tm: TimeModel, gpus: int, ddp_eff: float, reference_gflops: float, cpus: int = 0
+) -> float:
+    """Training time alone: what results.csv's ``time`` measures. A data-loader-bound run (a GPU site
+    that fitted ``loader_seconds``) takes the loader's time instead of the compute's."""
+    c = components(w, tm, gpus, ddp_eff, reference_gflops, cpus)
+    return c.fixed + max(c.compute, c.loader)
+
+
+def final_val_seconds(w: Workload, tm: TimeModel, reference_gflops: float) -> float:
+    """The validation ultralytics runs after training (best.pt, one device): not in results.csv."""
     _, _, final = effective_mtok(w, tm, reference_gflops)
-    train = predict_train_seconds(w, tm, gpus, ddp_eff, reference_gflops)
-    return tm.startup_seconds + train + tm.k * tm.val_weight * final
+    return tm.val_pass_seconds + tm.k * tm.val_weight * final
 
 
-# --- the fit -------------------------------------------------------------------------------------
-
-
-def _solve(rows: list[list[float]], ys: list[float], weights: list[float]) -> list[float] | None:
-    """Weighted least squares by normal equations (tiny systems); None when singular."""
-    p = len(rows[0])
-    ata = [[0.0] * p for _ in range(p)]
-    aty = [0.0] * p
-    for row, y, wt in zip(rows, ys, weights):
-        for i in range(p):
-            aty[i] += wt * row[i] * y
-            for j in range(p):
-                ata[i][j] += wt * row[i] * row[j]
-    # Gaussian elimination with partial pivoting.
-    m = [ata[i] + [aty[i]] for i in range(p)]
-    for col in range(p):
-        piv = max(range(col, p), key=lambda r: abs(m[r][col]))
-        if abs(m[piv][col]) < 1e-12 * max(1.0, max(abs(v) for v in m[piv][:p])):
-            return None
-        m[col], m[piv] = m[piv], m[col]
-        for r in range(p):
-            if r != col:
-                f = m[r][col] / m[col][col]
-                for c in range(col, p + 1):
-                    m[r][c] -= f * m[col][c]
-    return [m[i][p] / m[i][i] for i in range(p)]
-
-
-def _features(s: Sample, tm: TimeModel, ddp_eff: float, ref: float) -> dict[str, float]:
-    tr, va, _ = effective_mtok(s.workload, tm, ref)
-    scale = ddp_factor(max(1, s.gpus), ddp_eff)
-    return {"a": 1.0, "tr": tr / scale, "va": va / scale, "it": scaled_iterations(s.workload, ref)}
-
-
-def _columns(form: tuple[str, ...], f: dict[str, float], prior: TimeModel) -> list[float]:
-    """Design row for ``form``; a val weight that is not fitted comes from the prior."""
-    row: list[float] = []
-    if "a" in form:
-        row.append(f["a"])
-    if "w" in form:
-        row += [f["tr"], f["va"]]  # k and k*w
-    else:
-        row.append(f["tr"] + prior.val_weight * f["va"])
-    if "c" in form:
-        row.append(f["it"])
-    return row
-
-
-def _unpack(form: tuple[str, ...], coef: list[float], prior: TimeModel) -> TimeModel:
-    it = iter(coef)
-    a = next(it) if "a" in form else 0.0
-    k = next(it)
-    w = (next(it) / k if k > 0 else prior.val_weight) if "w" in form else prior.val_weight
-    c = next(it) if "c" in form else 0.0
-    return replace(prior, k=k, overhead_seconds=a, val_weight=w, iteration_seconds=c, form="+".join(form))
-
-
-def fit_linear(samples: list[Sample], form: tuple[str, ...], prior: TimeModel, ddp_eff: float, ref: float) -> TimeModel | None:
-    """Robust (Huber, relative error) non-negative fit of the linear terms of ``form``."""
-    feats = [_features(s, prior, ddp_eff, ref) for s in samples]
-    active = list(form)
-    for _ in range(len(form)):
-        rows = [_columns(tuple(active), f, prior) for f in feats]
-        ys = [s.train_seconds for s in samples]
-        weights = [1.0 / (y * y) for y in ys]  # relative error
-        coef = None
-        for _ in range(8):
-            coef = _solve(rows, ys, weights)
-            if coef is None:
-                return None
-            resid = [(sum(c * x for c, x in zip(coef, row)) - y) / y for row, y in zip(rows, ys)]
-            weights = [
-                (1.0 if abs(r) <= HUBER else HUBER / abs(r)) / (y * y) for r, y in zip(resid, ys)
-            ]
-        assert coef is not None
-        # Non-negativity: drop the most negative free term (never k) and refit.
-        names = [t for t in ("a", "k", "w", "c") if t in active]
-        negative = [(v, n) for v, n in zip(coef, names) if v < 0 and n != "k"]
-        if coef[names.index("k")] <= 0:
-            return None
-        if not negative:
-            tm = _unpack(tuple(active), coef, prior)
-            return replace(tm, form="+".join(form))
-        active.remove(min(negative)[1])
-    return None
-
-
-FOLDS = 10  # past this many runs, leave-one-out becomes 10-fold cross-validation (same answer, n/10 the fits)
-
-
-def _loo(samples: list[Sample], form: tuple[str, ...], prior: TimeModel, ddp_eff: float, ref: float) -> list[float] | None:
-    """Held-out ratios actual / predicted: leave-one-out, or k-fold for many runs."""
-    folds = len(samples) if len(samples) <= 4 * FOLDS else FOLDS
-    ratios = []
-    for f in range(folds):
-        tm = fit_linear([s for i, s in enumerate(samples) if i % folds != f], form, prior, ddp_eff, ref)
-        if tm is None:
-            return None
-        for s in samples[f::folds]:
-            pred = predict_train_seconds(s.workload, tm, s.gpus, ddp_eff, ref)
-            if pred <= 0:
-                return None
-            ratios.append(s.train_seconds / pred)
-    return ratios
-
-
-def _total_rel_error(samples: list[Sample], tm: TimeModel, ddp_eff: float, ref: float) -> float:
-    return sum(
-        abs(predict_train_seconds(s.workload, tm, s.gpus, ddp_eff, ref) - s.train_seconds) / s.train_seconds
-        for s in samples
-    )
-
-
-def _fit_families(samples: list[Sample], form: tuple[str, ...], prior: TimeModel, ddp_eff: float, ref: float) -> TimeModel:
-    """Per-family cost factors, relative to an anchor family that keeps its prior (yolov8 when present)."""
-    counts: dict[str, int] = {}
-    for s in samples:
-        counts[s.workload.family] = counts.get(s.workload.family, 0) + 1
-    fitted = [f for f, n in counts.items() if n >= 2]
-    if len(fitted) < 2:
-        return prior
-    anchor = "yolov8" if "yolov8" in fitted else max(fitted, key=lambda f: counts[f])
-    factors = {f: prior.family_factor(f) for f in counts}
-
-    def loss(fam: str, value: float) -> float:
-        trial = replace(prior, family_factors={**factors, fam: value})
-        tm = fit_linear(samples, form, trial, ddp_eff, ref)
-        return math.inf if tm is None else _total_rel_error(samples, tm, ddp_eff, ref)
-
-    for _ in range(2):
-        for fam in fitted:
-            if fam == anchor:
-                continue
-            lo, hi = math.log(factors[fam] / 4), math.log(factors[fam] * 4)
-            g = (math.sqrt(5) - 1) / 2
-            for _ in range(30):  # golden-section search on log scale
-                m1, m2 = hi - g * (hi - lo), lo + g * (hi - lo)
-                if loss(fam, math.exp(m1)) <= loss(fam, math.exp(m2)):
-                    hi = m2
-                else:
-                    lo = m1
-            factors[fam] = math.exp((lo + hi) / 2)
-    return replace(prior, family_factors=factors)
+def predict_seconds(
+    w: Workload, tm: TimeModel, gpus: int, ddp_eff: float, reference_gflops: float, cpus: int = 0
+) -> float:
+    """The whole job: start-up, training, final validation."""
+    train = predict_train_seconds(w, tm, gpus, ddp_eff, reference_gflops, cpus)
+    return tm.startup_seconds + train + final_val_seconds(w, tm, reference_gflops)
 
 
 def median(values: list[float]) -> float:
@@ -238,70 +144,50 @@ def median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    idx = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
-    return ordered[idx]
-
-
-def fit(
-    samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, reference_gflops: float = 8.86,
-    forms: tuple[tuple[str, ...], ...] = FORMS,
-) -> TimeModel:  # fmt: skip
-    """The best-supported model for these runs; ``prior`` supplies what the data cannot."""
-    if not samples:
-        return prior
-    n = len(samples)
-    best: tuple[float, TimeModel, list[float] | None] | None = None
-    for form in forms:
-        p = len(form)
-        if n < p + 2 and not (form == ("k",) and n >= 1):
-            continue
-        base = _fit_families(samples, form, prior, ddp_eff, reference_gflops) if n >= 4 else prior
-        tm = fit_linear(samples, form, base, ddp_eff, reference_gflops)
-        if tm is None:
-            continue
-        ratios = _loo(samples, form, base, ddp_eff, reference_gflops) if n >= 2 else None
-        score = math.inf if ratios is None else sum(abs(1 / r - 1) for r in ratios) / len(ratios)
-        # A richer form must beat the simpler one by 10% to be worth its parameters.
-        if best is None or score < best[0] * 0.9 or (best[0] == math.inf and score < math.inf):
-            best = (score, tm, ratios)
-    if best is None:
-        return prior
-    _, tm, ratios = best
-    tm = replace(tm, n=n)
-    if ratios:
-        errors = [abs(1 / r - 1) for r in ratios]
-        tm = replace(
-            tm,
-            loo_median=median(errors),
-            loo_p90=_quantile(errors, 0.9),
-            ratio_max=max(ratios),
-            ratio_p95=_quantile(ratios, 0.95),
-        )
-    return tm
-
-
 class Buffer(NamedTuple):
-    """The time-limit headroom and why."""
+    """The time-limit headroom, the coverage it promises, and why."""
 
     value: float
     reason: str
+    coverage: float | None = None  # share of runs like the calibration ones the limit covers
+
+
+FEW_RUNS = 5  # below this, the quantile rests on too little: at least FEW_RUNS_BUFFER
+
+
+FEW_RUNS_BUFFER = 0.5
 
 
 def buffer_for(tm: TimeModel, base: float) -> Buffer:
-    """Never below ``base``; widened to what the fit's leave-one-out residuals show, more with few runs."""
+    """The headroom that covers ``tm.coverage`` of cross-validated runs (split-conformal quantile of
+    actual / predicted), never below ``base``: the limit must not kill a job, and no more than that."""
     if tm.n == 0:
-        return Buffer(max(base, 1.0), "uncalibrated partition: prior k, limit doubled")
-    if tm.ratio_max is None:
-        return Buffer(max(base, 0.5), f"only {tm.n} calibration run(s): no residuals yet")
-    if tm.n < 20:
-        margin = 0.05 * (20 - tm.n) / 20
-        needed = tm.ratio_max - 1 + margin
-        why = f"max actual/predicted {tm.ratio_max:.2f} over {tm.n} runs + {margin:.2f} small-sample margin"
-    else:
-        needed = (tm.ratio_p95 or 1.0) - 1
-        why = f"p95 actual/predicted {tm.ratio_p95:.2f} over {tm.n} runs"
+        return Buffer(max(base, 1.0), "uncalibrated partition: prior model, limit doubled")
+    if tm.coverage_ratio is None or tm.coverage is None:
+        return Buffer(max(base, FEW_RUNS_BUFFER), f"only {tm.n} calibration run(s): no cross-validation yet")
+    needed = tm.coverage_ratio - 1
+    why = f"covers {tm.coverage:.0%} of {tm.n} cross-validated runs (actual/predicted up to {tm.coverage_ratio:.2f})"
+    if tm.n < FEW_RUNS and needed < FEW_RUNS_BUFFER:
+        return Buffer(max(base, FEW_RUNS_BUFFER), f"{why}; fewer than {FEW_RUNS} runs: at least {FEW_RUNS_BUFFER:.2f}",
+                      tm.coverage)  # fmt: skip
     if needed > base:
-        return Buffer(needed, why)
-    return Buffer(base, f"configured {base:.2f} (residuals need {max(0.0, needed):.2f}: {why})")
+        return Buffer(needed, why, tm.coverage)
+    return Buffer(base, f"configured {base:.2f} ({why})", tm.coverage)
+
+
+def describe(tm: TimeModel) -> list[str]:
+    """The model in two lines an admin can read: its terms, and the evidence behind them."""
+    terms = (f"k {tm.k:.4g} s/MTok (x (imgsz/640)^-{tm.imgsz_exponent:.2f} x batch pixels^{tm.batch_exponent:.2f}),"
+             f" overhead {tm.overhead_seconds:.2f} s,"
+             f" {tm.epoch_seconds:.2f} s/epoch, {tm.val_pass_seconds:.2f} s/val pass,"
+             f" {tm.iteration_seconds * 1000:.3g} ms/iteration (x model factor^{tm.iteration_exponent:.2f}),"
+             f" val weight {tm.val_weight:.2f}, start-up {tm.startup_seconds:.1f} s")  # fmt: skip
+    if tm.loader_seconds > 0:
+        terms += f", loader {tm.loader_seconds * 1000:.3g} CPU-ms/image"
+    if tm.family_factors:
+        terms += "; families " + ", ".join(f"{f} {v:.2f}" for f, v in sorted(tm.family_factors.items()))
+    if tm.cv_median is None or tm.cv_bias is None or tm.coverage is None:
+        return [terms, f"evidence: {tm.n} run(s), too few to cross-validate"]
+    evidence = (f"evidence: {tm.n} runs; cross-validated error median {tm.cv_median:.1%}, p90 {tm.cv_p90 or 0:.1%},"
+                f" bias {tm.cv_bias:+.1%}; limits cover {tm.coverage:.0%} (actual/predicted up to {tm.coverage_ratio:.2f})")
+    return [terms, evidence]

@@ -36,7 +36,7 @@ def test_dry_run_json_offline_for_any_partition(dataset: Path) -> None:
 def test_explain_says_everything(dataset: Path, site_config: Path) -> None:
     code, out = run(["--dry-run", "--explain", "-p", "a100", "train", f"data={dataset}", "model=yolo11n.yaml", "epochs=2"])
     assert code == 0, out
-    for word in ("images: 16 train", "640-equivalent", "family yolo11", "k: 1 s/MTok", "config prior", "buffer:", "gres:", "qos:"):
+    for word in ("images: 16 train", "640-equivalent", "family yolo11", "k 1 s/MTok", "config prior", "start-up 20.0 s", "buffer:", "gres:", "qos:"):
         assert word in out
 
 

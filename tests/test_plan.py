@@ -14,7 +14,7 @@ from slurm_yolo.slurm.parsers import PartitionState
 from slurm_yolo.timemodel import TimeModel
 
 TM = TimeModel(k=2.0, overhead_seconds=5.0, val_weight=0.5, iteration_seconds=0.01, startup_seconds=20.0, n=40,
-               ratio_max=1.1, ratio_p95=1.05)  # fmt: skip
+               coverage=0.99, coverage_ratio=1.05)  # fmt: skip
 
 
 @pytest.fixture

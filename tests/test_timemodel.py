@@ -1,18 +1,33 @@
-"""The time model's predictions and its robust fit, on synthetic runs with known truth."""
+"""The time model's predictions and its fit, on synthetic runs with a known truth (the corpus tests, in
+test_fitting.py, check it on real runs)."""
 
 from __future__ import annotations
 
+import json
+import math
 import random
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import pytest
 
 from slurm_yolo import estimate, spec
-from slurm_yolo.timemodel import Sample, TimeModel, buffer_for, ddp_factor, fit, predict_seconds, predict_train_seconds
+from slurm_yolo.fitting import conformal_ratio, fit
+from slurm_yolo.timemodel import (
+    Sample,
+    TimeModel,
+    buffer_for,
+    ddp_factor,
+    describe,
+    final_val_seconds,
+    predict_seconds,
+    predict_train_seconds,
+)
 
 TRUTH = TimeModel(k=0.8, overhead_seconds=3.0, val_weight=0.4, iteration_seconds=0.05, startup_seconds=10.0,
+                  epoch_seconds=0.7, val_pass_seconds=0.3, imgsz_exponent=0.35, iteration_exponent=0.2,
                   family_factors={"yolov8": 1.0, "yolo11": 1.4})  # fmt: skip
-PRIOR = TimeModel(k=1.0, overhead_seconds=5.0, val_weight=0.5, iteration_seconds=0.0, startup_seconds=10.0)
+PRIOR = TimeModel(k=1.0, overhead_seconds=5.0, val_weight=0.5, iteration_seconds=0.02, startup_seconds=20.0,
+                  epoch_seconds=0.5, val_pass_seconds=0.5, imgsz_exponent=0.3, iteration_exponent=0.3)  # fmt: skip
 
 
 def workload(model: str, epochs: int, imgsz: int, batch: int, train: int = 64, val: int = 16) -> estimate.Workload:
@@ -26,20 +41,39 @@ def runs(n: int, noise: float = 0.02, seed: int = 1, models: tuple[str, ...] = (
     rng = random.Random(seed)
     out = []
     for i in range(n):
-        w = workload(models[i % len(models)], rng.randint(1, 30), rng.choice([64, 128, 256, 320]), rng.choice([4, 8, 16]),
-                     rng.randint(20, 400), rng.randint(5, 100))  # fmt: skip
+        w = workload(models[i % len(models)], rng.randint(1, 30), rng.choice([64, 128, 256, 320, 640]),
+                     rng.choice([4, 8, 16]), rng.randint(20, 400), rng.randint(5, 100))  # fmt: skip
         t = predict_train_seconds(w, TRUTH, 1, 0.9, 8.86) * (1 + rng.uniform(-noise, noise))
-        out.append(Sample(w, 1, t, key=str(i)))
+        total = t + TRUTH.startup_seconds + final_val_seconds(w, TRUTH, 8.86)
+        out.append(Sample(w, 1, t, key=str(i), total_seconds=total))
     return out
 
 
-def test_predictions_add_up() -> None:
-    w = workload("yolov8n", 2, 64, 8)
-    train = predict_train_seconds(w, TRUTH, 1, 0.9, 8.86)
-    tr, va = w.train_tokens / 1e6, w.val_tokens / 1e6
-    assert train == pytest.approx(3.0 + 0.8 * (tr + 0.4 * va) + 0.05 * w.iterations)
-    total = predict_seconds(w, TRUTH, 1, 0.9, 8.86)
-    assert total == pytest.approx(10.0 + train + 0.8 * 0.4 * w.final_val_tokens / 1e6)
+def test_predictions_add_up_term_by_term() -> None:
+    w = workload("yolov8s", 2, 320, 8)
+    mf = 28.81 / 8.86
+    cost = 0.8 * mf * (320 / 640) ** -0.35 / 1e6
+    expected = (3.0 + 0.7 * 2 + 0.3 * w.val_passes + 0.05 * w.iterations * mf**0.2
+                + cost * (w.train_tokens + 0.4 * w.val_tokens))  # fmt: skip
+    assert predict_train_seconds(w, TRUTH, 1, 0.9, 8.86) == pytest.approx(expected)
+    final = 0.3 + cost * 0.4 * w.final_val_tokens
+    assert predict_seconds(w, TRUTH, 1, 0.9, 8.86) == pytest.approx(10.0 + expected + final)
+
+
+def test_small_images_cost_more_per_pixel() -> None:
+    big, small = workload("yolov8n", 1, 640, 8), workload("yolov8n", 1, 96, 8)
+    compute_only = replace(TRUTH, overhead_seconds=0, epoch_seconds=0, val_pass_seconds=0, iteration_seconds=0)
+    per_pixel = [predict_train_seconds(w, compute_only, 1, 0.9, 8.86) / w.train_tokens for w in (big, small)]
+    assert per_pixel[1] / per_pixel[0] == pytest.approx((96 / 640) ** -0.35, rel=0.05)
+
+
+def test_a_data_loader_bound_bounds_the_epoch() -> None:
+    w = workload("yolov8n", 4, 64, 32, train=1000)
+    loader = replace(TRUTH, loader_seconds=0.05)
+    assert predict_train_seconds(w, loader, 1, 0.9, 8.86, cpus=0) == predict_train_seconds(w, TRUTH, 1, 0.9, 8.86)
+    bound = predict_train_seconds(w, loader, 1, 0.9, 8.86, cpus=2)
+    assert bound > predict_train_seconds(w, TRUTH, 1, 0.9, 8.86)
+    assert bound == pytest.approx(predict_train_seconds(w, replace(TRUTH, k=0), 1, 0.9, 8.86) + 0.05 * 4 * 1000 / 2)
 
 
 def test_ddp_factor() -> None:
@@ -48,24 +82,32 @@ def test_ddp_factor() -> None:
     assert ddp_factor(4, 0.9) == pytest.approx(4 * 0.81)
 
 
-def test_full_form_recovered_from_many_runs() -> None:
-    tm = fit(runs(30), PRIOR)
-    assert tm.form == "a+k+w+c"
-    assert tm.k == pytest.approx(0.8, rel=0.1)
-    assert tm.overhead_seconds == pytest.approx(3.0, rel=0.35)
-    assert tm.iteration_seconds == pytest.approx(0.05, rel=0.25)
-    assert tm.loo_median is not None and tm.loo_median < 0.03
-    assert tm.n == 30
+def test_many_runs_recover_the_terms_and_the_startup() -> None:
+    tm = fit(runs(60), PRIOR)
+    assert tm.n == 60 and tm.startup_n == 60
+    assert tm.k == pytest.approx(0.8, rel=0.15)
+    assert tm.imgsz_exponent == pytest.approx(0.35, abs=0.08)
+    assert tm.startup_seconds == pytest.approx(10.0, rel=0.1)
+    assert tm.family_factor("yolov8") == 1.0  # the anchor: k carries the scale
+    assert tm.cv_median is not None and tm.cv_median < 0.03
+    assert tm.cv_bias is not None and abs(tm.cv_bias) < 0.02
 
 
-def test_one_run_gives_k_only() -> None:
-    tm = fit(runs(1), PRIOR)
-    assert tm.form == "k" and tm.loo_median is None and tm.n == 1
-    assert tm.val_weight == PRIOR.val_weight
+def test_no_term_is_dropped_and_thin_data_keeps_the_prior_shape() -> None:
+    one = fit(runs(1), PRIOR)
+    assert one.n == 1 and one.cv_median is None and one.coverage is None
+    # The prior carries what one run cannot see: the shape terms barely move, the scale does.
+    assert one.imgsz_exponent == pytest.approx(PRIOR.imgsz_exponent, abs=0.05)
+    assert one.val_weight == pytest.approx(PRIOR.val_weight, rel=0.2)
+    s = runs(1)[0]
+    assert predict_train_seconds(s.workload, one, 1, 0.9, 8.86) == pytest.approx(s.train_seconds, rel=0.1)
 
 
-def test_thin_data_falls_back_to_fewer_parameters() -> None:
-    assert len(fit(runs(3), PRIOR).form.split("+")) <= 2
+def test_run_folders_keep_the_learned_startup() -> None:
+    folders = [s._replace(total_seconds=None) for s in runs(12)]
+    learned = replace(PRIOR, startup_seconds=7.5, startup_n=40)
+    tm = fit(folders, learned)
+    assert tm.startup_seconds == 7.5 and tm.startup_n == 40
 
 
 def test_outlier_does_not_move_k() -> None:
@@ -76,18 +118,35 @@ def test_outlier_does_not_move_k() -> None:
 
 
 def test_family_factor_is_calibrated() -> None:
-    tm = fit(runs(24, models=("yolov8n", "yolo11n", "yolov8s", "yolo11s")), replace(PRIOR, family_factors={}))
+    tm = fit(runs(40, models=("yolov8n", "yolo11n", "yolov8s", "yolo11s")), replace(PRIOR, family_factors={}))
     assert tm.family_factor("yolov8") == 1.0
     assert tm.family_factor("yolo11") == pytest.approx(1.4, rel=0.1)
 
 
-def test_buffer_never_below_configured_and_widens_with_few_runs() -> None:
+def test_conformal_rank_and_what_few_runs_can_promise() -> None:
+    ratios = [1.0 + i / 100 for i in range(199)]  # 1.00 .. 1.98
+    assert conformal_ratio(ratios, 0.99) == (ratios[math.ceil(200 * 0.99) - 1], 0.99)
+    assert conformal_ratio([1.1, 0.9, 1.3], 0.99) == (1.3, 0.75)  # the max covers n/(n+1)
+
+
+def test_buffer_comes_from_the_coverage_never_below_configured() -> None:
     assert buffer_for(replace(PRIOR, n=0), 0.2).value == 1.0
-    assert buffer_for(replace(PRIOR, n=2), 0.2).value == 0.5
-    tight = replace(PRIOR, n=50, ratio_max=1.5, ratio_p95=1.05)
-    assert buffer_for(tight, 0.2).value == 0.2
-    loose = replace(PRIOR, n=50, ratio_max=1.6, ratio_p95=1.35)
-    assert buffer_for(loose, 0.2).value == pytest.approx(0.35)
-    few = replace(PRIOR, n=5, ratio_max=1.3, ratio_p95=1.3)
-    b = buffer_for(few, 0.2)
-    assert b.value > 0.3 and "small-sample" in b.reason
+    assert buffer_for(replace(PRIOR, n=1), 0.2).value == 0.5
+    tight = replace(PRIOR, n=150, coverage=0.99, coverage_ratio=1.08)
+    assert buffer_for(tight, 0.2).value == 0.2 and buffer_for(tight, 0.2).coverage == 0.99
+    loose = replace(PRIOR, n=150, coverage=0.99, coverage_ratio=1.35)
+    b = buffer_for(loose, 0.2)
+    assert b.value == pytest.approx(0.35) and "99%" in b.reason
+    few = replace(PRIOR, n=3, coverage=0.75, coverage_ratio=1.1)
+    assert buffer_for(few, 0.2).value == 0.5 and "fewer than 5" in buffer_for(few, 0.2).reason
+
+
+def test_models_stored_by_older_versions_still_load() -> None:
+    old = {"k": 2.0, "overhead_seconds": 5.0, "val_weight": 0.5, "iteration_seconds": 0.0, "startup_seconds": 20.0,
+           "family_factors": {}, "form": "a+k", "n": 7, "loo_median": 0.1, "loo_p90": 0.2, "ratio_max": 1.3,
+           "ratio_p95": 1.2}  # fmt: skip
+    tm = TimeModel.from_dict(json.loads(json.dumps(old)))
+    assert tm.k == 2.0 and tm.n == 7 and tm.coverage is None
+    assert buffer_for(tm, 0.2).value == 0.5  # no cross-validation stored: the cautious buffer
+    assert TimeModel.from_dict(asdict(fit(runs(10), PRIOR))).coverage is not None
+    assert len(describe(tm)) == 2

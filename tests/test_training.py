@@ -49,7 +49,7 @@ def test_calibrate_then_predict_held_out_runs(run_dirs: dict[str, Path]) -> None
     assert res.exit_code == 0, res.output
     fit = json.loads(res.output)
     assert fit["added"] == 6 and fit["model"]["n"] == 6 and fit["model"]["k"] > 0
-    assert fit["model"]["loo_median"] is not None
+    assert fit["model"]["cv_median"] is not None
 
     again = CliRunner().invoke(admin, ["calibrate", "--partition", "cpu-test", "--json", *fit_dirs])
     assert json.loads(again.output)["added"] == 0  # calibrating twice counts nothing twice
@@ -96,7 +96,7 @@ def test_recalibrate_moves_a_wrong_k_toward_the_truth(run_dirs: dict[str, Path])
     assert not plan["applied"] and plan["old"]["k"] == pytest.approx(good.k * 4) and plan["new"]["k"] < plan["old"]["k"]
     assert error() == wrong  # a dry run changes nothing
     res = CliRunner().invoke(admin, ["recalibrate", "-p", "recal", "--max-step", "0.5"])
-    assert res.exit_code == 0 and "applied" in res.output and "buffer the residuals justify" in res.output
+    assert res.exit_code == 0 and "applied" in res.output and "buffer its cross-validation justifies" in res.output
     after = calibration.load(cfg, "recal").model.k
     assert after == pytest.approx(good.k * 4 / 1.5)  # one bounded step toward the truth
     assert error() < wrong

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from .. import __version__, calibration
+from ..timemodel import describe
 from . import echo_json, library_errors, load_config
 from .job import COMMANDS as JOB_COMMANDS
 from .ledger import ledger_group
@@ -61,15 +62,10 @@ def calibrate(partition: str, as_json: bool, run_dirs: tuple[Path, ...]) -> None
     assert tm is not None
     for reason in result.skipped:
         click.echo(f"skipped: {reason}", err=True)
-    click.echo(f"partition {partition}: {result.added} new run(s), {tm.n} in the fit, form {tm.form}")
-    click.echo(
-        f"k {tm.k:.4g} s/MTok, overhead {tm.overhead_seconds:.2f} s, val weight {tm.val_weight:.3f},"
-        f" {tm.iteration_seconds:.4g} s/iteration"
-    )
-    if tm.family_factors:
-        click.echo("family factors: " + ", ".join(f"{f} {v:.2f}" for f, v in sorted(tm.family_factors.items())))
-    if tm.loo_median is not None:
-        click.echo(f"leave-one-out error: median {tm.loo_median:.1%}, p90 {tm.loo_p90:.1%}")
+    click.echo(f"partition {partition}: {result.added} new run(s), {tm.n} in the fit")
+    for line in describe(tm):
+        click.echo(line)
+    click.echo(calibration.startup_note(tm))
 
 
 @main.command()

@@ -49,13 +49,15 @@ def parse(path: Path, as_json: bool) -> None:
 @click.option("--partition", required=True)
 @click.option("--cluster", default="default")
 @click.option("--uid", type=int, default=None, help="Read USAGE only if this user (the job's) owns it.")
+@click.option("--elapsed", type=click.IntRange(min=0), default=None,
+              help="The job's elapsed seconds (sacct ElapsedRaw): teaches the partition's start-up.")
 @click.argument("usage", type=click.Path(path_type=Path))
 @library_errors
-def feedback(job_id: int, partition: str, cluster: str, uid: int | None, usage: Path) -> None:
+def feedback(job_id: int, partition: str, cluster: str, uid: int | None, elapsed: int | None, usage: Path) -> None:
     """Feed a finished job's measured throughput into its partition's k (the epilog starts this)."""
     config = load_config()
     try:
-        result = feedback_mod.job_feedback(config, partition, job_id, usage, cluster, uid)
+        result = feedback_mod.job_feedback(config, partition, job_id, usage, cluster, uid, elapsed)
     except Exception as e:  # noqa: BLE001 - started detached by the epilog: the log is all anyone sees
         log_event(config, {"event": "feedback", "job": job_id, "alert": f"{type(e).__name__}: {e}"})
         raise

@@ -9,6 +9,7 @@ import click
 from .. import alerts as alerts_mod
 from .. import recalibrate as recal_mod
 from .. import visibility
+from ..timemodel import describe
 from . import echo_json, library_errors, load_config
 
 FILTERS = [
@@ -77,9 +78,9 @@ def recalibrate(partitions: tuple[str, ...], window_days: float, min_samples: in
         return
     for r in results:
         click.echo(f"{r.partition}: k {r.old.k:.4g} -> {r.new.k:.4g} ({'applied' if r.applied else 'not applied'}: {r.reason})")
-        if r.new.loo_median is not None:
-            click.echo(f"  leave-one-out error: median {r.new.loo_median:.1%}, p90 {r.new.loo_p90:.1%}")
-        click.echo(f"  buffer the residuals justify: {r.buffer_justified:.2f} (configured {r.buffer_configured:.2f})")
+        for line in describe(r.new):
+            click.echo(f"  {line}")
+        click.echo(f"  buffer its cross-validation justifies: {r.buffer_justified:.2f} (configured {r.buffer_configured:.2f})")
         if r.proposed_price:
             click.echo(f"  price at this throughput: {r.proposed_price} tokens per GPU-second "
                        f"(an admin applies it: slurm-yolo ledger price set {r.partition} {r.proposed_price})")  # fmt: skip

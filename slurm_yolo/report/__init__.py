@@ -84,6 +84,7 @@ def parse_jobs(rows: list[list[str]], shards_per_gpu: dict[str, int] | None = No
     comment = df["Comment"]
     df["yolo"] = comment.str.startswith("yolo:")
     df["pred_s"] = _kv(comment, "pred_s")
+    df["coverage"] = _kv(comment, "cov")
     df["est_tokens"] = _kv(comment, "eff")
     admin = df["AdminComment"]
     for key in BILLED:
@@ -135,18 +136,24 @@ def usage(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def accuracy(df: pd.DataFrame) -> pd.DataFrame:
-    """Predicted vs actual run time per partition: the figure no other Slurm tool gives."""
+    """Predicted vs actual run time per partition, and the time limits' promise against what they
+    kept: ``promised_coverage`` is the median share of runs the limits were sized to cover (the
+    model's cross-validated promise at submission, from the job's comment), ``realised_coverage`` the
+    share of runs that ended within their limit (all ended runs but TIMEOUT)."""
     y = df[df["yolo"] & df["pred_s"].notna()]
     rows = []
     for part, g in y.groupby("Partition"):
         done = g[(g["state"] == "COMPLETED") & (g["pred_s"] > 0)]
         err = (done["elapsed"] - done["pred_s"]) / done["pred_s"]
         over = done["limit_s"] / done["elapsed"].where(done["elapsed"] > 0)
+        ended = g[g["state"].isin(("COMPLETED", "TIMEOUT"))]
         rows.append({
             "Partition": part, "jobs": len(g), "completed": len(done),
             "median_abs_error": _pct(err.abs(), 0.5), "p90_abs_error": _pct(err.abs(), 0.9),
             "median_error": _pct(err, 0.5), "timeout_share": float((g["state"] == "TIMEOUT").mean()),
             "over_reservation_median": _pct(over.dropna(), 0.5),
+            "promised_coverage": _pct(g["coverage"].dropna(), 0.5),
+            "realised_coverage": float((ended["state"] != "TIMEOUT").mean()) if len(ended) else float("nan"),
         })  # fmt: skip
     return pd.DataFrame(rows)
 

@@ -1,0 +1,259 @@
+"""Fitting the time model to measured runs, and what cross-validation says about the fit (numpy).
+
+The fit is a maximum a posteriori estimate: the error of a run is measured on ``log(pred / actual)``
+(relative error on ``|pred - actual| / actual`` biases predictions low: over-predicting can cost
+more than 100%, under-predicting never does), down-weighted past ``HUBER`` (a broken job must not
+move the model), and every term is pulled toward its prior by a Gaussian penalty in log space
+instead of being dropped when a handful of runs cannot tell it apart: with 1-3 runs the prior carries
+the terms the runs cannot see, and k (the weakest prior) absorbs the rest; with hundreds the data
+decide. The start-up comes from whole-job times (Slurm's elapsed) only; run folders do not have it.
+
+The time limit's buffer is split-conformal: the quantile of cross-validated ``actual / predicted``
+that covers the configured share of runs (the (n+1)-corrected rank), so the promise rests on runs the
+model did not see. Admin and cron path only: never imported on the login path or by a hook.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from .estimate import MTOK, model_factor
+from .timemodel import (
+    REFERENCE_BATCH,
+    REFERENCE_IMGSZ,
+    Sample,
+    TimeModel,
+    ddp_factor,
+    final_val_seconds,
+    median,
+    predict_seconds,
+)
+
+HUBER = 0.15  # |log(pred / actual)| beyond which a run counts as an outlier and is down-weighted
+FOLDS = 10  # past 2 x FOLDS runs, leave-one-out becomes 10-fold cross-validation
+ANCHOR = "yolov8"  # the family whose factor stays at its prior when it is present (k carries its scale)
+
+# Prior spread of each term, in log units (1.0: the prior is right within a factor e, usually). Wide:
+# the shipped priors are a GPU site's guesses, and a site's own runs must be able to overrule them.
+SPREAD = {"overhead": 6.0, "epoch": 6.0, "val_pass": 6.0, "iteration": 6.0, "k": 10.0, "val_weight": 2.0,
+          "startup": 4.0, "loader": 6.0, "imgsz_exponent": 1.0, "batch_exponent": 0.8, "iteration_exponent": 1.2,
+          "family": 1.0}  # fmt: skip
+LOG_TERMS = ("overhead", "epoch", "val_pass", "iteration", "k", "val_weight", "startup", "loader")
+FIELDS = {"overhead": "overhead_seconds", "epoch": "epoch_seconds", "val_pass": "val_pass_seconds",
+          "iteration": "iteration_seconds", "k": "k", "val_weight": "val_weight", "loader": "loader_seconds",
+          "startup": "startup_seconds",
+          "imgsz_exponent": "imgsz_exponent", "batch_exponent": "batch_exponent",
+          "iteration_exponent": "iteration_exponent"}  # fmt: skip
+FLOOR = 1e-3  # a prior of 0 s becomes this (log space has no 0); the fit may go far below it
+
+
+@dataclass(frozen=True)
+class _Design:
+    """The runs as arrays: what each term multiplies."""
+
+    epochs: np.ndarray
+    val_passes: np.ndarray
+    iterations: np.ndarray
+    mf: np.ndarray  # model factor
+    size: np.ndarray  # imgsz / 640
+    batch_pixels: np.ndarray  # batch x imgsz^2 / (16 x 640^2)
+    train_mtok: np.ndarray  # tokens x model factor / 1e6 / DDP speed-up (no family, no image-size cost)
+    val_mtok: np.ndarray
+    final_mtok: np.ndarray  # the final validation's, on one device
+    loader_images: np.ndarray  # epochs x train images / CPUs (0 when CPUs are unknown)
+    family: np.ndarray  # index into the fitted family factors, -1: fixed at ``fixed_family``
+    fixed_family: np.ndarray
+    seconds: np.ndarray  # measured training seconds
+    total: np.ndarray  # the whole job's seconds (Slurm's elapsed), NaN where unknown (run folders)
+
+
+class _Params:
+    """Names, prior means and spreads of the parameter vector."""
+
+    def __init__(self, prior: TimeModel, families: list[str], startup: bool) -> None:
+        self.names: list[str] = []
+        mu: list[float] = []
+        sd: list[float] = []
+        optional = {"loader": prior.loader_seconds > 0, "startup": startup}
+        for name in (t for t in LOG_TERMS if optional.get(t, True)):
+            self.names.append(name)
+            mu.append(math.log(max(FLOOR, getattr(prior, FIELDS[name]))))
+            sd.append(SPREAD[name])
+        for name in ("imgsz_exponent", "batch_exponent", "iteration_exponent"):
+            self.names.append(name)
+            mu.append(getattr(prior, FIELDS[name]))
+            sd.append(SPREAD[name])
+        self.families = families
+        for fam in families:
+            self.names.append("family:" + fam)
+            mu.append(math.log(prior.family_factor(fam)))
+            sd.append(SPREAD["family"])
+        self.mu = np.array(mu)
+        self.sd = np.array(sd)
+        self.index = {n: i for i, n in enumerate(self.names)}
+
+    def model(self, theta: np.ndarray, prior: TimeModel) -> TimeModel:
+        values = {FIELDS[n]: (math.exp(theta[i]) if n in LOG_TERMS else float(theta[i]))
+                  for n, i in self.index.items() if not n.startswith("family:")}  # fmt: skip
+        factors = dict(prior.family_factors)
+        factors.update({f: math.exp(theta[self.index["family:" + f]]) for f in self.families})
+        return replace(prior, **values, family_factors=factors)
+
+
+def _design(samples: list[Sample], prior: TimeModel, families: list[str], ddp_eff: float, ref: float) -> _Design:
+    ws = [s.workload for s in samples]
+    mf = np.array([model_factor(w.gflops, ref) for w in ws])
+    ddp = np.array([ddp_factor(max(1, s.gpus), ddp_eff) for s in samples])
+    return _Design(
+        epochs=np.array([w.epochs for w in ws], float),
+        val_passes=np.array([w.val_passes for w in ws], float),
+        iterations=np.array([w.iterations for w in ws], float),
+        mf=mf,
+        size=np.array([max(1, w.imgsz) / REFERENCE_IMGSZ for w in ws]),
+        batch_pixels=np.array([max(1, w.batch) * w.imgsz**2 / (REFERENCE_BATCH * REFERENCE_IMGSZ**2) for w in ws]),
+        train_mtok=np.array([w.train_tokens for w in ws]) * mf / MTOK / ddp,
+        val_mtok=np.array([w.val_tokens for w in ws]) * mf / MTOK / ddp,
+        final_mtok=np.array([w.final_val_tokens for w in ws]) * mf / MTOK,
+        loader_images=np.array([w.epochs * w.train_images / s.cpus if s.cpus > 0 else 0.0 for w, s in zip(ws, samples)]),
+        family=np.array([families.index(w.family) if w.family in families else -1 for w in ws]),
+        fixed_family=np.array([prior.family_factor(w.family) for w in ws]),
+        seconds=np.array([s.train_seconds for s in samples], float),
+        total=np.array([s.total_seconds or math.nan for s in samples], float),
+    )
+
+
+def _predict(theta: np.ndarray, p: _Params, d: _Design) -> tuple[np.ndarray, np.ndarray]:
+    """(training seconds, final validation seconds) of every run."""
+    g = theta
+    i = p.index
+    fam = np.where(d.family >= 0, np.exp(g[len(g) - len(p.families) :][d.family]) if p.families else 1.0, d.fixed_family)
+    cost = np.exp(g[i["k"]]) * fam * d.size ** -g[i["imgsz_exponent"]] * d.batch_pixels ** g[i["batch_exponent"]]
+    val_cost = cost * np.exp(g[i["val_weight"]])
+    compute = cost * d.train_mtok + val_cost * d.val_mtok
+    if "loader" in i:
+        compute = np.maximum(compute, np.exp(g[i["loader"]]) * d.loader_images)
+    val_pass = np.exp(g[i["val_pass"]])
+    train = (np.exp(g[i["overhead"]]) + np.exp(g[i["epoch"]]) * d.epochs + val_pass * d.val_passes
+             + np.exp(g[i["iteration"]]) * d.iterations * d.mf ** g[i["iteration_exponent"]] + compute)  # fmt: skip
+    return train, val_pass + val_cost * d.final_mtok
+
+
+def _residuals(theta: np.ndarray, p: _Params, d: _Design, weights: np.ndarray) -> np.ndarray:
+    """Log errors of training time, then of whole-job time (measured training + start-up + final
+    validation: the part a run folder cannot show), then the prior penalties."""
+    train, final = _predict(theta, p, d)
+    parts = [np.sqrt(weights) * (np.log(np.maximum(train, 1e-9)) - np.log(d.seconds))]
+    if "startup" in p.index:
+        known = ~np.isnan(d.total)
+        job = np.exp(theta[p.index["startup"]]) + d.seconds[known] + final[known]
+        parts.append(np.log(job) - np.log(d.total[known]))
+    return np.concatenate([*parts, (theta - p.mu) / p.sd])
+
+
+def _solve(p: _Params, d: _Design, iterations: int = 60) -> np.ndarray:
+    """Levenberg-Marquardt on the penalised log residuals, Huber-reweighted between rounds."""
+    theta = p.mu.copy()
+    weights = np.ones(len(d.seconds))
+    for _ in range(3):  # rounds of robust reweighting
+        lam = 1e-2
+        r = _residuals(theta, p, d, weights)
+        cost = float(r @ r)
+        for _ in range(iterations):
+            jac = np.empty((len(r), len(theta)))
+            for j in range(len(theta)):
+                step = np.zeros_like(theta)
+                step[j] = 1e-6
+                jac[:, j] = (_residuals(theta + step, p, d, weights) - r) / 1e-6
+            jtj = jac.T @ jac
+            grad = jac.T @ r
+            while True:
+                delta = np.linalg.solve(jtj + lam * np.diag(np.diag(jtj) + 1e-9), -grad)
+                trial = theta + delta
+                r_trial = _residuals(trial, p, d, weights)
+                c_trial = float(r_trial @ r_trial)
+                if c_trial < cost or lam > 1e8:
+                    break
+                lam *= 10
+            if c_trial >= cost:
+                break
+            converged = cost - c_trial < 1e-10 * max(1.0, cost)
+            theta, r, cost, lam = trial, r_trial, c_trial, max(lam / 10, 1e-7)
+            if converged:
+                break
+        err = np.abs(np.log(np.maximum(_predict(theta, p, d)[0], 1e-9)) - np.log(d.seconds))
+        weights = np.where(err <= HUBER, 1.0, HUBER / np.maximum(err, 1e-12))
+    return theta
+
+
+def _families(samples: list[Sample]) -> list[str]:
+    """Families whose factor the data may move: all seen, but the anchor when it is among them."""
+    seen = sorted({s.workload.family for s in samples})
+    return [f for f in seen if f != ANCHOR] if ANCHOR in seen else seen[1:] if len(seen) > 1 else []
+
+
+def fit_terms(samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, reference_gflops: float = 8.86) -> TimeModel:
+    """The model these runs support, without cross-validation (``fit`` adds it)."""
+    if not samples:
+        return prior
+    families = _families(samples)
+    jobs = sum(1 for s in samples if s.total_seconds)
+    p = _Params(prior, families, startup=jobs > 0)
+    tm = p.model(_solve(p, _design(samples, prior, families, ddp_eff, reference_gflops)), prior)
+    return replace(tm, startup_n=jobs or prior.startup_n, n=len(samples), form="map-log")
+
+
+def actual_seconds(s: Sample, tm: TimeModel, reference_gflops: float) -> float:
+    """What a time limit had to cover: the job's elapsed, or (a run folder) training plus the model's
+    start-up and final validation."""
+    return s.total_seconds or s.train_seconds + tm.startup_seconds + final_val_seconds(s.workload, tm, reference_gflops)
+
+
+def cross_validated(samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, reference_gflops: float = 8.86,
+                    folds: int = FOLDS) -> list[tuple[Sample, float, float]]:  # fmt: skip
+    """(run, predicted, actual) whole-job seconds, each predicted by a fit that did not see it:
+    leave-one-out up to 2 x ``folds`` runs, else ``folds``-fold (runs dealt round-robin)."""
+    n = len(samples)
+    k = n if n <= 2 * folds else folds
+    out = []
+    for f in range(k):
+        train = [s for i, s in enumerate(samples) if i % k != f]
+        tm = fit_terms(train, prior, ddp_eff, reference_gflops)
+        for s in samples[f::k]:
+            pred = predict_seconds(s.workload, tm, s.gpus, ddp_eff, reference_gflops, s.cpus)
+            out.append((s, pred, actual_seconds(s, tm, reference_gflops)))
+    return out
+
+
+def conformal_ratio(ratios: list[float], coverage: float) -> tuple[float, float]:
+    """(ratio, coverage it gives): the ceil((n+1) x coverage)-th smallest actual / predicted, which
+    covers ``coverage`` of future runs exchangeable with these; with too few runs for that rank, the
+    largest, which covers n / (n+1)."""
+    ordered = sorted(ratios)
+    n = len(ordered)
+    rank = math.ceil((n + 1) * coverage)
+    if rank > n:
+        return ordered[-1], n / (n + 1)
+    return ordered[rank - 1], coverage
+
+
+def fit(samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, reference_gflops: float = 8.86,
+        coverage: float = 0.99) -> TimeModel:  # fmt: skip
+    """The fitted model with its cross-validated error and the conformal ratio its limits use."""
+    tm = fit_terms(samples, prior, ddp_eff, reference_gflops)
+    if len(samples) < 2:
+        return tm
+    cv = cross_validated(samples, prior, ddp_eff, reference_gflops)
+    errors = [(pred - actual) / actual for _, pred, actual in cv]
+    ratio, promised = conformal_ratio([actual / pred for _, pred, actual in cv], coverage)
+    absolute = sorted(abs(e) for e in errors)
+    return replace(
+        tm,
+        cv_median=median(absolute),
+        cv_p90=absolute[min(len(absolute) - 1, math.ceil(0.9 * len(absolute)) - 1)],
+        cv_bias=sum(errors) / len(errors),
+        coverage=promised,
+        coverage_ratio=ratio,
+    )
