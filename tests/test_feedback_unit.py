@@ -46,7 +46,25 @@ def test_sample_from_usage(tmp_path: Path) -> None:
     f.write_text("\n".join(map(json.dumps, recs)))
     s = feedback.sample_from_usage(f, "k1")
     assert s is not None and s.train_seconds == 9.0 and s.workload.epochs == 3 and s.workload.val_passes == 3
+    assert s.total_seconds is None
     assert feedback.sample_from_usage(tmp_path / "missing.jsonl", "k") is None
+    job = feedback.sample_from_usage(f, "k1", elapsed=20)
+    assert job is not None and job.total_seconds == 20.0  # Slurm's elapsed: the whole job
+    assert feedback.sample_from_usage(f, "k1", elapsed=5).total_seconds is None  # type: ignore[union-attr]  # < training
+    with f.open("a") as out:
+        out.write("\n" + json.dumps({"kind": "resume", "from": "last.pt"}))
+    assert feedback.sample_from_usage(f, "k1", elapsed=20).total_seconds is None  # type: ignore[union-attr]  # requeued
+
+
+def test_jobs_teach_the_startup_run_folders_cannot() -> None:
+    s = sample(predict_train_seconds(sample(1).workload, TM, 1, 0.9, 8.86))
+    final = 2.0 * 0.5 * 50 * 320**2 / 1e6  # k x val weight x the final validation's MTok (yolov8n: factor 1)
+    tm, _, why = feedback.nudge(TM, s._replace(total_seconds=s.train_seconds + final + 11.0), 0.9, 8.86)
+    weight = max(feedback.ALPHA, 1 / (TM.startup_n + 1))  # the first job: its own gap
+    assert tm.startup_seconds == pytest.approx((1 - weight) * 5.0 + weight * 11.0) and tm.startup_n == 1
+    assert "start-up 5.0 -> 11.0 s" in why
+    untouched, _, _ = feedback.nudge(TM, s, 0.9, 8.86)
+    assert untouched.startup_seconds == 5.0 and untouched.startup_n == 0
 
 
 def test_progress_line(tmp_path: Path) -> None:

@@ -1,0 +1,76 @@
+"""The fit against real runs: the committed corpus of ultralytics CPU runs (bench/corpus/runs.jsonl).
+
+Fitted on one part of the corpus, the model must predict runs it never saw, including runs 3-10x
+bigger than any it was fitted on, within the tolerances below; ``python -m bench accuracy`` reports
+the full figures.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: bench/ is not installed
+
+from bench import corpus  # noqa: E402
+
+from slurm_yolo import calibration, config, fitting  # noqa: E402
+from slurm_yolo.plan import time_limit  # noqa: E402
+from slurm_yolo.timemodel import Sample, buffer_for, predict_seconds  # noqa: E402
+
+TOLERANCE_MAPE = 0.15  # mean |pred - actual| / actual of whole-job time on unseen runs
+TOLERANCE_BIAS = 0.06  # |mean signed error|: the old model was biased low by 10-40%
+REF, DDP = 8.86, 0.9
+
+
+@pytest.fixture(scope="module")
+def runs() -> tuple[list[Sample], list[Sample]]:
+    loaded = corpus.load()
+    cal = [s for rec, s in loaded if rec["design"]["split"] == "calibration"]
+    ext = [s for rec, s in loaded if rec["design"]["split"] == "extrapolation"]
+    assert len(cal) >= 100 and len(ext) >= 20
+    return cal, ext
+
+
+@pytest.fixture(scope="module")
+def prior() -> object:
+    return calibration.prior(config.load(Path("/nonexistent")))
+
+
+def errors(tm: object, held: list[Sample]) -> list[float]:
+    out = []
+    for s in held:
+        assert s.total_seconds
+        out.append((predict_seconds(s.workload, tm, s.gpus, DDP, REF, s.cpus) - s.total_seconds) / s.total_seconds)  # type: ignore[arg-type]
+    return out
+
+
+def test_half_the_corpus_predicts_the_other_half_and_the_bigger_runs(runs: tuple[list[Sample], list[Sample]], prior: object) -> None:
+    cal, ext = runs
+    train, held = cal[::2], cal[1::2]
+    tm = fitting.fit(train, prior, DDP, REF, 0.99)  # type: ignore[arg-type]
+    for name, test in (("held-back half", held), ("3-10x bigger", ext)):
+        e = errors(tm, test)
+        mape, bias = statistics.fmean(abs(x) for x in e), statistics.fmean(e)
+        assert mape <= TOLERANCE_MAPE, (name, mape)
+        assert abs(bias) <= TOLERANCE_BIAS, (name, bias)
+    buf = buffer_for(tm, 0.2)
+    within = [s.total_seconds <= time_limit(predict_seconds(s.workload, tm, s.gpus, DDP, REF, s.cpus), buf.value)
+              for s in held + ext]  # fmt: skip
+    assert buf.coverage == 0.99 and sum(within) / len(within) >= 0.97
+
+
+def test_three_runs_per_model_beat_the_prior(runs: tuple[list[Sample], list[Sample]], prior: object) -> None:
+    cal, ext = runs
+    by_model: dict[str, list[Sample]] = {}
+    for s in cal:
+        by_model.setdefault(s.workload.model, []).append(s)
+    train = [s for group in by_model.values() for s in group[:3]]
+    seen = {s.key for s in train}
+    held = [s for s in cal + ext if s.key not in seen]
+    fitted = statistics.fmean(abs(x) for x in errors(fitting.fit(train, prior, DDP, REF), held))  # type: ignore[arg-type]
+    alone = statistics.fmean(abs(x) for x in errors(prior, held))
+    assert fitted < alone and fitted <= 2 * TOLERANCE_MAPE, (fitted, alone)
