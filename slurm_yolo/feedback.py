@@ -22,6 +22,7 @@ ALPHA = 0.3  # weight of one job in the running k
 MAX_STEP = 0.25  # an established partition's k moves at most this fraction per job
 OUTLIER = (0.5, 2.0)  # actual / predicted outside this on an established partition: recorded, not applied
 ESTABLISHED = 5  # runs behind a model before outliers are rejected: until then jobs correct a poor prior
+COMPUTE_SHARE = 0.25  # below this share of a run's predicted time, compute cannot be told from fixed costs
 
 
 @dataclass(frozen=True)
@@ -79,8 +80,17 @@ def nudge(tm: TimeModel, sample: Sample, ddp_eff: float, reference_gflops: float
         tm = replace(tm, startup_seconds=startup, startup_n=tm.startup_n + 1)
     c = components(sample.workload, tm, sample.gpus, ddp_eff, reference_gflops, sample.cpus)
     per_k = c.compute / tm.k if tm.k > 0 else 0.0
-    if per_k <= 0 or sample.train_seconds <= c.fixed:
-        return tm, ratio, "; ".join(["run too short to measure k", *notes])
+    if per_k <= 0 or c.compute < COMPUTE_SHARE * (c.fixed + c.compute) or sample.train_seconds <= c.fixed:
+        # Compute is too small a part of this run to tell k from the fixed costs: the run still
+        # says how far off the whole model is, so every time term moves by the same factor.
+        step = (sample.train_seconds / predicted) ** alpha
+        if established:
+            step = min(max(step, 1 - MAX_STEP), 1 + MAX_STEP)
+        scaled = replace(tm, k=tm.k * step, overhead_seconds=tm.overhead_seconds * step,
+                         epoch_seconds=tm.epoch_seconds * step, val_pass_seconds=tm.val_pass_seconds * step,
+                         iteration_seconds=tm.iteration_seconds * step)  # fmt: skip
+        why = f"k {tm.k:.4g} -> {scaled.k:.4g}: fixed costs dominate this run, so the whole model moved x{step:.3f}"
+        return scaled, ratio, "; ".join([why, *notes])
     measured = (sample.train_seconds - c.fixed) / per_k
     k = (1 - alpha) * tm.k + alpha * measured
     if established:

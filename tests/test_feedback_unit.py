@@ -88,3 +88,13 @@ def test_a_usage_file_nested_past_pythons_recursion_is_no_sample(tmp_path: Path)
     f = tmp_path / "yolo-usage-1.jsonl"
     f.write_text("[" * 100_000 + "\n" + '{"kind": "start"}\n')
     assert feedback.sample_from_usage(f, "deep") is None
+
+
+def test_a_short_run_moves_the_whole_model() -> None:
+    tiny = estimate.workload(spec.parse(["train", "data=d.yaml", "epochs=1", "imgsz=64"]), 8, 4, estimate.lookup_model("yolov8n"))  # type: ignore[arg-type]
+    fixed_heavy = replace(TM, overhead_seconds=5.0, n=0)
+    pred = predict_train_seconds(tiny, fixed_heavy, 1, 0.9, 8.86)
+    tm, ratio, why = feedback.nudge(fixed_heavy, Sample(tiny, 1, pred / 2), 0.9, 8.86)
+    assert ratio == pytest.approx(0.5) and "fixed costs dominate" in why
+    assert tm.k == pytest.approx(fixed_heavy.k / 2) and tm.overhead_seconds == pytest.approx(2.5)  # the first run: all of it
+    assert predict_train_seconds(tiny, tm, 1, 0.9, 8.86) == pytest.approx(pred / 2)

@@ -91,6 +91,8 @@ def show_k(partition: str, as_json: bool) -> None:
         echo_json({"partition": partition, "source": cal.source, "model": asdict(cal.model)})
     else:
         click.echo(f"{partition}: k {cal.model.k:.4g} s/MTok from {cal.source}")
+        for line in describe(cal.model):
+            click.echo(f"  {line}")
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
