@@ -32,7 +32,7 @@ def system(hooks_config: config_mod.Config) -> config_mod.Config:
 
 def yolo_job(pred_s: int, script: str, *args: str) -> int:
     """A plain sbatch job carrying a yolo-sbatch estimate in its comment."""
-    comment = f"yolo:tok=1000000,eff=1000000,pred_s={pred_s},limit_s=120,k=1,gpus=1"
+    comment = f"yolo:tok=1000000,eff=1000000,pred_s={pred_s},limit_s=120,k=1,gpus=1,cov=0.99"
     return commands.submit(f"#!/bin/bash\n{script}\n", ["-o", "/dev/null", f"--comment={comment}", *args])
 
 
@@ -102,6 +102,9 @@ def test_report_numbers_match_sacct_and_the_ledger(system: config_mod.Config, se
         assert acc[part]["median_abs_error"] == pytest.approx((errs[0] + errs[1]) / 2)
         assert acc[part]["p90_abs_error"] == pytest.approx(errs[0] + 0.9 * (errs[1] - errs[0]))
     assert acc["t4"]["jobs"] == 3 and acc["t4"]["timeout_share"] == 0
+    # The limits' promise (from the comments) against what they kept: t4's 2 completed and 1 failed run
+    # ended within their limits (only a TIMEOUT breaks the promise).
+    assert acc["t4"]["promised_coverage"] == 0.99 and acc["t4"]["realised_coverage"] == 1.0
     failed = {(r["Partition"], r["state"]): r["runs"] for r in got["failures"]}
     assert failed == {("t4", "COMPLETED"): 2, ("t4", "FAILED"): 1, ("a100", "COMPLETED"): 2}
 
