@@ -76,6 +76,7 @@ def prior(config: Config) -> TimeModel:
         imgsz_exponent=e["imgsz_exponent"],
         batch_exponent=e["batch_exponent"],
         iteration_exponent=e["iteration_exponent"],
+        startup_exponent=e["startup_exponent"],
         loader_seconds=e["loader_seconds"],
     )
 
@@ -265,7 +266,8 @@ def partition_prior(config: Config, current: TimeModel) -> TimeModel:
     its samples may not: family factors, and the start-up jobs measured (run folders cannot)."""
     p = replace(prior(config), family_factors=current.family_factors)
     if current.startup_n:
-        p = replace(p, startup_seconds=current.startup_seconds, startup_n=current.startup_n)
+        p = replace(p, startup_seconds=current.startup_seconds, startup_exponent=current.startup_exponent,
+                    startup_n=current.startup_n)
     return p
 
 

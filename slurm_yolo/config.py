@@ -54,7 +54,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "val_pass_seconds": 0.5,  # prior per-validation-pass cost (set-up, NMS, metrics)
         "imgsz_exponent": 0.3,  # cost per token ~ (imgsz / 640) ^ -this: small images cost more per pixel
         "batch_exponent": 0.0,  # cost per token ~ (batch pixels / 16 x 640^2) ^ this (CPU: > 0, GPU: < 0)
-        "iteration_exponent": 0.3,  # per-step cost ~ model factor ^ this: far from FLOPs-proportional
+        "iteration_exponent": 0.3,
+        "startup_exponent": 0.2,  # start-up ~ model factor ^ this (build, load, save weights)  # per-step cost ~ model factor ^ this: far from FLOPs-proportional
         "loader_seconds": 0.0,  # CPU-seconds per image in the data loader; > 0: a GPU site fits a loader bound
         "coverage": 0.99,  # share of runs the time limit covers (cross-validated), buffer never below "buffer"
         "default_priority": "dev",

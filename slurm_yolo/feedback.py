@@ -16,7 +16,7 @@ from . import calibration
 from .config import Config
 from .estimate import Workload
 from .parse.records import iter_records, parse_records, read_usage
-from .timemodel import Sample, TimeModel, components, final_val_seconds, predict_train_seconds
+from .timemodel import Sample, TimeModel, components, final_val_seconds, predict_train_seconds, startup_seconds
 
 ALPHA = 0.3  # weight of one job in the running k
 MAX_STEP = 0.25  # an established partition's k moves at most this fraction per job
@@ -73,10 +73,12 @@ def nudge(tm: TimeModel, sample: Sample, ddp_eff: float, reference_gflops: float
     alpha = max(ALPHA, 1 / (tm.n + 1))  # a running mean while the partition has few runs
     notes = []
     if sample.total_seconds:
-        gap = max(0.0, sample.total_seconds - sample.train_seconds - final_val_seconds(sample.workload, tm, reference_gflops))
+        w = sample.workload
+        gap = max(0.0, sample.total_seconds - sample.train_seconds - final_val_seconds(w, tm, reference_gflops))
+        gap /= startup_seconds(w, tm, reference_gflops) / tm.startup_seconds if tm.startup_seconds > 0 else 1.0
         weight = max(ALPHA, 1 / (tm.startup_n + 1))
         startup = (1 - weight) * tm.startup_seconds + weight * gap
-        notes.append(f"start-up {tm.startup_seconds:.1f} -> {startup:.1f} s (this job {gap:.1f})")
+        notes.append(f"start-up {tm.startup_seconds:.1f} -> {startup:.1f} s (this job {gap:.1f}, reference model)")
         tm = replace(tm, startup_seconds=startup, startup_n=tm.startup_n + 1)
     c = components(sample.workload, tm, sample.gpus, ddp_eff, reference_gflops, sample.cpus)
     per_k = c.compute / tm.k if tm.k > 0 else 0.0

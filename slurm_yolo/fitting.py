@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +31,7 @@ from .timemodel import (
     final_val_seconds,
     median,
     predict_seconds,
+    startup_seconds,
 )
 
 HUBER = 0.15  # |log(pred / actual)| beyond which a run counts as an outlier and is down-weighted
@@ -40,13 +42,13 @@ ANCHOR = "yolov8"  # the family whose factor stays at its prior when it is prese
 # the shipped priors are a GPU site's guesses, and a site's own runs must be able to overrule them.
 SPREAD = {"overhead": 6.0, "epoch": 6.0, "val_pass": 6.0, "iteration": 6.0, "k": 10.0, "val_weight": 2.0,
           "startup": 4.0, "loader": 6.0, "imgsz_exponent": 1.0, "batch_exponent": 0.8, "iteration_exponent": 1.2,
-          "family": 1.0}  # fmt: skip
+          "startup_exponent": 0.6, "family": 1.0}  # fmt: skip
 LOG_TERMS = ("overhead", "epoch", "val_pass", "iteration", "k", "val_weight", "startup", "loader")
 FIELDS = {"overhead": "overhead_seconds", "epoch": "epoch_seconds", "val_pass": "val_pass_seconds",
           "iteration": "iteration_seconds", "k": "k", "val_weight": "val_weight", "loader": "loader_seconds",
           "startup": "startup_seconds",
           "imgsz_exponent": "imgsz_exponent", "batch_exponent": "batch_exponent",
-          "iteration_exponent": "iteration_exponent"}  # fmt: skip
+          "iteration_exponent": "iteration_exponent", "startup_exponent": "startup_exponent"}  # fmt: skip
 FLOOR = 1e-3  # a prior of 0 s becomes this (log space has no 0); the fit may go far below it
 
 
@@ -60,7 +62,7 @@ class _Design:
     mf: np.ndarray  # model factor
     size: np.ndarray  # imgsz / 640
     batch_pixels: np.ndarray  # batch x imgsz^2 / (16 x 640^2)
-    train_mtok: np.ndarray  # tokens x model factor / 1e6 / DDP speed-up (no family, no image-size cost)
+    train_mtok: np.ndarray  # tokens / 1e6 / DDP speed-up (no model, family or image-size cost)
     val_mtok: np.ndarray
     final_mtok: np.ndarray  # the final validation's, on one device
     loader_images: np.ndarray  # epochs x train images / CPUs (0 when CPUs are unknown)
@@ -82,7 +84,7 @@ class _Params:
             self.names.append(name)
             mu.append(math.log(max(FLOOR, getattr(prior, FIELDS[name]))))
             sd.append(SPREAD[name])
-        for name in ("imgsz_exponent", "batch_exponent", "iteration_exponent"):
+        for name in ("imgsz_exponent", "batch_exponent", "iteration_exponent", "startup_exponent")[: 4 if startup else 3]:
             self.names.append(name)
             mu.append(getattr(prior, FIELDS[name]))
             sd.append(SPREAD[name])
@@ -96,7 +98,7 @@ class _Params:
         self.index = {n: i for i, n in enumerate(self.names)}
 
     def model(self, theta: np.ndarray, prior: TimeModel) -> TimeModel:
-        values = {FIELDS[n]: (math.exp(theta[i]) if n in LOG_TERMS else float(theta[i]))
+        values: dict[str, Any] = {FIELDS[n]: (math.exp(theta[i]) if n in LOG_TERMS else float(theta[i]))
                   for n, i in self.index.items() if not n.startswith("family:")}  # fmt: skip
         factors = dict(prior.family_factors)
         factors.update({f: math.exp(theta[self.index["family:" + f]]) for f in self.families})
@@ -114,9 +116,9 @@ def _design(samples: list[Sample], prior: TimeModel, families: list[str], ddp_ef
         mf=mf,
         size=np.array([max(1, w.imgsz) / REFERENCE_IMGSZ for w in ws]),
         batch_pixels=np.array([max(1, w.batch) * w.imgsz**2 / (REFERENCE_BATCH * REFERENCE_IMGSZ**2) for w in ws]),
-        train_mtok=np.array([w.train_tokens for w in ws]) * mf / MTOK / ddp,
-        val_mtok=np.array([w.val_tokens for w in ws]) * mf / MTOK / ddp,
-        final_mtok=np.array([w.final_val_tokens for w in ws]) * mf / MTOK,
+        train_mtok=np.array([w.train_tokens for w in ws]) / MTOK / ddp,
+        val_mtok=np.array([w.val_tokens for w in ws]) / MTOK / ddp,
+        final_mtok=np.array([w.final_val_tokens for w in ws]) / MTOK,
         loader_images=np.array([w.epochs * w.train_images / s.cpus if s.cpus > 0 else 0.0 for w, s in zip(ws, samples)]),
         family=np.array([families.index(w.family) if w.family in families else -1 for w in ws]),
         fixed_family=np.array([prior.family_factor(w.family) for w in ws]),
@@ -130,7 +132,8 @@ def _predict(theta: np.ndarray, p: _Params, d: _Design) -> tuple[np.ndarray, np.
     g = theta
     i = p.index
     fam = np.where(d.family >= 0, np.exp(g[len(g) - len(p.families) :][d.family]) if p.families else 1.0, d.fixed_family)
-    cost = np.exp(g[i["k"]]) * fam * d.size ** -g[i["imgsz_exponent"]] * d.batch_pixels ** g[i["batch_exponent"]]
+    cost = (np.exp(g[i["k"]]) * fam * d.mf * d.size ** -g[i["imgsz_exponent"]]
+            * d.batch_pixels ** g[i["batch_exponent"]])  # fmt: skip
     val_cost = cost * np.exp(g[i["val_weight"]])
     compute = cost * d.train_mtok + val_cost * d.val_mtok
     if "loader" in i:
@@ -148,7 +151,8 @@ def _residuals(theta: np.ndarray, p: _Params, d: _Design, weights: np.ndarray) -
     parts = [np.sqrt(weights) * (np.log(np.maximum(train, 1e-9)) - np.log(d.seconds))]
     if "startup" in p.index:
         known = ~np.isnan(d.total)
-        job = np.exp(theta[p.index["startup"]]) + d.seconds[known] + final[known]
+        startup = np.exp(theta[p.index["startup"]]) * d.mf[known] ** theta[p.index["startup_exponent"]]
+        job = startup + d.seconds[known] + final[known]
         parts.append(np.log(job) - np.log(d.total[known]))
     return np.concatenate([*parts, (theta - p.mu) / p.sd])
 
@@ -208,7 +212,8 @@ def fit_terms(samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, ref
 def actual_seconds(s: Sample, tm: TimeModel, reference_gflops: float) -> float:
     """What a time limit had to cover: the job's elapsed, or (a run folder) training plus the model's
     start-up and final validation."""
-    return s.total_seconds or s.train_seconds + tm.startup_seconds + final_val_seconds(s.workload, tm, reference_gflops)
+    w = s.workload
+    return s.total_seconds or s.train_seconds + startup_seconds(w, tm, reference_gflops) + final_val_seconds(w, tm, reference_gflops)
 
 
 def cross_validated(samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, reference_gflops: float = 8.86,

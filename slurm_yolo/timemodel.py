@@ -4,7 +4,8 @@
                     + epoch_seconds x epochs + val_pass_seconds x val_passes
                     + iteration_seconds x iterations x model_factor^iteration_exponent
                     + k x cost(imgsz) x (train_eff + val_weight x val_eff) / ddp(gpus)
-    seconds       = startup + train_seconds + val_pass_seconds + k x cost(imgsz) x val_weight x final_val_eff
+    seconds       = startup x model_factor^startup_exponent + train_seconds
+                    + val_pass_seconds + k x cost(imgsz) x val_weight x final_val_eff
 
 Each term is something a run does: a fixed cost inside training (data loaders, first batch), a cost
 per epoch (loader restart, metrics, checkpoint) and per validation pass (set-up, NMS), a cost per
@@ -37,12 +38,13 @@ class TimeModel:
     overhead_seconds: float
     val_weight: float
     iteration_seconds: float  # per optimizer step of the reference model
-    startup_seconds: float
+    startup_seconds: float  # for the reference model; x model factor ^ startup_exponent (build, load, save)
     epoch_seconds: float = 0.0
     val_pass_seconds: float = 0.0
     imgsz_exponent: float = 0.0
     batch_exponent: float = 0.0  # cost per token ~ (batch pixels / 16 x 640^2) ^ this: > 0 where big batches spill caches
     iteration_exponent: float = 0.0
+    startup_exponent: float = 0.0
     loader_seconds: float = 0.0  # CPU-seconds of data loading per training image; 0: not modelled
     family_factors: dict[str, float] = field(default_factory=dict)
     form: str = "prior"
@@ -134,7 +136,12 @@ def predict_seconds(
 ) -> float:
     """The whole job: start-up, training, final validation."""
     train = predict_train_seconds(w, tm, gpus, ddp_eff, reference_gflops, cpus)
-    return tm.startup_seconds + train + final_val_seconds(w, tm, reference_gflops)
+    return startup_seconds(w, tm, reference_gflops) + train + final_val_seconds(w, tm, reference_gflops)
+
+
+def startup_seconds(w: Workload, tm: TimeModel, reference_gflops: float) -> float:
+    """Outside training: process start, model build, weights saved; bigger models take longer."""
+    return tm.startup_seconds * model_factor(w.gflops, reference_gflops) ** tm.startup_exponent
 
 
 def median(values: list[float]) -> float:
@@ -181,7 +188,7 @@ def describe(tm: TimeModel) -> list[str]:
              f" overhead {tm.overhead_seconds:.2f} s,"
              f" {tm.epoch_seconds:.2f} s/epoch, {tm.val_pass_seconds:.2f} s/val pass,"
              f" {tm.iteration_seconds * 1000:.3g} ms/iteration (x model factor^{tm.iteration_exponent:.2f}),"
-             f" val weight {tm.val_weight:.2f}, start-up {tm.startup_seconds:.1f} s")  # fmt: skip
+             f" val weight {tm.val_weight:.2f}, start-up {tm.startup_seconds:.1f} s (x model factor^{tm.startup_exponent:.2f})")  # fmt: skip
     if tm.loader_seconds > 0:
         terms += f", loader {tm.loader_seconds * 1000:.3g} CPU-ms/image"
     if tm.family_factors:

@@ -60,7 +60,8 @@ def test_half_the_corpus_predicts_the_other_half_and_the_bigger_runs(runs: tuple
     buf = buffer_for(tm, 0.2)
     within = [s.total_seconds <= time_limit(predict_seconds(s.workload, tm, s.gpus, DDP, REF, s.cpus), buf.value)
               for s in held + ext]  # fmt: skip
-    assert buf.coverage == 0.99 and sum(within) / len(within) >= 0.97
+    # 60 runs cannot rank a 99% quantile: the largest ratio, which covers 60/61 of runs like them.
+    assert buf.coverage == pytest.approx(60 / 61) and sum(within) / len(within) >= 0.97
 
 
 def test_three_runs_per_model_beat_the_prior(runs: tuple[list[Sample], list[Sample]], prior: object) -> None:
