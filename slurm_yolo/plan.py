@@ -8,20 +8,21 @@ which ``--explain`` prints.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+import time
+from dataclasses import asdict, dataclass, field, replace
 from typing import NamedTuple
 
 from .config import Config, Partition
-from .errors import UsageError
+from .errors import SlurmError, UsageError
 from .estimate import Workload, fmt_tokens, images_640, model_factor, tokens
-from .slurm.parsers import PartitionState
+from .slurm.parsers import WillRun
 from .timemodel import TimeModel, buffer_for, ddp_factor, describe, predict_seconds, predict_train_seconds
 
 
 class Request(NamedTuple):
     """What the user asked of the plan beyond the training command."""
 
-    partition: str  # a name, or "auto"
+    partition: str | None  # a name, "auto", or None: auto over the configured partitions, else Slurm's default
     gpus: int | None = None
     deadline_seconds: float | None = None
     priority: str = "dev"
@@ -52,9 +53,9 @@ class Plan:
     buffer_reason: str
     coverage: float | None  # share of runs like the model's the limit is promised to cover
     time_limit_seconds: int
-    expected_wait_seconds: float | None
     workload: Workload
     explain: list[str] = field(default_factory=list)
+    expected_start: int | None = None  # epoch seconds, from Slurm's scheduler (``--partition auto``)
 
     def to_dict(self) -> dict[str, object]:
         d = asdict(self)
@@ -65,21 +66,6 @@ class Plan:
 def time_limit(predicted_seconds: float, buffer: float) -> int:
     """ceil(T x (1 + buffer)) in whole minutes, as seconds (Slurm's granularity)."""
     return max(60, math.ceil(predicted_seconds * (1 + buffer) / 60) * 60)
-
-
-def expected_wait(state: PartitionState | None, gpus: int) -> float | None:
-    """Seconds until ``gpus`` GPUs free up: running jobs' time left, then the pending queue's share."""
-    if state is None or state.total_gpus < gpus:
-        return None
-    wait = 0.0
-    free = state.free_gpus
-    if free < gpus:
-        for left, n in sorted(state.running):
-            free += n
-            if free >= gpus:
-                wait = float(left)
-                break
-    return wait + state.pending_gpu_seconds / max(1, state.total_gpus)
 
 
 def _gpus(w: Workload, tm: TimeModel, part: Partition, req: Request, devices: int | None, ref: float) -> tuple[int, str]:
@@ -106,7 +92,7 @@ def _gpus(w: Workload, tm: TimeModel, part: Partition, req: Request, devices: in
 
 def plan_partition(
     w: Workload, tm: TimeModel, k_source: str, part: Partition, req: Request, config: Config,
-    devices: int | None = None, state: PartitionState | None = None,
+    devices: int | None = None,
 ) -> Plan:  # fmt: skip
     """The plan on one partition."""
     ref = config["estimate"]["reference_gflops"]
@@ -143,7 +129,6 @@ def plan_partition(
     ff = tm.family_factor(w.family)
     tok = tokens(w, tm.val_weight)
     eff = tok * mf * ff
-    wait = expected_wait(state, gpus)
     explain = [
         f"images: {w.train_images} train x {w.epochs} epochs at imgsz {w.imgsz}, {w.val_images} val"
         f" ({w.val_passes} passes + final), batch {w.batch}, {w.iterations} iterations",
@@ -161,28 +146,37 @@ def plan_partition(
         f"gres: {gres}" + (" (light job: shares a GPU)" if shard else ""),
         f"qos: {qos} ({'short job' if short else 'priority ' + req.priority})",
     ]
-    if wait is not None:
-        explain.append(f"expected wait on {part.name}: {wait / 60:.1f} min")
     return Plan(
         partition=part.name, gpus=gpus, gres=gres, shard=shard, shard_share=share, qos=qos, priority=req.priority,
         tokens=tok, train_tokens=w.train_tokens, val_tokens=w.val_tokens + w.final_val_tokens,
         effective_tokens=eff, model_factor=mf, family_factor=ff, k=tm.k, k_source=k_source,
         predicted_seconds=predicted, predicted_train_seconds=train, buffer=buf.value, buffer_reason=buf.reason,
-        coverage=buf.coverage, time_limit_seconds=limit, expected_wait_seconds=wait, workload=w, explain=explain,
+        coverage=buf.coverage, time_limit_seconds=limit, workload=w, explain=explain,
     )  # fmt: skip
 
 
-def choose(plans: list[Plan]) -> Plan:
-    """``--partition auto``: the earliest predicted finish (expected wait + run time)."""
-    usable = [p for p in plans if p.expected_wait_seconds is not None]
+def clock(epoch: float) -> str:
+    """A time as the user reads it: local ``YYYY-MM-DDTHH:MM:SS``, as Slurm prints times."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
+
+
+def choose(plans: list[Plan], answers: list[WillRun], now: float) -> Plan:
+    """``--partition auto``: the plan with the earliest predicted finish: its start as Slurm's own
+    scheduler expects it (``answers``: ``sbatch --test-only`` of each plan's script) plus its
+    predicted run time. Partitions Slurm refuses are skipped, with their reason in ``explain``."""
+    usable = [(p, a.start) for p, a in zip(plans, answers) if a.start is not None]
     if not usable:
-        raise UsageError("--partition auto: no configured partition has enough GPUs up")
-    best = min(usable, key=lambda p: p.expected_wait_seconds + p.predicted_seconds)  # type: ignore[operator]
-    others = ", ".join(
-        f"{p.partition} {((p.expected_wait_seconds or 0) + p.predicted_seconds) / 60:.1f} min"
-        for p in usable
-        if p is not best
-    )
-    finish = ((best.expected_wait_seconds or 0) + best.predicted_seconds) / 60
-    best.explain.append(f"partition auto: {best.partition} finishes first ({finish:.1f} min; {others or 'no other'})")
-    return best
+        why = "; ".join(f"{p.partition}: {a.refused}" for p, a in zip(plans, answers))
+        raise SlurmError(f"--partition auto: Slurm refuses the job on every partition ({why})")
+    best, start = min(usable, key=lambda ps: ps[1] + ps[0].predicted_seconds)
+    lines = [
+        f"partition auto: {p.partition} refused by Slurm: {a.refused}" if a.start is None else
+        f"partition auto: {p.partition} would start {clock(a.start)} + {p.predicted_seconds / 60:.1f} min predicted"
+        f" -> finish {clock(a.start + p.predicted_seconds)}"
+        for p, a in zip(plans, answers)
+    ]  # fmt: skip
+    lines += [
+        f"partition auto: {best.partition} finishes first",
+        f"expected start: {clock(start)} on {best.partition}, in {max(0.0, start - now) / 60:.1f} min (Slurm's scheduler)",
+    ]
+    return replace(best, expected_start=start, explain=best.explain + lines)

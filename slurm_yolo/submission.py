@@ -1,13 +1,15 @@
 """From an ultralytics command to a submitted Slurm job: the I/O around the pure estimate and plan.
 
-``prepare`` counts the dataset, resolves the model, loads each candidate partition's calibration and
-(for ``--partition auto``) the live queue, plans, and renders the script. ``submit`` hands it to
-the real sbatch. Nothing here imports torch, ultralytics or pandas: this is the login-node path.
+``prepare`` counts the dataset, resolves the model, loads each candidate partition's calibration,
+plans, renders the script and (for ``--partition auto``) asks Slurm's scheduler when each would
+start. ``submit`` hands it to the real sbatch. Nothing here imports torch, ultralytics or pandas:
+this is the login-node path.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -35,6 +37,15 @@ def parse_duration(text: str) -> float:
     if not 0 < seconds <= 366 * 86400:
         raise UsageError(f"duration '{text}' must be between 1 second and a year")
     return seconds
+
+
+def default_partition(bin_dir: Path, timeout: float) -> str:
+    """Slurm's default partition, where sbatch puts a job that names none; one line when Slurm has
+    none or cannot be asked."""
+    try:
+        return commands.default_partition(bin_dir=bin_dir, timeout=timeout)
+    except SlurmError as e:
+        raise SlurmError(f"no --partition given, none configured, and no default partition from Slurm: {e}") from None
 
 
 class Prepared(NamedTuple):
@@ -70,7 +81,8 @@ def prepare(
 ) -> Prepared:
     """Validate, estimate, plan and render; raises UsageError/SlurmError with one line, changes nothing.
 
-    A named partition plans offline (no Slurm call); ``auto`` reads the live queue.
+    A named partition plans offline (no Slurm call); with none, Slurm names its default; ``auto``
+    asks Slurm's scheduler when each configured partition would start the job (``sbatch --test-only``).
     """
     s = spec.parse(words)
     counts = dataset.count(str(s.get("data")), config.cache_dir / "datasets.json")
@@ -80,26 +92,23 @@ def prepare(
     if s.devices == 0:
         raise UsageError("device=cpu: yolo-sbatch schedules GPU jobs; drop device= (the job uses its GPUs)")
 
-    if request.partition == "auto":
+    bin_dir, timeout = Path(config["slurm"]["bin_dir"]), config["slurm"]["timeout_seconds"]
+    partition = request.partition or ("auto" if config.partitions else default_partition(bin_dir, timeout))
+    if partition == "auto":
         names = sorted(config.partitions)
         if not names:
             raise UsageError("--partition auto needs partitions in the config ([partitions.NAME])")
     else:
-        names = [request.partition]
-    states = {}
-    if request.partition == "auto":
-        states = commands.partition_states(names, bin_dir=Path(config["slurm"]["bin_dir"]))
+        names = [partition]
     plans = []
     for name in names:
         cal = calibration.load(config, name)
-        plans.append(
-            plan.plan_partition(
-                w, cal.model, cal.source, config.partition(name), request, config, s.devices, states.get(name)
-            )
-        )
-    chosen = plan.choose(plans) if request.partition == "auto" else plans[0]
-    script = render.render(chosen, options, s.tokens)
-    return Prepared(spec=s, plan=chosen, script=script, options=options)
+        plans.append(plan.plan_partition(w, cal.model, cal.source, config.partition(name), request, config, s.devices))
+    scripts = [render.render(p, options, s.tokens) for p in plans]
+    if partition != "auto":
+        return Prepared(spec=s, plan=plans[0], script=scripts[0], options=options)
+    chosen = plan.choose(plans, commands.will_run(scripts, bin_dir=bin_dir, timeout=timeout), time.time())
+    return Prepared(spec=s, plan=chosen, script=scripts[names.index(chosen.partition)], options=options)
 
 
 def submit(config: Config, prepared: Prepared) -> int:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from slurm_yolo import plan
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
 
@@ -59,9 +61,107 @@ def test_bad_input_one_line_nonzero(dataset: Path, args: list[str], message: str
     assert len(out.strip().splitlines()) == 1
 
 
-def test_partition_required_without_config(dataset: Path) -> None:
+def write_script(path: Path, body: str) -> None:
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+
+
+# A stand-in scontrol: ``show partition`` as Slurm prints it with --all --oneliner (t4 the default).
+PARTITIONS = ("PartitionName=a100 AllowGroups=ALL AllowAccounts=ALL Default=NO QoS=N/A Nodes=gpu-a100-1 State=UP\n"
+              "PartitionName=t4 AllowGroups=ALL AllowAccounts=ALL Default=YES QoS=N/A Nodes=gpu-t4-1 State=UP\n")  # fmt: skip
+
+
+def fake_slurm(home: Path, tmp_path: Path, scontrol: str, config: str = "") -> Path:
+    """Stand-in Slurm commands in the test's config: ``scontrol`` as given; ``sbatch`` logs its
+    arguments and SLURM_TIME_FORMAT to ``argv.log``, keeps each script as PARTITION.sbatch, answers
+    ``--test-only`` from ``answer.PARTITION`` (an epoch start, or a refusal) and a submission with 42."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    write_script(bin_dir / "scontrol", scontrol)
+    write_script(bin_dir / "sbatch", f"""script=$(cat)
+echo "$SLURM_TIME_FORMAT $*" >> {tmp_path}/argv.log
+part=$(printf '%s\\n' "$script" | sed -n 's/^#SBATCH --partition=//p')
+printf '%s\\n' "$script" > {tmp_path}/$part.sbatch
+case "$*" in *--parsable*) echo 42; exit 0 ;; esac
+answer=$(cat {tmp_path}/answer.$part)
+case "$answer" in
+  [0-9]*) echo "sbatch: Job 77 to start at $answer using 1 processors on nodes n1 in partition $part" >&2 ;;
+  *) echo "sbatch: error: $answer" >&2; exit 1 ;;
+esac""")
+    slurm = f'[slurm]\nbin_dir = "{bin_dir}"\n'
+    (home / "config.toml").write_text(config.replace("[slurm]\n", slurm) if "[slurm]\n" in config else config + slurm)
+    return bin_dir
+
+
+def test_no_partition_and_none_configured_is_slurms_default(home: Path, tmp_path: Path, dataset: Path) -> None:
+    fake_slurm(home, tmp_path, f"echo \"$*\" > {tmp_path}/scontrol.log; printf '{PARTITIONS}'")
+    code, out = run(["--dry-run", "--json", "train", f"data={dataset}"])
+    assert code == 0, out
+    d = json.loads(out)
+    assert d["partition"] == "t4" and "#SBATCH --partition=t4\n" in d["script"] and d["expected_start"] is None
+    assert (tmp_path / "scontrol.log").read_text() == "--all --oneliner show partition\n"
+    assert not (tmp_path / "argv.log").exists()  # planned offline once Slurm named it
+
+
+@pytest.mark.parametrize(
+    ("scontrol", "why"),
+    [(f"printf '{PARTITIONS.replace('YES', 'NO')}'", "Slurm has no default partition (none is Default=YES)"),
+     ("echo 'slurm_load_partitions: Unable to contact slurm controller (connect failure)' >&2; exit 1",
+      "scontrol failed: slurm_load_partitions: Unable to contact slurm controller (connect failure)")],
+)  # fmt: skip
+def test_no_default_partition_is_one_error(home: Path, tmp_path: Path, dataset: Path, scontrol: str, why: str) -> None:
+    fake_slurm(home, tmp_path, scontrol)
     code, out = run(["--dry-run", "train", f"data={dataset}"])
-    assert code != 0 and "--partition" in out
+    assert code == 1
+    assert out == f"Error: no --partition given, none configured, and no default partition from Slurm: {why}\n"
+
+
+def test_auto_asks_slurm_with_the_real_request(home: Path, tmp_path: Path, dataset: Path, site_config: Path) -> None:
+    """``--partition auto`` asks ``sbatch --test-only`` with each partition's own job script (on stdin,
+    as its submission would send it) and takes the earliest start + predicted run time."""
+    fake_slurm(home, tmp_path, "exit 1", site_config.read_text())
+    now = int(time.time())
+    (tmp_path / "answer.a100").write_text(str(now + 3600))
+    (tmp_path / "answer.t4").write_text(str(now + 60))
+    args = ["--json", "--explain", "-A", "vision", "train", f"data={dataset}", "model=yolov8l.yaml", "epochs=2"]
+    code, out = run(["--dry-run", *args])
+    assert code == 0, out
+    d = json.loads(out)
+    assert d["partition"] == "t4" and d["expected_start"] == now + 60
+    assert (tmp_path / "argv.log").read_text() == "%s --test-only\n" * 2
+    assert (tmp_path / "t4.sbatch").read_text() == d["script"]  # the very script it would submit
+    a100 = (tmp_path / "a100.sbatch").read_text()
+    for line in ("#SBATCH --partition=a100", "#SBATCH --gres=gpu:a100:1", "#SBATCH --qos=", "#SBATCH --time=",
+                 "#SBATCH --account=vision"):  # fmt: skip
+        assert line in a100
+    assert f"partition auto: a100 would start {plan.clock(now + 3600)} + " in "\n".join(d["explain"])
+    assert d["explain"][-2:] == ["partition auto: t4 finishes first",
+                                 f"expected start: {plan.clock(now + 60)} on t4, in 1.0 min (Slurm's scheduler)"]  # fmt: skip
+
+    code, out = run(args[2:])  # submitted: the start beside the prediction
+    assert code == 0, out
+    assert out.startswith("Submitted batch job 42 (t4, gpu:t4:1, qos ")
+    assert out.endswith(f" min, expected start {plan.clock(now + 60)})\n") and ", predicted " in out
+
+
+def test_auto_skips_what_slurm_refuses(home: Path, tmp_path: Path, dataset: Path, site_config: Path) -> None:
+    fake_slurm(home, tmp_path, "exit 1", site_config.read_text())
+    now = int(time.time())
+    (tmp_path / "answer.a100").write_text(str(now + 600))
+    (tmp_path / "answer.t4").write_text("Batch job submission failed: Requested node configuration is not available")
+    code, out = run(["--dry-run", "--json", "-p", "auto", "train", f"data={dataset}", "model=yolov8l.yaml"])
+    assert code == 0, out
+    d = json.loads(out)
+    assert d["partition"] == "a100" and d["expected_start"] == now + 600
+    assert ("partition auto: t4 refused by Slurm: sbatch failed: sbatch: error: Batch job submission failed: "
+            "Requested node configuration is not available") in d["explain"]  # fmt: skip
+
+    (tmp_path / "answer.a100").write_text("Invalid account or account/partition combination specified")
+    code, out = run(["--dry-run", "-p", "auto", "train", f"data={dataset}", "model=yolov8l.yaml"])
+    assert code == 1
+    assert out == ("Error: --partition auto: Slurm refuses the job on every partition (a100: sbatch failed: sbatch: "
+                   "error: Invalid account or account/partition combination specified; t4: sbatch failed: sbatch: "
+                   "error: Batch job submission failed: Requested node configuration is not available)\n")  # fmt: skip
 
 
 def test_every_command_has_help() -> None:

@@ -90,17 +90,6 @@ def test_slurm_error_is_one_line_and_nothing_submitted(cluster: None, site_confi
     assert subprocess.run(["/usr/bin/squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout == before
 
 
-def test_partition_auto_avoids_the_busy_partition(cluster: None, site_config: Path, dataset: Path, tmp_path: Path) -> None:
-    blocker = commands.submit("#!/bin/bash\nsleep 300\n", ["-p", "a100", "--gres=gpu:a100:2", "-t", "10", "-o", "/dev/null"])
-    try:
-        assert commands.wait_for_state(blocker, {"RUNNING"}, timeout=30) == "RUNNING"
-        d = submit(["--dry-run", "--explain", "-p", "auto", "train", "model=yolov8l.yaml", f"data={dataset}", "epochs=2"])
-        assert d["partition"] == "t4"
-        assert any(line.startswith("partition auto: t4") for line in d["explain"])
-    finally:
-        scancel(blocker)
-
-
 @pytest.mark.train
 def test_real_training_job_end_to_end(cluster: None, site_config: Path, dataset: Path, yolo_env: dict[str, str],
                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip

@@ -51,15 +51,6 @@ def test_minutes_arg(seconds: int, arg: str) -> None:
     assert parsers.minutes_arg(seconds) == arg
 
 
-@pytest.mark.parametrize(
-    ("text", "name", "n"),
-    [("gpu:a100:2,shard:a100:8", "gpu", 2), ("gpu:a100:2,shard:a100:8", "shard", 8), ("gres:gpu:t4:1", "gpu", 1),
-     ("gpu:t4:2(IDX:0-1),shard:t4:0(IDX:N/A)", "gpu", 2), ("gpu:3", "gpu", 3), ("(null)", "gpu", 0), ("gpu:a100", "gpu", 1)],
-)  # fmt: skip
-def test_gres_count(text: str, name: str, n: int) -> None:
-    assert parsers.gres_count(text, name) == n
-
-
 def test_sbatch_job_id() -> None:
     assert parsers.sbatch_job_id("42\n") == 42
     assert parsers.sbatch_job_id("43;yolo\n") == 43
@@ -67,8 +58,10 @@ def test_sbatch_job_id() -> None:
         parsers.sbatch_job_id("sbatch: error\n")
 
 
-def test_partition_states() -> None:
-    st = parsers.partition_states((REC / "sinfo_nodes.txt").read_text(), (REC / "squeue_jobs.txt").read_text())
-    assert st["a100"].total_gpus == 2 and st["a100"].free_gpus == 2
-    assert st["t4"].used_gpus == 2 and st["t4"].running == [(599, 2)]
-    assert st["t4"].pending_gpu_seconds == 600
+def test_will_run_start_elsewhere() -> None:
+    line = "sbatch: Job 9 to start at {} on cluster c2 using 2 processors on nodes n[1-2] in partition p\n"
+    assert parsers.will_run_start(line.format(1796068800)) == 1796068800  # several clusters asked (-M)
+    with pytest.raises(ValueError):
+        parsers.will_run_start(line.format("Unknown"))  # a start Slurm cannot tell
+    with pytest.raises(ValueError):  # only Slurm's own line counts, not text quoted in another
+        parsers.will_run_start("sbatch: error: x Job 9 to start at 1 using 1 processors\n")

@@ -9,8 +9,8 @@ import pytest
 
 from slurm_yolo import config as config_mod
 from slurm_yolo import estimate, plan, spec
-from slurm_yolo.errors import UsageError
-from slurm_yolo.slurm.parsers import PartitionState
+from slurm_yolo.errors import SlurmError, UsageError
+from slurm_yolo.slurm.parsers import WillRun
 from slurm_yolo.timemodel import TimeModel
 
 TM = TimeModel(k=2.0, overhead_seconds=5.0, val_weight=0.5, iteration_seconds=0.01, startup_seconds=20.0, n=40,
@@ -70,19 +70,32 @@ def test_too_many_gpus_for_the_partition(cfg: config_mod.Config) -> None:
         plan.plan_partition(wl(), TM, "t", cfg.partition("a100"), plan.Request("a100", gpus=3), cfg)
 
 
-def test_expected_wait() -> None:
-    st = PartitionState("p", total_gpus=2, used_gpus=2, running=[(600, 1), (300, 1)])
-    assert plan.expected_wait(st, 1) == 300
-    assert plan.expected_wait(st, 2) == 600
-    assert plan.expected_wait(PartitionState("p", total_gpus=2), 1) == 0
-    assert plan.expected_wait(PartitionState("p", total_gpus=1), 2) is None
+NOW = 1_796_000_000
 
 
 def test_auto_picks_the_earliest_finish(cfg: config_mod.Config) -> None:
-    w = wl("yolov8l", epochs=1)  # 4.3 h on t4, 2.1 h on a100 (faster k), but a100 is busy for 10 h
-    fast = replace(TM, k=1.0)
-    a = plan.plan_partition(w, fast, "t", cfg.partition("a100"), plan.Request("auto"), cfg,
-                            state=PartitionState("a100", total_gpus=2, used_gpus=2, running=[(36000, 2)]))  # fmt: skip
-    t = plan.plan_partition(w, TM, "t", cfg.partition("t4"), plan.Request("auto"), cfg, state=PartitionState("t4", total_gpus=2))
-    best = plan.choose([a, t])
-    assert best.partition == "t4" and "partition auto: t4" in best.explain[-1]
+    """Slurm's expected start (sbatch --test-only) + the predicted run time, earliest first."""
+    w = wl("yolov8l", epochs=1)  # 4.7 h on t4, 2.4 h on a100 (faster k)
+    a = plan.plan_partition(w, replace(TM, k=1.0), "t", cfg.partition("a100"), plan.Request("auto"), cfg)
+    t = plan.plan_partition(w, TM, "t", cfg.partition("t4"), plan.Request("auto"), cfg)
+    best = plan.choose([a, t], [WillRun(NOW + 36000), WillRun(NOW + 60)], NOW)  # a100 busy for 10 h
+    assert best.partition == "t4" and best.expected_start == NOW + 60
+    assert best.explain[-3:] == [
+        (f"partition auto: t4 would start {plan.clock(NOW + 60)} + {t.predicted_seconds / 60:.1f} min predicted"
+         f" -> finish {plan.clock(NOW + 60 + t.predicted_seconds)}"),
+        "partition auto: t4 finishes first",
+        f"expected start: {plan.clock(NOW + 60)} on t4, in 1.0 min (Slurm's scheduler)",
+    ]
+    assert t.expected_start is None and "finishes first" not in " ".join(t.explain)  # the plans given are kept
+    soon = plan.choose([a, t], [WillRun(NOW + 3600), WillRun(NOW)], NOW)  # an hour's wait on a100 still wins
+    assert soon.partition == "a100" and soon.expected_start == NOW + 3600
+
+
+def test_auto_skips_refused_partitions(cfg: config_mod.Config) -> None:
+    a = plan.plan_partition(wl(), TM, "t", cfg.partition("a100"), plan.Request("auto"), cfg)
+    t = plan.plan_partition(wl(), TM, "t", cfg.partition("t4"), plan.Request("auto"), cfg)
+    best = plan.choose([a, t], [WillRun(None, "sbatch failed: no GPUs"), WillRun(NOW + 7200)], NOW)
+    assert best.partition == "t4" and "partition auto: a100 refused by Slurm: sbatch failed: no GPUs" in best.explain
+    with pytest.raises(SlurmError) as e:
+        plan.choose([a, t], [WillRun(None, "sbatch failed: x"), WillRun(None, "sbatch failed: y")], NOW)
+    assert str(e.value) == "--partition auto: Slurm refuses the job on every partition (a100: sbatch failed: x; t4: sbatch failed: y)"

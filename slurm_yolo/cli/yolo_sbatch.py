@@ -13,7 +13,9 @@ from . import echo_json, library_errors, load_config
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False, "help_option_names": ["-h", "--help"]},
 )
 @click.version_option(__version__, prog_name="yolo-sbatch")
-@click.option("--partition", "-p", default=None, help="Partition name, or 'auto' for the earliest predicted finish.")
+@click.option("--partition", "-p", default=None,
+              help="Partition name, or 'auto': the earliest predicted finish (default: auto over the configured"
+                   " partitions, else Slurm's default partition).")  # fmt: skip
 @click.option("--gpus", "-G", type=int, default=None, help="GPUs (default: device= of the command, else 1).")
 @click.option("--deadline", default=None, help="Finish within this (90m, 2h, HH:MM:SS): fewest GPUs that do.")
 @click.option("--priority", type=click.Choice(["prod", "dev", "explore"]), default=None, help="Fairshare tier.")
@@ -48,10 +50,6 @@ def main(
     e.g. yolo-sbatch --partition a100 detect train model=yolo11s.yaml data=ds.yaml epochs=50 imgsz=640
     """
     config = load_config()
-    if partition is None:
-        partition = "auto" if config.partitions else None
-    if partition is None:
-        raise click.UsageError("give --partition NAME (no partitions are configured for 'auto')")
     request = plan.Request(
         partition=partition,
         gpus=gpus,
@@ -75,9 +73,11 @@ def main(
         if dry_run:
             click.echo(prepared.script, nl=False)
         else:
+            start = f", expected start {plan.clock(p.expected_start)}" if p.expected_start is not None else ""
             click.echo(
                 f"Submitted batch job {job_id} ({p.partition}, {p.gres}, qos {p.qos},"
-                f" limit {p.time_limit_seconds // 60} min, {p.effective_tokens / 1e6:.1f} effective MTok)"
+                f" limit {p.time_limit_seconds // 60} min, {p.effective_tokens / 1e6:.1f} effective MTok,"
+                f" predicted {p.predicted_seconds / 60:.1f} min{start})"
             )
     if wait and job_id is not None:
         from .job import follow  # the job-side commands: only when following a job

@@ -89,19 +89,32 @@ def sacct_jobs(job_ids: list[int], bin_dir: Path | None = None) -> list[dict[str
     return [dict(zip(SACCT_FIELDS, row)) for row in rows]
 
 
-def partition_states(partitions: list[str], bin_dir: Path | None = None) -> dict[str, parsers.PartitionState]:
-    """Live GPU capacity and queue of the given partitions."""
-    plist = ",".join(partitions)
-    sinfo = run(
-        ["sinfo", "-h", "-N", "-p", plist, "-O", "NodeList:|,Partition:|,Gres:|,GresUsed:|,StateLong:|"],
-        bin_dir=bin_dir,
-    )
-    squeue = run(
-        ["squeue", "-h", "-p", plist, "-t", "RUNNING,PENDING", "-O",
-         "JobID:|,Partition:|,State:|,TimeLeft:|,tres-per-node:|,TimeLimit:|"],
-        bin_dir=bin_dir,
-    )  # fmt: skip
-    return parsers.partition_states(sinfo.stdout, squeue.stdout)
+def default_partition(bin_dir: Path | None = None, timeout: float = 30.0) -> str:
+    """The partition sbatch gives a job that names none: the one slurmctld marks ``Default=YES``
+    (hidden ones too, as sbatch does); SlurmError when there is none."""
+    res = run(["scontrol", "--all", "--oneliner", "show", "partition"], bin_dir=bin_dir, timeout=timeout)
+    name = parsers.default_partition(res.stdout)
+    if name is None:
+        raise SlurmError("Slurm has no default partition (none is Default=YES)")
+    return name
+
+
+def will_run(scripts: Sequence[str], bin_dir: Path | None = None, timeout: float = 30.0) -> list[parsers.WillRun]:
+    """When slurmctld's scheduler would start each job script, submitting nothing (``sbatch
+    --test-only``, the scripts on stdin, all asked at once): its start in epoch seconds, or why it
+    refuses the job (its partition, GRES, limits, account or the site's job_submit plugin)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def ask(script: str) -> parsers.WillRun:
+        try:
+            res = run(["sbatch", "--test-only"], input=script, bin_dir=bin_dir, timeout=timeout,
+                      time_format=queries.TIME_FORMAT)  # fmt: skip
+            return parsers.WillRun(parsers.will_run_start(res.stderr))
+        except (SlurmError, ValueError) as e:
+            return parsers.WillRun(None, str(e))
+
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(scripts)))) as pool:
+        return list(pool.map(ask, scripts))
 
 
 def job_state(job_id: int, bin_dir: Path | None = None) -> str:

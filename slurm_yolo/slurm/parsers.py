@@ -5,7 +5,7 @@ real cluster). The money path reads ``records`` instead: ``scontrol show job`` p
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from . import records
 
@@ -97,22 +97,6 @@ def minutes_arg(seconds: float) -> str:
     return str(max(1, -(-int(seconds) // 60)))
 
 
-def gres_count(text: str, name: str) -> int:
-    """Total count of GRES ``name`` in ``gpu:a100:2,shard:a100:8`` / ``gres:gpu:1`` / ``gpu:a100:1(IDX:0)``."""
-    total = 0
-    for item in re.sub(r"\([^)]*\)", "", text).split(","):
-        parts = [p for p in item.strip().split(":") if p]
-        if parts and parts[0] == "gres":
-            parts = parts[1:]
-        if not parts or parts[0] != name:
-            continue
-        try:
-            total += int(parts[-1]) if len(parts) > 1 else 1
-        except ValueError:
-            total += 1 if len(parts) == 2 else 0  # "gpu:a100" means one
-    return total
-
-
 def cluster_name(config_text: str) -> str:
     """The ClusterName in ``scontrol show config`` output: the cluster these commands talk to (one
     slurmdbd may serve several, so accounting changes must name it)."""
@@ -163,38 +147,33 @@ def sbatch_job_id(text: str) -> int:
     return int(head)
 
 
-@dataclass
-class PartitionState:
-    """What ``--partition auto`` needs to estimate a wait."""
-
-    name: str
-    total_gpus: int = 0
-    used_gpus: int = 0
-    running: list[tuple[int, int]] = field(default_factory=list)  # (seconds left, GPUs)
-    pending_gpu_seconds: float = 0.0
-
-    @property
-    def free_gpus(self) -> int:
-        return max(0, self.total_gpus - self.used_gpus)
+def default_partition(text: str) -> str | None:
+    """The partition sbatch uses when a job names none: the one marked ``Default=YES`` in ``scontrol
+    --all --oneliner show partition`` (one ``Key=value`` line per partition; admin-set fields only)."""
+    for line in text.splitlines():
+        fields = scontrol_record(line)
+        if fields.get("Default") == "YES" and fields.get("PartitionName"):
+            return fields["PartitionName"]
+    return None
 
 
-def partition_states(sinfo_text: str, squeue_text: str) -> dict[str, PartitionState]:
-    """Partition GPU capacity and load from ``sinfo -N -O`` and ``squeue -O`` (both ``|``-separated)."""
-    states: dict[str, PartitionState] = {}
-    for row in parsable2(sinfo_text, ["node", "partition", "gres", "gres_used", "state"], trailing=True):
-        name = row["partition"].rstrip("*")
-        st = states.setdefault(name, PartitionState(name))
-        if any(s in row["state"] for s in ("down", "drain", "fail")):
-            continue
-        st.total_gpus += gres_count(row["gres"], "gpu")
-        st.used_gpus += gres_count(row["gres_used"], "gpu")
-    for row in parsable2(squeue_text, ["job", "partition", "state", "time_left", "tres", "time_limit"], trailing=True):
-        queue = states.get(row["partition"])
-        gpus = gres_count(row["tres"], "gpu") or (1 if gres_count(row["tres"], "shard") else 0)
-        if queue is None or not gpus:
-            continue
-        if row["state"] == "RUNNING":
-            queue.running.append((duration(row["time_left"]) or 0, gpus))
-        elif row["state"] == "PENDING":
-            queue.pending_gpu_seconds += (duration(row["time_limit"]) or 3600) * gpus
-    return states
+class WillRun(NamedTuple):
+    """slurmctld's answer to ``sbatch --test-only`` for one job script: when its scheduler expects the
+    job to start (epoch seconds), or why it would not take the job (``refused``)."""
+
+    start: int | None
+    refused: str = ""
+
+
+_WILL_RUN = re.compile(r"^\S+: Job \d+ to start at (\d+) (?:on cluster \S+ )?using \d+ processors", re.MULTILINE)
+
+
+def will_run_start(stderr: str) -> int:
+    """The expected start, in epoch seconds, from what ``sbatch --test-only`` prints on stderr when
+    run with ``SLURM_TIME_FORMAT=%s``, alike in 22.05 and 24.11: ``sbatch: Job 41 to start at
+    1796068800 using 1 processors on nodes gpu-t4-1 in partition t4`` (``on cluster C`` after the
+    time when several clusters were asked). A time Slurm cannot tell (``Unknown``) is an error."""
+    m = _WILL_RUN.search(stderr)
+    if not m:
+        raise ValueError(f"sbatch --test-only printed no start time: {stderr.strip()[-200:]!r}")
+    return int(m.group(1))
