@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,24 @@ def test_will_run_start_elsewhere() -> None:
         parsers.will_run_start(line.format("Unknown"))  # a start Slurm cannot tell
     with pytest.raises(ValueError):  # only Slurm's own line counts, not text quoted in another
         parsers.will_run_start("sbatch: error: x Job 9 to start at 1 using 1 processors\n")
+
+
+@pytest.mark.parametrize("release", ["22.05", "24.11"])
+def test_default_partition(release: str) -> None:
+    text = (REC / release / "scontrol_partitions.txt").read_text()
+    assert parsers.default_partition(text) == "a100"
+    assert parsers.default_partition(text.replace("Default=YES", "Default=NO")) is None
+    assert parsers.default_partition("") is None
+
+
+@pytest.mark.parametrize("release", ["22.05", "24.11"])
+def test_will_run_start(release: str) -> None:
+    """``sbatch --test-only`` with SLURM_TIME_FORMAT=%s: the start on stderr (recorded with a100 busy)."""
+    rec = json.loads((REC / release / "sbatch_test_only.json").read_text())
+    for case in rec["started"]:
+        assert parsers.will_run_start(case["stderr"]) == case["start"]
+    for case in rec["refused"]:
+        with pytest.raises(ValueError, match="printed no start time"):
+            parsers.will_run_start(case["stderr"])
+
+
