@@ -26,7 +26,7 @@ pytestmark = pytest.mark.cluster
 
 def on(slurm: Slurm, config: Path, text: str = "") -> None:
     """The test's config file (``text``, else what it holds) on ``slurm``'s commands."""
-    body = text or config.read_text()
+    body = text or (config.read_text() if config.exists() else "")
     slurm_table = f'[slurm]\nbin_dir = "{slurm.bin_dir}"\n'
     config.write_text(body.replace("[slurm]\n", slurm_table) if "[slurm]\n" in body else body + slurm_table)
 
