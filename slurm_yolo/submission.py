@@ -38,9 +38,10 @@ def parse_duration(text: str) -> float:
 
 
 class Prepared(NamedTuple):
-    """A decided job: the spec, the plan and the script sbatch will get."""
+    """A decided job: the spec, the dataset's counts, the plan and the script sbatch will get."""
 
     spec: spec.TrainSpec
+    counts: dataset.DatasetCounts
     plan: plan.Plan
     script: str
     options: render.JobOptions
@@ -73,7 +74,7 @@ def prepare(
     A named partition plans offline (no Slurm call); ``auto`` reads the live queue.
     """
     s = spec.parse(words)
-    counts = dataset.count(str(s.get("data")), config.cache_dir / "datasets.json")
+    counts = dataset.count(str(s.get("data")), config.cache_dir / "datasets.json", config["job"]["yolo_config_dir"])
     reference = config["estimate"]["reference_gflops"]
     model = estimate.resolve_model(s.model, reference, config["job"]["python"], config.cache_dir, flops_factor)
     w = estimate.workload(s, counts.train, counts.val, model)
@@ -98,8 +99,9 @@ def prepare(
             )
         )
     chosen = plan.choose(plans) if request.partition == "auto" else plans[0]
+    chosen.explain.insert(0, f"data: {counts.yaml_path}: {counts.train} train, {counts.val} val images, {counts.source}")
     script = render.render(chosen, options, s.tokens)
-    return Prepared(spec=s, plan=chosen, script=script, options=options)
+    return Prepared(spec=s, counts=counts, plan=chosen, script=script, options=options)
 
 
 def submit(config: Config, prepared: Prepared) -> int:

@@ -67,7 +67,7 @@ def main(
     p = prepared.plan
     job_id = None if dry_run else submission.submit(config, prepared)
     if as_json:
-        echo_json({**p.to_dict(), "script": prepared.script, "job_id": job_id})
+        echo_json({**p.to_dict(), "dataset": prepared.counts._asdict(), "script": prepared.script, "job_id": job_id})
     else:
         if explain or dry_run:
             for line in p.explain:
