@@ -7,6 +7,7 @@ the real sbatch. Nothing here imports torch, ultralytics or pandas: this is the 
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import NamedTuple
@@ -35,6 +36,53 @@ def parse_duration(text: str) -> float:
     if not 0 < seconds <= 366 * 86400:
         raise UsageError(f"duration '{text}' must be between 1 second and a year")
     return seconds
+
+
+_LOG_PATTERN = re.compile(r"%(\d*)(.)")  # sbatch's filename patterns: %x, %j, %u, %%, ...
+
+
+def _chdir(extra: tuple[str, ...]) -> str | None:
+    """The job's working folder from ``--sbatch-arg=--chdir=DIR``, where relative log paths start."""
+    for raw in extra:
+        option, _, value = raw.partition("=")
+        if len(option) > 4 and "--chdir".startswith(option):
+            return value
+    return None
+
+
+def check_log_paths(options: render.JobOptions) -> None:
+    """Refuse an ``--output``/``--error`` that lands in a folder that does not exist: Slurm would fail the
+    job at once, leaving no log to say why. ``%x`` (the job name), ``%u`` and ``%%`` are expanded as Slurm
+    will; a folder holding another pattern (``logs/%j/``) is left to Slurm."""
+    import pwd  # only here: the user's name for %u
+
+    unknown = "\0"
+    try:
+        user = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # no passwd entry: a folder named for the user is left to Slurm
+        user = unknown
+
+    def expand(m: re.Match[str]) -> str:
+        return {"x": options.job_name, "u": user, "%": "%"}.get(m.group(2), unknown)
+
+    base = Path(_chdir(options.extra) or ".")
+    for option, pattern in (("--output", options.output or render.DEFAULT_OUTPUT), ("--error", options.error)):
+        if not pattern or "\\" in pattern:  # a backslash turns Slurm's patterns off
+            continue
+        folder = os.path.dirname(_LOG_PATTERN.sub(expand, pattern))
+        if not folder or unknown in folder:
+            continue
+        try:
+            ok = os.path.isdir(base / folder)
+        except (OSError, ValueError):
+            ok = False
+        if ok:
+            continue
+        why = "(Slurm would fail the job at once, with no log)"
+        if "/" in options.job_name and "%x" in pattern:
+            raise UsageError(f"--job-name {options.job_name!r} holds a '/', so {option} {pattern} points into folder"
+                             f" {folder}, which does not exist {why}")  # fmt: skip
+        raise UsageError(f"{option} {pattern}: folder {folder} does not exist {why}")
 
 
 class Prepared(NamedTuple):
@@ -74,6 +122,7 @@ def prepare(
     A named partition plans offline (no Slurm call); ``auto`` reads the live queue.
     """
     s = spec.parse(words)
+    check_log_paths(options)
     counts = dataset.count(str(s.get("data")), config.cache_dir / "datasets.json", config["job"]["yolo_config_dir"])
     reference = config["estimate"]["reference_gflops"]
     model = estimate.resolve_model(s.model, reference, config["job"]["python"], config.cache_dir, flops_factor)
@@ -90,14 +139,21 @@ def prepare(
     states = {}
     if request.partition == "auto":
         states = commands.partition_states(names, bin_dir=Path(config["slurm"]["bin_dir"]))
-    plans = []
+    plans, refused = [], []
     for name in names:
         cal = calibration.load(config, name)
-        plans.append(
-            plan.plan_partition(
-                w, cal.model, cal.source, config.partition(name), request, config, s.devices, states.get(name)
+        try:
+            plans.append(
+                plan.plan_partition(
+                    w, cal.model, cal.source, config.partition(name), request, config, s.devices, states.get(name)
+                )
             )
-        )
+        except UsageError as e:  # auto: a partition too small for the GPUs asked, or too slow, is no choice
+            if request.partition != "auto":
+                raise
+            refused.append(e)
+    if not plans:
+        raise refused[0]
     chosen = plan.choose(plans) if request.partition == "auto" else plans[0]
     chosen.explain.insert(0, f"data: {counts.yaml_path}: {counts.train} train, {counts.val} val images, {counts.source}")
     script = render.render(chosen, options, s.tokens)
