@@ -6,10 +6,11 @@ import click
 
 from .. import __version__, plan, submission
 from ..slurm import commands
-from . import echo_json, library_errors, load_config
+from . import OneLineErrors, echo_json, library_errors, load_config
 
 
 @click.command(
+    cls=OneLineErrors,
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False, "help_option_names": ["-h", "--help"]},
 )
 @click.version_option(__version__, prog_name="yolo-sbatch")
