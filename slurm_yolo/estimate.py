@@ -71,8 +71,12 @@ def lookup_model(model: str) -> ModelInfo | None:
 
 def measure_gflops(model: str, python: str, cache_dir: Path | None, timeout: float = 300.0) -> float:
     """GFLOPs of a custom model, measured with ultralytics in a child process (never imported here), cached."""
-    path = Path(model).expanduser().resolve()
-    if not path.is_file():
+    try:
+        path = Path(model).expanduser().resolve()
+        found = path.is_file()
+    except (OSError, RuntimeError, ValueError):  # a symlink loop, a name too long, ~user unknown
+        found = False
+    if not found:
         raise UsageError(f"model {model} not found: give --flops-factor or a standard model name")
     key = f"{path}:{path.stat().st_mtime}"
     cache_file = cache_dir / "gflops.json" if cache_dir else None
@@ -94,7 +98,7 @@ def measure_gflops(model: str, python: str, cache_dir: Path | None, timeout: flo
     child = _as_owner_of(path, env)
     try:
         out = subprocess.run([python, "-c", code, str(path)], capture_output=True, text=True, timeout=timeout, env=env,
-                             **child)  # fmt: skip
+                             check=False, **child)  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as e:
         raise UsageError(f"model {model}: cannot measure its FLOPs ({e}); give --flops-factor") from None
     finally:

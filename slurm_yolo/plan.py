@@ -68,6 +68,11 @@ def time_limit(predicted_seconds: float, buffer: float) -> int:
     return max(60, math.ceil(predicted_seconds * (1 + buffer) / 60) * 60)
 
 
+def seconds_text(seconds: float) -> str:
+    """A duration as people say it: ``45 s`` under a minute, else whole minutes."""
+    return f"{seconds:.0f} s" if seconds < 59.5 else f"{seconds / 60:.0f} min"
+
+
 def _gpus(w: Workload, tm: TimeModel, part: Partition, req: Request, devices: int | None, ref: float) -> tuple[int, str]:
     limit = part.gpus_per_node
     if req.gpus is not None:
@@ -77,15 +82,21 @@ def _gpus(w: Workload, tm: TimeModel, part: Partition, req: Request, devices: in
             raise UsageError(f"--gpus {req.gpus}: partition {part.name} has {limit} GPUs per node")
         return req.gpus, "--gpus"
     if req.deadline_seconds is not None:
+        deadline = seconds_text(req.deadline_seconds)
+        if req.deadline_seconds < tm.startup_seconds:
+            raise UsageError(f"--deadline {deadline} is shorter than the job's start-up alone on {part.name}"
+                             f" ({seconds_text(tm.startup_seconds)})")  # fmt: skip
         for g in range(1, max(1, limit) + 1):
             if predict_seconds(w, tm, g, part.ddp_efficiency, ref) <= req.deadline_seconds:
-                return g, f"fewest GPUs that finish within the deadline ({req.deadline_seconds / 60:.0f} min)"
+                return g, f"fewest GPUs that finish within the deadline ({deadline})"
         best = predict_seconds(w, tm, max(1, limit), part.ddp_efficiency, ref)
         raise UsageError(
-            f"--deadline {req.deadline_seconds / 60:.0f}m cannot be met on {part.name}: "
-            f"needs {best / 60:.0f} min even with {max(1, limit)} GPUs"
+            f"--deadline {deadline} cannot be met on {part.name}: "
+            f"needs {seconds_text(best)} even with {max(1, limit)} GPUs"
         )
     if devices:
+        if devices > limit and part.gpu_type:  # Slurm would keep it pending for ever (PartitionConfig)
+            raise UsageError(f"device= names {devices} GPUs: partition {part.name} has {limit} GPUs per node")
         return devices, "device= of the command"
     return 1, "default"
 

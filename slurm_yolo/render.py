@@ -21,6 +21,7 @@ from .plan import Plan
 from .slurm.parsers import minutes_arg
 
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+DEFAULT_OUTPUT = "yolo-%x-%j.out"  # the job's log when -o is not given
 _BARE = re.compile(r"^[A-Za-z0-9_.,:=/@%+\-]*$")
 
 
@@ -123,7 +124,7 @@ def directives(plan: Plan, opts: JobOptions) -> list[tuple[str, str]]:
         pairs.append(("--mem-per-cpu", f"{opts.mem_per_cpu_mb}M"))
     for option, value in (
         ("--account", opts.account),
-        ("--output", opts.output or "yolo-%x-%j.out"),
+        ("--output", opts.output or DEFAULT_OUTPUT),
         ("--error", opts.error),
         ("--mail-type", opts.mail_type),
         ("--mail-user", opts.mail_user),

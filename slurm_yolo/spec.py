@@ -16,6 +16,8 @@ from typing import Any, NamedTuple
 from .errors import UsageError
 
 MAX_VALUE_LEN = 4096
+MAX_BATCH = 1_000_000  # ultralytics clamps a batch to the dataset; past this it is a typo, and overflows the math
+MAX_DEVICES = 1024
 AUTO_BATCH = 16  # what a batch of -1 or a memory fraction means for the token math (ultralytics on CPU)
 STRIDE = 32  # ultralytics rounds imgsz up to the model's largest stride
 
@@ -70,10 +72,7 @@ class TrainSpec(NamedTuple):
         """GPUs named by ``device=`` (None: not given; 0: cpu)."""
         if "device" not in self.args or self.args["device"] is None:
             return None
-        value = str(self.args["device"]).strip("[]() ")
-        if value.lower() in ("cpu", "mps", ""):
-            return 0
-        return len([d for d in value.split(",") if d.strip()])
+        return _device_count(self.args["device"])
 
 
 _TASK_SUFFIX = {"segment": "-seg", "classify": "-cls", "pose": "-pose", "obb": "-obb"}
@@ -124,23 +123,40 @@ def _check_value(key: str, value: Any) -> Any:
         if lowest is not None and value < lowest:
             raise UsageError(f"'{key}={value}' must be at least {lowest}")
     elif key == "fraction":
-        if not is_num or value <= 0 or (value > 1 and not float(value).is_integer()):
+        if not is_num or not math.isfinite(value) or value <= 0 or (value > 1 and not float(value).is_integer()):
             raise UsageError(f"'fraction={value}' must be in (0, 1] or a whole number of images")
     elif key in cfg["fraction_keys"]:
         if not is_num or not 0.0 <= value <= 1.0:
             raise UsageError(f"'{key}={value}' must be a number between 0.0 and 1.0")
-    elif key in cfg["float_keys"]:
-        if not is_num or not math.isfinite(value):
-            raise UsageError(f"'{key}={value}' must be a number")
+    elif key in cfg["float_keys"] and (not is_num or not math.isfinite(value)):
+        raise UsageError(f"'{key}={value}' must be a number")
     if key == "imgsz":
         sizes = value if isinstance(value, (list, tuple)) else [value]
         if not sizes or not all(isinstance(s, int) and not isinstance(s, bool) and 32 <= s <= 8192 for s in sizes):
             raise UsageError(f"'imgsz={value}' must be a whole number of pixels between 32 and 8192")
     if key == "batch" and not (value == -1 or (0 < value < 1) or (value >= 1 and float(value).is_integer())):
         raise UsageError(f"'batch={value}' must be a positive whole number, -1 (auto) or a fraction of GPU memory")
+    if key == "batch" and value > MAX_BATCH:
+        raise UsageError(f"'batch={value}' is absurd (more than {MAX_BATCH})")
     if key == "epochs" and value > 100_000:
         raise UsageError(f"'epochs={value}' is absurd (more than 100000)")
+    if key == "device" and value is not None and _device_count(value) is None:
+        raise UsageError(f"'device={value}' must be cpu, mps, or GPU indices such as 0 or 0,1")
     return value
+
+
+def _device_count(value: Any) -> int | None:
+    """GPUs a ``device=`` value names, read as ultralytics' parse_device reads it (0: cpu or mps; None: not
+    a CUDA device). The job trains on the GPUs Slurm allocates; the value only says how many to ask for."""
+    text = str(value).lower()
+    for remove in ("cuda:", "none", "(", ")", "[", "]", "'", " "):
+        text = text.replace(remove, "")
+    if text in ("cpu", "mps", ""):
+        return 0
+    items = [item for item in ("0" if text == "cuda" else text).split(",") if item]
+    if not all((item.isascii() and item.isdigit()) or item == "-1" for item in items) or len(items) > MAX_DEVICES:
+        return None
+    return len(items)
 
 
 def parse(words: list[str] | tuple[str, ...]) -> TrainSpec:

@@ -8,6 +8,7 @@ this is the login-node path.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -48,10 +49,58 @@ def default_partition(bin_dir: Path, timeout: float) -> str:
         raise SlurmError(f"no --partition given, none configured, and no default partition from Slurm: {e}") from None
 
 
+_LOG_PATTERN = re.compile(r"%(\d*)(.)")  # sbatch's filename patterns: %x, %j, %u, %%, ...
+
+
+def _chdir(extra: tuple[str, ...]) -> str | None:
+    """The job's working folder from ``--sbatch-arg=--chdir=DIR``, where relative log paths start."""
+    for raw in extra:
+        option, _, value = raw.partition("=")
+        if len(option) > 4 and "--chdir".startswith(option):
+            return value
+    return None
+
+
+def check_log_paths(options: render.JobOptions) -> None:
+    """Refuse an ``--output``/``--error`` that lands in a folder that does not exist: Slurm would fail the
+    job at once, leaving no log to say why. ``%x`` (the job name), ``%u`` and ``%%`` are expanded as Slurm
+    will; a folder holding another pattern (``logs/%j/``) is left to Slurm."""
+    import pwd  # only here: the user's name for %u
+
+    unknown = "\0"
+    try:
+        user = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # no passwd entry: a folder named for the user is left to Slurm
+        user = unknown
+
+    def expand(m: re.Match[str]) -> str:
+        return {"x": options.job_name, "u": user, "%": "%"}.get(m.group(2), unknown)
+
+    base = Path(_chdir(options.extra) or ".")
+    for option, pattern in (("--output", options.output or render.DEFAULT_OUTPUT), ("--error", options.error)):
+        if not pattern or "\\" in pattern:  # a backslash turns Slurm's patterns off
+            continue
+        folder = os.path.dirname(_LOG_PATTERN.sub(expand, pattern))
+        if not folder or unknown in folder:
+            continue
+        try:
+            ok = os.path.isdir(base / folder)
+        except (OSError, ValueError):
+            ok = False
+        if ok:
+            continue
+        why = "(Slurm would fail the job at once, with no log)"
+        if "/" in options.job_name and "%x" in pattern:
+            raise UsageError(f"--job-name {options.job_name!r} holds a '/', so {option} {pattern} points into folder"
+                             f" {folder}, which does not exist {why}")  # fmt: skip
+        raise UsageError(f"{option} {pattern}: folder {folder} does not exist {why}")
+
+
 class Prepared(NamedTuple):
-    """A decided job: the spec, the plan and the script sbatch will get."""
+    """A decided job: the spec, the dataset's counts, the plan and the script sbatch will get."""
 
     spec: spec.TrainSpec
+    counts: dataset.DatasetCounts
     plan: plan.Plan
     script: str
     options: render.JobOptions
@@ -85,7 +134,8 @@ def prepare(
     asks Slurm's scheduler when each configured partition would start the job (``sbatch --test-only``).
     """
     s = spec.parse(words)
-    counts = dataset.count(str(s.get("data")), config.cache_dir / "datasets.json")
+    check_log_paths(options)
+    counts = dataset.count(str(s.get("data")), config.cache_dir / "datasets.json", config["job"]["yolo_config_dir"])
     reference = config["estimate"]["reference_gflops"]
     model = estimate.resolve_model(s.model, reference, config["job"]["python"], config.cache_dir, flops_factor)
     w = estimate.workload(s, counts.train, counts.val, model)
@@ -100,15 +150,25 @@ def prepare(
             raise UsageError("--partition auto needs partitions in the config ([partitions.NAME])")
     else:
         names = [partition]
-    plans = []
+    plans, refused = [], []
     for name in names:
         cal = calibration.load(config, name)
-        plans.append(plan.plan_partition(w, cal.model, cal.source, config.partition(name), request, config, s.devices))
+        try:
+            plans.append(plan.plan_partition(w, cal.model, cal.source, config.partition(name), request, config, s.devices))
+        except UsageError as e:  # auto: a partition too small for the GPUs asked, or too slow, is no choice
+            if partition != "auto":
+                raise
+            refused.append(e)
+    if not plans:
+        raise refused[0]
     scripts = [render.render(p, options, s.tokens) for p in plans]
-    if partition != "auto":
-        return Prepared(spec=s, plan=plans[0], script=scripts[0], options=options)
-    chosen = plan.choose(plans, commands.will_run(scripts, bin_dir=bin_dir, timeout=timeout), time.time())
-    return Prepared(spec=s, plan=chosen, script=scripts[names.index(chosen.partition)], options=options)
+    if partition == "auto":
+        chosen = plan.choose(plans, commands.will_run(scripts, bin_dir=bin_dir, timeout=timeout), time.time())
+    else:
+        chosen = plans[0]
+    chosen.explain.insert(0, f"data: {counts.yaml_path}: {counts.train} train, {counts.val} val images, {counts.source}")
+    script = scripts[plans.index(chosen)]
+    return Prepared(spec=s, counts=counts, plan=chosen, script=script, options=options)
 
 
 def submit(config: Config, prepared: Prepared) -> int:

@@ -179,3 +179,69 @@ def test_login_path_imports_no_heavy_modules() -> None:
     code = "import sys, slurm_yolo.cli.yolo_sbatch, slurm_yolo.cli.admin; print(sorted(m for m in ('torch','ultralytics','pandas','numpy','sqlite_utils') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "data={ds}", "device=0,1,2,3,4,5,6,7,8"], "Error: device= names 9 GPUs: partition a100 has 2 GPUs per node"),
+        (["train", "data={ds}", "device=$(id)"], "Error: 'device=$(id)' must be cpu, mps, or GPU indices such as 0 or 0,1"),
+        (["train", "data={ds}", "fraction=nan"], "Error: 'fraction=nan' must be in (0, 1]"),
+        (["train", "data={ds}", "batch=1e300"], "Error: 'batch=1e+300' is absurd"),
+        (["--deadline", "1s", "train", "data={ds}"],
+         "Error: --deadline 1 s is shorter than the job's start-up alone on a100 (20 s)"),
+        (["--deadline", "45s", "train", "data={ds}", "model=yolov8x.yaml", "epochs=50"],
+         "Error: --deadline 45 s cannot be met on a100: needs "),
+        (["-J", "a/b", "train", "data={ds}"],
+         "Error: --job-name 'a/b' holds a '/', so --output yolo-%x-%j.out points into folder yolo-a, which does not exist"),
+        (["-J", "a/b", "-e", "err/%x.err", "-o", "out.log", "train", "data={ds}"],
+         "Error: --job-name 'a/b' holds a '/', so --error err/%x.err points into folder err/a, which does not exist"),
+        (["-o", "/nowhere/%j.out", "train", "data={ds}"], "Error: --output /nowhere/%j.out: folder /nowhere does not exist"),
+        (["--sbatch-arg=--chdir={tmp}", "-o", "logs/%j.out", "train", "data={ds}"],
+         "Error: --output logs/%j.out: folder logs does not exist"),
+    ],
+)  # fmt: skip
+def test_checked_against_the_partition_before_submitting(dataset: Path, site_config: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch, args: list[str], message: str) -> None:  # fmt: skip
+    """Each of these would have been submitted and then pended for ever, or failed at once with no log."""
+    monkeypatch.chdir(tmp_path)
+    code, out = run(["--dry-run", "-p", "a100", *[a.format(ds=dataset, tmp=tmp_path) for a in args]])
+    assert code != 0 and out.startswith(message) and len(out.strip().splitlines()) == 1, out
+
+
+def test_log_paths_that_slurm_can_open_plan(dataset: Path, site_config: Path, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "yolo-a").mkdir()
+    (tmp_path / "logs").mkdir()
+    for args in (["-J", "a/b"], ["-o", "logs/%x-%j.out"], ["-o", "logs/%j/x.out"], ["-o", "x\\%x/y.out"],
+                 ["--sbatch-arg=--chdir=" + str(tmp_path / "logs"), "-o", "x.out"], ["-J", "plain", "-e", "%x.err"]):  # fmt: skip
+        code, out = run(["--dry-run", "--json", "-p", "a100", *args, "train", f"data={dataset}"])
+        assert code == 0, (args, out)
+
+
+def test_auto_passes_over_partitions_too_small(dataset: Path, site_config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurm_yolo.slurm import commands, parsers
+
+    site_config.write_text(site_config.read_text() + '\n[partitions.big]\ngpu_type = "h100"\ngpus_per_node = 4\n')
+    monkeypatch.setattr(commands, "partition_states",
+                        lambda names, bin_dir=None: {n: parsers.PartitionState(n, total_gpus=8) for n in names})  # fmt: skip
+    code, out = run(["--dry-run", "--json", "-p", "auto", "train", f"data={dataset}", "device=0,1,2"])
+    assert code == 0, out
+    assert (json.loads(out)["partition"], json.loads(out)["gres"]) == ("big", "gpu:h100:3")
+    code, out = run(["--dry-run", "--json", "-p", "auto", "train", f"data={dataset}", "device=0,1,2,3,4"])
+    assert code != 0 and out.startswith("Error: device= names 5 GPUs: partition a100 has 2 GPUs per node"), out
+
+
+def test_bundled_dataset_plans_offline_and_says_where_its_counts_came_from(site_config: Path, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("YOLO_CONFIG_DIR", str(tmp_path / "cfg"))
+    code, out = run(["--dry-run", "-p", "a100", "train", "model=yolov8n.yaml", "data=coco8.yaml"])
+    assert code == 0, out
+    assert out.splitlines()[0].startswith("data: coco8.yaml: 4 train, 4 val images, ultralytics 8.4.190's published sizes")
+    assert "images: 4 train x 100 epochs" in out
+    code, out = run(["--dry-run", "--json", "-p", "a100", "train", "model=yolov8n.yaml", "data=coco.yaml"])
+    d = json.loads(out)
+    assert (d["dataset"]["train"], d["dataset"]["val"], d["workload"]["train_images"]) == (118287, 5000, 118287)
+    assert d["explain"][0].startswith("data: coco.yaml: 118287 train, 5000 val images")

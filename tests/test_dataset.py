@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -106,3 +107,151 @@ def test_synthetic_dataset_counts(dataset: Path) -> None:  # type: ignore[no-red
 
     c = ds.count(dataset)
     assert (c.train, c.val) == (16, 8)
+
+
+@pytest.fixture
+def elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working folder of its own and ultralytics settings with no datasets_dir yet."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("YOLO_CONFIG_DIR", str(tmp_path / "cfg"))
+    return tmp_path
+
+
+def settings(config_dir: Path, datasets: Path) -> None:
+    (config_dir / "Ultralytics").mkdir(parents=True, exist_ok=True)
+    (config_dir / "Ultralytics" / "settings.json").write_text(json.dumps({"datasets_dir": str(datasets)}))
+
+
+@pytest.mark.parametrize(
+    ("data", "train", "val"),
+    [("coco8.yaml", 4, 4), ("coco8", 4, 4), ("coco128.yaml", 128, 128), ("coco.yaml", 118287, 5000),
+     ("VOC.yaml", 16551, 4952), ("Objects365.yaml", 1742289, 80000)],
+)  # fmt: skip
+def test_bundled_dataset_not_downloaded_uses_the_published_sizes(elsewhere: Path, data: str, train: int, val: int) -> None:
+    c = dataset.count(data)
+    assert (c.train, c.val) == (train, val)
+    assert c.source.startswith("ultralytics 8.4.190's published sizes (no datasets_dir in ")
+    settings(elsewhere / "cfg", elsewhere / "datasets")
+    c = dataset.count(data)
+    assert f"(no {elsewhere / 'datasets'}/" in c.source and "downloads it when the job starts" in c.source
+
+
+def test_bundled_dataset_counted_where_ultralytics_keeps_it(elsewhere: Path) -> None:
+    touch(elsewhere / "datasets/coco8/images/train", ["1.jpg", "2.jpg", "3.jpg"])
+    touch(elsewhere / "datasets/coco8/images/val", ["4.jpg"])
+    settings(elsewhere / "cfg", elsewhere / "datasets")
+    c = dataset.count("coco8.yaml", elsewhere / "cache.json")
+    assert (c.train, c.val, c.yaml_path) == (3, 1, "coco8.yaml")
+    assert c.source == f"counted in {elsewhere / 'datasets/coco8'} (ultralytics' datasets_dir)"
+    # the job's YOLO_CONFIG_DIR (job.yolo_config_dir) is where its ultralytics looks, not this shell's
+    settings(elsewhere / "jobcfg", elsewhere / "elsewhere")
+    assert dataset.count("coco8.yaml", yolo_config_dir=str(elsewhere / "jobcfg")).train == 4
+    # ultralytics takes a relative path: from the working folder first
+    touch(Path("coco8/images/train"), ["a.jpg"])
+    touch(Path("coco8/images/val"), ["b.jpg"])
+    assert dataset.count("coco8.yaml").source == f"counted in {Path.cwd() / 'coco8'} (the working folder)"
+    # and a file by that name before any bundled dataset
+    touch(Path("mine/images"), ["1.jpg", "2.jpg"])
+    Path("coco8.yaml").write_text("path: mine\ntrain: images\nval: images\n")
+    c = dataset.count("coco8.yaml")
+    assert (c.train, c.yaml_path, c.source) == (2, str(Path.cwd() / "coco8.yaml"), "counted from its folders and lists")
+
+
+def test_bundled_dataset_partly_downloaded_names_what_is_missing(elsewhere: Path) -> None:
+    touch(elsewhere / "datasets/VOC/images/train2012", ["1.jpg"])
+    settings(elsewhere / "cfg", elsewhere / "datasets")
+    with pytest.raises(UsageError, match=r"data VOC.yaml: train path .*/VOC/images/train2007 does not exist"):
+        dataset.count("VOC.yaml")
+
+
+def test_unknown_name(elsewhere: Path) -> None:
+    with pytest.raises(UsageError, match=r"^data yaml coco9.yaml not found \(nor is it one of ultralytics' bundled"):
+        dataset.count("coco9.yaml")
+
+
+def test_bundled_table_matches_installed_ultralytics() -> None:
+    """Every row is the installed yaml's path and splits, and the image counts its comments publish."""
+    import importlib.util
+    import re
+
+    import yaml
+
+    found = importlib.util.find_spec("ultralytics")  # located, not imported
+    if found is None or found.origin is None:
+        pytest.skip("ultralytics is not installed (the [train] extra)")
+    folder = Path(found.origin).parent / "cfg" / "datasets"
+    for name, row in dataset.BUILTIN.items():
+        text = (folder / name).read_text()
+        data = yaml.safe_load(text)
+        listed = {s: tuple(data[s]) if isinstance(data[s], list) else (data[s],) for s in ("train", "val")}
+        assert (data["path"], listed["train"], listed["val"]) == (row.root, row.train, row.val), name
+        published = {s: re.search(rf"^{s}:.*# {s} images \(relative to 'path'\) (.*)$", text, re.MULTILINE)
+                     for s in ("train", "val")}
+        if name == "xView.yaml":  # "90% of 847" / "10% of 847": ultralytics' autosplit of the train set
+            assert (row.train_images, row.val_images) == (round(0.9 * 847), round(0.1 * 847))
+            continue
+        for split, n in (("train", row.train_images), ("val", row.val_images)):
+            m = published[split]
+            assert m and m.group(1).startswith(f"{n} images"), (name, split)
+
+
+@pytest.mark.parametrize("kind", ["loop", "fifo", "dev", "dir"])
+def test_a_data_yaml_that_is_no_file_is_one_error(tmp_path: Path, kind: str) -> None:
+    y = tmp_path / "d.yaml"
+    if kind == "loop":
+        os.symlink(y, y)
+    elif kind == "fifo":
+        os.mkfifo(y)
+    elif kind == "dev":
+        os.symlink("/dev/zero", y)
+    else:
+        y.mkdir()
+    message = "too many levels of symbolic links" if kind == "loop" else "is not a regular file"
+    with pytest.raises(UsageError, match=message):
+        dataset.count(y)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [("loop", "too many levels of symbolic links"), ("fifo", "neither a folder nor an image list"),
+     ("/dev/zero", "neither a folder nor an image list"), ("/proc", "kernel pseudo-filesystem"),
+     ("/sys/kernel", "kernel pseudo-filesystem"), ("x" * 300, "file name too long"), ("~nosuchuser9/x", "does not exist")],
+)  # fmt: skip
+def test_hostile_sources_are_one_error(tmp_path: Path, entry: str, message: str) -> None:
+    os.symlink(tmp_path / "loop", tmp_path / "loop")
+    os.mkfifo(tmp_path / "fifo")
+    y = tmp_path / "d.yaml"
+    y.write_text(json.dumps({"train": entry, "val": entry}))
+    with pytest.raises(UsageError, match=message):
+        dataset.count(y)
+
+
+def test_loops_and_kernel_links_inside_a_dataset_are_skipped(tmp_path: Path) -> None:
+    touch(tmp_path / "imgs", ["1.jpg", "2.jpg"])
+    os.symlink(tmp_path / "imgs" / "self", tmp_path / "imgs" / "self")  # a loop of one link
+    os.symlink("/proc", tmp_path / "imgs" / "proc")  # /proc/PID/root would be the whole machine
+    y = tmp_path / "d.yaml"
+    y.write_text("train: imgs\nval: imgs\n")
+    assert dataset.count(y, tmp_path / "cache.json").train == 2
+    assert dataset.count(y, tmp_path / "cache.json").train == 2  # the fingerprint skips the loop too
+
+
+def test_a_source_replaced_by_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    touch(tmp_path / "imgs", ["1.jpg"])
+    (tmp_path / "list.txt").write_text("imgs/1.jpg\n")
+    y = tmp_path / "d.yaml"
+    y.write_text("train: list.txt\nval: imgs\n")
+    cache = tmp_path / "cache.json"
+    assert dataset.count(y, cache).train == 1
+    (tmp_path / "list.txt").unlink()
+    os.mkfifo(tmp_path / "list.txt")
+    with pytest.raises(UsageError, match="neither a folder nor an image list"):
+        dataset.count(y, cache)
+
+
+def test_settings_that_are_a_fifo_are_ignored(elsewhere: Path) -> None:
+    (elsewhere / "cfg" / "Ultralytics").mkdir(parents=True)
+    os.mkfifo(elsewhere / "cfg" / "Ultralytics" / "settings.json")
+    assert dataset.count("coco8.yaml").train == 4

@@ -61,13 +61,23 @@ def test_deadline_picks_fewest_gpus(cfg: config_mod.Config) -> None:
     assert p.gpus == 2
     p = plan.plan_partition(w, TM, "t", cfg.partition("a100"), plan.Request("a100", deadline_seconds=one.predicted_seconds * 1.1), cfg)
     assert p.gpus == 1
-    with pytest.raises(UsageError, match="cannot be met"):
-        plan.plan_partition(w, TM, "t", cfg.partition("a100"), plan.Request("a100", deadline_seconds=10), cfg)
+    with pytest.raises(UsageError, match=r"^--deadline 30 s cannot be met on a100: needs \d+ min even with 2 GPUs$"):
+        plan.plan_partition(w, TM, "t", cfg.partition("a100"), plan.Request("a100", deadline_seconds=30), cfg)
+    with pytest.raises(UsageError, match=r"^--deadline 1 s is shorter than the job's start-up alone on a100 \(20 s\)$"):
+        plan.plan_partition(w, TM, "t", cfg.partition("a100"), plan.Request("a100", deadline_seconds=1), cfg)
+
+
+def test_seconds_text() -> None:
+    assert [plan.seconds_text(s) for s in (0.4, 1, 45, 59.4, 59.6, 90, 3600)] == ["0 s", "1 s", "45 s", "59 s", "1 min",
+                                                                                "2 min", "60 min"]  # fmt: skip
 
 
 def test_too_many_gpus_for_the_partition(cfg: config_mod.Config) -> None:
     with pytest.raises(UsageError, match="has 2 GPUs per node"):
         plan.plan_partition(wl(), TM, "t", cfg.partition("a100"), plan.Request("a100", gpus=3), cfg)
+    with pytest.raises(UsageError, match="^device= names 3 GPUs: partition a100 has 2 GPUs per node$"):
+        plan.plan_partition(wl(), TM, "t", cfg.partition("a100"), plan.Request("a100"), cfg, devices=3)
+    assert plan.plan_partition(wl(), TM, "t", cfg.partition("a100"), plan.Request("a100"), cfg, devices=2).gpus == 2
 
 
 NOW = 1_796_000_000

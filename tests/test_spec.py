@@ -50,6 +50,12 @@ def test_auto_batch_counts_as_ultralytics_cpu_default(batch: str, used: int) -> 
         (["train", "epochs=3"], "missing data="),
         (["train", "data=d.yaml", "name=a\nb"], "contains a control character"),
         (["train", "data=d.yaml", "epochs=1000000"], "absurd"),
+        (["train", "data=d.yaml", "batch=2000000"], "'batch=2000000' is absurd"),
+        (["train", "data=d.yaml", "fraction=nan"], "'fraction=nan' must be in (0, 1]"),
+        (["train", "data=d.yaml", "fraction=inf"], "'fraction=inf' must be in (0, 1]"),
+        (["train", "data=d.yaml", "device=gpu"], "'device=gpu' must be cpu, mps, or GPU indices"),
+        (["train", "data=d.yaml", "device=0;id"], "'device=0;id' must be cpu, mps, or GPU indices"),
+        (["train", "data=d.yaml", "device=1e308"], "'device=1e+308' must be cpu, mps, or GPU indices"),
     ],
 )
 def test_bad_input_is_one_clear_line(words: list[str], message: str) -> None:
@@ -63,7 +69,8 @@ def test_fraction_accepts_counts() -> None:
     assert spec.parse(["train", "data=d.yaml", "fraction=100"]).get("fraction") == 100
 
 
-@pytest.mark.parametrize(("device", "gpus"), [("0", 1), ("0,1,2", 3), ("cpu", 0), ("[0,1]", 2)])
+@pytest.mark.parametrize(("device", "gpus"), [("0", 1), ("0,1,2", 3), ("cpu", 0), ("[0,1]", 2), ("cuda:0", 1), ("cuda", 1),
+                                             ("-1", 1), ("-1,-1", 2), ("(0, 1)", 2), ("'0,1'", 2), ("MPS", 0)])  # fmt: skip
 def test_devices(device: str, gpus: int) -> None:
     assert spec.parse(["train", "data=d.yaml", f"device={device}"]).devices == gpus
 

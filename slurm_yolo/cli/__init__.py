@@ -15,6 +15,11 @@ from ..errors import SlurmYoloError
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def one_line(message: str) -> str:
+    """A message quoting user text, kept to one line: control characters shown escaped, as repr() would."""
+    return "".join(repr(ch)[1:-1] if ord(ch) < 32 or ord(ch) == 127 else ch for ch in message)
+
+
 def library_errors(fn: F) -> F:
     """Turn the library's one-line errors into click's ``Error: ...`` and exit code 1."""
 
@@ -23,9 +28,21 @@ def library_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except SlurmYoloError as e:
-            raise click.ClickException(str(e)) from None
+            raise click.ClickException(one_line(str(e))) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+class OneLineErrors(click.Command):
+    """A command whose bad options get the library's form too: one ``Error:`` line (exit 2), without
+    click's usage banner above it."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as e:
+            e.ctx = None  # show() prints the usage and the --help hint only with a context
+            raise
 
 
 def load_config() -> config_mod.Config:

@@ -6,10 +6,11 @@ import click
 
 from .. import __version__, plan, submission
 from ..slurm import commands
-from . import echo_json, library_errors, load_config
+from . import OneLineErrors, echo_json, library_errors, load_config
 
 
 @click.command(
+    cls=OneLineErrors,
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False, "help_option_names": ["-h", "--help"]},
 )
 @click.version_option(__version__, prog_name="yolo-sbatch")
@@ -65,7 +66,7 @@ def main(
     p = prepared.plan
     job_id = None if dry_run else submission.submit(config, prepared)
     if as_json:
-        echo_json({**p.to_dict(), "script": prepared.script, "job_id": job_id})
+        echo_json({**p.to_dict(), "dataset": prepared.counts._asdict(), "script": prepared.script, "job_id": job_id})
     else:
         if explain or dry_run:
             for line in p.explain:
