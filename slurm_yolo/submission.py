@@ -167,7 +167,7 @@ def prepare(
     else:
         chosen = plans[0]
     chosen.explain.insert(0, f"data: {counts.yaml_path}: {counts.train} train, {counts.val} val images, {counts.source}")
-    script = scripts[plans.index(chosen)]
+    script = scripts[[p.partition for p in plans].index(chosen.partition)]
     return Prepared(spec=s, counts=counts, plan=chosen, script=script, options=options)
 
 

@@ -19,6 +19,8 @@ REQUIRED = {"tokens", "effective_tokens", "predicted_seconds", "time_limit_secon
 
 def run(args: list[str]) -> tuple[int, str]:
     res = CliRunner().invoke(yolo_sbatch, args)
+    if res.exception and not isinstance(res.exception, SystemExit):
+        raise res.exception
     return res.exit_code, res.output
 
 
@@ -224,8 +226,8 @@ def test_auto_passes_over_partitions_too_small(dataset: Path, site_config: Path,
     from slurm_yolo.slurm import commands, parsers
 
     site_config.write_text(site_config.read_text() + '\n[partitions.big]\ngpu_type = "h100"\ngpus_per_node = 4\n')
-    monkeypatch.setattr(commands, "partition_states",
-                        lambda names, bin_dir=None: {n: parsers.PartitionState(n, total_gpus=8) for n in names})  # fmt: skip
+    monkeypatch.setattr(commands, "will_run",  # Slurm would start any of them now
+                        lambda scripts, bin_dir=None, timeout=30.0: [parsers.WillRun(int(time.time())) for _ in scripts])  # fmt: skip
     code, out = run(["--dry-run", "--json", "-p", "auto", "train", f"data={dataset}", "device=0,1,2"])
     assert code == 0, out
     assert (json.loads(out)["partition"], json.loads(out)["gres"]) == ("big", "gpu:h100:3")
