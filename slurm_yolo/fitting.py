@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -96,7 +97,7 @@ class _Params:
         self.index = {n: i for i, n in enumerate(self.names)}
 
     def model(self, theta: np.ndarray, prior: TimeModel) -> TimeModel:
-        values = {FIELDS[n]: (math.exp(theta[i]) if n in LOG_TERMS else float(theta[i]))
+        values: dict[str, Any] = {FIELDS[n]: (math.exp(theta[i]) if n in LOG_TERMS else float(theta[i]))
                   for n, i in self.index.items() if not n.startswith("family:")}  # fmt: skip
         factors = dict(prior.family_factors)
         factors.update({f: math.exp(theta[self.index["family:" + f]]) for f in self.families})
@@ -117,7 +118,7 @@ def _design(samples: list[Sample], prior: TimeModel, families: list[str], ddp_ef
         train_mtok=np.array([w.train_tokens for w in ws]) * mf / MTOK / ddp,
         val_mtok=np.array([w.val_tokens for w in ws]) * mf / MTOK / ddp,
         final_mtok=np.array([w.final_val_tokens for w in ws]) * mf / MTOK,
-        loader_images=np.array([w.epochs * w.train_images / s.cpus if s.cpus > 0 else 0.0 for w, s in zip(ws, samples)]),
+        loader_images=np.array([w.epochs * w.train_images / s.cpus if s.cpus > 0 else 0.0 for w, s in zip(ws, samples, strict=True)]),
         family=np.array([families.index(w.family) if w.family in families else -1 for w in ws]),
         fixed_family=np.array([prior.family_factor(w.family) for w in ws]),
         seconds=np.array([s.train_seconds for s in samples], float),

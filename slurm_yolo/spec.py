@@ -57,7 +57,7 @@ class TrainSpec(NamedTuple):
     @property
     def batch(self) -> int:
         value = self.get("batch")
-        if isinstance(value, float) and value < 1 or value == -1:
+        if (isinstance(value, float) and value < 1) or value == -1:
             return AUTO_BATCH
         return int(value)
 
@@ -129,9 +129,8 @@ def _check_value(key: str, value: Any) -> Any:
     elif key in cfg["fraction_keys"]:
         if not is_num or not 0.0 <= value <= 1.0:
             raise UsageError(f"'{key}={value}' must be a number between 0.0 and 1.0")
-    elif key in cfg["float_keys"]:
-        if not is_num or not math.isfinite(value):
-            raise UsageError(f"'{key}={value}' must be a number")
+    elif key in cfg["float_keys"] and (not is_num or not math.isfinite(value)):
+        raise UsageError(f"'{key}={value}' must be a number")
     if key == "imgsz":
         sizes = value if isinstance(value, (list, tuple)) else [value]
         if not sizes or not all(isinstance(s, int) and not isinstance(s, bool) and 32 <= s <= 8192 for s in sizes):

@@ -58,7 +58,7 @@ def feedback(job_id: int, partition: str, cluster: str, uid: int | None, elapsed
     config = load_config()
     try:
         result = feedback_mod.job_feedback(config, partition, job_id, usage, cluster, uid, elapsed)
-    except Exception as e:  # noqa: BLE001 - started detached by the epilog: the log is all anyone sees
+    except Exception as e:  # started detached by the epilog: the log is all anyone sees
         log_event(config, {"event": "feedback", "job": job_id, "alert": f"{type(e).__name__}: {e}"})
         raise
     reason = result.reason if result else "no usable usage records"

@@ -36,7 +36,7 @@ def parsable2(text: str, columns: list[str], trailing: bool = False) -> list[dic
             line = line[:-1]
         parts = line.split("|", len(columns) - 1)
         parts += [""] * (len(columns) - len(parts))
-        rows.append(dict(zip(columns, parts)))
+        rows.append(dict(zip(columns, parts, strict=True)))
     return rows
 
 

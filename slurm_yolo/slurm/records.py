@@ -99,7 +99,7 @@ def duration(text: str) -> int | None:
         raise ValueError(f"not a duration: {text[:30]!r}")
     if len(parts) == 1:
         return _limit(days * 86400 + parts[0] * 60)  # a bare number is minutes
-    h, m, s = ([0] + parts)[-3:]
+    h, m, s = [0, *parts][-3:]
     return _limit(days * 86400 + h * 3600 + m * 60 + s)
 
 
@@ -124,7 +124,7 @@ def _fields(line: str, names: tuple[str, ...], trailing: bool) -> dict[str, str]
     parts = line.split("|")
     if len(parts) != len(names):
         raise ValueError(f"{len(parts)} fields, not {len(names)}")
-    return dict(zip(names, (p.strip() for p in parts)))
+    return dict(zip(names, (p.strip() for p in parts), strict=True))
 
 
 def from_squeue(text: str) -> list[JobRecord]:
