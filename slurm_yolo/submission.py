@@ -7,7 +7,6 @@ the real sbatch. Nothing here imports torch, ultralytics or pandas: this is the 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -15,26 +14,6 @@ from . import admission, calibration, dataset, estimate, plan, render, spec
 from .config import Config
 from .errors import SlurmError, UsageError
 from .slurm import commands
-
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
-
-
-def parse_duration(text: str) -> float:
-    """``90m``, ``2h``, ``1h30m``, ``45s``, ``1d``, or Slurm's ``[D-]HH:MM[:SS]``, as seconds."""
-    t = text.strip().lower()
-    m = _DURATION.match(t)
-    if t and m and any(m.groups()):
-        d, h, mi, s = (float(g) if g else 0.0 for g in m.groups())
-        seconds = d * 86400 + h * 3600 + mi * 60 + s
-    elif re.match(r"^(\d+-)?\d+:\d{2}(:\d{2})?$", t):
-        days, _, rest = t.rpartition("-")
-        parts = [int(p) for p in rest.split(":")] + [0]
-        seconds = int(days or 0) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
-    else:
-        raise UsageError(f"duration '{text}' not understood (use 90m, 2h, 1h30m or HH:MM:SS)")
-    if not 0 < seconds <= 366 * 86400:
-        raise UsageError(f"duration '{text}' must be between 1 second and a year")
-    return seconds
 
 
 class Prepared(NamedTuple):

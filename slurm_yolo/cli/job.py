@@ -7,11 +7,10 @@ from pathlib import Path
 
 import click
 
+from .. import durations, progress, watchdog
 from .. import feedback as feedback_mod
-from .. import progress, watchdog
 from ..hooks import log_event
 from ..parse import parse_path
-from ..submission import parse_duration
 from . import echo_json, library_errors, load_config
 
 
@@ -73,7 +72,7 @@ def feedback(job_id: int, partition: str, cluster: str, uid: int | None, elapsed
 @library_errors
 def watch(job_id: int, interval: float, timeout: str | None) -> None:
     """Follow a job: epoch, tokens done/total, MTok/s, ETA, until it ends."""
-    state = follow(job_id, interval, parse_duration(timeout) if timeout else None)
+    state = follow(job_id, interval, durations.parse(timeout) if timeout is not None else None)
     if state != "COMPLETED":
         raise SystemExit(1)
 
