@@ -6,10 +6,11 @@ part of ``all``."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 from bench import accuracy, admission, corpus, dataset, dry_run, hooks, ledger, report
 
-BENCHES = {
+BENCHES: dict[str, Callable[[], object]] = {
     "dry-run": dry_run.main,
     "hooks": hooks.main,
     "admission": admission.main,

@@ -118,7 +118,7 @@ def main(jobs: int = 50) -> dict[str, float]:
                             timed = list(pool.map(call, round_envs))
                     results[f"{variant} {hook} {round_name}"] = timed
                 if variant == "hookd":
-                    starts = {int(e["SLURM_JOB_ID"]): at for e, (at, _, _) in zip(round_envs, timed)}
+                    starts = {int(e["SLURM_JOB_ID"]): at for e, (at, _, _) in zip(round_envs, timed, strict=True)}
                     settle[f"{variant} epilog {round_name}"] = _settle_delays(home, starts)
                 log = Path(home, "hooks.log")
                 alerts += log.read_text().count('"alert"') if log.exists() else 0

@@ -80,7 +80,7 @@ def _solve(rows: list[list[float]], ys: list[float], weights: list[float]) -> li
     p = len(rows[0])
     ata = [[0.0] * p for _ in range(p)]
     aty = [0.0] * p
-    for row, y, wt in zip(rows, ys, weights):
+    for row, y, wt in zip(rows, ys, weights, strict=True):
         for i in range(p):
             aty[i] += wt * row[i] * y
             for j in range(p):
@@ -142,14 +142,14 @@ def fit_linear(samples: list[Sample], form: tuple[str, ...], prior: TimeModel, d
             coef = _solve(rows, ys, weights)
             if coef is None:
                 return None
-            resid = [(sum(c * x for c, x in zip(coef, row)) - y) / y for row, y in zip(rows, ys)]
+            resid = [(sum(c * x for c, x in zip(coef, row, strict=True)) - y) / y for row, y in zip(rows, ys, strict=True)]
             weights = [
-                (1.0 if abs(r) <= HUBER else HUBER / abs(r)) / (y * y) for r, y in zip(resid, ys)
+                (1.0 if abs(r) <= HUBER else HUBER / abs(r)) / (y * y) for r, y in zip(resid, ys, strict=True)
             ]
         assert coef is not None
         # Non-negativity: drop the most negative free term (never k) and refit.
         names = [t for t in ("a", "k", "w", "c") if t in active]
-        negative = [(v, n) for v, n in zip(coef, names) if v < 0 and n != "k"]
+        negative = [(v, n) for v, n in zip(coef, names, strict=True) if v < 0 and n != "k"]
         if coef[names.index("k")] <= 0:
             return None
         if not negative:

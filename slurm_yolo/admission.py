@@ -31,7 +31,7 @@ def parse_tokens(text: str, allow_negative: bool = False) -> int:
     m = _AMOUNT.match(text.strip())
     if not m:
         raise UsageError(f"token amount {text!r} not understood (e.g. 50G, 120M, 1.5GTok)")
-    value = int(round(float(m.group(1)) * _UNITS[m.group(2).lower()]))
+    value = round(float(m.group(1)) * _UNITS[m.group(2).lower()])
     if value < 0 and not allow_negative:
         raise UsageError(f"token amount {text!r} must not be negative")
     if abs(value) > 10**18:

@@ -203,10 +203,7 @@ def workload(
     each finished epoch when ``val=True``, else only if it reached its last epoch.
     """
     epochs = spec.epochs if epochs_done is None else epochs_done
-    if spec.get("val") is not False:
-        val_passes = epochs
-    else:
-        val_passes = 1 if epochs >= spec.epochs else 0
+    val_passes = epochs if spec.get("val") is not False else (1 if epochs >= spec.epochs else 0)
     return Workload(
         train_images=train_images(counts_train, float(spec.get("fraction") or 1.0)),
         val_images=counts_val,

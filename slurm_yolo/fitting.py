@@ -119,7 +119,7 @@ def _design(samples: list[Sample], prior: TimeModel, families: list[str], ddp_ef
         train_mtok=np.array([w.train_tokens for w in ws]) / MTOK / ddp,
         val_mtok=np.array([w.val_tokens for w in ws]) / MTOK / ddp,
         final_mtok=np.array([w.final_val_tokens for w in ws]) / MTOK,
-        loader_images=np.array([w.epochs * w.train_images / s.cpus if s.cpus > 0 else 0.0 for w, s in zip(ws, samples)]),
+        loader_images=np.array([w.epochs * w.train_images / s.cpus if s.cpus > 0 else 0.0 for w, s in zip(ws, samples, strict=True)]),
         family=np.array([families.index(w.family) if w.family in families else -1 for w in ws]),
         fixed_family=np.array([prior.family_factor(w.family) for w in ws]),
         seconds=np.array([s.train_seconds for s in samples], float),

@@ -132,7 +132,7 @@ def gpu_telemetry() -> dict[str, float]:
         pynvml.nvmlInit()
         handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
         out["gpu_util_pct"] = sum(pynvml.nvmlDeviceGetUtilizationRates(h).gpu for h in handles) / max(1, len(handles))
-    except Exception:  # noqa: BLE001 - no driver or NVML: memory alone is still worth recording
+    except Exception:  # noqa: BLE001, S110 - no driver or NVML: memory alone is still worth recording
         pass
     return out
 

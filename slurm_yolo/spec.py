@@ -59,7 +59,7 @@ class TrainSpec(NamedTuple):
     @property
     def batch(self) -> int:
         value = self.get("batch")
-        if isinstance(value, float) and value < 1 or value == -1:
+        if (isinstance(value, float) and value < 1) or value == -1:
             return AUTO_BATCH
         return int(value)
 

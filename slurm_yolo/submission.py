@@ -19,26 +19,6 @@ from .config import Config
 from .errors import SlurmError, UsageError
 from .slurm import commands
 
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
-
-
-def parse_duration(text: str) -> float:
-    """``90m``, ``2h``, ``1h30m``, ``45s``, ``1d``, or Slurm's ``[D-]HH:MM[:SS]``, as seconds."""
-    t = text.strip().lower()
-    m = _DURATION.match(t)
-    if t and m and any(m.groups()):
-        d, h, mi, s = (float(g) if g else 0.0 for g in m.groups())
-        seconds = d * 86400 + h * 3600 + mi * 60 + s
-    elif re.match(r"^(\d+-)?\d+:\d{2}(:\d{2})?$", t):
-        days, _, rest = t.rpartition("-")
-        parts = [int(p) for p in rest.split(":")] + [0]
-        seconds = int(days or 0) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
-    else:
-        raise UsageError(f"duration '{text}' not understood (use 90m, 2h, 1h30m or HH:MM:SS)")
-    if not 0 < seconds <= 366 * 86400:
-        raise UsageError(f"duration '{text}' must be between 1 second and a year")
-    return seconds
-
 
 def default_partition(bin_dir: Path, timeout: float) -> str:
     """Slurm's default partition, where sbatch puts a job that names none; one line when Slurm has

@@ -146,7 +146,7 @@ class Slurm(NamedTuple):
         """slurmdbd's own record of each run, read here without slurm-yolo's parsers: the test's facts."""
         fields = ["Submit", "State", "ElapsedRaw", "AllocTRES", "TimelimitRaw", "End"]
         res = self.cmd("sacct", "-X", "-D", "-n", "-P", "-j", str(job), "-o", ",".join(fields))
-        return [dict(zip(fields, line.split("|"))) for line in res.stdout.splitlines() if line.strip()]
+        return [dict(zip(fields, line.split("|"), strict=True)) for line in res.stdout.splitlines() if line.strip()]
 
     def ended(self, job: int, count: int = 1, timeout: float = 120) -> list[dict[str, str]]:
         """sacct's records of the job's first ``count`` runs, once all have ended."""

@@ -83,7 +83,7 @@ def test_report_numbers_match_sacct_and_the_ledger(system: config_mod.Config, se
     rows = {int(r["JobIDRaw"]): r for r in commands.sacct_jobs(jobs)}
     got = report_json(series["start"], "usage", "accuracy", "failures")
     usage = {r["Partition"]: r for r in got["usage"]}
-    gpus = dict(zip(jobs, (1, 2, 0.5, 1, 1)))
+    gpus = dict(zip(jobs, (1, 2, 0.5, 1, 1), strict=True))
     lg = ledger.reader(system)
     assert lg is not None
     try:

@@ -11,6 +11,7 @@ a run's overrun past its time limit could take it lower, and these runs end with
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -229,10 +230,8 @@ def test_a_run_that_ends_while_slurmdbd_is_down_is_settled_once_it_is_back(lean:
 
 
 def _kill(pidfile: Path) -> None:
-    try:
+    with contextlib.suppress(OSError, ValueError):
         os.kill(int(pidfile.read_text()), signal.SIGKILL)
-    except (OSError, ValueError):
-        pass
 
 
 def test_chaos_over_200_jobs_leaves_sacct_and_the_ledger_in_agreement(lean: Slurm) -> None:
@@ -270,7 +269,7 @@ def test_chaos_over_200_jobs_leaves_sacct_and_the_ledger_in_agreement(lean: Slur
     chaos_thread.start()
     jobs = []
     try:
-        for i in range(200):
+        for _ in range(200):
             gres = rng.choice(["--gres=shard:a100:1", "--gres=shard:t4:1", "--gres=gpu:a100:1", "--gres=gpu:t4:1"])
             part = "a100" if "a100" in gres else "t4"
             script = rng.choice(["sleep 1", "sleep 2", "true", "exit 3"])

@@ -15,11 +15,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: bench/ is not installed
 
-from bench import corpus  # noqa: E402
-
-from slurm_yolo import calibration, config, fitting  # noqa: E402
-from slurm_yolo.plan import time_limit  # noqa: E402
-from slurm_yolo.timemodel import Sample, buffer_for, predict_seconds  # noqa: E402
+from bench import corpus
+from slurm_yolo import calibration, config, fitting
+from slurm_yolo.plan import time_limit
+from slurm_yolo.timemodel import Sample, buffer_for, predict_seconds
 
 TOLERANCE_MAPE = 0.15  # mean |pred - actual| / actual of whole-job time on unseen runs
 TOLERANCE_BIAS = 0.06  # |mean signed error|: the old model was biased low by 10-40%

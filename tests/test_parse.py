@@ -85,7 +85,7 @@ def test_truncated_and_interleaved(logs: dict[str, Path], tmp_path: Path) -> Non
     assert r.partial and r.epochs_completed == 2 and r.epochs_total == 3
     a, b = data.splitlines(keepends=True), logs["pty"].read_bytes().splitlines(keepends=True)
     mixed = tmp_path / "ddp.log"
-    mixed.write_bytes(b"".join(x for pair in zip(a, b) for x in pair))
+    mixed.write_bytes(b"".join(x for pair in zip(a, b, strict=False) for x in pair))
     assert parse_stdout(mixed).epochs_completed >= 1
 
 

@@ -51,7 +51,7 @@ def test_conservation_under_chaos(home: Path) -> None:
     rng.shuffle(events)
     chunks = [events[i::24] for i in range(24)]
     procs = [subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, text=True) for _ in chunks]
-    for p, chunk in zip(procs, chunks):
+    for p, chunk in zip(procs, chunks, strict=True):
         assert p.stdin is not None
         p.stdin.write("".join(json.dumps(e) + "\n" for e in chunk))
         p.stdin.close()

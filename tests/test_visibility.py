@@ -56,7 +56,7 @@ def test_private_data(text: str, hidden: set[str]) -> None:
 
 
 def test_admin_level_and_coordinated() -> None:
-    assert parsers.admin_level_and_coordinated("None|lab,lab-sub\n") == ("None", {"lab", "lab-sub"})
+    assert parsers.admin_level_and_coordinated("None|lab,lab-sub\n") == ("None", frozenset({"lab", "lab-sub"}))
     assert parsers.admin_level_and_coordinated("Administrator|\n") == ("Administrator", frozenset())
     assert parsers.admin_level_and_coordinated("") == ("None", frozenset())  # a user slurmdbd does not know
 

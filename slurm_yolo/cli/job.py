@@ -7,11 +7,10 @@ from pathlib import Path
 
 import click
 
+from .. import durations, progress, watchdog
 from .. import feedback as feedback_mod
-from .. import progress, watchdog
 from ..hooks import log_event
 from ..parse import parse_path
-from ..submission import parse_duration
 from . import echo_json, library_errors, load_config
 
 
@@ -58,7 +57,7 @@ def feedback(job_id: int, partition: str, cluster: str, uid: int | None, elapsed
     config = load_config()
     try:
         result = feedback_mod.job_feedback(config, partition, job_id, usage, cluster, uid, elapsed)
-    except Exception as e:  # noqa: BLE001 - started detached by the epilog: the log is all anyone sees
+    except Exception as e:  # started detached by the epilog: the log is all anyone sees
         log_event(config, {"event": "feedback", "job": job_id, "alert": f"{type(e).__name__}: {e}"})
         raise
     reason = result.reason if result else "no usable usage records"
@@ -73,7 +72,7 @@ def feedback(job_id: int, partition: str, cluster: str, uid: int | None, elapsed
 @library_errors
 def watch(job_id: int, interval: float, timeout: str | None) -> None:
     """Follow a job: epoch, tokens done/total, MTok/s, ETA, until it ends."""
-    state = follow(job_id, interval, parse_duration(timeout) if timeout else None)
+    state = follow(job_id, interval, durations.parse(timeout) if timeout is not None else None)
     if state != "COMPLETED":
         raise SystemExit(1)
 

@@ -40,7 +40,7 @@ def _fail_unconverged(outcome: enforcement.Outcome) -> None:
 
 
 def _row(a: sqlite3.Row) -> dict[str, object]:
-    return {k: a[k] for k in a.keys()}
+    return {k: a[k] for k in a.keys()}  # noqa: SIM118 - a Row is no dict: iterating it gives values
 
 
 @click.group("ledger")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .. import __version__, plan, submission
+from .. import __version__, durations, plan, submission
 from ..slurm import commands
 from . import OneLineErrors, echo_json, library_errors, load_config
 
@@ -18,7 +18,7 @@ from . import OneLineErrors, echo_json, library_errors, load_config
               help="Partition name, or 'auto': the earliest predicted finish (default: auto over the configured"
                    " partitions, else Slurm's default partition).")  # fmt: skip
 @click.option("--gpus", "-G", type=int, default=None, help="GPUs (default: device= of the command, else 1).")
-@click.option("--deadline", default=None, help="Finish within this (90m, 2h, HH:MM:SS): fewest GPUs that do.")
+@click.option("--deadline", default=None, help="Finish within this (90m, 2h, 1h30m, [D-]HH:MM:SS): fewest GPUs that do.")
 @click.option("--priority", type=click.Choice(["prod", "dev", "explore"]), default=None, help="Fairshare tier.")
 @click.option("--flops-factor", type=float, default=None, help="Model GFLOPs / yolov8n's, for custom models.")
 @click.option("--dry-run", is_flag=True, help="Plan and print; submit nothing.")
@@ -54,14 +54,14 @@ def main(
     request = plan.Request(
         partition=partition,
         gpus=gpus,
-        deadline_seconds=submission.parse_duration(deadline) if deadline else None,
+        deadline_seconds=durations.parse(deadline) if deadline is not None else None,
         priority=priority or config["estimate"]["default_priority"],
     )
     options = submission.job_options(
         config, job_name=job_name or "yolo", account=account, output=output, error=error, mail_type=mail_type,
         mail_user=mail_user, dependency=dependency, begin=begin, constraint=constraint, extra=extra,
     )  # fmt: skip
-    wait_limit = submission.parse_duration(wait_timeout) if wait else None  # a bad value submits nothing
+    wait_limit = durations.parse(wait_timeout) if wait else None  # a bad value submits nothing
     prepared = submission.prepare(config, list(words), request, options, flops_factor)
     p = prepared.plan
     job_id = None if dry_run else submission.submit(config, prepared)

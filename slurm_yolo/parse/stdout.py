@@ -11,6 +11,7 @@ header. The seeds' format is ``Epoch 49/99 GPU_mem: 7.23G ... ips: 142.5``.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -70,10 +71,8 @@ def parse_stdout(path: Path) -> ParseResult:
             args = _args(m.group(1))
             result.imgsz = _int(args.get("imgsz")) or result.imgsz
             result.epochs_total = _int(args.get("epochs")) or result.epochs_total
-            try:
+            with contextlib.suppress(ValueError):
                 fraction = float(args.get("fraction", "1.0"))
-            except ValueError:
-                pass
         elif m := _SCAN_IMAGES.search(line):
             train_images = int(m.group(1))
         elif m := _SCAN_FRAME.search(line):
@@ -92,7 +91,7 @@ def parse_stdout(path: Path) -> ParseResult:
             progress[epoch] = i
             mid = m.group("mid").split()
             if "…" not in m.group("mid") and len(mid) == len(loss_names) + 2:
-                e.losses = {name: float(v) for name, v in zip(loss_names, mid) if _is_float(v)}
+                e.losses = {name: float(v) for name, v in zip(loss_names, mid, strict=False) if _is_float(v)}
                 result.imgsz = result.imgsz or _int(mid[-1])
             if i == n and n > 0:
                 e.seconds = float(m.group("elapsed"))
@@ -106,7 +105,7 @@ def parse_stdout(path: Path) -> ParseResult:
         elif (m := _ALL.match(line)) and current in epochs:
             target = epochs[current]
             if not finished or not target.metrics.get("final"):
-                target.metrics.update({k: float(v) for k, v in zip(METRICS, m.groups()[2:])})
+                target.metrics.update({k: float(v) for k, v in zip(METRICS, m.groups()[2:], strict=True)})
                 if finished:
                     target.metrics["final"] = 1.0
         elif m := _DONE.search(line):

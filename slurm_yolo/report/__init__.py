@@ -212,7 +212,7 @@ def final_map(workdir: str, job_id: int, user: str) -> float | None:
 def roi(df: pd.DataFrame) -> pd.DataFrame:
     """Final mAP50-95 per GTok charged, per job, where the job left its results."""
     done = df[df["yolo"] & (df["state"] == "COMPLETED")].copy()
-    done["map50_95"] = [final_map(w, j, u) for w, j, u in zip(done["WorkDir"], done["job_id"], done["User"])]
+    done["map50_95"] = [final_map(w, j, u) for w, j, u in zip(done["WorkDir"], done["job_id"], done["User"], strict=True)]
     per_job = df[df["yolo"]].groupby("job_id")["charge"].sum()
     done["gtok_charged"] = done["job_id"].map(per_job) / 1e9
     done = done[done["map50_95"].notna() & (done["gtok_charged"] > 0)]
@@ -268,4 +268,4 @@ def recent_predictions(config: Config, since: str = "now-1days") -> list[tuple[i
     """(job, partition, predicted s, actual s) of yolo jobs completed recently."""
     df = parse_jobs(fetch_sacct(config, Filters(since=since)))
     done = df[df["yolo"] & (df["state"] == "COMPLETED") & df["pred_s"].notna()]
-    return [(int(j), str(p), float(pr), float(e)) for j, p, pr, e in zip(done["job_id"], done["Partition"], done["pred_s"], done["elapsed"])]
+    return [(int(j), str(p), float(pr), float(e)) for j, p, pr, e in zip(done["job_id"], done["Partition"], done["pred_s"], done["elapsed"], strict=True)]

@@ -5,30 +5,42 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
 
 from .. import books, calibration, ledger
 from ..config import Config
 from . import Filters, build
 
 
-def _label(value: object) -> str:
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+class _Families(Collector):
+    """The metric families of one snapshot, for prometheus_client's exposition."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
 
 
 def render(views: dict[str, pd.DataFrame], k: dict[str, float], incidents: int = 0, comments_queued: int = 0,
            audit_findings: float = float("nan")) -> str:  # fmt: skip
-    """The exposition text (pure): one HELP/TYPE block per metric."""
-    lines: list[str] = []
+    """The exposition text (pure), written by prometheus_client (label values escaped there): one
+    HELP/TYPE block per metric, no sample where the value is unknown (NaN)."""
+    families: list[Metric] = []
 
     def metric(name: str, help_text: str, samples: list[tuple[dict[str, object], float]]) -> None:
-        lines.extend([f"# HELP slurm_yolo_{name} {help_text}", f"# TYPE slurm_yolo_{name} gauge"])
-        for labels, value in samples:
+        labels = list(samples[0][0]) if samples else []
+        family = GaugeMetricFamily(f"slurm_yolo_{name}", help_text, labels=labels)
+        for values, value in samples:
             if value == value:  # NaN: no sample
-                tags = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
-                lines.append(f"slurm_yolo_{name}{{{tags}}} {value:g}")
+                family.add_metric([str(values[label]) for label in labels], value)
+        families.append(family)
 
     b = views["budgets"]
     metric("balance_tokens", "Tokens an account can still spend.", [({"account": r.account}, float(r.balance)) for r in b.itertuples()])
@@ -50,13 +62,14 @@ def render(views: dict[str, pd.DataFrame], k: dict[str, float], incidents: int =
     w = views["waits"]
     metric("queue_wait_seconds_median", "Median queue wait, last day.",
            [({"partition": r.Partition, "qos": r.QOS}, float(r.median)) for r in w.itertuples()])  # fmt: skip
-    return "\n".join(lines) + "\n"
+    return generate_latest(_Families(families)).decode()
 
 
 def write_textfile(config: Config, directory: Path) -> Path:
     """Write ``slurm_yolo.prom`` atomically (node_exporter must never read half a file), through a
     temporary file of a name nobody can guess or plant first (a link or FIFO there would be written
-    through, or block)."""
+    through, or block): not prometheus_client's ``write_to_textfile``, whose temporary name is the
+    target's plus the pid and thread id, opened without O_EXCL."""
     views = build(config, Filters(since="now-1days"), ("budgets", "accuracy", "waits"))
     names = set(config.partitions) | {h.partition for h in calibration.history(config)}
     k = {p: calibration.load(config, p).model.k for p in sorted(names)}

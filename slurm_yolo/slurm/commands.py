@@ -86,7 +86,7 @@ def sacct_rows(select: list[str], fields: Sequence[str], bin_dir: Path | None = 
 def sacct_jobs(job_ids: list[int], bin_dir: Path | None = None) -> list[dict[str, str]]:
     """Allocation rows of every run of the given jobs, as dicts of ``SACCT_FIELDS``."""
     rows = sacct_rows(["-j", queries.job_list(job_ids)], SACCT_FIELDS, bin_dir=bin_dir)
-    return [dict(zip(SACCT_FIELDS, row)) for row in rows]
+    return [dict(zip(SACCT_FIELDS, row, strict=True)) for row in rows]
 
 
 def default_partition(bin_dir: Path | None = None, timeout: float = 30.0) -> str:
@@ -156,7 +156,7 @@ def states(job_id: int, poll: float = 1.0, timeout: float | None = None, bin_dir
 def wait_for_end(job_id: int, poll: float = 1.0, timeout: float | None = None, bin_dir: Path | None = None) -> str:
     """Poll until the job reaches a final state; that state."""
     state = "UNKNOWN"
-    for state in states(job_id, poll, timeout, bin_dir):
+    for state in states(job_id, poll, timeout, bin_dir):  # noqa: B007 - the last one is the answer
         pass
     return state
 

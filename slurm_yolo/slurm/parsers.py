@@ -36,7 +36,7 @@ def parsable2(text: str, columns: list[str], trailing: bool = False) -> list[dic
             line = line[:-1]
         parts = line.split("|", len(columns) - 1)
         parts += [""] * (len(columns) - len(parts))
-        rows.append(dict(zip(columns, parts)))
+        rows.append(dict(zip(columns, parts, strict=True)))
     return rows
 
 
@@ -84,8 +84,8 @@ def admin_level_and_coordinated(text: str) -> tuple[str, frozenset[str]]:
 
 
 def duration(text: str) -> int | None:
-    """A Slurm duration as seconds (``records.duration``, the one parser of them), for planning and
-    reports: None for UNLIMITED and for anything it cannot read."""
+    """A Slurm duration as seconds (``records.duration``, through ``durations.slurm``, the one parser
+    of them), for planning and reports: None for UNLIMITED and for anything it cannot read."""
     try:
         return records.duration(text.strip())
     except ValueError:

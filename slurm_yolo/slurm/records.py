@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
+from .. import durations
 from .queries import SACCT_FIELDS, SQUEUE_FIELDS
 
 # States after which a run's record no longer changes; anything else is still going on.
@@ -87,20 +88,10 @@ def _limit(seconds: int) -> int | None:
 
 
 def duration(text: str) -> int | None:
-    """Slurm durations (``[D-]HH:MM:SS``, ``MM:SS``, ``M``) as seconds; None for UNLIMITED."""
-    if text in ("UNLIMITED", "INFINITE"):
-        return None
-    days = 0
-    if "-" in text:
-        d, _, text = text.partition("-")
-        days = _int(d)
-    parts = [_int(p) for p in text.split(":")]
-    if not 1 <= len(parts) <= 3:
-        raise ValueError(f"not a duration: {text[:30]!r}")
-    if len(parts) == 1:
-        return _limit(days * 86400 + parts[0] * 60)  # a bare number is minutes
-    h, m, s = ([0] + parts)[-3:]
-    return _limit(days * 86400 + h * 3600 + m * 60 + s)
+    """A Slurm duration (``[D-]HH:MM:SS`` and its shorter forms: ``durations.slurm``) as seconds;
+    None for UNLIMITED and for the year 24.11 prints for it; ValueError for anything else."""
+    seconds = durations.slurm(text)
+    return None if seconds is None else _limit(seconds)
 
 
 def _squeue_limit(text: str) -> int | None:
@@ -124,7 +115,7 @@ def _fields(line: str, names: tuple[str, ...], trailing: bool) -> dict[str, str]
     parts = line.split("|")
     if len(parts) != len(names):
         raise ValueError(f"{len(parts)} fields, not {len(names)}")
-    return dict(zip(names, (p.strip() for p in parts)))
+    return dict(zip(names, (p.strip() for p in parts), strict=True))
 
 
 def from_squeue(text: str) -> list[JobRecord]:
