@@ -14,6 +14,7 @@ yaml's resolved sources are cached by its own mtime too: a warm count imports no
 from __future__ import annotations
 
 import json
+import contextlib
 import os
 import stat
 from functools import cache
@@ -93,10 +94,8 @@ def _pseudo_devices() -> frozenset[int]:
     """The devices of /proc and /sys: kernel files, never images, and endless to walk (/proc/PID/root is /)."""
     devices = set()
     for path in ("/proc", "/sys"):
-        try:
+        with contextlib.suppress(OSError):
             devices.add(os.stat(path).st_dev)
-        except OSError:
-            pass
     return frozenset(devices)
 
 

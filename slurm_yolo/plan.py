@@ -175,16 +175,16 @@ def choose(plans: list[Plan], answers: list[WillRun], now: float) -> Plan:
     """``--partition auto``: the plan with the earliest predicted finish: its start as Slurm's own
     scheduler expects it (``answers``: ``sbatch --test-only`` of each plan's script) plus its
     predicted run time. Partitions Slurm refuses are skipped, with their reason in ``explain``."""
-    usable = [(p, a.start) for p, a in zip(plans, answers) if a.start is not None]
+    usable = [(p, a.start) for p, a in zip(plans, answers, strict=True) if a.start is not None]
     if not usable:
-        why = "; ".join(f"{p.partition}: {a.refused}" for p, a in zip(plans, answers))
+        why = "; ".join(f"{p.partition}: {a.refused}" for p, a in zip(plans, answers, strict=True))
         raise SlurmError(f"--partition auto: Slurm refuses the job on every partition ({why})")
     best, start = min(usable, key=lambda ps: ps[1] + ps[0].predicted_seconds)
     lines = [
         f"partition auto: {p.partition} refused by Slurm: {a.refused}" if a.start is None else
         f"partition auto: {p.partition} would start {clock(a.start)} + {p.predicted_seconds / 60:.1f} min predicted"
         f" -> finish {clock(a.start + p.predicted_seconds)}"
-        for p, a in zip(plans, answers)
+        for p, a in zip(plans, answers, strict=True)
     ]  # fmt: skip
     lines += [
         f"partition auto: {best.partition} finishes first",

@@ -75,7 +75,7 @@ def test_seconds_text() -> None:
 def test_too_many_gpus_for_the_partition(cfg: config_mod.Config) -> None:
     with pytest.raises(UsageError, match="has 2 GPUs per node"):
         plan.plan_partition(wl(), TM, "t", cfg.partition("a100"), plan.Request("a100", gpus=3), cfg)
-    with pytest.raises(UsageError, match="^device= names 3 GPUs: partition a100 has 2 GPUs per node$"):
+    with pytest.raises(UsageError, match=r"^device= names 3 GPUs: partition a100 has 2 GPUs per node$"):
         plan.plan_partition(wl(), TM, "t", cfg.partition("a100"), plan.Request("a100"), cfg, devices=3)
     assert plan.plan_partition(wl(), TM, "t", cfg.partition("a100"), plan.Request("a100"), cfg, devices=2).gpus == 2
 
