@@ -59,7 +59,8 @@ def _per_day(x: float) -> str:
     return f"{fmt_tokens(x)}/day"
 
 
-_TOKENS = dict.fromkeys(("tokens_held", "tokens_charged", "tokens_refunded", "balance", "held", "charged", "capacity"), fmt_tokens)
+_TOKEN_COLUMNS = ("tokens_held", "tokens_charged", "tokens_refunded", "balance", "held", "charged", "capacity")
+_TOKENS = dict.fromkeys(_TOKEN_COLUMNS, fmt_tokens)
 # How the text and HTML views show each view's numbers (NaN: blank; days_left has its own word for it).
 UNITS: dict[str, dict[str, Callable[[float], str]]] = {
     "usage": {"gpu_hours": fmt_gpu_hours, **_TOKENS},
