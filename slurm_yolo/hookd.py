@@ -210,16 +210,12 @@ def _answers(path: Path) -> bool:
 
 def _children() -> set[int]:
     """This process's children (those of every thread), from /proc."""
+    if not Path(f"/proc/self/task/{os.getpid()}/children").exists():
+        return _children_by_scan()  # a kernel without the children file
     pids: set[int] = set()
-    try:
-        tasks = list(os.scandir("/proc/self/task"))
-    except OSError:
-        return pids
-    for task in tasks:
-        try:
-            pids.update(int(p) for p in Path(task.path, "children").read_text().split())
-        except (OSError, ValueError):
-            return _children_by_scan()  # a kernel without the children file
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError, ValueError):  # a thread that just ended: its children are another's
+            pids.update(int(p) for p in (task / "children").read_text().split())
     return pids
 
 

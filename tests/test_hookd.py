@@ -86,6 +86,17 @@ def test_detached_children_are_reaped(mode: str) -> None:
     assert (left == []) if mode == "reap" else len(left) >= 1  # the last, at least, until the next Popen
 
 
+def test_children_are_found_with_or_without_the_children_file() -> None:
+    from slurm_yolo import hookd
+
+    child = subprocess.Popen(["/bin/sleep", "60"])
+    try:
+        assert child.pid in hookd._children() and child.pid in hookd._children_by_scan()
+    finally:
+        child.kill()
+        child.wait()
+
+
 @pytest.fixture
 def state() -> Iterator[Path]:
     """A state folder the SlurmUser (hookd) can write, with the cluster's config and no side jobs."""
