@@ -121,6 +121,12 @@ def test_token_columns_use_the_ledgers_formatter(value: float, shown: str) -> No
     assert df["tokens_charged"][0] == shown and df["gpu_hours"][0] == "12.3 GPU-h"
 
 
+def test_days_left_words() -> None:
+    from slurm_yolo.report import output
+
+    assert [output.fmt_days(d) for d in (0.0, 4.04, float("nan"), 1e8)] == ["spent", "4.0 days", "∞", "> 10 years"]
+
+
 @pytest.mark.parametrize(
     ("seconds", "shown"),
     [(0, "0 s"), (45, "45 s"), (750, "12.5 min"), (3 * 3600, "3 h"), (5 * 86400, "5 days"), (4000 * 86400, "4,000 days")],

@@ -36,10 +36,15 @@ def fmt_duration(seconds: float) -> str:
     return f"{_number(seconds / 86400)} days"
 
 
+LONG_DAYS = 3650.0  # past this, "how many days" is no longer a question anyone asks
+
+
 def fmt_days(days: float) -> str:
     """Days left: one decimal; 0 is spent already; NaN (refills keep up with the burn) never ends."""
     if math.isnan(days):
         return "∞"
+    if days > LONG_DAYS:
+        return f"> {LONG_DAYS / 365:.0f} years"
     return "spent" if days <= 0 else f"{days:,.1f} days"
 
 
@@ -145,7 +150,7 @@ def _date_axis(axis: Any) -> None:
     """A few dates, each said once (matplotlib's concise style)."""
     from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 
-    locator = AutoDateLocator(maxticks=7)
+    locator = AutoDateLocator(minticks=3, maxticks=7)
     axis.set_major_locator(locator)
     axis.set_major_formatter(ConciseDateFormatter(locator))
 
@@ -245,12 +250,13 @@ def _budget_plot(plt: Any, view: pd.DataFrame, history: pd.DataFrame | None) -> 
             ax.plot(when, refill_line(float(h["balance"].iloc[0]), float(b.rate_per_day), float(b.capacity), days), "g--",
                     linewidth=1, label=f"refills alone ({fmt_tokens(b.rate_per_day)}/day)")  # fmt: skip
         left = math.inf if pd.isna(b.days_left) else float(b.days_left)
-        if 0 < left < math.inf:
-            ahead = min(left, max((now - start).total_seconds() / 86400, 1.0))  # as far ahead as the window looks back
+        window = (now - start).total_seconds() / 86400
+        if 0 < left < math.inf and window > 0:
+            ahead = min(left, window)  # as far ahead as the window looks back
             ax.plot([now, now + pd.Timedelta(days=ahead)], [h["balance"].iloc[-1], h["balance"].iloc[-1] * (1 - ahead / left)],
                     "r:", label="at the net burn")  # fmt: skip
         ax.axhline(0, color="#999", linewidth=0.8)
-        outlook = "spent" if left <= 0 else f"{left:,.1f} days left" if left < math.inf else "not burning"
+        outlook = "spent" if left <= 0 else f"{fmt_days(left)} left" if left < math.inf else "not burning"
         ax.set_title(f"{b.account}: {outlook}", fontsize="medium")
         _token_axis(ax.yaxis)
         _date_axis(ax.xaxis)
