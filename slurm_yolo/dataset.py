@@ -13,8 +13,8 @@ yaml's resolved sources are cached by its own mtime too: a warm count imports no
 
 from __future__ import annotations
 
-import json
 import contextlib
+import json
 import os
 import stat
 from functools import cache

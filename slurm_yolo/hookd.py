@@ -11,7 +11,9 @@ slurm.conf points PrologSlurmctld and EpilogSlurmctld at the C client ``slurm-yo
   is what a slurmdbd outage leaves too, and ``slurm-yolo ledger reconcile`` settles it from sacct.
 
 When the server does not answer, the client runs the Python hooks itself, so nothing depends on it.
-The handlers are the hooks' own (``hooks.main``), so both paths hold and settle the same way.
+The handlers are the hooks' own (``hooks.main``), so both paths hold and settle the same way. The
+children they start detached (late settlements, feedback, AdminComments, enforcement) are hookd's
+children: it reaps each as it ends (``reap_on_sigchld``), so none stays ``<defunct>``.
 """
 
 from __future__ import annotations
@@ -206,6 +208,59 @@ def _answers(path: Path) -> bool:
             return False
 
 
+def _children() -> set[int]:
+    """This process's children (those of every thread), from /proc."""
+    if not Path(f"/proc/self/task/{os.getpid()}/children").exists():
+        return _children_by_scan()  # a kernel without the children file
+    pids: set[int] = set()
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError, ValueError):  # a thread that just ended: its children are another's
+            pids.update(int(p) for p in (task / "children").read_text().split())
+    return pids
+
+
+def _children_by_scan() -> set[int]:
+    me = os.getpid()
+    pids = set()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            stat = _stat(int(entry.name))
+            if stat and int(stat[1]) == me:
+                pids.add(int(entry.name))
+    return pids
+
+
+def _stat(pid: int) -> list[str] | None:
+    """``/proc/PID/stat`` after the command name: state, ppid, pgrp, session, ..."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()
+
+
+def reap_detached() -> int:
+    """Reap the children that ended in a session of their own: those the hooks start detached
+    (``slurm.detached``: settlements sacct is late for, feedback, AdminComments, enforcement), which
+    nobody waits for and which would stay ``<defunct>`` while hookd runs. A child of
+    ``subprocess.run`` stays in hookd's session and is its caller's to wait for (its status taken
+    here, the caller would read exit code 0), so it is left alone. How many were reaped."""
+    reaped = 0
+    for pid in _children():
+        stat = _stat(pid)
+        if stat and stat[0] == "Z" and int(stat[3]) == pid:
+            with contextlib.suppress(ChildProcessError):
+                reaped += os.waitpid(pid, os.WNOHANG)[0] == pid
+    return reaped
+
+
+def reap_on_sigchld() -> None:
+    """Reap detached children as they end (from the main thread, where Python runs signal handlers).
+    System calls the signal interrupts in other threads restart, as without a handler."""
+    signal.signal(signal.SIGCHLD, lambda *_: reap_detached())
+    signal.siginterrupt(signal.SIGCHLD, False)
+
+
 def _drop_to(owner: str, run_dir: Path) -> None:
     """Started as root (systemd, minicluster): make the socket folder, then become the SlurmUser for
     good, like the hooks slurmctld runs, so the ledger's files keep their owner."""
@@ -242,6 +297,7 @@ def serve(config: Config) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    reap_on_sigchld()
     print(f"slurm-yolo hookd: serving {path} as uid {os.geteuid()}", file=sys.stderr, flush=True)
     try:
         server.serve_forever(poll_interval=0.5)

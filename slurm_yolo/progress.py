@@ -24,7 +24,8 @@ class Progress:
 
 
 def progress(records: ParseResult) -> Progress:
-    """Epochs and tokens done, throughput, and the time left at the recent rate."""
+    """Epochs and training tokens done (of ``Workload.train_tokens``: no validation, no model
+    factor), throughput, and the time left at the recent rate."""
     done = [e for e in records.per_epoch if e.seconds]
     tokens = sum((e.mtok_per_s or 0) * (e.seconds or 0) * 1e6 for e in done)
     per_epoch = tokens / len(done) if done else None
@@ -36,7 +37,11 @@ def progress(records: ParseResult) -> Progress:
 
 
 def render(state: str, p: Progress | None, width: int = 24) -> str:
-    """One status line: state, bar, epoch, tokens done/total, MTok/s, ETA."""
+    """One status line: state, bar, epoch, training tokens done/total, MTok/s, ETA.
+
+    The tokens are those trained (train images x imgsz^2 per epoch, as the usage records count
+    them): fewer than the submit line's effective MTok, which add the validation passes and scale by
+    the model's FLOPs. The line says "trained" so the two are never read as one number."""
     if p is None or not p.epoch:
         return f"{state}: waiting for the first epoch"
     share = min(1.0, p.tokens_done / p.tokens_total) if p.tokens_total else 0.0
@@ -44,7 +49,7 @@ def render(state: str, p: Progress | None, width: int = 24) -> str:
     total = f"/{p.tokens_total / 1e6:.1f}" if p.tokens_total else ""
     eta = f" ETA {int(p.eta_seconds // 60)}:{int(p.eta_seconds % 60):02d}" if p.eta_seconds is not None else ""
     rate = f" {p.mtok_per_s:.2f} MTok/s" if p.mtok_per_s else ""
-    return f"{state} {bar} epoch {p.epoch}/{p.epochs or '?'} {p.tokens_done / 1e6:.1f}{total} MTok{rate}{eta}"
+    return f"{state} {bar} epoch {p.epoch}/{p.epochs or '?'} {p.tokens_done / 1e6:.1f}{total} MTok trained{rate}{eta}"
 
 
 def usage_file(job_id: int, bin_dir: Path | None = None) -> Path | None:

@@ -104,6 +104,18 @@ def signal_seconds(plan: Plan, opts: JobOptions) -> int:
     return max(60, min(opts.signal_seconds, plan.time_limit_seconds // 2))
 
 
+def signal_note(seconds: int) -> str:
+    """The script's comment on the USR2 trap: true of the ``--signal`` line the script has, or has not."""
+    if seconds:
+        return (f"# With --signal=B:USR2@{seconds}, Slurm sends USR2 {seconds} s before the time limit. The batch shell\n"
+                "# only sees it while it waits (cmd & wait): it passes it on, and the launcher checkpoints at a\n"
+                "# safe point and requeues the job.")  # fmt: skip
+    return (f"# No --signal: a time limit under {SIGNAL_MIN_LIMIT // 60} min gets no warning (Slurm checks signal times\n"
+            "# about once a minute), so the job ends at its limit. A USR2 sent by hand (scancel -b -s USR2)\n"
+            "# is passed on all the same while the batch shell waits (cmd & wait): the launcher checkpoints\n"
+            "# at a safe point and requeues the job.")  # fmt: skip
+
+
 def directives(plan: Plan, opts: JobOptions) -> list[tuple[str, str]]:
     """(option, value) pairs for ``#SBATCH`` lines, in a stable order."""
     pairs = [
@@ -191,5 +203,6 @@ def render(plan: Plan, opts: JobOptions, train_words: tuple[str, ...]) -> str:
             "directives": "\n".join(lines),
             "environment": "\n".join(env_lines),
             "launcher": launcher,
+            "signal_note": signal_note(signal_seconds(plan, opts)),
         },
     )

@@ -112,14 +112,16 @@ def test_report_numbers_match_sacct_and_the_ledger(system: config_mod.Config, se
 def test_report_formats_and_html_plots(system: config_mod.Config, series: dict, tmp_path: Path) -> None:
     table = CliRunner().invoke(admin, ["report", "--since", series["start"], "-A", "research"])
     assert table.exit_code == 0 and "== usage" in table.output and "== accuracy" in table.output
+    assert " GPU-h" in table.output and " GTok" in table.output and not re.search(r"\d[eE][+-]?\d", table.output)
     csv = CliRunner().invoke(admin, ["report", "--csv", "--since", series["start"], "-A", "research", "--view", "usage"])
     assert csv.output.startswith("# usage\nAccount,User,Partition,jobs,runs,gpu_hours")
     page = tmp_path / "r.html"
     res = CliRunner().invoke(admin, ["report", "--html", str(page), "--since", series["start"], "-A", "research"])
     assert res.exit_code == 0, res.output
     html = page.read_text()
-    images = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
-    assert len(images) >= 3 and all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
+    images = dict(re.findall(r'alt="(\w+)" src="data:image/png;base64,([^"]+)"', html))
+    assert {"usage", "accuracy", "budgets"} <= set(images)  # over time, predicted vs actual, the burn-down
+    assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images.values())
 
 
 @pytest.mark.parametrize("name", ["yo|lo", "yo\nlo"])
@@ -185,8 +187,8 @@ def test_metrics_textfile(system: config_mod.Config, series: dict, tmp_path: Pat
     res = CliRunner().invoke(admin, ["metrics", "--textfile", str(tmp_path)])
     assert res.exit_code == 0, res.output
     text = (tmp_path / "slurm_yolo.prom").read_text()
-    assert re.search(r'^slurm_yolo_balance_tokens\{account="research"\} \d', text, re.M)
-    assert re.search(r'^slurm_yolo_k_seconds_per_mtok\{partition="t4"\} [\d.e+-]+$', text, re.M)
+    assert re.search(r'^slurm_yolo_balance_tokens\{account="research"\} \d', text, re.MULTILINE)
+    assert re.search(r'^slurm_yolo_k_seconds_per_mtok\{partition="t4"\} [\d.e+-]+$', text, re.MULTILINE)
     assert "# TYPE slurm_yolo_queue_wait_seconds_median gauge" in text
 
 

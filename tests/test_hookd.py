@@ -8,10 +8,12 @@ private hookd on their own socket and state, to kill it, refuse users and replay
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -50,6 +52,109 @@ def test_parse_request_refuses_malformed_requests(data: bytes, error: str) -> No
         parse_request(data)
 
 
+REAPING = """
+import os, subprocess, sys, time
+from slurm_yolo import hookd
+from slurm_yolo.slurm import detached
+
+if sys.argv[1] == "reap":
+    hookd.reap_on_sigchld()
+for _ in range(20):  # children of run() keep their exit codes while detached ones end around them
+    detached(["/bin/sh", "-c", "exit 0"], dict(os.environ))
+    assert subprocess.run(["/bin/sh", "-c", "exit 3"]).returncode == 3
+go = sys.argv[2]  # the last ones outlive their Popen objects (which reap a child ended already), as
+for _ in range(5):  # feedback does, and no later Popen (whose start reaps those ended before) comes
+    detached(["/bin/sh", "-c", 'while [ ! -e "$0" ]; do sleep 0.05; done', go], dict(os.environ))
+open(go, "w").close()
+
+def waiting() -> bool:  # reaping: until no child is left; else until every child has ended
+    states = [(hookd._stat(p) or ["gone"])[0] for p in hookd._children()]
+    return bool(states) if sys.argv[1] == "reap" else any(s not in ("Z", "gone") for s in states)
+
+deadline = time.monotonic() + 60
+while waiting() and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(sorted(hookd._children()))
+"""
+
+
+@pytest.mark.parametrize("mode", ["reap", "plain"])
+def test_detached_children_are_reaped(mode: str, tmp_path: Path) -> None:
+    """hookd reaps what the hooks start detached as it ends; without that, they stay <defunct>."""
+    res = subprocess.run([sys.executable, "-c", REAPING, mode, str(tmp_path / "go")], check=False, capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    left = json.loads(res.stdout)
+    assert (left == []) if mode == "reap" else len(left) == 5
+
+
+SERVER = """
+import os, sys
+from slurm_yolo import config, hookd, hooks
+from slurm_yolo.slurm import detached
+
+def main(event, query=None, env=None, record=None, config=None, runs=None):
+    # as a settlement's feedback or AdminComment child, which outlives the hook (until the test says go)
+    detached(["/bin/sh", "-c", 'while [ ! -e "$0" ]; do sleep 0.05; done', sys.argv[2]], dict(os.environ))
+    open(sys.argv[2] + "." + env["SLURM_JOB_ID"], "w").close()  # started, its Popen object gone
+    return True
+
+hooks.main = main
+hookd._drop_to = lambda owner, run_dir: None  # run by root: stay root (the test's home is root's alone)
+if sys.argv[1] == "plain":
+    hookd.reap_on_sigchld = lambda: None
+hookd.serve(config.load())
+"""
+
+
+def ask(sock_path: Path, request: bytes) -> str:
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(str(sock_path))
+        s.sendall(request)
+        s.shutdown(socket.SHUT_WR)
+        return s.recv(100).decode()
+
+
+@pytest.mark.parametrize("mode", ["reap", "plain"])
+def test_hookd_serving_hooks_leaves_no_defunct_children(home: Path, mode: str) -> None:
+    """hookd serves prologs and epilogs whose work starts detached children (the hooks replaced by
+    one that does only that, so no Slurm is needed): once they end, none is left <defunct>."""
+    (home / "config.toml").write_text(f'[hookd]\nsocket = "{home}/hookd.sock"\n[slurm]\nbin_dir = "{home}"\n')
+    (home / "squeue").write_text("#!/bin/sh\n")  # the prolog's lookup: no job known (no Slurm asked)
+    (home / "squeue").chmod(0o755)
+    server = subprocess.Popen([sys.executable, "-c", SERVER, mode, str(home / "go")], stderr=subprocess.PIPE,
+                              env={**os.environ, "PYTHONPATH": str(REPO), "SLURM_YOLO_HOME": str(home)})  # fmt: skip
+    try:
+        poll("hookd socket", lambda: (home / "hookd.sock").is_socket() or server.poll() is not None, timeout=60)
+        assert server.poll() is None, server.stderr.read() if server.stderr else ""
+        for job in range(1, 7):
+            event = b"prolog" if job % 2 else b"epilog"
+            assert ask(home / "hookd.sock", event + b"\0SLURM_JOB_ID=%d\0" % job) == "ok\n"
+        poll("a child of every hook", lambda: len(list(home.glob("go.*"))) == 6, timeout=60)
+        (home / "go").touch()
+        poll("every child ended", lambda: all(c.endswith(" Z") for c in children(server.pid)), timeout=60)
+        if mode == "reap":
+            poll("hookd without children", lambda: not children(server.pid), timeout=60)
+        else:  # without reaping, they stay <defunct> until the next hook's child is started
+            assert len(children(server.pid)) == 6 and all(c.endswith(" Z") for c in children(server.pid))
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=60) == 0
+
+
+def test_children_are_found_with_or_without_the_children_file() -> None:
+    from slurm_yolo import hookd
+
+    child = subprocess.Popen(["/bin/sleep", "60"])
+    try:
+        assert child.pid in hookd._children() and child.pid in hookd._children_by_scan()
+    finally:
+        child.kill()
+        child.wait()
+
+
 @pytest.fixture
 def state() -> Iterator[Path]:
     """A state folder the SlurmUser (hookd) can write, with the cluster's config and no side jobs."""
@@ -65,9 +170,9 @@ def state() -> Iterator[Path]:
     shutil.rmtree(home, ignore_errors=True)
 
 
-def start_hookd(home: Path) -> subprocess.Popen[bytes]:
+def start_hookd(home: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([str(VENV_BIN / "slurm-yolo"), "hookd"], env={"SLURM_YOLO_CONFIG": str(home / "config.toml"),
-                            "SLURM_YOLO_HOME": str(home), "PATH": "/usr/bin:/bin"}, stderr=subprocess.PIPE)  # fmt: skip
+                            "SLURM_YOLO_HOME": str(home), "PATH": "/usr/bin:/bin", **(env or {})}, stderr=subprocess.PIPE)  # fmt: skip
     poll("hookd socket", lambda: (home / "hookd.sock").is_socket() or proc.poll() is not None, timeout=30)
     assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
     return proc
@@ -124,7 +229,7 @@ def held_jobs(n: int) -> list[int]:
 
 
 def test_client_names_a_missing_event_and_exits_zero() -> None:
-    res = subprocess.run([str(CLIENT)], env={}, capture_output=True, text=True, timeout=30)
+    res = subprocess.run([str(CLIENT)], check=False, env={}, capture_output=True, text=True, timeout=30)
     assert res.returncode == 0 and res.stderr.strip() == (
         "slurm-yolo-hook: cannot tell prolog from epilog (no SLURM_SCRIPT_CONTEXT, no argument)"
     )
@@ -133,11 +238,11 @@ def test_client_names_a_missing_event_and_exits_zero() -> None:
 def test_prolog_holds_and_epilog_settles_through_hookd(hookd: subprocess.Popen[bytes], state: Path) -> None:
     [job] = ended_jobs(1)
     env = hook_env(state, job)
-    res = subprocess.run([str(CLIENT)], env={**env, "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"}, timeout=60)
+    res = subprocess.run([str(CLIENT)], env={**env, "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"}, timeout=60, check=False)
     assert res.returncode == 0
     [row] = runs(state)  # held before the client returned
     assert row["state"] == "held" and row["hold"] == 60 * 1_000_000 // 4 and row["gpus"] == 0.25
-    res = subprocess.run([str(CLIENT), "epilog"], env=env, timeout=60)
+    res = subprocess.run([str(CLIENT), "epilog"], env=env, timeout=60, check=False)
     assert res.returncode == 0
     row = poll("settled", lambda: next((r for r in runs(state) if r["state"] == "settled"), None), timeout=60)
     assert row["end_state"] == "COMPLETED" and row["charge"] == row["elapsed"] * 1_000_000 // 4
@@ -151,9 +256,47 @@ def test_without_hookd_the_client_runs_the_python_hooks(cluster: None, state: Pa
     [job] = ended_jobs(1)
     env = hook_env(state, job, socket=state / "nobody-listens.sock")
     for hook in ("prolog", "epilog"):
-        assert subprocess.run([str(CLIENT), hook], env=env, timeout=60).returncode == 0
+        assert subprocess.run([str(CLIENT), hook], env=env, timeout=60, check=False).returncode == 0
     [row] = runs(state)
     assert row["state"] == "settled" and row["end_state"] == "COMPLETED"
+
+
+def children(pid: int) -> list[str]:
+    """The children of process ``pid`` and their states (Z: <defunct>)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        if int(fields[1]) == pid:
+            found.append(f"{stat.parent.name} {fields[0]}")
+    return found
+
+
+def test_hookd_leaves_no_defunct_children(cluster: None, state: Path) -> None:
+    """Settlements start detached children (here the feedback of each completed run); once they
+    have ended, hookd has reaped every one: none stays <defunct> while it waits for the next hook."""
+    config = state / "config.toml"
+    config.write_text(config.read_text().replace("feedback = false", "feedback = true"))
+    server = start_hookd(state, {"PYTHONPATH": str(REPO)})  # this tree's hookd, and children, whatever is installed
+    try:
+        jobs = ended_jobs(3)
+        for job in jobs:
+            env = {**hook_env(state, job), "SLURM_JOB_WORK_DIR": str(state), "SLURM_JOB_UID": "0"}
+            for hook in ("prolog", "epilog"):
+                assert subprocess.run([str(CLIENT), hook], env=env, timeout=60, check=False).returncode == 0
+
+        def fed() -> bool:
+            log = [json.loads(line) for line in (state / "hooks.log").read_text().splitlines()]
+            return sorted(r["job"] for r in log if r["event"] == "feedback") == sorted(jobs)
+
+        poll("the feedback of every run", fed, timeout=120)
+        poll("hookd without children", lambda: not children(server.pid), timeout=60)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=60) == 0
 
 
 def test_hookd_refuses_other_users(hookd: subprocess.Popen[bytes], state: Path) -> None:
@@ -167,11 +310,11 @@ def test_hookd_refuses_other_users(hookd: subprocess.Popen[bytes], state: Path) 
                 "print(s.recv(99).decode(), end='')")  # fmt: skip  # hookd may answer and close before reading
         request = f"prolog,SLURM_JOB_ID={job},SLURM_YOLO_HOME={state}"
         res = subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", "/usr/bin/python3", "-c", send, str(state / "hookd.sock"),
-                              request], capture_output=True, text=True, cwd="/tmp", timeout=60)  # fmt: skip
+                              request], capture_output=True, text=True, cwd="/tmp", timeout=60, check=False)  # fmt: skip
         assert res.stdout == "error: permission denied\n", res.stderr
         # the client run by alice is refused too, falls back on the Python hook, which cannot write
         res = subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", str(CLIENT), "prolog"], env=env,
-                             capture_output=True, text=True, cwd="/tmp", timeout=60)  # fmt: skip
+                             capture_output=True, text=True, cwd="/tmp", timeout=60, check=False)  # fmt: skip
         assert res.returncode == 0 and "slurm-yolo-hook: hookd: error: permission denied" in res.stderr
         assert runs(state) == []
     finally:

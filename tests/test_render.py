@@ -100,6 +100,14 @@ def test_short_limits_get_no_signal(site_config: Path) -> None:
     from dataclasses import replace
 
     p = replace(fixed_plan(site_config), time_limit_seconds=120)
-    assert "#SBATCH --signal" not in render.render(p, opts(), tuple(WORDS))
+    script = render.render(p, opts(), tuple(WORDS))
+    assert "#SBATCH --signal" not in script
+    # the comment says so, and promises no warning the script does not ask for
+    assert "# No --signal: a time limit under 3 min gets no warning" in script and "With --signal" not in script
     p = replace(p, time_limit_seconds=3600)
-    assert "#SBATCH --signal=B:USR2@120" in render.render(p, opts(), tuple(WORDS))
+    script = render.render(p, opts(), tuple(WORDS))
+    assert "#SBATCH --signal=B:USR2@120" in script
+    assert "# With --signal=B:USR2@120, Slurm sends USR2 120 s before the time limit." in script and "No --signal" not in script
+    p = replace(p, time_limit_seconds=180)  # half the limit: the lead shrinks, and the comment with it
+    script = render.render(p, opts(), tuple(WORDS))
+    assert "#SBATCH --signal=B:USR2@90" in script and "Slurm sends USR2 90 s before" in script

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,3 +53,172 @@ def test_report_reads_a_saved_file_with_its_delimiter(tmp_path: Path) -> None:
 def test_the_saved_file_help_names_the_fields() -> None:
     res = CliRunner().invoke(admin, ["report", "--help"], terminal_width=1000)
     assert f"-o {','.join(report.FIELDS)}`" in " ".join(res.output.split())
+
+
+def _ledger_with_history(config_obj: object) -> None:
+    from slurm_yolo import ledger
+
+    with ledger.writer(config_obj) as lg:  # type: ignore[arg-type]
+        lg.credit("vision", 99_994_000_000, "test")
+        run = ledger.Run("c", 1, 1_764_460_800, 0, "vision", "u", "t4", "", 1.0, 600, 600, 1_000_000, 1.0)
+        lg.hold(run, 600_000_000, None, "test")
+        lg.settle(run.key, 400_000_000, "COMPLETED", 400, "test")
+        lg.set_quota("vision", 2_000_000_000, 200_000_000_000, "test")  # last: no refill moves the numbers
+        lg.credit("lab", 5_000_000, "test")
+
+
+def _views(site_config: Path) -> dict:
+    from slurm_yolo import config as config_mod
+
+    cfg = config_mod.load()
+    _ledger_with_history(cfg)
+    rows = report.read_saved((REC / "24.11" / "sacct_report.txt").read_text(), DELIMITER)
+    runs = report.jobs(cfg, report.Filters(), rows)
+    views = report.build(cfg, report.Filters(), df=runs)
+    return {"config": cfg, "runs": runs, "views": views}
+
+
+def test_days_left_is_never_negative() -> None:
+    import pandas as pd
+
+    balance = pd.Series([100.0, -5.0, 0.0, 100.0, 100.0])
+    net_burn = pd.Series([10.0, 10.0, 10.0, 0.0, -3.0])
+    left = report.days_left(balance, net_burn)
+    assert list(left[:3]) == [10.0, 0.0, 0.0] and left[3:].isna().all()  # overdrawn: spent; not burning: never
+
+
+def test_tables_show_human_units_and_machine_formats_raw_numbers(site_config: Path) -> None:
+    from slurm_yolo.report import output
+
+    views = _views(site_config)["views"]
+    text = output.table(views)
+    budgets = text.split("== budgets\n")[1].splitlines()
+    vision = next(line for line in budgets if line.split()[0] == "vision").split()
+    # the balance as `ledger balance` prints it (estimate.fmt_tokens); tokens a day; days with one decimal
+    assert " ".join(vision[1:3]) == "99.59 GTok" and "2.00 GTok/day" in " ".join(vision)
+    lab = next(line for line in budgets if line.split()[0] == "lab")
+    assert lab.endswith("∞") and "5.0 MTok" in lab
+    assert "GPU-h" in text and "s/MTok" not in text.split("== k")[0]
+    assert not re.search(r"\d[eE][+-]?\d", text) and "99994000000" not in text and "-0." not in text
+    page = output.html_page({"budgets": views["budgets"]})
+    assert "99.59 GTok" in page and "99594000000" not in page
+    csv = output.csv({"budgets": views["budgets"]})
+    assert "vision,99594000000,0,400000000,2000000000,200000000000," in csv
+    parsed = json.loads(output.as_json({"budgets": views["budgets"]}))["budgets"]
+    assert {b["account"]: b["days_left"] for b in parsed}["lab"] is None
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(2.1e9, "2.10 GTok"), (5e5, "0.5 MTok"), (float("nan"), "")],
+)
+def test_token_columns_use_the_ledgers_formatter(value: float, shown: str) -> None:
+    import pandas as pd
+
+    from slurm_yolo.report import output
+
+    df = output.human("usage", pd.DataFrame({"tokens_charged": [value], "gpu_hours": [12.345]}))
+    assert df["tokens_charged"][0] == shown and df["gpu_hours"][0] == "12.3 GPU-h"
+
+
+def test_days_left_words() -> None:
+    from slurm_yolo.report import output
+
+    assert [output.fmt_days(d) for d in (0.0, 4.04, float("nan"), 1e8)] == ["spent", "4.0 days", "∞", "> 10 years"]
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [(0, "0 s"), (45, "45 s"), (750, "12.5 min"), (3 * 3600, "3 h"), (5 * 86400, "5 days"), (4000 * 86400, "4,000 days")],
+)
+def test_durations(seconds: float, shown: str) -> None:
+    from slurm_yolo.report import output
+
+    assert output.fmt_duration(seconds) == shown
+
+
+def test_balance_history_walks_back_from_the_balance(site_config: Path) -> None:
+    """The history ends at the ledger's balance and starts where the account started (the first
+    credit is in the window): each movement kind moves the balance as the ledger does."""
+    import time
+
+    from slurm_yolo import config as config_mod
+
+    cfg = config_mod.load()
+    _ledger_with_history(cfg)
+    now = time.time()
+    h = report.balances(cfg, ["vision", "lab"], now - 3600, now)
+    vision = list(h[h["account"] == "vision"]["balance"])
+    # start, deposit, hold, charge (out of the hold), refund, then now
+    assert vision == [0, 99_994_000_000, 99_394_000_000, 99_394_000_000, 99_594_000_000, 99_594_000_000]
+    assert list(h[h["account"] == "lab"]["balance"]) == [0, 5_000_000, 5_000_000]
+
+
+def test_refill_line_stops_at_the_capacity() -> None:
+    import pandas as pd
+
+    line = report.refill_line(10.0, 4.0, 20.0, pd.Series([0.0, 1.0, 2.0, 5.0]))
+    assert list(line) == [10.0, 14.0, 18.0, 20.0]
+    assert list(report.refill_line(30.0, 4.0, 20.0, pd.Series([0.0, 3.0]))) == [30.0, 30.0]  # above it: refills add nothing
+
+
+@pytest.mark.parametrize(
+    ("since", "back"),
+    [("now", 0), ("now-7days", 7 * 86400), ("now-90", 90), ("now-2hours", 7200), ("now-1weeks", 604800),
+     ("midnight", 3 * 86400)],
+)  # fmt: skip
+def test_window_start_reads_sacct_times(since: str, back: float) -> None:
+    assert report.window_start(since, 1_000_000.0, fallback_days=3) == 1_000_000.0 - back
+
+
+def test_window_start_of_a_date_is_local_time() -> None:
+    from datetime import datetime
+
+    assert report.window_start("2026-11-01T10:00:00", 0.0) == datetime(2026, 11, 1, 10).timestamp()
+
+
+def test_html_page_plots_usage_burn_down_and_predictions(site_config: Path) -> None:
+    import base64
+
+    from slurm_yolo.report import output
+
+    built = _views(site_config)
+    series = report.series(built["config"], report.Filters(), built["runs"], built["views"])
+    assert list(series["accuracy"]["elapsed"]) == [2, 2] and set(series["usage"]["Account"]) == {"vision", "research"}
+    assert set(series["budgets"]["account"]) == {"vision", "lab"}
+    page = output.html_page(built["views"], series)
+    images = dict(re.findall(r'alt="(\w+)" src="data:image/png;base64,([^"]+)"', page))
+    assert {"usage", "accuracy", "budgets"} <= set(images)
+    assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images.values())
+
+
+def test_plot_axes_are_in_human_units(site_config: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from slurm_yolo.report import output
+
+    built = _views(site_config)
+    series = report.series(built["config"], report.Filters(), built["runs"], built["views"])
+    fig = output.PLOTS["accuracy"](plt, built["views"]["accuracy"], series["accuracy"])
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("predicted run time", "actual run time")
+    assert {t.get_text() for t in ax.get_yticklabels()} >= {"2 s", "5 s"}
+    assert any(line.get_label() == "predicted = actual" for line in ax.get_lines())
+    plt.close(fig)
+    fig = output.PLOTS["budgets"](plt, built["views"]["budgets"], series["budgets"])
+    fig.canvas.draw()
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert any(label.endswith("GTok") for label in labels), labels
+    assert any(line.get_label().startswith("refills alone (2.00 GTok/day)") for line in fig.axes[0].get_lines())
+    plt.close(fig)
+
+
+def test_matplotlib_stays_off_the_login_and_hook_paths() -> None:
+    code = ("import sys, slurm_yolo.cli.yolo_sbatch, slurm_yolo.cli.admin, slurm_yolo.hooks, slurm_yolo.hookd, "
+            "slurm_yolo.report.output; print('matplotlib' in sys.modules)")  # fmt: skip
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert res.stdout.strip() == "False"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import click
@@ -25,9 +26,10 @@ FILTERS = [
 @click.command()
 @click.option("--view", "views", multiple=True, type=click.Choice(["usage", "accuracy", "waits", "failures", "k", "roi", "budgets"]),
               help="Views to show (repeatable; default: all).")  # fmt: skip
-@click.option("--csv", "as_csv", is_flag=True)
-@click.option("--json", "as_json", is_flag=True)
-@click.option("--html", "html_file", type=click.Path(path_type=Path), default=None, help="Write an HTML page with plots.")
+@click.option("--csv", "as_csv", is_flag=True, help="Raw numbers: tokens, seconds, GPU-hours, shares as fractions.")
+@click.option("--json", "as_json", is_flag=True, help="Raw numbers, as --csv (a missing value: null).")
+@click.option("--html", "html_file", type=click.Path(path_type=Path), default=None,
+              help="Write an HTML page with plots: usage over time, burn-downs, predicted vs actual run time.")
 @click.option("--sacct-file", type=click.Path(exists=True, path_type=Path), default=None,
               help="Read saved `sacct -X -D -n -p -o JobIDRaw,Account,User,Partition,QOS,State,Submit,Start,End,"
                    "ElapsedRaw,TimelimitRaw,AllocTRES,Comment,AdminComment,WorkDir` output instead of calling sacct.")
@@ -37,7 +39,8 @@ FILTERS = [
 def report(views: tuple[str, ...], as_csv: bool, as_json: bool, html_file: Path | None, sacct_file: Path | None,
            delimiter: str, **filters: str | None) -> None:  # fmt: skip
     """Tokens, GPU-hours, prediction accuracy, waits, failures, k, ROI and budgets from sacct + the ledger
-    (of the accounts you may see: Slurm's PrivateData rule)."""
+    (of the accounts you may see: Slurm's PrivateData rule). The table and --html show human units
+    (MTok/GTok, GPU-hours, durations, days); --csv and --json raw numbers (tokens, seconds, fractions)."""
     from .. import report as report_mod
     from ..report import output
 
@@ -45,9 +48,11 @@ def report(views: tuple[str, ...], as_csv: bool, as_json: bool, html_file: Path 
     viewer = visibility.viewer(config)
     f = report_mod.Filters(**{k: v for k, v in filters.items() if v is not None})  # type: ignore[arg-type]
     saved = report_mod.read_saved(sacct_file.read_text(), delimiter) if sacct_file else None
-    tables = report_mod.build(config, f, views or report_mod.VIEWS, saved, lambda names: visibility.visible(viewer, names))
+    visible = partial(visibility.visible, viewer)
+    runs = report_mod.jobs(config, f, saved, visible)
+    tables = report_mod.build(config, f, views or report_mod.VIEWS, visible=visible, df=runs)
     if html_file:
-        html_file.write_text(output.html_page(tables))
+        html_file.write_text(output.html_page(tables, report_mod.series(config, f, runs, tables)))
         click.echo(f"wrote {html_file}")
     elif as_csv:
         click.echo(output.csv(tables), nl=False)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import math
 import pwd
+import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -220,15 +222,28 @@ def roi(df: pd.DataFrame) -> pd.DataFrame:
     return done[["job_id", "Account", "User", "Partition", "map50_95", "gtok_charged", "map_per_gtok"]]
 
 
+BUDGET_COLUMNS = ["account", "balance", "held", "charged", "rate_per_day", "capacity", "burn_per_day", "net_burn_per_day",
+                  "days_left"]  # fmt: skip
+
+
+def days_left(balance: pd.Series, net_burn_per_day: pd.Series) -> pd.Series:
+    """Days until the balance is spent at the net burn (charges less refills): 0 for an account spent
+    already (overdrawn too: never a negative count), NaN where refills keep up with the burn (never)."""
+    left = (balance / net_burn_per_day.where(net_burn_per_day > 0)).astype(float)
+    return left.where(balance > 0, 0.0)
+
+
 def budgets(config: Config, days: float = 7.0) -> pd.DataFrame:
-    """Balance, burn rate (charged per day over the last ``days``) and days left, per account."""
+    """Balance, refill quota, burn rate (charged per day over the last ``days``, overruns included)
+    and days left, per account."""
     lg = ledger.reader(config)
     if lg is None:
-        return pd.DataFrame(columns=["account", "balance", "held", "burn_per_day", "net_burn_per_day", "days_left"])
+        return pd.DataFrame(columns=BUDGET_COLUMNS)
     try:
-        accounts = pd.read_sql_query("SELECT name AS account, balance, held, charged, rate_per_day FROM accounts", lg.conn)
+        accounts = pd.read_sql_query(
+            "SELECT name AS account, balance, held, charged, rate_per_day, capacity FROM accounts", lg.conn)
         burn = pd.read_sql_query(
-            "SELECT account, sum(amount) AS charged_recent FROM movements WHERE kind = 'charge'"
+            "SELECT account, sum(amount) AS charged_recent FROM movements WHERE kind IN ('charge', 'overrun')"
             " AND at >= strftime('%s', 'now') - ? GROUP BY account", lg.conn, params=(days * 86400,))  # fmt: skip
     finally:
         lg.close()
@@ -236,32 +251,139 @@ def budgets(config: Config, days: float = 7.0) -> pd.DataFrame:
     out["charged_recent"] = out["charged_recent"].astype(float).fillna(0)  # no charge in the window: object NaNs
     out["burn_per_day"] = out["charged_recent"] / days
     out["net_burn_per_day"] = out["burn_per_day"] - out["rate_per_day"]
-    out["days_left"] = (out["balance"] / out["net_burn_per_day"]).where(out["net_burn_per_day"] > 0)
-    return out.drop(columns=["charged_recent"])
+    out["days_left"] = days_left(out["balance"], out["net_burn_per_day"])
+    return out[BUDGET_COLUMNS]
+
+
+# How each movement kind moves an account's balance (``Ledger._move``): a charge comes out of the hold.
+BALANCE_SIGN = {"deposit": 1, "refill": 1, "adjustment": 1, "hold": -1, "charge": 0, "refund": 1, "expiry": -1,
+                "overrun": -1}  # fmt: skip
+
+
+def balance_history(movements: pd.DataFrame, balances: dict[str, float], start: float, now: float) -> pd.DataFrame:
+    """Each account's balance after every movement since ``start`` (epoch seconds), from its
+    balance now walked back through them, with a point at ``start`` and one at ``now`` (pure)."""
+    rows = []
+    for account, now_balance in balances.items():
+        m = movements[(movements["account"] == account) & (movements["at"] >= start)].sort_values("at", kind="stable")
+        delta = m["kind"].map(BALANCE_SIGN).fillna(0) * m["amount"]
+        after = float(now_balance) - delta[::-1].cumsum()[::-1] + delta  # the balance right after each movement
+        at = [start, *m["at"], now]
+        first = float(now_balance) - float(delta.sum())
+        for t, b in zip(at, [first, *after, float(now_balance)]):
+            rows.append({"account": account, "at": pd.Timestamp.fromtimestamp(t), "balance": b})
+    return pd.DataFrame(rows, columns=["account", "at", "balance"])
+
+
+def refill_line(start_balance: float, rate_per_day: float, capacity: float, days: pd.Series) -> pd.Series:
+    """The balance refills alone would give ``days`` after the start: ``rate_per_day``, never lifting
+    it above ``capacity`` (``bucket.refill``'s rule)."""
+    return start_balance + (days * rate_per_day).clip(upper=max(0.0, capacity - start_balance))
+
+
+Visible = Callable[[set[str]], set[str]] | None  # the accounts a viewer may see of those given
+
+
+def _shown(frame: pd.DataFrame, column: str, visible: Visible) -> pd.DataFrame:
+    return frame if visible is None else frame[frame[column].isin(visible(set(frame[column])))]
+
+
+def jobs(config: Config, f: Filters, saved: list[list[str]] | None = None, visible: Visible = None) -> pd.DataFrame:
+    """Every run in the window joined with the ledger, of the accounts ``visible`` keeps (``saved``
+    rows replace the live sacct call, for benchmarks and audits)."""
+    rows = fetch_sacct(config, f) if saved is None else saved
+    shards = {name: p.shards_per_gpu for name, p in config.partitions.items()}
+    return _shown(join(parse_jobs(rows, shards), ledger_runs(config)), "Account", visible)
 
 
 def build(config: Config, f: Filters, views: tuple[str, ...] = VIEWS, saved: list[list[str]] | None = None,
-          visible: Callable[[set[str]], set[str]] | None = None) -> dict[str, pd.DataFrame]:  # fmt: skip
-    """The selected views (``saved`` rows replace the live sacct call, for benchmarks and audits), of
-    the accounts ``visible`` keeps of those it is given (``visibility``; default: all)."""
-    rows = fetch_sacct(config, f) if saved is None else saved
-    shards = {name: p.shards_per_gpu for name, p in config.partitions.items()}
-    df = join(parse_jobs(rows, shards), ledger_runs(config))
-
-    def shown(frame: pd.DataFrame, column: str) -> pd.DataFrame:
-        return frame if visible is None else frame[frame[column].isin(visible(set(frame[column])))]
+          visible: Visible = None, df: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:  # fmt: skip
+    """The selected views of the accounts ``visible`` keeps of those it is given (``visibility``;
+    default: all), over ``df`` (``jobs``) when the caller has it."""
+    runs = jobs(config, f, saved, visible) if df is None else df
 
     def budget_view() -> pd.DataFrame:
         b = budgets(config)
-        return shown(b[b["account"] == f.account] if f.account else b, "account")
+        return _shown(b[b["account"] == f.account] if f.account else b, "account", visible)
 
-    df = shown(df, "Account")
     makers = {
-        "usage": lambda: usage(df), "accuracy": lambda: accuracy(df), "waits": lambda: waits(df),
-        "failures": lambda: failures(df), "k": lambda: k_history(config), "roi": lambda: roi(df),
+        "usage": lambda: usage(runs), "accuracy": lambda: accuracy(runs), "waits": lambda: waits(runs),
+        "failures": lambda: failures(runs), "k": lambda: k_history(config), "roi": lambda: roi(runs),
         "budgets": budget_view,
     }  # fmt: skip
     return {v: makers[v]() for v in views}
+
+
+def usage_over_time(df: pd.DataFrame) -> pd.DataFrame:
+    """GPU-hours and tokens charged per account and day (per hour when the runs span two days or
+    less), by when each run ended."""
+    cols = ["Account", "period", "per", "gpu_hours", "tokens_charged"]
+    ended = df[df["end"].notna()]
+    if ended.empty:
+        return pd.DataFrame(columns=cols)
+    hourly = ended["end"].max() - ended["end"].min() <= pd.Timedelta(days=2)
+    period = ended["end"].dt.floor("h" if hourly else "D").rename("period")
+    g = ended.groupby(["Account", period])
+    out = g.agg(gpu_hours=("gpu_hours", "sum"), tokens_charged=("charge", "sum")).reset_index()
+    out["per"] = "hour" if hourly else "day"
+    return out[cols].sort_values(["Account", "period"]).reset_index(drop=True)
+
+
+def predictions(df: pd.DataFrame) -> pd.DataFrame:
+    """Predicted and actual seconds of every completed yolo run."""
+    done = df[df["yolo"] & (df["state"] == "COMPLETED") & (df["pred_s"] > 0) & (df["elapsed"] > 0)]
+    return done[["job_id", "Partition", "pred_s", "elapsed"]].reset_index(drop=True)
+
+
+_RELATIVE = re.compile(r"^now(?:([+-])(\d+)(s|sec|secs|seconds?|min|mins|minutes?|hours?|days?|weeks?)?)?$", re.IGNORECASE)
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def window_start(since: str, now: float, fallback_days: float = 7.0) -> float:
+    """Epoch seconds of a ``--since`` value: sacct's ``now[-N[unit]]`` or a date and time; the last
+    ``fallback_days`` for any other form sacct takes (``midnight``, ``MMDD``, ...)."""
+    m = _RELATIVE.match(since.strip())
+    if m:
+        sign, count, unit = m.groups()
+        seconds = int(count or 0) * _UNIT_SECONDS[(unit or "s")[0].lower()]
+        return now + seconds if sign == "+" else now - seconds
+    try:
+        return datetime.fromisoformat(since.strip()).timestamp()  # sacct's times are local, as this is
+    except ValueError:
+        return now - fallback_days * 86400
+
+
+def balances(config: Config, accounts: list[str], start: float, now: float) -> pd.DataFrame:
+    """``balance_history`` of ``accounts`` from the ledger (empty without one)."""
+    lg = ledger.reader(config)
+    if lg is None or not accounts:
+        if lg is not None:
+            lg.close()
+        return pd.DataFrame(columns=["account", "at", "balance"])
+    try:
+        marks = ",".join("?" * len(accounts))
+        moves = pd.read_sql_query(f"SELECT account, at, kind, amount FROM movements WHERE at >= ? AND account IN ({marks})",
+                                  lg.conn, params=(start, *accounts))  # fmt: skip
+        now_rows = lg.conn.execute(f"SELECT name, balance FROM accounts WHERE name IN ({marks})", accounts).fetchall()
+    finally:
+        lg.close()
+    return balance_history(moves, {r["name"]: r["balance"] for r in now_rows}, start, now)
+
+
+def series(config: Config, f: Filters, df: pd.DataFrame, views: dict[str, pd.DataFrame],
+           now: float | None = None) -> dict[str, pd.DataFrame]:  # fmt: skip
+    """What the HTML page plots over time, for the views in ``views``: usage per account and day
+    (``usage``), every run's predicted and actual time (``accuracy``), and the balance history of
+    the accounts the ``budgets`` view shows, over the report's window."""
+    out = {}
+    if "usage" in views:
+        out["usage"] = usage_over_time(df)
+    if "accuracy" in views:
+        out["accuracy"] = predictions(df)
+    if "budgets" in views:
+        at = time.time() if now is None else now
+        out["budgets"] = balances(config, [str(a) for a in views["budgets"]["account"]], window_start(f.since, at), at)
+    return out
 
 
 def recent_predictions(config: Config, since: str = "now-1days") -> list[tuple[int, str, float, float]]:

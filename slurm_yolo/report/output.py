@@ -1,4 +1,10 @@
-"""Report output: a terminal table, CSV, JSON, and a self-contained HTML page with PNG plots."""
+"""Report output: a terminal table, CSV, JSON, and a self-contained HTML page with PNG plots.
+
+The table and the page are read by people: tokens in MTok/GTok (``estimate.fmt_tokens``, as the
+ledger prints them), GPU-hours, durations and days, shares in percent. CSV and JSON are read by
+programs: raw numbers (tokens, seconds, GPU-hours, shares as fractions; ``days_left`` empty or null
+where refills keep up with the burn). matplotlib is imported by ``plots`` alone.
+"""
 
 from __future__ import annotations
 
@@ -6,76 +12,291 @@ import base64
 import html
 import io
 import json
+import math
+from collections.abc import Callable
+from typing import Any
 
 import pandas as pd
+
+from ..estimate import fmt_tokens
+
+
+def _number(x: float) -> str:
+    """A plain number, never in scientific notation."""
+    if x == 0 or abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.3g}" if abs(x) >= 0.001 else f"{x:.3f}"
+
+
+def fmt_duration(seconds: float) -> str:
+    """45 s, 12.5 min, 3.2 h, 2.1 days."""
+    for limit, unit, size in ((90, "s", 1), (90 * 60, "min", 60), (48 * 3600, "h", 3600)):
+        if abs(seconds) < limit:
+            return f"{_number(seconds / size)} {unit}"
+    return f"{_number(seconds / 86400)} days"
+
+
+LONG_DAYS = 3650.0  # past this, "how many days" is no longer a question anyone asks
+
+
+def fmt_days(days: float) -> str:
+    """Days left: one decimal; 0 is spent already; NaN (refills keep up with the burn) never ends."""
+    if math.isnan(days):
+        return "∞"
+    if days > LONG_DAYS:
+        return f"> {LONG_DAYS / 365:.0f} years"
+    return "spent" if days <= 0 else f"{days:,.1f} days"
+
+
+def fmt_gpu_hours(hours: float) -> str:
+    return f"{hours:,.1f} GPU-h" if abs(hours) >= 10 else f"{hours:.2f} GPU-h"
+
+
+def fmt_share(x: float) -> str:
+    return f"{x:.0%}" if x == 0 or abs(x) >= 0.1 else f"{x:.1%}"
+
+
+def _signed_share(x: float) -> str:
+    return ("+" if x > 0 else "") + fmt_share(x)
+
+
+def _per_day(x: float) -> str:
+    return f"{fmt_tokens(x)}/day"
+
+
+_TOKEN_COLUMNS = ("tokens_held", "tokens_charged", "tokens_refunded", "balance", "held", "charged", "capacity")
+_TOKENS = dict.fromkeys(_TOKEN_COLUMNS, fmt_tokens)
+# How the text and HTML views show each view's numbers (NaN: blank; days_left has its own word for it).
+UNITS: dict[str, dict[str, Callable[[float], str]]] = {
+    "usage": {"gpu_hours": fmt_gpu_hours, **_TOKENS},
+    "accuracy": {"median_abs_error": fmt_share, "p90_abs_error": fmt_share, "median_error": _signed_share,
+                 "timeout_share": fmt_share, "over_reservation_median": lambda x: f"{x:.2f}×",
+                 "promised_coverage": fmt_share, "realised_coverage": fmt_share},
+    "waits": {"median": fmt_duration, "p90": fmt_duration, "max": fmt_duration},
+    "k": {"k": lambda x: f"{x:.4g} s/MTok"},
+    "roi": {"gtok_charged": lambda x: fmt_tokens(x * 1e9), "map_per_gtok": lambda x: f"{_number(x)}/GTok"},
+    "budgets": {**_TOKENS, "rate_per_day": _per_day, "burn_per_day": _per_day, "net_burn_per_day": _per_day,
+                "days_left": fmt_days},
+}  # fmt: skip
+NAN_WORDS = ("days_left",)  # columns whose formatter speaks for a missing value
+
+
+def human(name: str, df: pd.DataFrame) -> pd.DataFrame:
+    """A view with its numbers as text in human units (``UNITS``; other floats plainly)."""
+    units = UNITS.get(name, {})
+    out = df.copy()
+    for col in out.columns:
+        fmt = units.get(col) or (_number if pd.api.types.is_float_dtype(out[col]) else None)
+        if fmt is None:
+            continue
+        values = pd.to_numeric(out[col], errors="coerce")
+        keep_nan = col in NAN_WORDS
+        out[col] = [fmt(float(v)) if keep_nan or pd.notna(v) else "" for v in values]
+    return out
 
 
 def table(views: dict[str, pd.DataFrame]) -> str:
     parts = []
     for name, df in views.items():
         parts.append(f"== {name}")
-        parts.append(df.to_string(index=False, float_format=lambda x: f"{x:,.3g}") if len(df) else "(no data)")
+        parts.append(human(name, df).to_string(index=False) if len(df) else "(no data)")
     return "\n".join(parts) + "\n"
 
 
 def csv(views: dict[str, pd.DataFrame]) -> str:
-    """One CSV block per view, each preceded by a ``# view`` line."""
+    """One CSV block per view, each preceded by a ``# view`` line (raw numbers)."""
     return "".join(f"# {name}\n{df.to_csv(index=False)}" for name, df in views.items())
 
 
 def as_json(views: dict[str, pd.DataFrame]) -> str:
+    """Raw numbers (NaN: null)."""
     return json.dumps({name: json.loads(df.to_json(orient="records", date_format="iso")) for name, df in views.items()},
                       indent=2)  # fmt: skip
 
 
-def _png(fig: object) -> str:
+def _png(fig: Any) -> str:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")  # type: ignore[attr-defined]
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def plots(views: dict[str, pd.DataFrame]) -> dict[str, str]:
-    """PNG (base64) per view that has a picture: GPU-hours, prediction error, waits, k over time."""
+# Ticks of a duration axis: round numbers in each unit.
+DURATION_TICKS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 4 * 3600, 8 * 3600, 86400, 2 * 86400,
+                  7 * 86400, 30 * 86400)  # fmt: skip
+MAX_PANELS = 12  # budgets drawn (those burning fastest); the table has them all
+
+
+def _duration_axis(axis: Any, low: float, high: float) -> None:
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    ticks: list[float] = [t for t in DURATION_TICKS if low / 2 <= t <= high * 2] or [low, high]
+    axis.set_major_locator(FixedLocator(ticks))
+    axis.set_minor_locator(NullLocator())
+    axis.set_major_formatter(FuncFormatter(lambda v, _: fmt_duration(v)))
+
+
+def _token_axis(axis: Any) -> None:
+    """Ticks in MTok/GTok; in tokens on an axis that never reaches a tenth of an MTok."""
+    from matplotlib.ticker import FuncFormatter
+
+    def tick(v: float, _: object) -> str:
+        small = max(abs(x) for x in axis.get_view_interval()) < 1e5
+        return "0" if v == 0 else f"{v:,.0f} tok" if small else fmt_tokens(v)
+
+    axis.set_major_formatter(FuncFormatter(tick))
+
+
+def _date_axis(axis: Any) -> None:
+    """A few dates, each said once (matplotlib's concise style)."""
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+
+    locator = AutoDateLocator(minticks=3, maxticks=7)
+    axis.set_major_locator(locator)
+    axis.set_major_formatter(ConciseDateFormatter(locator))
+
+
+def _usage_plot(plt: Any, view: pd.DataFrame, over_time: pd.DataFrame | None) -> Any:
+    """GPU-hours and tokens charged per account over time."""
+    if over_time is None or over_time.empty:
+        return None
+    per = over_time["per"].iloc[0]
+    top = over_time.groupby("Account")["gpu_hours"].sum().nlargest(8).index
+    data = over_time.assign(Account=over_time["Account"].where(over_time["Account"].isin(top), "other"))
+    fig, (hours, tokens) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
+    for account, g in data.groupby("Account"):
+        g = g.groupby("period")[["gpu_hours", "tokens_charged"]].sum()
+        hours.plot(g.index, g["gpu_hours"], marker="o", label=str(account))
+        tokens.plot(g.index, g["tokens_charged"].fillna(0), marker="o", label=str(account))
+    hours.set_title(f"usage per account and {per}")
+    hours.set_ylabel(f"GPU-hours per {per}")
+    tokens.set_ylabel(f"tokens charged per {per}")
+    _token_axis(tokens.yaxis)
+    hours.legend(fontsize="small")
+    periods = data["period"].unique()
+    if len(periods) == 1:  # one point: matplotlib would span years around it
+        step = pd.Timedelta(hours=1) if per == "hour" else pd.Timedelta(days=1)
+        hours.set_xlim(periods[0] - step, periods[0] + step)
+    _date_axis(tokens.xaxis)
+    return fig
+
+
+def _accuracy_plot(plt: Any, view: pd.DataFrame, runs: pd.DataFrame | None) -> Any:
+    """Predicted against actual run time per partition, on log axes, with the line they agree on."""
+    if runs is None or runs.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    for part, g in runs.groupby("Partition"):
+        ax.scatter(g["pred_s"], g["elapsed"], s=14, alpha=0.7, label=str(part))
+    low = float(min(runs["pred_s"].min(), runs["elapsed"].min()))
+    high = float(max(runs["pred_s"].max(), runs["elapsed"].max()))
+    ax.plot([low / 1.5, high * 1.5], [low / 1.5, high * 1.5], "k--", linewidth=1, label="predicted = actual")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):
+        _duration_axis(axis, low, high)
+    ax.set_xlabel("predicted run time")
+    ax.set_ylabel("actual run time")
+    ax.set_title("predicted vs actual run time (completed runs)")
+    ax.legend(fontsize="small")
+    return fig
+
+
+def _waits_plot(plt: Any, view: pd.DataFrame, _: pd.DataFrame | None) -> Any:
+    if view.empty:
+        return None
+    data = view.groupby("Partition")["median"].median()
+    size, unit = next((s, u) for s, u in ((1, "s"), (60, "min"), (3600, "h"), (86400, "days"))
+                      if data.max() < 120 * s or u == "days")  # fmt: skip
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.bar([str(p) for p in data.index], data.to_numpy() / size, color="#3a6ea5")
+    ax.set_ylabel(f"median queue wait ({unit})")
+    ax.set_title("median queue wait by partition")
+    return fig
+
+
+def _k_plot(plt: Any, view: pd.DataFrame, _: pd.DataFrame | None) -> Any:
+    if view.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 3))
+    for part, g in view.groupby("partition"):
+        ax.plot(pd.to_datetime(g["at"]), g["k"], marker="o", label=str(part))
+    ax.set_title("k over time")
+    ax.set_ylabel("s per million effective tokens")
+    ax.legend(fontsize="small")
+    _date_axis(ax.xaxis)
+    return fig
+
+
+def _budget_plot(plt: Any, view: pd.DataFrame, history: pd.DataFrame | None) -> Any:
+    """Each budget's balance over the window (its burn-down), the balance its refills alone would
+    give (the refill line), and where the net burn takes it (dotted)."""
+    from . import refill_line
+
+    if history is None or history.empty or view.empty:
+        return None
+    shown = view.sort_values("burn_per_day", ascending=False).head(MAX_PANELS)
+    cols = min(3, len(shown))
+    rows = math.ceil(len(shown) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.2 * rows), squeeze=False)
+    for ax, b in zip(axes.flat, shown.itertuples()):
+        h = history[history["account"] == b.account].sort_values("at", kind="stable")
+        if h.empty:
+            continue
+        start, now = h["at"].iloc[0], h["at"].iloc[-1]
+        ax.step(h["at"], h["balance"], where="post", label="balance")
+        if b.rate_per_day > 0:
+            when = pd.date_range(start, now, periods=50)
+            days = pd.Series((when - start).total_seconds() / 86400)
+            ax.plot(when, refill_line(float(h["balance"].iloc[0]), float(b.rate_per_day), float(b.capacity), days), "g--",
+                    linewidth=1, label=f"refills alone ({fmt_tokens(b.rate_per_day)}/day)")  # fmt: skip
+        left = math.inf if pd.isna(b.days_left) else float(b.days_left)
+        window = (now - start).total_seconds() / 86400
+        if 0 < left < math.inf and window > 0:
+            ahead = min(left, window)  # as far ahead as the window looks back
+            ax.plot([now, now + pd.Timedelta(days=ahead)], [h["balance"].iloc[-1], h["balance"].iloc[-1] * (1 - ahead / left)],
+                    "r:", label="at the net burn")  # fmt: skip
+        ax.axhline(0, color="#999", linewidth=0.8)
+        outlook = "spent" if left <= 0 else f"{fmt_days(left)} left" if left < math.inf else "not burning"
+        ax.set_title(f"{b.account}: {outlook}", fontsize="medium")
+        _token_axis(ax.yaxis)
+        _date_axis(ax.xaxis)
+        ax.legend(fontsize="x-small")
+    for ax in list(axes.flat)[len(shown):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+PLOTS = {"usage": _usage_plot, "accuracy": _accuracy_plot, "waits": _waits_plot, "k": _k_plot, "budgets": _budget_plot}
+
+
+def plots(views: dict[str, pd.DataFrame], series: dict[str, pd.DataFrame] | None = None) -> dict[str, str]:
+    """PNG (base64) per view that has a picture: usage per account over time, predicted vs actual run
+    time, queue waits, k over time, each budget's burn-down (``series``: ``report.series``)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     out = {}
-    specs = {
-        "usage": ("Account", "gpu_hours", "GPU-hours by account"),
-        "accuracy": ("Partition", "median_abs_error", "median |error| of predicted run time"),
-        "waits": ("Partition", "median", "median queue wait (s)"),
-    }
-    for name, (x, y, title) in specs.items():
-        df = views.get(name)
-        if df is None or df.empty or y not in df:
-            continue
-        data = df.groupby(x)[y].sum()
-        fig, ax = plt.subplots(figsize=(6, 3))
-        data.plot.bar(ax=ax, title=title, color="#3a6ea5")
-        out[name] = _png(fig)
-        plt.close(fig)
-    k = views.get("k")
-    if k is not None and not k.empty:
-        fig, ax = plt.subplots(figsize=(6, 3))
-        for part, g in k.groupby("partition"):
-            ax.plot(pd.to_datetime(g["at"]), g["k"], marker="o", label=str(part))
-        ax.set_title("k (s per million effective tokens) over time")
-        ax.legend()
-        out["k"] = _png(fig)
-        plt.close(fig)
+    for name, view in views.items():
+        make = PLOTS.get(name)
+        fig = make(plt, view, (series or {}).get(name)) if make else None
+        if fig is not None:
+            out[name] = _png(fig)
+            plt.close(fig)
     return out
 
 
-def html_page(views: dict[str, pd.DataFrame], title: str = "slurm-yolo report") -> str:
+def html_page(views: dict[str, pd.DataFrame], series: dict[str, pd.DataFrame] | None = None,
+              title: str = "slurm-yolo report") -> str:  # fmt: skip
     """One self-contained page (plots embedded) an admin can mail or publish."""
-    images = plots(views)
+    images = plots(views, series)
     body = [f"<h1>{html.escape(title)}</h1>"]
     for name, df in views.items():
         body.append(f"<h2>{html.escape(name)}</h2>")
         if name in images:
             body.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{images[name]}">')
-        body.append(df.to_html(index=False, float_format=lambda x: f"{x:,.3g}", na_rep="") if len(df) else "<p>no data</p>")
+        body.append(human(name, df).to_html(index=False, na_rep="") if len(df) else "<p>no data</p>")
     style = "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}"
     return f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>{style}</style></head><body>{''.join(body)}</body></html>"
