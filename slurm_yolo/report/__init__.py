@@ -270,7 +270,7 @@ def balance_history(movements: pd.DataFrame, balances: dict[str, float], start: 
         after = float(now_balance) - delta[::-1].cumsum()[::-1] + delta  # the balance right after each movement
         at = [start, *m["at"], now]
         first = float(now_balance) - float(delta.sum())
-        for t, b in zip(at, [first, *after, float(now_balance)]):
+        for t, b in zip(at, [first, *after, float(now_balance)], strict=True):
             rows.append({"account": account, "at": pd.Timestamp.fromtimestamp(t), "balance": b})
     return pd.DataFrame(rows, columns=["account", "at", "balance"])
 

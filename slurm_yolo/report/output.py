@@ -70,7 +70,7 @@ _TOKENS = dict.fromkeys(_TOKEN_COLUMNS, fmt_tokens)
 UNITS: dict[str, dict[str, Callable[[float], str]]] = {
     "usage": {"gpu_hours": fmt_gpu_hours, **_TOKENS},
     "accuracy": {"median_abs_error": fmt_share, "p90_abs_error": fmt_share, "median_error": _signed_share,
-                 "timeout_share": fmt_share, "over_reservation_median": lambda x: f"{x:.2f}×",
+                 "timeout_share": fmt_share, "over_reservation_median": lambda x: f"{x:.2f}x",
                  "promised_coverage": fmt_share, "realised_coverage": fmt_share},
     "waits": {"median": fmt_duration, "p90": fmt_duration, "max": fmt_duration},
     "k": {"k": lambda x: f"{x:.4g} s/MTok"},
@@ -238,7 +238,7 @@ def _budget_plot(plt: Any, view: pd.DataFrame, history: pd.DataFrame | None) -> 
     cols = min(3, len(shown))
     rows = math.ceil(len(shown) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.2 * rows), squeeze=False)
-    for ax, b in zip(axes.flat, shown.itertuples()):
+    for ax, b in zip(axes.flat, shown.itertuples(), strict=False):
         h = history[history["account"] == b.account].sort_values("at", kind="stable")
         if h.empty:
             continue
