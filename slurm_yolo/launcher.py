@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from . import config as config_mod
 from . import dataset, estimate
@@ -296,8 +296,10 @@ class Supervisor:
         with os.fdopen(report, "rb") as reader:
             return self._follow(reader)
 
-    def _follow(self, reader: Any) -> int:
-        pending: Any = reader
+    def _follow(self, reader: BinaryIO) -> int:
+        """Every poll: the child's report until it comes, the run folder, the child's exit, a stop or
+        a requeue that is due; the exit code."""
+        pending: BinaryIO | None = reader
         buffer = b""
         while True:
             if pending is not None and select.select([pending], [], [], POLL_SECONDS)[0]:
