@@ -383,7 +383,11 @@ class Supervisor:
         self.log.write({"kind": "requeue", "epoch": self.checkpoint_epoch})
         job = commands.job_target(int(os.environ["SLURM_JOB_ID"]), os.environ.get("SLURM_ARRAY_JOB_ID", ""),
                                   os.environ.get("SLURM_ARRAY_TASK_ID", ""))  # fmt: skip
-        commands.requeue(job, bin_dir=Path(config_mod.load()["slurm"]["bin_dir"]))
+        try:
+            bin_dir: Path | None = Path(config_mod.load()["slurm"]["bin_dir"])
+        except SlurmYoloError:
+            bin_dir = None  # no readable config on this node: Slurm's commands where they usually are
+        commands.requeue(job, bin_dir=bin_dir)
         return 0
 
     def _terminate(self) -> int:
