@@ -66,7 +66,7 @@ def run_folder(model: Any, args: dict[str, Any]) -> Path:
     now, before the launcher reads the folder, so that no row of an earlier run counts as this one's."""
     from ultralytics.cfg import get_cfg, get_save_dir
 
-    folder = get_save_dir(get_cfg(overrides={**args, "task": model.task, "mode": "train"}))
+    folder = get_save_dir(get_cfg(overrides={**model.overrides, **args, "mode": "train"}))  # as model.train merges
     (folder / "results.csv").unlink(missing_ok=True)
     return folder
 
