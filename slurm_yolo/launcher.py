@@ -39,6 +39,7 @@ from .parse.results import EpochRow, read_results_csv
 from .slurm import commands
 
 POLL_SECONDS = 1.0  # how often the run folder is read: an epoch's record is at most this late
+REQUEUE_POLL_SECONDS = 0.1  # once USR2 asked: a look must fall between a saved last.pt and the next row
 STOP_GRACE_SECONDS = 10.0  # SIGTERM to the training's processes, then SIGKILL
 TRAINER = [sys.executable, "-m", "slurm_yolo.trainer"]  # + the plan (JSON) and the report's file descriptor
 
@@ -302,14 +303,15 @@ class Supervisor:
         pending: BinaryIO | None = reader
         buffer = b""
         while True:
-            if pending is not None and select.select([pending], [], [], POLL_SECONDS)[0]:
+            wait = POLL_SECONDS if self.requeue_after is None else REQUEUE_POLL_SECONDS
+            if pending is not None and select.select([pending], [], [], wait)[0]:
                 chunk = os.read(pending.fileno(), 4096)
                 buffer += chunk
                 if not chunk or b"\n" in buffer:
                     pending = None
                     self._started(buffer)
             elif pending is None:
-                time.sleep(POLL_SECONDS)
+                time.sleep(wait)
             self._read_folder()
             code = self.child.poll()
             if code is not None:

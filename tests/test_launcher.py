@@ -68,6 +68,7 @@ def job(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     trainer.write_text(FAKE_TRAINER)
     monkeypatch.setattr(launcher, "TRAINER", [sys.executable, str(trainer)])
     monkeypatch.setattr(launcher, "POLL_SECONDS", 0.05)
+    monkeypatch.setattr(launcher, "REQUEUE_POLL_SECONDS", 0.01)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name in ("scontrol", "scancel"):
