@@ -21,9 +21,9 @@ from slurm_yolo import config as config_mod
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
 from slurm_yolo.feedback import sample_from_usage
+from slurm_yolo.fitting import fit
 from slurm_yolo.parse.results import EpochRow, read_results_csv
 from slurm_yolo.slurm import commands
-from slurm_yolo.timemodel import fit
 
 pytestmark = [pytest.mark.cluster, pytest.mark.train]
 
