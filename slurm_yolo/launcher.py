@@ -311,7 +311,10 @@ class Supervisor:
                     pending = None
                     self._started(buffer)
             elif pending is None:
-                time.sleep(wait)
+                try:
+                    self.child.wait(wait)  # an exit ends the wait at once
+                except subprocess.TimeoutExpired:
+                    pass
             self._read_folder()
             code = self.child.poll()
             if code is not None:
