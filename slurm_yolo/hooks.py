@@ -28,6 +28,7 @@ from . import books, ledger
 from .config import ENV_OVERRIDES, Config, load
 from .errors import SlurmYoloError
 from .ledger import policy
+from .parse.records import USAGE_NAME
 from .slurm import commands, detached
 from .slurm.records import PAST_A_YEAR, JobRecord, from_sacct, from_squeue
 
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 SACCT_LAG_SECONDS = 3.0  # how long a hook waits for sacct to catch up with slurmctld
 PAST_A_YEAR_AT_LEAST = 366 * 86400  # the hold of a run whose limit squeue and sacct cannot tell yet
 LATE_SACCT_SECONDS = 900  # then a detached child goes on asking this long (cron's reconcile after that)
-USAGE_NAME = "yolo-usage-{job}.jsonl"
 
 
 def log_event(config: Config, record: dict[str, object]) -> None:

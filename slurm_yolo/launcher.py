@@ -1,42 +1,48 @@
-"""The in-job runner: real ultralytics training with usage records (job side only: imports ultralytics).
+"""The in-job runner: trains as the user asked and keeps the job's usage records (job side only).
 
-It sizes threads and workers from the Slurm allocation (ultralytics would take the whole node), picks
-the allocated GPUs (or the CPU where there are none), caps a shard job's share of GPU memory, keeps
-ultralytics offline, and appends JSON lines to ``yolo-usage-JOBID.jsonl`` beside the job's output: a
-``start`` record with the workload (what the k feedback needs), one per epoch (images, tokens,
-seconds, GPU memory and utilisation), checkpoints, requeues, and one at the end.
+One mechanism for one GPU and for eight. The training runs in a child process (``trainer.py``, in a
+session of its own), and this process follows it from outside, through what ultralytics writes for
+any number of GPUs: one ``results.csv`` row per finished epoch, ``weights/last.pt`` saved after it,
+and the child's exit. Callbacks on the model would not do: under several GPUs ultralytics trains in
+DDP workers it spawns, where they never run.
+
+The usage records (JSON lines, ``yolo-usage-JOBID.jsonl``) go to the job's work dir, the folder the
+job starts in (``--chdir``, else the submit dir), where the epilog, ``watch`` and the watchdog look:
+``start`` (the workload, GPUs and CPUs: what the k feedback needs), ``epoch`` per results.csv row
+(images, tokens, seconds, metrics, and GPU memory and utilisation of the training's processes from
+NVML when there is a GPU), ``checkpoint`` per saved last.pt, ``requeue``, ``resume`` and ``end``.
+
+USR2 (Slurm's ``--signal=B:USR2@N`` near the time limit, or a preemption's, passed on by the batch
+script) asks for a requeue: at the next saved epoch (a new row, and a whole last.pt written after it)
+the training's processes are frozen, the checkpoints checked whole, the processes killed (DDP workers
+included) and the job requeued; its next run (SLURM_RESTART_COUNT > 0) resumes from that last.pt.
 """
 
 from __future__ import annotations
 
-import glob
+import contextlib
 import json
 import os
-import shutil
+import select
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from . import config as config_mod
 from . import dataset, estimate
 from . import spec as spec_mod
-from .errors import SlurmYoloError
-from .parse.records import iter_records
+from .errors import SlurmYoloError, UsageError
+from .parse.records import USAGE_NAME, iter_records
+from .parse.results import EpochRow, read_results_csv
+from .slurm import commands
 
-
-def _ensure_font() -> None:
-    """ultralytics downloads Arial.ttf when it is missing; offline, give it any TTF on the machine."""
-    base = Path(os.environ.get("YOLO_CONFIG_DIR") or Path.home() / ".config") / "Ultralytics"
-    target = base / "Arial.ttf"
-    if target.exists():
-        return
-    fonts = sorted(glob.glob("/usr/share/fonts/truetype/**/*.ttf", recursive=True))
-    if fonts:
-        base.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(fonts[0], target)
+POLL_SECONDS = 1.0  # how often the run folder is read: an epoch's record is at most this late
+REQUEUE_POLL_SECONDS = 0.1  # once USR2 asked: a look must fall between a saved last.pt and the next row
+STOP_GRACE_SECONDS = 10.0  # SIGTERM to the training's processes, then SIGKILL
+TRAINER = [sys.executable, "-m", "slurm_yolo.trainer"]  # + the plan (JSON) and the report's file descriptor
 
 
 def _cpus() -> int:
@@ -47,94 +53,21 @@ def _cpus() -> int:
 
 
 def usage_path() -> Path:
-    job = os.environ.get("SLURM_JOB_ID", str(os.getpid()))
-    return Path(os.environ.get("SLURM_SUBMIT_DIR", ".")) / f"yolo-usage-{job}.jsonl"
+    """The job's usage file, in the folder the job started in: Slurm's work dir for it."""
+    return Path.cwd() / USAGE_NAME.format(job=os.environ.get("SLURM_JOB_ID", str(os.getpid())))
 
 
-class UsageRecorder:
-    """ultralytics callbacks that append usage records."""
+class UsageLog:
+    """Appends usage records, each with the time, the job and which run of it (restart) wrote it."""
 
-    def __init__(self, path: Path, imgsz: int) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self.imgsz = imgsz
-        self.started = time.monotonic()
-        self.epoch_started = self.started
-        self.last_epoch = 0
 
     def write(self, record: dict[str, Any]) -> None:
         record = {"time": time.time(), "job_id": os.environ.get("SLURM_JOB_ID"),
                   "restart": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0), **record}  # fmt: skip
         with open(self.path, "a") as f:
             f.write(json.dumps(record, default=float) + "\n")
-
-    def on_train_epoch_start(self, trainer: Any) -> None:
-        self.epoch_started = time.monotonic()
-
-    def on_fit_epoch_end(self, trainer: Any) -> None:
-        if trainer.epoch >= trainer.epochs or trainer.epoch + 1 <= self.last_epoch:
-            return  # ultralytics fires this again for the final validation
-        self.last_epoch = trainer.epoch + 1
-        images = len(trainer.train_loader.dataset)
-        seconds = time.monotonic() - self.epoch_started
-        self.write({
-            "kind": "epoch", "epoch": trainer.epoch + 1, "epochs": trainer.epochs, "images": images,
-            "tokens": images * self.imgsz**2, "seconds": seconds,
-            "images_per_s": images / seconds if seconds > 0 else None,
-            "metrics": {k: float(v) for k, v in (trainer.metrics or {}).items()},
-            **gpu_telemetry(),
-        })  # fmt: skip
-
-    def on_train_end(self, trainer: Any) -> None:
-        self.write({
-            "kind": "end", "epochs_completed": trainer.epoch + 1, "seconds": time.monotonic() - self.started,
-            "metrics": {k: float(v) for k, v in (trainer.metrics or {}).items()},
-        })  # fmt: skip
-
-
-class Requeue:
-    """USR2 (time limit near, or preemption): at the next epoch end, once last.pt is saved, requeue.
-
-    The handler only sets a flag: checkpointing inside a signal handler could tear a write. Slurm
-    then ends this run; the next one (SLURM_RESTART_COUNT + 1) resumes from the recorded checkpoint.
-    """
-
-    def __init__(self, recorder: UsageRecorder, scontrol: str = "/usr/bin/scontrol") -> None:
-        self.requested = False
-        self.recorder = recorder
-        self.scontrol = scontrol
-        signal.signal(signal.SIGUSR2, self._handler)
-
-    def _handler(self, signum: int, frame: Any) -> None:
-        self.requested = True
-
-    def on_fit_epoch_end(self, trainer: Any) -> None:
-        if trainer.epoch >= trainer.epochs:
-            return  # the final validation, not an epoch
-        last = Path(trainer.save_dir) / "weights" / "last.pt"
-        if last.exists():
-            self.recorder.write({"kind": "checkpoint", "epoch": trainer.epoch + 1, "last": str(last)})
-        if self.requested and os.environ.get("SLURM_JOB_ID"):
-            self.recorder.write({"kind": "requeue", "epoch": trainer.epoch + 1})
-            subprocess.run([self.scontrol, "requeue", os.environ["SLURM_JOB_ID"]], check=False)
-            trainer.stop = True
-
-
-def gpu_telemetry() -> dict[str, float]:
-    """Peak GPU memory (torch) and utilisation (NVML) when there is a GPU; nothing otherwise."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return {}
-    out = {"gpu_mem_gb": max(torch.cuda.max_memory_reserved(i) for i in range(torch.cuda.device_count())) / 1e9}
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        out["gpu_util_pct"] = sum(pynvml.nvmlDeviceGetUtilizationRates(h).gpu for h in handles) / max(1, len(handles))
-    except Exception:  # noqa: BLE001, S110 - no driver or NVML: memory alone is still worth recording
-        pass
-    return out
 
 
 def start_record(s: spec_mod.TrainSpec, gpus: int, cpus: int) -> dict[str, Any]:
@@ -152,31 +85,6 @@ def start_record(s: spec_mod.TrainSpec, gpus: int, cpus: int) -> dict[str, Any]:
     return record
 
 
-def share_gpus(torch: Any) -> None:
-    """A shard job gets its share of each GPU's memory (SLURM_YOLO_GPU_SHARE, set by the plan)."""
-    share = float(os.environ.get("SLURM_YOLO_GPU_SHARE", "0") or 0)
-    if 0 < share < 1:
-        for i in range(torch.cuda.device_count()):
-            torch.cuda.set_per_process_memory_fraction(share, i)
-    torch.backends.cudnn.benchmark = True
-
-
-def offline_amp_check() -> None:
-    """ultralytics' AMP check on CUDA downloads yolo26n.pt when it is not cached, which an offline
-    compute node cannot: keep AMP as the user asked instead of failing the job on the download."""
-    import ultralytics.engine.trainer as trainer_mod
-    from ultralytics.utils import LOGGER, WEIGHTS_DIR
-
-    if (WEIGHTS_DIR / "yolo26n.pt").is_file():
-        return
-
-    def no_download(model: Any) -> bool:
-        LOGGER.warning("AMP checks skipped: offline and no cached yolo26n.pt (slurm-yolo); AMP stays on")
-        return True
-
-    trainer_mod.check_amp = no_download
-
-
 def last_checkpoint(path: Path) -> str | None:
     """The newest checkpoint an earlier run of this job recorded, if it still exists."""
     last = None
@@ -186,42 +94,326 @@ def last_checkpoint(path: Path) -> str | None:
     return last if last and Path(last).exists() else None
 
 
+ZIP_END = b"PK\x05\x06"  # a zip's end-of-central-directory record, its last 22 bytes when it has no comment
+
+
+def whole_checkpoint(path: Path) -> bool:
+    """A checkpoint written to its end. torch saves a zip without a comment, so its last 22 bytes are
+    the record that ends the zip; a file ultralytics is still writing (in place) ends in tensor data."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() < 22:
+                return False
+            f.seek(-22, os.SEEK_END)
+            tail = f.read(22)
+    except OSError:
+        return False
+    return tail[:4] == ZIP_END and tail[-2:] == b"\0\0"
+
+
+class RunFolder:
+    """An ultralytics run folder as training writes it: the results.csv rows added since this run
+    began (one per finished epoch), and whether last.pt was saved, whole, after the newest row
+    (ultralytics writes the row, then last.pt, then best.pt)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.csv = path / "results.csv"
+        self.last = path / "weights" / "last.pt"
+        self._stamp: tuple[int, int] | None = None
+        rows = self._rows()
+        self.seen = len(rows)  # rows of earlier runs (a resumed run appends to their file)
+        self.epoch = rows[-1].epoch if rows else 0
+
+    def _rows(self) -> list[EpochRow]:
+        try:
+            return read_results_csv(self.csv, whole_lines=True)
+        except UsageError:  # not written yet (or gone: a DDP start remakes the folder)
+            return []
+
+    @staticmethod
+    def _mtime(path: Path) -> int | None:
+        try:
+            return path.stat().st_mtime_ns
+        except OSError:
+            return None
+
+    def new_rows(self) -> list[EpochRow]:
+        """Rows written since the last call (the file is read only when it changed)."""
+        try:
+            st = self.csv.stat()
+        except OSError:
+            return []
+        if (st.st_mtime_ns, st.st_size) == self._stamp:
+            return []
+        self._stamp = (st.st_mtime_ns, st.st_size)
+        rows = self._rows()
+        new, self.seen = rows[self.seen :], max(self.seen, len(rows))
+        if new:
+            self.epoch = new[-1].epoch
+        return new
+
+    def saved(self) -> bool:
+        """last.pt saved after the newest row, and every checkpoint written since that row whole
+        (best.pt follows last.pt: stopping while it is written would leave it cut short)."""
+        rows_at, last_at = self._mtime(self.csv), self._mtime(self.last)
+        if rows_at is None or last_at is None or last_at < rows_at:
+            return False
+        recent = [p for p in self.last.parent.glob("*.pt") if (self._mtime(p) or 0) >= rows_at]
+        return all(whole_checkpoint(p) for p in recent)
+
+
+def process_tree(root: int) -> set[int]:
+    """``root`` and every process descended from it. A process group would not do: torch's DDP
+    launcher starts each worker in a session of its own."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue  # exited meanwhile
+        children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo += children.get(pid, [])
+    return found
+
+
+def running(pids: set[int]) -> set[int]:
+    """Those of ``pids`` not yet ended (a zombie has: only its exit status is left)."""
+    left = set()
+    for pid in pids:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                left.add(pid)
+        except OSError:
+            continue
+    return left
+
+
+def signal_all(pids: set[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def freeze(root: int) -> set[int]:
+    """SIGSTOP ``root``'s tree, again until no process in it is left running (one may fork while its
+    parent is being stopped); the stopped processes."""
+    frozen: set[int] = set()
+    while True:
+        pids = process_tree(root) - frozen
+        if not pids:
+            return frozen
+        signal_all(pids, signal.SIGSTOP)
+        frozen |= pids
+        time.sleep(0.05)  # let the stops land before looking for children again
+
+
+class GpuUsage:
+    """Peak GPU memory and mean utilisation of the training's processes between two epoch records,
+    sampled by NVML from outside (DDP workers included). Nothing without a GPU, NVML or a process of
+    the training on a GPU (a GPU is counted only while the training's processes use it: a shard job
+    shares it with others)."""
+
+    def __init__(self) -> None:
+        self.peak_bytes = 0
+        self.utilisation: list[float] = []
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.nvml: Any = pynvml
+            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        except Exception:  # noqa: BLE001 - no NVML, no driver, no GPU: no telemetry
+            self.handles = []
+
+    def sample(self, pids: set[int]) -> None:
+        for h in self.handles:
+            try:
+                used = sum(p.usedGpuMemory or 0 for p in self.nvml.nvmlDeviceGetComputeRunningProcesses(h) if p.pid in pids)
+                if used:
+                    self.peak_bytes = max(self.peak_bytes, used)
+                    self.utilisation.append(float(self.nvml.nvmlDeviceGetUtilizationRates(h).gpu))
+            except self.nvml.NVMLError:
+                continue
+
+    def take(self) -> dict[str, float]:
+        """What was seen since the last call, as the epoch record's fields."""
+        out = {}
+        if self.peak_bytes:
+            out["gpu_mem_gb"] = self.peak_bytes / 1e9
+        if self.utilisation:
+            out["gpu_util_pct"] = sum(self.utilisation) / len(self.utilisation)
+        self.peak_bytes, self.utilisation = 0, []
+        return out
+
+
+class Supervisor:
+    """Follows one training child to its end, writing the usage records; USR2 checkpoints and
+    requeues, SIGTERM and SIGINT stop the training."""
+
+    def __init__(self, s: spec_mod.TrainSpec, log: UsageLog, cpus: int, resume_from: str | None) -> None:
+        self.spec, self.log, self.cpus, self.resume_from = s, log, cpus, resume_from
+        self.started = time.monotonic()
+        self.images = 0
+        self.folder: RunFolder | None = None
+        self.gpu = GpuUsage()
+        self.requeue_after: int | None = None  # USR2: requeue at the first checkpoint after this many rows
+        self.stop_signal = 0
+        self.saved_rows = 0  # results.csv rows when last.pt was last saved after the newest
+        self.checkpoint_epoch = 0
+        self.row_time = 0.0  # results.csv's time of the previous row of this run (it restarts at 0 on resume)
+        self.row_seen = time.monotonic()
+        self.metrics: dict[str, float] = {}
+
+    def _on_usr2(self, signum: int, frame: Any) -> None:
+        if self.requeue_after is None:
+            self.requeue_after = self.saved_rows
+
+    def _on_stop(self, signum: int, frame: Any) -> None:
+        self.stop_signal = signum
+
+    def run(self, plan: dict[str, Any]) -> int:
+        """Start the training child for ``plan`` and follow it; the exit code for the job."""
+        signal.signal(signal.SIGUSR2, self._on_usr2)
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        if self.resume_from:  # its rows are there before the child starts: count them as earlier runs'
+            self.folder = RunFolder(Path(self.resume_from).parent.parent)
+            self.saved_rows = self.folder.seen
+        report, write_end = os.pipe()
+        self.child = subprocess.Popen([*TRAINER, json.dumps(plan), str(write_end)], pass_fds=(write_end,),
+                                      start_new_session=True)  # fmt: skip
+        os.close(write_end)
+        with os.fdopen(report, "rb") as reader:
+            return self._follow(reader)
+
+    def _follow(self, reader: BinaryIO) -> int:
+        """Every poll: the child's report until it comes, the run folder, the child's exit, a stop or
+        a requeue that is due; the exit code."""
+        pending: BinaryIO | None = reader
+        buffer = b""
+        while True:
+            wait = POLL_SECONDS if self.requeue_after is None else REQUEUE_POLL_SECONDS
+            if pending is not None and select.select([pending], [], [], wait)[0]:
+                chunk = os.read(pending.fileno(), 4096)
+                buffer += chunk
+                if not chunk or b"\n" in buffer:
+                    pending = None
+                    self._started(buffer)
+            elif pending is None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.child.wait(wait)  # an exit ends the wait at once
+            self._read_folder()
+            code = self.child.poll()
+            if code is not None:
+                break
+            if self.stop_signal:
+                return self._terminate()
+            if self._requeue_due() and self._stop_at_checkpoint():
+                return self._requeue()
+        self._read_folder()
+        if code == 0 and self.folder is not None:
+            self.log.write({"kind": "end", "epochs_completed": self.folder.epoch,
+                            "seconds": time.monotonic() - self.started, "metrics": self.metrics})  # fmt: skip
+        return code if code >= 0 else 128 - code
+
+    def _started(self, report: bytes) -> None:
+        """The child's one report (where the run folder is, how many GPUs train): the start record."""
+        try:
+            facts = json.loads(report.split(b"\n")[0])
+        except ValueError:
+            return  # it ended before training: its exit code says how
+        record = start_record(self.spec, int(facts["gpus"]), self.cpus)
+        self.images = int((record.get("workload") or {}).get("train_images") or 0)  # 0: the data yaml did not count
+        self.log.write(record)
+        if self.resume_from:
+            self.log.write({"kind": "resume", "from": self.resume_from})
+        else:
+            self.folder = RunFolder(Path(facts["save_dir"]))
+
+    def _read_folder(self) -> None:
+        """Records for what the run folder shows that is new: finished epochs, a saved checkpoint."""
+        if self.folder is None:
+            return
+        if self.gpu.handles:
+            self.gpu.sample(process_tree(self.child.pid))
+        for row in self.folder.new_rows():
+            now = time.monotonic()
+            seconds = row.time - self.row_time if row.time is not None else now - self.row_seen
+            self.row_time, self.row_seen = row.time or 0.0, now
+            self.metrics = {k: v for k, v in row.values.items() if k not in ("epoch", "time")}
+            images = self.images
+            self.log.write({
+                "kind": "epoch", "epoch": row.epoch, "epochs": self.spec.epochs, "images": images,
+                "tokens": images * self.spec.imgsz**2, "seconds": seconds,
+                "images_per_s": images / seconds if seconds > 0 else None, "metrics": self.metrics,
+                **self.gpu.take(),
+            })  # fmt: skip
+        if self.folder.seen > self.saved_rows and self.folder.saved():  # not the final strip of last.pt: no new row
+            self.saved_rows, self.checkpoint_epoch = self.folder.seen, self.folder.epoch
+            self.log.write({"kind": "checkpoint", "epoch": self.checkpoint_epoch, "last": str(self.folder.last)})
+
+    def _requeue_due(self) -> bool:
+        """A requeue was asked for, this is a job, and an epoch after the ask is saved. Not after the
+        last epoch: only the final validation is left, which a requeued run would do again anyway."""
+        return (self.requeue_after is not None and "SLURM_JOB_ID" in os.environ
+                and self.saved_rows > self.requeue_after and self.checkpoint_epoch < self.spec.epochs)  # fmt: skip
+
+    def _stop_at_checkpoint(self) -> bool:
+        """Freeze the training, and kill it if its newest epoch is checkpointed and every checkpoint
+        whole (it may have gone on since the last look); else let it go on."""
+        frozen = freeze(self.child.pid)
+        self._read_folder()
+        if self.folder is None or self.folder.seen > self.saved_rows or not self.folder.saved():
+            signal_all(frozen, signal.SIGCONT)
+            return False
+        signal_all(frozen, signal.SIGKILL)
+        self.child.wait()
+        return True
+
+    def _requeue(self) -> int:
+        """Record the requeue, then ask Slurm for it (an array task alone, never its whole array)."""
+        self.log.write({"kind": "requeue", "epoch": self.checkpoint_epoch})
+        job = commands.job_target(int(os.environ["SLURM_JOB_ID"]), os.environ.get("SLURM_ARRAY_JOB_ID", ""),
+                                  os.environ.get("SLURM_ARRAY_TASK_ID", ""))  # fmt: skip
+        try:
+            bin_dir: Path | None = Path(config_mod.load()["slurm"]["bin_dir"])
+        except SlurmYoloError:
+            bin_dir = None  # no readable config on this node: Slurm's commands where they usually are
+        commands.requeue(job, bin_dir=bin_dir)
+        return 0
+
+    def _terminate(self) -> int:
+        """SIGTERM the training (DDP workers too), SIGKILL what is left after a grace; 128 + the signal."""
+        tree = process_tree(self.child.pid)
+        signal_all(tree, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        while running(tree) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        signal_all(running(tree | process_tree(self.child.pid)), signal.SIGKILL)
+        self.child.wait()
+        return 128 + self.stop_signal
+
+
 def run(words: list[str]) -> int:
     """Train as the user asked, inside the allocation; the process exit code."""
     s = spec_mod.parse(words)
-    os.environ.setdefault("YOLO_OFFLINE", "1")
-    _ensure_font()
     cpus = _cpus()
-    os.environ.setdefault("OMP_NUM_THREADS", str(cpus))
-    import torch
-    from ultralytics import YOLO
-
-    torch.set_num_threads(cpus)
     args = dict(s.args)
     args.pop("model", None)
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if gpus:
-        os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-        share_gpus(torch)
-        offline_amp_check()
-        args["device"] = ",".join(str(i) for i in range(gpus))
-    else:
-        args["device"] = "cpu"
     args["workers"] = min(int(args.get("workers", 8)), max(0, cpus - 1))
     if s.model.endswith(".yaml"):
         args.setdefault("pretrained", False)
-    recorder = UsageRecorder(usage_path(), s.imgsz)
-    recorder.write(start_record(s, gpus, cpus))
-    requeue = Requeue(recorder)
-    resume_from = last_checkpoint(recorder.path) if int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) else None
-    if resume_from:
-        recorder.write({"kind": "resume", "from": resume_from})
-        model = YOLO(resume_from)
-        args = {"resume": True, "device": args["device"], "workers": args["workers"]}
-    else:
-        model = YOLO(s.model, task=s.task)
-    for event in ("on_train_epoch_start", "on_fit_epoch_end", "on_train_end"):
-        model.add_callback(event, getattr(recorder, event))
-    model.add_callback("on_fit_epoch_end", requeue.on_fit_epoch_end)
-    model.train(**args)
-    return 0
+    log = UsageLog(usage_path())
+    resume_from = last_checkpoint(log.path) if int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) else None
+    plan = {"model": s.model, "task": s.task, "args": args, "resume": resume_from, "cpus": cpus}
+    return Supervisor(s, log, cpus, resume_from).run(plan)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .parse import ParseResult
-from .parse.records import parse_records
+from .parse.records import USAGE_NAME, parse_records
 from .slurm import commands
 
 
@@ -58,7 +58,7 @@ def usage_file(job_id: int, bin_dir: Path | None = None) -> Path | None:
         work = commands.show_job(job_id, bin_dir=bin_dir).get("WorkDir")
     except Exception:  # noqa: BLE001 - the job left the controller: nothing more to follow
         return None
-    return Path(work) / f"yolo-usage-{job_id}.jsonl" if work else None
+    return Path(work) / USAGE_NAME.format(job=job_id) if work else None
 
 
 def watch(job_id: int, emit: Callable[[str], None], poll: float = 2.0, bin_dir: Path | None = None,
@@ -76,15 +76,20 @@ def watch(job_id: int, emit: Callable[[str], None], poll: float = 2.0, bin_dir: 
     return state
 
 
-def expand_pattern(pattern: str, job_id: int, name: str = "", user: str = "") -> str:
-    """Slurm's %j, %x, %u and %% in an output path (squeue prints them unexpanded)."""
+def expand_pattern(pattern: str, job_id: int, name: str = "", user: str = "", array_job_id: str = "",
+                   array_task_id: str = "") -> str:  # fmt: skip
+    """Slurm's %j, %x, %u, %A, %a and %% in an output path (squeue prints them unexpanded). %A is an
+    array task's array id (a job's own id otherwise), %a its task id."""
+    codes = {"j": str(job_id), "A": array_job_id or str(job_id), "x": name, "u": user, "%": "%"}
+    if array_task_id:
+        codes["a"] = array_task_id
     out = []
     i = 0
     while i < len(pattern):
         ch = pattern[i]
         if ch == "%" and i + 1 < len(pattern):
             code = pattern[i + 1]
-            out.append({"j": str(job_id), "A": str(job_id), "x": name, "u": user, "%": "%"}.get(code, "%" + code))
+            out.append(codes.get(code, "%" + code))
             i += 2
             continue
         out.append(ch)

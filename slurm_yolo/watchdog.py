@@ -14,15 +14,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .config import Config
+from .parse.records import USAGE_NAME
 from .progress import expand_pattern
-from .slurm import parsers, run
+from .slurm import commands, parsers
 
 
 @dataclass(frozen=True)
 class Zombie:
     """A job the watchdog acted on (or would, with --dry-run)."""
 
-    job_id: int
+    job_id: int  # its own id (SLURM_JOB_ID inside it: its usage file's name)
+    target: str  # what names it alone to scontrol and scancel (``1234_5`` for an array task)
     silent_seconds: float
     evidence: list[str]
     action: str
@@ -42,22 +44,21 @@ def _last_progress(paths: list[Path]) -> tuple[float | None, list[str]]:
 def find_zombies(config: Config, stall_seconds: float, now: float | None = None) -> list[Zombie]:
     """Running jobs whose usage records and stdout are all older than ``stall_seconds``."""
     now = now or time.time()
-    bin_dir = Path(config["slurm"]["bin_dir"])
-    res = run(["squeue", "-h", "-t", "RUNNING", "-O", "JobID:|,Name:|,UserName:|,WorkDir:|,STDOUT:|,TimeUsed:|"],
-              bin_dir=bin_dir)  # fmt: skip
     zombies = []
-    for row in parsers.parsable2(res.stdout, ["job", "name", "user", "workdir", "stdout", "used"], trailing=True):
-        job_id = int(row["job"].split("_")[0]) if row["job"].split("_")[0].isdigit() else None
-        used = parsers.duration(row["used"]) or 0
-        if job_id is None or used < stall_seconds:
+    for row in commands.running_jobs(bin_dir=Path(config["slurm"]["bin_dir"])):
+        used = parsers.duration(row["TimeUsed"]) or 0
+        if not row["JobID"].isdigit() or used < stall_seconds:
             continue  # too young to be silent that long
-        stdout = expand_pattern(row["stdout"], job_id, row["name"], row["user"])
-        paths = [Path(row["workdir"]) / f"yolo-usage-{job_id}.jsonl", Path(stdout)]
+        job_id = int(row["JobID"])
+        array = (row["ArrayJobID"], row["ArrayTaskID"]) if row["ArrayTaskID"].isdigit() else ()
+        stdout = expand_pattern(row["STDOUT"], job_id, row["Name"], row["UserName"], *array)
+        paths = [Path(row["WorkDir"]) / USAGE_NAME.format(job=job_id), Path(stdout)]
         last, seen = _last_progress(paths)
         if last is None:
             continue  # nothing to judge by: not a job we can watch
         if now - last > stall_seconds:
-            zombies.append(Zombie(job_id, now - last, seen, config["watchdog"]["action"]))
+            target = commands.job_target(job_id, *array)
+            zombies.append(Zombie(job_id, target, now - last, seen, config["watchdog"]["action"]))
     return zombies
 
 
@@ -68,9 +69,9 @@ def act(config: Config, zombies: list[Zombie], dry_run: bool = False) -> list[Zo
         reason = f"slurm-yolo watchdog: no progress for {z.silent_seconds / 60:.0f} min ({', '.join(z.evidence)})"
         if not dry_run:
             if z.action == "requeue":
-                run(["scontrol", "requeue", str(z.job_id)], bin_dir=bin_dir)
+                commands.requeue(z.target, bin_dir=bin_dir)
             else:
-                run(["scancel", str(z.job_id)], bin_dir=bin_dir)
+                commands.cancel(z.target, bin_dir=bin_dir)
             try:
                 with open(config.state_dir / "watchdog.log", "a") as f:
                     f.write(json.dumps({"at": time.time(), "reason": reason, "pid": os.getpid(), **asdict(z)}) + "\n")

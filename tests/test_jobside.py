@@ -9,18 +9,20 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from conftest import Slurm, poll, skip_requeue_delay
 
-from slurm_yolo import calibration, ledger
+from slurm_yolo import calibration, ledger, watchdog
 from slurm_yolo import config as config_mod
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
 from slurm_yolo.feedback import sample_from_usage
 from slurm_yolo.fitting import fit
+from slurm_yolo.parse.results import EpochRow, read_results_csv
 from slurm_yolo.slurm import commands
 
 pytestmark = [pytest.mark.cluster, pytest.mark.train]
@@ -76,15 +78,20 @@ def test_job_feedback_moves_k_and_the_next_estimate(job_dir: Path, dataset: Path
         store.save("t4", fit([s1], calibration.prior(cfg)), "test baseline")
     before = calibration.load(cfg, "t4").model.k
 
-    res = CliRunner().invoke(yolo_sbatch, ["-p", "t4", "--wait", *train_words(job_dir, dataset, "fb2")])
+    # Another work dir than the submit dir: the records go where the epilog's feedback and --wait look.
+    work = job_dir / "work"
+    work.mkdir(mode=0o755)
+    res = CliRunner().invoke(yolo_sbatch, ["-p", "t4", "--wait", f"--sbatch-arg=--chdir={work}",
+                                           *train_words(job_dir, dataset, "fb2")])  # fmt: skip
     assert res.exit_code == 0, res.output
     second = int(res.output.split()[3])
     assert "epoch 2/2" in res.output and "MTok/s" in res.output  # --wait shows live progress
+    assert not (job_dir / f"yolo-usage-{second}.jsonl").exists()
     moved = poll("k feedback from the epilog", lambda: history_entry("t4", f"job {second}"), timeout=60)
     assert moved.k != before
     dry = CliRunner().invoke(yolo_sbatch, ["--dry-run", "--json", "-p", "t4", *train_words(job_dir, dataset, "fb3")])
     assert json.loads(dry.output)["k"] == pytest.approx(moved.k)
-    parsed = CliRunner().invoke(admin, ["parse", "--json", str(job_dir / f"yolo-usage-{second}.jsonl")])
+    parsed = CliRunner().invoke(admin, ["parse", "--json", str(work / f"yolo-usage-{second}.jsonl")])
     d = json.loads(parsed.output)
     assert d["source"] == "usage-records" and d["epochs_completed"] == 2 and d["per_epoch"][0]["mtok_per_s"] > 0
 
@@ -116,9 +123,19 @@ def test_signal_checkpoints_requeues_and_resumes(job_dir: Path, dataset: Path) -
     recs = records(job_dir, job)
     kinds = [(r["kind"], r["restart"]) for r in recs]
     assert ("requeue", 0) in kinds and ("resume", 1) in kinds and ("end", 1) in kinds
-    epochs = sorted({r["epoch"] for r in recs if r["kind"] == "epoch"})
-    assert epochs == list(range(1, 26))  # every epoch once, across both runs
-    assert len((job_dir / "runs" / "rq" / "results.csv").read_text().splitlines()) == 26
+    # From the run folder, by the launcher outside the training: one record per results.csv row, its
+    # seconds that row's time less the one before (the time restarts with the resumed run).
+    epochs = [r for r in recs if r["kind"] == "epoch"]
+    assert [r["epoch"] for r in epochs] == list(range(1, 26))  # every epoch once, across both runs
+    rows = read_results_csv(job_dir / "runs" / "rq" / "results.csv")
+    assert len(rows) == 25 and all(r["images"] == 16 and r["tokens"] == 16 * 64**2 for r in epochs)
+    requeue = next(r for r in recs if r["kind"] == "requeue")
+    first = [r for r in epochs if r["restart"] == 0]
+    assert first[-1]["epoch"] == requeue["epoch"]  # stopped at the checkpoint: no epoch of run 0 lost or redone
+    assert [r["seconds"] for r in first] == pytest.approx(
+        [b.time - a.time for a, b in zip([EpochRow(0, 0.0), *rows], rows[: len(first)], strict=False)], abs=1e-3)  # fmt: skip
+    saved = next(r for r in recs if r["kind"] == "checkpoint" and r["epoch"] == requeue["epoch"])
+    assert next(r for r in recs if r["kind"] == "resume")["from"] == saved["last"]
 
 
 def test_watchdog_requeues_or_cancels_a_silent_job(job_dir: Path) -> None:
@@ -136,3 +153,37 @@ def test_watchdog_requeues_or_cancels_a_silent_job(job_dir: Path) -> None:
     res = CliRunner().invoke(admin, ["watchdog", "--stall-minutes", "0.05", "--action", "cancel"])
     assert res.exit_code == 0 and f"job {job}: silent" in res.output
     assert commands.wait_for_end(job, timeout=60).startswith("CANCELLED")
+
+
+def test_watchdog_acts_on_one_array_task_alone(job_dir: Path) -> None:
+    """squeue's own output: an array task's JobID is its own id (its usage file's name), a job name
+    with ``|`` moves no field, and the watchdog cancels that task, not its array. Only this test's
+    jobs are acted on (others may share the cluster)."""
+    script = "#!/bin/bash\necho started\necho '{}' > yolo-usage-$SLURM_JOB_ID.jsonl\nsleep 600\n"
+    array = commands.submit(script, ["-p", "t4", "-t", "15", "-a", "1-2", "-J", "z|a|b", "-o", str(job_dir / "z-%A_%a.out")])
+
+    def tasks() -> dict[str, int] | None:
+        out = subprocess.run(["/usr/bin/squeue", "-h", "-j", str(array), "-t", "RUNNING", "-o", "%i %A"],
+                             capture_output=True, text=True, check=False).stdout.split()  # fmt: skip
+        found = {task: int(own) for task, own in zip(out[::2], out[1::2], strict=False)}
+        ready = len(found) == 2 and all((job_dir / f"yolo-usage-{own}.jsonl").exists() for own in found.values())
+        return found if ready else None
+
+    try:
+        own = poll("both tasks running", tasks, timeout=60)
+        silent, busy = own[f"{array}_1"], own[f"{array}_2"]
+        old = time.time() - 3600
+        for f in (f"yolo-usage-{silent}.jsonl", f"z-{array}_1.out"):
+            os.utime(job_dir / f, (old, old))
+        time.sleep(4)  # older than the stall time below, as jobs
+        for f in (f"yolo-usage-{busy}.jsonl", f"z-{array}_2.out"):
+            os.utime(job_dir / f)
+        cfg = config_mod.load()
+        mine = [z for z in watchdog.find_zombies(cfg, 3.0) if z.job_id in own.values()]
+        assert [(z.job_id, z.target) for z in mine] == [(silent, f"{array}_1")]
+        assert mine[0].evidence == [str(job_dir / f"yolo-usage-{silent}.jsonl"), str(job_dir / f"z-{array}_1.out")]
+        watchdog.act(cfg, [replace(mine[0], action="cancel")])
+        assert commands.wait_for_end(silent, timeout=60).startswith("CANCELLED")
+        assert commands.job_state(busy) == "RUNNING"
+    finally:
+        subprocess.run(["/usr/bin/scancel", str(array)], check=False)

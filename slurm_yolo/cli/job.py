@@ -108,7 +108,7 @@ def watchdog_cmd(stall_minutes: float | None, action: str | None, dry_run: bool,
         echo_json([z.__dict__ for z in found])
         return
     for z in found:
-        click.echo(f"job {z.job_id}: silent {z.silent_seconds / 60:.1f} min -> {z.action}{' (dry run)' if dry_run else ''}")
+        click.echo(f"job {z.target}: silent {z.silent_seconds / 60:.1f} min -> {z.action}{' (dry run)' if dry_run else ''}")
 
 
 COMMANDS = (parse, feedback, watch, watchdog_cmd)

@@ -10,6 +10,9 @@ from typing import Any
 from . import EpochStats, ParseResult, read_text
 
 MAX_USAGE_BYTES = 16 * 1024 * 1024  # a usage file holds a few hundred bytes per epoch
+# In the job's work dir (the folder it starts in: --chdir, else the submit dir), where the epilog,
+# ``watch`` and the watchdog look for it.
+USAGE_NAME = "yolo-usage-{job}.jsonl"
 
 
 def read_usage(path: Path, warnings: list[str], owner: int | None = None) -> str:

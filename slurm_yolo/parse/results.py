@@ -30,12 +30,15 @@ class EpochRow:
     values: dict[str, float] = field(default_factory=dict)
 
 
-def read_results_csv(path: Path) -> list[EpochRow]:
-    """Rows of a results.csv; malformed rows are skipped, a missing file is an error."""
+def read_results_csv(path: Path, whole_lines: bool = False) -> list[EpochRow]:
+    """Rows of a results.csv; malformed rows are skipped, a missing file is an error. ``whole_lines``:
+    of a file being written, only the lines already ended (a row cut short could read as a number)."""
     try:
         text = read_bytes(path, MAX_RUN_FILE_BYTES)[0].decode("utf-8", errors="replace")
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+    if whole_lines:
+        text = text[: text.rfind("\n") + 1]
     rows = []
     for raw in csv.DictReader(text.splitlines()):
         typed: dict[str, float] = {}

@@ -117,6 +117,44 @@ def will_run(scripts: Sequence[str], bin_dir: Path | None = None, timeout: float
         return list(pool.map(ask, scripts))
 
 
+def job_target(job_id: int, array_job_id: str = "", array_task_id: str = "") -> str:
+    """The id that names this job alone to scontrol and scancel. An array task is ``ARRAY_TASK``: its
+    own job id can be the array's (the task that keeps the array's record), which names every task."""
+    if array_job_id.isdigit() and array_task_id.isdigit():
+        return f"{int(array_job_id)}_{int(array_task_id)}"
+    return str(int(job_id))
+
+
+def _checked_target(job: str) -> str:
+    if not re.fullmatch(r"[0-9]+(_[0-9]+)?", job):
+        raise UsageError(f"{job!r} is not a job id (JOBID or ARRAYJOBID_TASKID)")
+    return job
+
+
+def requeue(job: str, bin_dir: Path | None = None) -> None:
+    """``scontrol requeue`` one job (``job_target``): Slurm ends the run and queues the job again."""
+    run(["scontrol", "requeue", _checked_target(job)], bin_dir=bin_dir)
+
+
+def cancel(job: str, bin_dir: Path | None = None) -> None:
+    """``scancel`` one job (``job_target``)."""
+    run(["scancel", _checked_target(job)], bin_dir=bin_dir)
+
+
+RUNNING_FIELDS = ("JobID", "ArrayJobID", "ArrayTaskID", "Name", "UserName", "WorkDir", "STDOUT", "TimeUsed")
+
+
+def running_jobs(bin_dir: Path | None = None) -> list[dict[str, str]]:
+    """Every running job (``squeue -O``) as dicts of ``RUNNING_FIELDS``, user text included (job
+    names, work dirs, output paths: any character). As in ``sacct_rows``, each field ends with a
+    delimiter drawn at random for this call, so no ``|`` or newline a user wrote can move a field;
+    ``JobID`` is each job's own id (an array task's too)."""
+    delimiter = f"<{secrets.token_hex(16)}>"
+    res = run(["squeue", "-h", "-t", "RUNNING", "-O", ",".join(f"{f}:{delimiter}" for f in RUNNING_FIELDS)],
+              bin_dir=bin_dir)  # fmt: skip
+    return [dict(zip(RUNNING_FIELDS, row, strict=True)) for row in parsers.delimited(res.stdout, len(RUNNING_FIELDS), delimiter)]
+
+
 def job_state(job_id: int, bin_dir: Path | None = None) -> str:
     """The job's state: from squeue while Slurm holds it, else from sacct (``CANCELLED by 0`` -> ``CANCELLED``)."""
     try:
