@@ -54,8 +54,12 @@ def ours(prior: TimeModel, base: float, coverage: float) -> Fitter:
         def seconds(s: Sample) -> float:
             return predict_seconds(s.workload, tm, s.gpus, DDP, REF, s.cpus)
 
-        return Predictor(seconds, lambda s: time_limit(seconds(s), buf.value), buf.coverage,
-                         lambda s: predict_train_seconds(s.workload, tm, s.gpus, DDP, REF, s.cpus))
+        return Predictor(
+            seconds,
+            lambda s: time_limit(seconds(s), buf.value),
+            buf.coverage,
+            lambda s: predict_train_seconds(s.workload, tm, s.gpus, DDP, REF, s.cpus),
+        )
 
     return fit
 
@@ -72,8 +76,12 @@ def legacy(prior: TimeModel, base: float) -> Fitter:
         def seconds(s: Sample) -> float:
             return legacy_timemodel.predict_seconds(s.workload, tm, s.gpus, DDP, REF)
 
-        return Predictor(seconds, lambda s: time_limit(seconds(s), buf.value), None,
-                         lambda s: legacy_timemodel.predict_train_seconds(s.workload, tm, s.gpus, DDP, REF))
+        return Predictor(
+            seconds,
+            lambda s: time_limit(seconds(s), buf.value),
+            None,
+            lambda s: legacy_timemodel.predict_train_seconds(s.workload, tm, s.gpus, DDP, REF),
+        )
 
     return fit
 
@@ -130,7 +138,9 @@ def cross_validate(fitter: Fitter, runs: list[Sample], folds: int = 10) -> list[
     return out
 
 
-def held_out(fitter: Fitter, train: list[Sample], test: list[Sample]) -> tuple[list[tuple[Sample, float, int]], Predictor]:
+def held_out(
+    fitter: Fitter, train: list[Sample], test: list[Sample]
+) -> tuple[list[tuple[Sample, float, int]], Predictor]:
     p = fitter(train)
     return [(s, p.seconds(s), p.limit(s)) for s in test], p
 
@@ -184,8 +194,10 @@ def main(path: Path = corpus.CORPUS) -> dict[str, float]:
         predictor = fitter(cal)
         if predictor.train is not None:
             tr = [(predictor.train(s) - s.train_seconds) / s.train_seconds for s in ext]
-            print(f"  {'training time alone, extrap.':<26} MAPE {statistics.fmean(map(abs, tr)):6.1%}"
-                  f"  bias {statistics.fmean(tr):+6.1%}  (results.csv: no start-up, no final validation)")
+            print(
+                f"  {'training time alone, extrap.':<26} MAPE {statistics.fmean(map(abs, tr)):6.1%}"
+                f"  bias {statistics.fmean(tr):+6.1%}  (results.csv: no start-up, no final validation)"
+            )
         result[f"{label}: cv_mape"], result[f"{label}: extrapolation_mape"] = cv.mape, ex.mape
     final = fitting.fit(cal, prior, DDP, REF, coverage)
     promised = buffer_for(final, base).coverage or 0.0
@@ -202,15 +214,19 @@ def main(path: Path = corpus.CORPUS) -> dict[str, float]:
     prior_alone = Predictor(lambda s: predict_seconds(s.workload, prior, s.gpus, DDP, REF, s.cpus), lambda s: 0, None)
     prior_mape = statistics.fmean(abs(prior_alone.seconds(s) - wall(s)) / wall(s) for s in cal + ext)
     few = few_runs(models["this model"], cal, ext)
-    print(f"few runs (n per model, {FEW_DRAWS} random draws): prior alone MAPE {prior_mape:.1%}; "
-          + "; ".join(f"{n}: mean {m:.1%}, worst {w:.1%}" for n, (m, w) in few.items()))
+    print(
+        f"few runs (n per model, {FEW_DRAWS} random draws): prior alone MAPE {prior_mape:.1%}; "
+        + "; ".join(f"{n}: mean {m:.1%}, worst {w:.1%}" for n, (m, w) in few.items())
+    )
     targets = {
         "CV MAPE <= 8%": cv.mape <= 0.08,
         "|bias| <= 3%": abs(cv.bias) <= 0.03,
         "extrapolation MAPE <= 12%": ex.mape <= 0.12,
         f"realised coverage >= promised {promised:.0%}": min(cv.realised, ex.realised) >= promised,
-        f"median limit / actual <= 1.4 ({pooled.long_runs} runs >= 60 s, CV and extrapolation)":
-            (pooled.limit_ratio or math.inf) <= 1.4,
+        f"median limit / actual <= 1.4 ({pooled.long_runs} runs >= 60 s, CV and extrapolation)": (
+            pooled.limit_ratio or math.inf
+        )
+        <= 1.4,
         "1-3 runs never worse than the prior": all(w <= prior_mape for _, w in few.values()),
     }
     for name, ok in targets.items():

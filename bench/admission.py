@@ -72,4 +72,4 @@ def main() -> None:
     finally:
         SCRIPT.write_text(real)
         for i in range(0, len(jobs), 200):
-            subprocess.run(["scancel", *map(str, jobs[i:i + 200])], check=False)
+            subprocess.run(["scancel", *map(str, jobs[i : i + 200])], check=False)

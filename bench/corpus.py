@@ -61,7 +61,11 @@ def rough_train_seconds(d: dict[str, Any]) -> float:
     images = _images(d)
     per_token = SECONDS_PER_GFLOP_TOKEN * GFLOPS[d["model"]]
     val = (d["epochs"] if d["val"] else 1) * DATASETS_BY_NAME[d["dataset"]][2] * d["imgsz"] ** 2 * per_token * 0.6
-    return d["epochs"] * (images * d["imgsz"] ** 2 * per_token + math.ceil(images / d["batch"]) * SECONDS_PER_ITERATION + 0.8) + val
+    return (
+        d["epochs"]
+        * (images * d["imgsz"] ** 2 * per_token + math.ceil(images / d["batch"]) * SECONDS_PER_ITERATION + 0.8)
+        + val
+    )
 
 
 DATASETS_BY_NAME = {d[0]: d for d in DATASETS}

@@ -33,7 +33,9 @@ def main() -> dict[str, float]:
         cold = time.perf_counter() - start
         warm = min(_time(lambda: dataset.count(root / "data.yaml", cache)) for _ in range(5))
     assert counts.train + counts.val == N
-    print(f"{N:,} images: cold {cold:.2f} s ({cold / find:.2f}x `find | wc -l` {find:.2f} s), cached {warm * 1000:.1f} ms")
+    print(
+        f"{N:,} images: cold {cold:.2f} s ({cold / find:.2f}x `find | wc -l` {find:.2f} s), cached {warm * 1000:.1f} ms"
+    )
     return {"cold_s": cold, "cached_ms": warm * 1000, "find_s": find}
 
 

@@ -39,7 +39,9 @@ def _submissions(dry: list[str], env: dict[str, str], cwd: str, rounds: int) -> 
         print("real submit: skipped (the cluster is not up: deploy/minicluster up)")
         return
     later = ["--begin", "now+1hour"]
-    script = json.loads(subprocess.run(dry, env=env, cwd=cwd, check=True, capture_output=True, text=True).stdout)["script"]
+    script = json.loads(subprocess.run(dry, env=env, cwd=cwd, check=True, capture_output=True, text=True).stdout)[
+        "script"
+    ]
     real = [a for a in dry if a != "--dry-run"][:1] + later + [a for a in dry if a != "--dry-run"][1:]
     plain = ["/usr/bin/sbatch", "--parsable", *later]
     y: list[float] = []

@@ -130,7 +130,9 @@ def main(jobs: int = 50) -> dict[str, float]:
         p50, p99 = _quantiles([t for _, t, _ in runs])
         out[name] = p50
         ok = p50 <= 80 and p99 <= 250
-        print(f"{name:<22} p50 {p50:.0f} ms, p99 {p99:.0f} ms ({p50 / b50:.1f}x the query) [{'met' if ok else 'MISSED'}]")
+        print(
+            f"{name:<22} p50 {p50:.0f} ms, p99 {p99:.0f} ms ({p50 / b50:.1f}x the query) [{'met' if ok else 'MISSED'}]"
+        )
     for name, delays in settle.items():
         p50, p99 = _quantiles(delays) if delays else (float("nan"), float("nan"))
         print(f"{name:<22} settled in the ledger after p50 {p50:.0f} ms, p99 {p99:.0f} ms ({len(delays)}/{jobs} runs)")

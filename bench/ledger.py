@@ -23,7 +23,9 @@ def _worker(args: tuple[str, int, int]) -> None:
     cfg = config.load()
     with ledger.writer(cfg) as lg:
         for i in range(n):
-            run = ledger.Run("bench", worker * 1_000_000 + i, 1, 0, f"acct{worker % 4}", "u", "p", "", 1.0, 60, 60, 10**6, 1.0)
+            run = ledger.Run(
+                "bench", worker * 1_000_000 + i, 1, 0, f"acct{worker % 4}", "u", "p", "", 1.0, 60, 60, 10**6, 1.0
+            )
             lg.hold(run, 1000, None, "bench")
             lg.settle(run.key, 400, "COMPLETED", 24, "bench")
 

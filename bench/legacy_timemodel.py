@@ -129,7 +129,9 @@ def _unpack(form: tuple[str, ...], coef: list[float], prior: TimeModel) -> TimeM
     return replace(prior, k=k, overhead_seconds=a, val_weight=w, iteration_seconds=c, form="+".join(form))
 
 
-def fit_linear(samples: list[Sample], form: tuple[str, ...], prior: TimeModel, ddp_eff: float, ref: float) -> TimeModel | None:
+def fit_linear(
+    samples: list[Sample], form: tuple[str, ...], prior: TimeModel, ddp_eff: float, ref: float
+) -> TimeModel | None:
     """Robust (Huber, relative error) non-negative fit of the linear terms of ``form``."""
     feats = [_features(s, prior, ddp_eff, ref) for s in samples]
     active = list(form)
@@ -142,10 +144,10 @@ def fit_linear(samples: list[Sample], form: tuple[str, ...], prior: TimeModel, d
             coef = _solve(rows, ys, weights)
             if coef is None:
                 return None
-            resid = [(sum(c * x for c, x in zip(coef, row, strict=True)) - y) / y for row, y in zip(rows, ys, strict=True)]
-            weights = [
-                (1.0 if abs(r) <= HUBER else HUBER / abs(r)) / (y * y) for r, y in zip(resid, ys, strict=True)
+            resid = [
+                (sum(c * x for c, x in zip(coef, row, strict=True)) - y) / y for row, y in zip(rows, ys, strict=True)
             ]
+            weights = [(1.0 if abs(r) <= HUBER else HUBER / abs(r)) / (y * y) for r, y in zip(resid, ys, strict=True)]
         assert coef is not None
         # Non-negativity: drop the most negative free term (never k) and refit.
         names = [t for t in ("a", "k", "w", "c") if t in active]
@@ -162,7 +164,9 @@ def fit_linear(samples: list[Sample], form: tuple[str, ...], prior: TimeModel, d
 FOLDS = 10  # past this many runs, leave-one-out becomes 10-fold cross-validation (same answer, n/10 the fits)
 
 
-def _loo(samples: list[Sample], form: tuple[str, ...], prior: TimeModel, ddp_eff: float, ref: float) -> list[float] | None:
+def _loo(
+    samples: list[Sample], form: tuple[str, ...], prior: TimeModel, ddp_eff: float, ref: float
+) -> list[float] | None:
     """Held-out ratios actual / predicted: leave-one-out, or k-fold for many runs."""
     folds = len(samples) if len(samples) <= 4 * FOLDS else FOLDS
     ratios = []
@@ -185,7 +189,9 @@ def _total_rel_error(samples: list[Sample], tm: TimeModel, ddp_eff: float, ref: 
     )
 
 
-def _fit_families(samples: list[Sample], form: tuple[str, ...], prior: TimeModel, ddp_eff: float, ref: float) -> TimeModel:
+def _fit_families(
+    samples: list[Sample], form: tuple[str, ...], prior: TimeModel, ddp_eff: float, ref: float
+) -> TimeModel:
     """Per-family cost factors, relative to an anchor family that keeps its prior (yolov8 when present)."""
     counts: dict[str, int] = {}
     for s in samples:

@@ -134,7 +134,13 @@ def check(config: Config, budget_share: float = 0.8, refusals: int = 3, drift: f
     try:
         found = _members_only(read_refusals(config), Path(config["slurm"]["bin_dir"]))
     except OSError as e:
-        alerts.append(Alert("refusals", str(refusals_path(config)), f"not read: {e.strerror or errno.errorcode.get(e.errno or 0, e)}"))
+        alerts.append(
+            Alert(
+                "refusals",
+                str(refusals_path(config)),
+                f"not read: {e.strerror or errno.errorcode.get(e.errno or 0, e)}",
+            )
+        )
         found = []
     for account, n in refusal_streaks(found, last_charge, time.time() - 7 * 86400).items():
         if n >= refusals:
@@ -165,6 +171,3 @@ def mail(alerts: list[Alert], to: str, sendmail: str = "/usr/sbin/sendmail") -> 
     body = "\n".join(f"[{a.kind}] {a.subject}: {a.message}" for a in alerts)
     msg = f"To: {to}\nSubject: slurm-yolo: {len(alerts)} alert(s)\n\n{body}\n"
     subprocess.run([sendmail, "-t"], input=msg, text=True, check=True, timeout=60)
-
-
-

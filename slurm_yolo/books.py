@@ -74,8 +74,10 @@ def audit(config: Config, window_days: float, min_age: float) -> list[Finding]:
     with lg:
         # sacct's window leaves out runs that ended the second they started: ask for those by id
         known = {ledger.run_key(r.cluster, r.job_id, r.submit) for r in records}
-        missing = sorted({row["job_id"] for row in _held_between(lg, since, now - min_age) if row["job_key"] not in known})
-        for chunk in (missing[i:i + 500] for i in range(0, len(missing), 500)):
+        missing = sorted(
+            {row["job_id"] for row in _held_between(lg, since, now - min_age) if row["job_key"] not in known}
+        )
+        for chunk in (missing[i : i + 500] for i in range(0, len(missing), 500)):
             records += [r for runs in commands.job_runs(chunk, bin_dir=bin_dir).values() for r in runs]
             if with_comments:
                 comments |= commands.admin_comments(chunk, bin_dir=bin_dir)

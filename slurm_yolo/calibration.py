@@ -190,8 +190,14 @@ class Store:
             (partition, since, limit),
         ).fetchall()
         return [
-            Sample(Workload(**json.loads(r["workload"])), r["gpus"], r["train_seconds"], r["key"], r["total_seconds"],
-                   r["cpus"])
+            Sample(
+                Workload(**json.loads(r["workload"])),
+                r["gpus"],
+                r["train_seconds"],
+                r["key"],
+                r["total_seconds"],
+                r["cpus"],
+            )
             for r in rows
         ]
 
@@ -266,8 +272,12 @@ def partition_prior(config: Config, current: TimeModel) -> TimeModel:
     its samples may not: family factors, and the start-up jobs measured (run folders cannot)."""
     p = replace(prior(config), family_factors=current.family_factors)
     if current.startup_n:
-        p = replace(p, startup_seconds=current.startup_seconds, startup_exponent=current.startup_exponent,
-                    startup_n=current.startup_n)
+        p = replace(
+            p,
+            startup_seconds=current.startup_seconds,
+            startup_exponent=current.startup_exponent,
+            startup_n=current.startup_n,
+        )
     return p
 
 
@@ -277,7 +287,9 @@ def fit_partition(config: Config, partition: str, samples: list[Sample], current
 
     e = config["estimate"]
     part = config.partition(partition)
-    return fitting.fit(samples, partition_prior(config, current), part.ddp_efficiency, e["reference_gflops"], e["coverage"])
+    return fitting.fit(
+        samples, partition_prior(config, current), part.ddp_efficiency, e["reference_gflops"], e["coverage"]
+    )
 
 
 def startup_note(tm: TimeModel) -> str:

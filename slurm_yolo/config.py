@@ -216,12 +216,12 @@ def load(path: Path | None = None, env: Mapping[str, str] = os.environ) -> Confi
                 partitions[name] = _partition(name, ptable, path, sources)
             continue
         if section not in DEFAULTS or not isinstance(table, dict):
-            raise UsageError(f"config {path}: unknown section [{section}] (valid: {', '.join([*DEFAULTS, 'partitions'])})")
+            raise UsageError(
+                f"config {path}: unknown section [{section}] (valid: {', '.join([*DEFAULTS, 'partitions'])})"
+            )
         for key, value in table.items():
             if key not in DEFAULTS[section]:
-                raise UsageError(
-                    f"config {path}: unknown key {section}.{key} (valid: {', '.join(DEFAULTS[section])})"
-                )
+                raise UsageError(f"config {path}: unknown key {section}.{key} (valid: {', '.join(DEFAULTS[section])})")
             values[section][key] = _check_type(f"{section}.{key}", value, DEFAULTS[section][key])
             sources[f"{section}.{key}"] = str(path)
     home = env.get("SLURM_YOLO_HOME")
@@ -235,7 +235,9 @@ def load(path: Path | None = None, env: Mapping[str, str] = os.environ) -> Confi
     if values["estimate"]["default_priority"] not in PRIORITIES:
         raise UsageError(f"config estimate.default_priority: must be one of {', '.join(PRIORITIES)}")
     chosen = {k: env[k] for k in ENV_OVERRIDES if env.get(k)}
-    return Config(values=values, partitions=partitions, sources=sources, path=path if path.exists() else None, env=chosen)
+    return Config(
+        values=values, partitions=partitions, sources=sources, path=path if path.exists() else None, env=chosen
+    )
 
 
 def _partition(name: str, table: Any, path: Path, sources: dict[str, str]) -> Partition:

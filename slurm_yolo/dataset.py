@@ -362,7 +362,9 @@ def _count_builtin(name: str, cache: CountCache, yolo_config_dir: str) -> tuple[
             root = Path(os.path.realpath(base / entry.root))
             splits = {split: _sources(value, root, split, Path(name)) for split, value in
                       (("train", entry.train), ("val", entry.val))}  # fmt: skip
-            return {s: sum(cache.count(p) for p in paths) for s, paths in splits.items()}, f"counted in {root} ({where})"
+            return {
+                s: sum(cache.count(p) for p in paths) for s, paths in splits.items()
+            }, f"counted in {root} ({where})"
     where = f"no {datasets / entry.root} yet" if datasets else f"no datasets_dir in {settings_file(yolo_config_dir)}"
     how = (f"ultralytics {ultralytics_cfg()['ultralytics']}'s published sizes ({where}: ultralytics downloads it"
            " when the job starts, which needs the network)")  # fmt: skip

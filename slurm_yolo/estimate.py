@@ -248,7 +248,9 @@ def resolve_model(
         if not (math.isfinite(flops_factor) and 0 < flops_factor <= 1000):
             raise UsageError(f"--flops-factor {flops_factor} must be a positive number (GFLOPs / yolov8n's)")
         name = Path(model).stem.lower()
-        return ModelInfo(name=name, family=family_of(model), gflops=flops_factor * reference_gflops, source="--flops-factor")
+        return ModelInfo(
+            name=name, family=family_of(model), gflops=flops_factor * reference_gflops, source="--flops-factor"
+        )
     known = lookup_model(model)
     if known:
         return known

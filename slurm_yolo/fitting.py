@@ -84,7 +84,9 @@ class _Params:
             self.names.append(name)
             mu.append(math.log(max(FLOOR, getattr(prior, FIELDS[name]))))
             sd.append(SPREAD[name])
-        for name in ("imgsz_exponent", "batch_exponent", "iteration_exponent", "startup_exponent")[: 4 if startup else 3]:
+        for name in ("imgsz_exponent", "batch_exponent", "iteration_exponent", "startup_exponent")[
+            : 4 if startup else 3
+        ]:
             self.names.append(name)
             mu.append(getattr(prior, FIELDS[name]))
             sd.append(SPREAD[name])
@@ -119,7 +121,9 @@ def _design(samples: list[Sample], prior: TimeModel, families: list[str], ddp_ef
         train_mtok=np.array([w.train_tokens for w in ws]) / MTOK / ddp,
         val_mtok=np.array([w.val_tokens for w in ws]) / MTOK / ddp,
         final_mtok=np.array([w.final_val_tokens for w in ws]) / MTOK,
-        loader_images=np.array([w.epochs * w.train_images / s.cpus if s.cpus > 0 else 0.0 for w, s in zip(ws, samples, strict=True)]),
+        loader_images=np.array(
+            [w.epochs * w.train_images / s.cpus if s.cpus > 0 else 0.0 for w, s in zip(ws, samples, strict=True)]
+        ),
         family=np.array([families.index(w.family) if w.family in families else -1 for w in ws]),
         fixed_family=np.array([prior.family_factor(w.family) for w in ws]),
         seconds=np.array([s.train_seconds for s in samples], float),
@@ -131,7 +135,9 @@ def _predict(theta: np.ndarray, p: _Params, d: _Design) -> tuple[np.ndarray, np.
     """(training seconds, final validation seconds) of every run."""
     g = theta
     i = p.index
-    fam = np.where(d.family >= 0, np.exp(g[len(g) - len(p.families) :][d.family]) if p.families else 1.0, d.fixed_family)
+    fam = np.where(
+        d.family >= 0, np.exp(g[len(g) - len(p.families) :][d.family]) if p.families else 1.0, d.fixed_family
+    )
     cost = (np.exp(g[i["k"]]) * fam * d.mf * d.size ** -g[i["imgsz_exponent"]]
             * d.batch_pixels ** g[i["batch_exponent"]])  # fmt: skip
     val_cost = cost * np.exp(g[i["val_weight"]])
@@ -198,7 +204,9 @@ def _families(samples: list[Sample]) -> list[str]:
     return [f for f in seen if f != ANCHOR] if ANCHOR in seen else seen[1:] if len(seen) > 1 else []
 
 
-def fit_terms(samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, reference_gflops: float = 8.86) -> TimeModel:
+def fit_terms(
+    samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, reference_gflops: float = 8.86
+) -> TimeModel:
     """The model these runs support, without cross-validation (``fit`` adds it)."""
     if not samples:
         return prior
@@ -213,7 +221,9 @@ def actual_seconds(s: Sample, tm: TimeModel, reference_gflops: float) -> float:
     """What a time limit had to cover: the job's elapsed, or (a run folder) training plus the model's
     start-up and final validation."""
     w = s.workload
-    return s.total_seconds or s.train_seconds + startup_seconds(w, tm, reference_gflops) + final_val_seconds(w, tm, reference_gflops)
+    return s.total_seconds or s.train_seconds + startup_seconds(w, tm, reference_gflops) + final_val_seconds(
+        w, tm, reference_gflops
+    )
 
 
 def cross_validated(samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, reference_gflops: float = 8.86,

@@ -208,7 +208,11 @@ def epilog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] 
         spawn_python(["ledger", "reconcile", "--job", str(job_id), "--cluster", cluster, "--wait", str(LATE_SACCT_SECONDS),
                       *follow], config)  # fmt: skip
     if not done:
-        return {"event": "epilog", "job": job_id, "left": "held: settled once sacct has its end" if waiting else "nothing held"}
+        return {
+            "event": "epilog",
+            "job": job_id,
+            "left": "held: settled once sacct has its end" if waiting else "nothing held",
+        }
     return {"event": "epilog", "job": job_id, "settled": [
         {"key": s.key, "state": rec.state, "elapsed": rec.elapsed, "charge": s.charge, "refund": s.refund}
         for rec, _, s in done]}  # fmt: skip
@@ -301,7 +305,11 @@ def main(event: str, query: subprocess.Popen[str] | None = None, env: Mapping[st
         error = f"{type(e).__name__}: {e}"
         log_event(config, {"event": event, "job": env.get("SLURM_JOB_ID"), "alert": error})
         _record_incident(config, env, event, error)
-        if event == "prolog" and config["ledger"]["prolog_errors"] == "cancel" and env.get("SLURM_JOB_ID", "").isdigit():
+        if (
+            event == "prolog"
+            and config["ledger"]["prolog_errors"] == "cancel"
+            and env.get("SLURM_JOB_ID", "").isdigit()
+        ):
             detached(["scancel", env["SLURM_JOB_ID"]], _child_env(config), _bin_dir(config))
         return False
 
@@ -329,7 +337,9 @@ def reconcile_job(config: Config, job_id: int, cluster: str, wait: float, work_d
     return [{"key": s.key, "state": rec.state, "charge": s.charge, "refund": s.refund} for rec, _, s in done]
 
 
-def reconcile(config: Config, window_days: float | None = None, min_age_seconds: float = 0.0) -> list[dict[str, object]]:
+def reconcile(
+    config: Config, window_days: float | None = None, min_age_seconds: float = 0.0
+) -> list[dict[str, object]]:
     """What the hooks missed, from sacct: settle every ended GPU run of the last ``window_days``
     (``ledger.reconcile_days``) that the ledger has not settled, holding first those never held, and
     those of older holds still open; hold the running GPU runs that no prolog held. Runs held less
@@ -353,7 +363,11 @@ def reconcile(config: Config, window_days: float | None = None, min_age_seconds:
             runs = sorted(by_job[job_id], key=lambda r: r.submit)
             if not runs:  # a hold on a job sacct has no record of: nothing to settle it from
                 continue
-            fresh = {row["job_key"] for row in lg.held_runs(runs[0].cluster, job_id) if row["held_at"] > now - min_age_seconds}
+            fresh = {
+                row["job_key"]
+                for row in lg.held_runs(runs[0].cluster, job_id)
+                if row["held_at"] > now - min_age_seconds
+            }
             runs = [r for r in runs if ledger.run_key(r.cluster, r.job_id, r.submit) not in fresh]
             settled += settle_runs(lg, runs, config, "reconcile")
             out += _hold_running(lg, runs, config)

@@ -238,7 +238,9 @@ class GpuUsage:
     def sample(self, pids: set[int]) -> None:
         for h in self.handles:
             try:
-                used = sum(p.usedGpuMemory or 0 for p in self.nvml.nvmlDeviceGetComputeRunningProcesses(h) if p.pid in pids)
+                used = sum(
+                    p.usedGpuMemory or 0 for p in self.nvml.nvmlDeviceGetComputeRunningProcesses(h) if p.pid in pids
+                )
                 if used:
                     self.peak_bytes = max(self.peak_bytes, used)
                     self.utilisation.append(float(self.nvml.nvmlDeviceGetUtilizationRates(h).gpu))

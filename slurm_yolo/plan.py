@@ -73,7 +73,9 @@ def seconds_text(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 59.5 else f"{seconds / 60:.0f} min"
 
 
-def _gpus(w: Workload, tm: TimeModel, part: Partition, req: Request, devices: int | None, ref: float) -> tuple[int, str]:
+def _gpus(
+    w: Workload, tm: TimeModel, part: Partition, req: Request, devices: int | None, ref: float
+) -> tuple[int, str]:
     limit = part.gpus_per_node
     if req.gpus is not None:
         if req.gpus < 1:

@@ -31,7 +31,11 @@ def progress(records: ParseResult) -> Progress:
     per_epoch = tokens / len(done) if done else None
     total = per_epoch * records.epochs_total if per_epoch and records.epochs_total else None
     recent = done[-3:]
-    rate = (sum((e.mtok_per_s or 0) * (e.seconds or 0) for e in recent) / sum(e.seconds or 0 for e in recent)) if recent else None
+    rate = (
+        (sum((e.mtok_per_s or 0) * (e.seconds or 0) for e in recent) / sum(e.seconds or 0 for e in recent))
+        if recent
+        else None
+    )
     eta = (total - tokens) / (rate * 1e6) if total is not None and rate else None
     return Progress(records.epochs_completed, records.epochs_total, tokens, total, rate, eta)
 
@@ -95,4 +99,3 @@ def expand_pattern(pattern: str, job_id: int, name: str = "", user: str = "", ar
         out.append(ch)
         i += 1
     return "".join(out)
-

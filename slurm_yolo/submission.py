@@ -134,7 +134,9 @@ def prepare(
     for name in names:
         cal = calibration.load(config, name)
         try:
-            plans.append(plan.plan_partition(w, cal.model, cal.source, config.partition(name), request, config, s.devices))
+            plans.append(
+                plan.plan_partition(w, cal.model, cal.source, config.partition(name), request, config, s.devices)
+            )
         except UsageError as e:  # auto: a partition too small for the GPUs asked, or too slow, is no choice
             if partition != "auto":
                 raise
@@ -146,7 +148,9 @@ def prepare(
         chosen = plan.choose(plans, commands.will_run(scripts, bin_dir=bin_dir, timeout=timeout), time.time())
     else:
         chosen = plans[0]
-    chosen.explain.insert(0, f"data: {counts.yaml_path}: {counts.train} train, {counts.val} val images, {counts.source}")
+    chosen.explain.insert(
+        0, f"data: {counts.yaml_path}: {counts.train} train, {counts.val} val images, {counts.source}"
+    )
     script = scripts[[p.partition for p in plans].index(chosen.partition)]
     return Prepared(spec=s, counts=counts, plan=chosen, script=script, options=options)
 

@@ -58,9 +58,7 @@ def make_dataset(
             (root / "images" / split / f"{i:05d}.png").write_bytes(png)
             (root / "labels" / split / f"{i:05d}.txt").write_text("\n".join(labels) + "\n")
     yaml_path = root / "data.yaml"
-    yaml_path.write_text(
-        f"path: {root}\ntrain: images/train\nval: images/val\nnames:\n  0: red\n  1: green\n"
-    )
+    yaml_path.write_text(f"path: {root}\ntrain: images/train\nval: images/val\nnames:\n  0: red\n  1: green\n")
     return yaml_path
 
 

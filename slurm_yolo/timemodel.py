@@ -42,7 +42,9 @@ class TimeModel:
     epoch_seconds: float = 0.0
     val_pass_seconds: float = 0.0
     imgsz_exponent: float = 0.0
-    batch_exponent: float = 0.0  # cost per token ~ (batch pixels / 16 x 640^2) ^ this: > 0 where big batches spill caches
+    batch_exponent: float = (
+        0.0  # cost per token ~ (batch pixels / 16 x 640^2) ^ this: > 0 where big batches spill caches
+    )
     iteration_exponent: float = 0.0
     startup_exponent: float = 0.0
     loader_seconds: float = 0.0  # CPU-seconds of data loading per training image; 0: not modelled
@@ -105,7 +107,9 @@ class Components(NamedTuple):
     loader: float  # data loading when it, not compute, bounds an epoch (0 unless modelled)
 
 
-def components(w: Workload, tm: TimeModel, gpus: int, ddp_eff: float, reference_gflops: float, cpus: int = 0) -> Components:
+def components(
+    w: Workload, tm: TimeModel, gpus: int, ddp_eff: float, reference_gflops: float, cpus: int = 0
+) -> Components:
     """Training time split into what k scales and what it does not."""
     tr, va, _ = effective_mtok(w, tm, reference_gflops)
     compute = tm.k * (tr + tm.val_weight * va) / ddp_factor(max(1, gpus), ddp_eff)
@@ -195,6 +199,8 @@ def describe(tm: TimeModel) -> list[str]:
         terms += "; families " + ", ".join(f"{f} {v:.2f}" for f, v in sorted(tm.family_factors.items()))
     if tm.cv_median is None or tm.cv_bias is None or tm.coverage is None:
         return [terms, f"evidence: {tm.n} run(s), too few to cross-validate"]
-    evidence = (f"evidence: {tm.n} runs; cross-validated error median {tm.cv_median:.1%}, p90 {tm.cv_p90 or 0:.1%},"
-                f" bias {tm.cv_bias:+.1%}; limits cover {tm.coverage:.0%} (actual/predicted up to {tm.coverage_ratio:.2f})")
+    evidence = (
+        f"evidence: {tm.n} runs; cross-validated error median {tm.cv_median:.1%}, p90 {tm.cv_p90 or 0:.1%},"
+        f" bias {tm.cv_bias:+.1%}; limits cover {tm.coverage:.0%} (actual/predicted up to {tm.coverage_ratio:.2f})"
+    )
     return [terms, evidence]

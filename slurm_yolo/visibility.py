@@ -54,7 +54,9 @@ def visible(v: Viewer, accounts: Iterable[str]) -> set[str]:
 def require(v: Viewer, account: str) -> None:
     """UsageError unless ``v`` may see ``account``."""
     if not may_see(v, account):
-        raise UsageError(f"account {account!r} is not one you may see ({v.user}: Slurm's PrivateData hides other accounts)")
+        raise UsageError(
+            f"account {account!r} is not one you may see ({v.user}: Slurm's PrivateData hides other accounts)"
+        )
 
 
 def require_admin(v: Viewer, what: str) -> None:

@@ -78,4 +78,3 @@ def act(config: Config, zombies: list[Zombie], dry_run: bool = False) -> list[Zo
             except OSError:
                 pass
     return zombies
-

@@ -25,7 +25,11 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 MARKERS = Path("/var/lib/slurm-yolo-cluster/clusters")
 RELEASES = ("22.05", "24.11")
 VENV_BIN = Path("/opt/slurm-yolo/venv/bin")
-FONT = next(iter(sorted(Path("/usr/share/fonts/truetype").rglob("*.ttf"))), None) if Path("/usr/share/fonts/truetype").is_dir() else None
+FONT = (
+    next(iter(sorted(Path("/usr/share/fonts/truetype").rglob("*.ttf"))), None)
+    if Path("/usr/share/fonts/truetype").is_dir()
+    else None
+)
 
 
 @pytest.fixture(autouse=True)
@@ -93,7 +97,9 @@ class Slurm(NamedTuple):
         full = [str(self.bin_dir / argv[0]), *argv[1:]]
         if user and self.root == Path("/"):
             full = ["/usr/sbin/runuser", "-u", user, "--", *full]
-        res = subprocess.run(full, input=input, capture_output=True, text=True, env=self.env(user), cwd=cwd, timeout=120)
+        res = subprocess.run(
+            full, input=input, capture_output=True, text=True, env=self.env(user), cwd=cwd, timeout=120
+        )
         if check and res.returncode != 0:
             raise AssertionError(f"{argv[0]} failed: {res.stderr.strip()}")
         return res
@@ -112,7 +118,9 @@ class Slurm(NamedTuple):
                     "PYTHONPATH=/opt/slurm-yolo/src", "PYTHONDONTWRITEBYTECODE=1", "/usr/bin/python3", "-m", "slurm_yolo", *args]  # fmt: skip
         elif user:
             argv = ["/usr/sbin/runuser", "-u", user, "--", *argv]
-        res = subprocess.run(argv, capture_output=True, text=True, env=self.env(user) | (extra_env or {}), cwd="/tmp", timeout=300)
+        res = subprocess.run(
+            argv, capture_output=True, text=True, env=self.env(user) | (extra_env or {}), cwd="/tmp", timeout=300
+        )
         if check and res.returncode != 0:
             raise AssertionError(f"slurm-yolo {' '.join(args)} failed: {res.stdout}{res.stderr}")
         return res

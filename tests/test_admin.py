@@ -62,7 +62,9 @@ def series(cluster: Slurm) -> dict[str, object]:
         yolo_job(3, "sleep 3", "-A", "research", "-p", "t4", "--gres=gpu:t4:1", "-t", "2"),
         yolo_job(2, "sleep 2", "-A", "research", "-p", "a100", "--gres=gpu:a100:2", "-t", "2"),
         yolo_job(60, "sleep 1", "-A", "research", "-p", "t4", "--gres=shard:t4:2", "-t", "2"),  # predicted far too long
-        yolo_job(1, "sleep 4", "-A", "research", "-p", "a100", "--gres=gpu:a100:1", "-t", "2"),  # predicted far too short
+        yolo_job(
+            1, "sleep 4", "-A", "research", "-p", "a100", "--gres=gpu:a100:1", "-t", "2"
+        ),  # predicted far too short
         yolo_job(5, "exit 2", "-A", "research", "-p", "t4", "--gres=gpu:t4:1", "-t", "2"),
     ]
     for j in jobs:
@@ -113,7 +115,9 @@ def test_report_formats_and_html_plots(system: config_mod.Config, series: dict, 
     table = CliRunner().invoke(admin, ["report", "--since", series["start"], "-A", "research"])
     assert table.exit_code == 0 and "== usage" in table.output and "== accuracy" in table.output
     assert " GPU-h" in table.output and " GTok" in table.output and not re.search(r"\d[eE][+-]?\d", table.output)
-    csv = CliRunner().invoke(admin, ["report", "--csv", "--since", series["start"], "-A", "research", "--view", "usage"])
+    csv = CliRunner().invoke(
+        admin, ["report", "--csv", "--since", series["start"], "-A", "research", "--view", "usage"]
+    )
     assert csv.output.startswith("# usage\nAccount,User,Partition,jobs,runs,gpu_hours")
     page = tmp_path / "r.html"
     res = CliRunner().invoke(admin, ["report", "--html", str(page), "--since", series["start"], "-A", "research"])
@@ -146,7 +150,9 @@ def test_any_job_name_reaches_reports_and_ends_a_wait(slurm: Slurm, monkeypatch:
     r = poll(f"job {job} in sacct", row)
     assert (r["Account"], r["User"], r["Partition"], r["pred_s"], r["Comment"]) == ("vision", "alice", "t4", 7, comment)
     assert 999 not in set(report.parse_jobs(report.fetch_sacct(cfg, report.Filters(since=start)))["job_id"])
-    res = CliRunner().invoke(admin, ["report", "--json", "--view", "accuracy", "--since", start, "-u", "alice", "-A", "vision"])
+    res = CliRunner().invoke(
+        admin, ["report", "--json", "--view", "accuracy", "--since", start, "-u", "alice", "-A", "vision"]
+    )
     assert res.exit_code == 0, res.output
     assert any(a["Partition"] == "t4" and a["jobs"] >= 1 for a in json.loads(res.stdout)["accuracy"])
 
@@ -166,7 +172,9 @@ def test_alerts(system: config_mod.Config, series: dict, dataset: Path, site_con
         lg.credit("research", -row["balance"] + 1, "test", "alerts", kind="adjustment")
     try:
         for _ in range(3):
-            res = CliRunner().invoke(yolo_sbatch, ["-A", "research", "-p", "t4", "train", f"data={dataset}", "epochs=50"])
+            res = CliRunner().invoke(
+                yolo_sbatch, ["-A", "research", "-p", "t4", "train", f"data={dataset}", "epochs=50"]
+            )
             assert res.exit_code == 1 and "cannot cover" in res.output
         assert len(logged) == 3 and all(p == syslog.LOG_USER | syslog.LOG_NOTICE for p, _ in logged)
         assert logged[0][1].startswith("yolo-sbatch refused a job: account research uid 0 needs ")
@@ -192,14 +200,19 @@ def test_metrics_textfile(system: config_mod.Config, series: dict, tmp_path: Pat
     assert "# TYPE slurm_yolo_queue_wait_seconds_median gauge" in text
 
 
-def test_an_epilog_without_slurmdbd_leaves_the_run_held_for_reconcile(cluster: Slurm, system: config_mod.Config) -> None:
+def test_an_epilog_without_slurmdbd_leaves_the_run_held_for_reconcile(
+    cluster: Slurm, system: config_mod.Config
+) -> None:
     """slurmdbd is down when a job ends: the epilog cannot learn the run's final state, so it settles
     nothing (never from a transitional state) and reconcile settles it once sacct answers."""
     pid = int(Path("/var/lib/slurm-yolo-cluster/run/slurmdbd.pid").read_text())  # this cluster's, not 24.11's
     os.kill(pid, signal.SIGTERM)
     try:
         job = cluster.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="sleep 2")
-        poll("job ended", lambda: cluster.cmd("squeue", "-h", "-j", str(job), "-o", "%T", check=False).stdout.strip() == "")
+        poll(
+            "job ended",
+            lambda: cluster.cmd("squeue", "-h", "-j", str(job), "-o", "%T", check=False).stdout.strip() == "",
+        )
         time.sleep(5)  # the epilog has given up asking sacct by now
         (row,) = cluster.runs(job)
         assert row["state"] == "held"
@@ -220,7 +233,9 @@ def test_reconcile_holds_and_settles_runs_no_prolog_held(cluster: Slurm, home: P
     GPU run in sacct, holds it at the price of its start and settles it, exactly."""
     job = cluster.sbatch("-p", "a100", "--gres=shard:a100:2", "-t", "1", script="sleep 1")
     rec = cluster.ended(job)[0]
-    (home / "config.toml").write_text(cluster.config_path.read_text().replace("[ledger]\n", "[ledger]\nenforce = false\nadmin_comment = false\n"))
+    (home / "config.toml").write_text(
+        cluster.config_path.read_text().replace("[ledger]\n", "[ledger]\nenforce = false\nadmin_comment = false\n")
+    )
     env = {k: v for k, v in os.environ.items() if k != "SLURM_YOLO_CONFIG"} | {"SLURM_YOLO_HOME": str(home)}
     cfg = config_mod.load(home / "config.toml", env={"SLURM_YOLO_HOME": str(home)})
 

@@ -37,7 +37,10 @@ def test_parse_refusals_keeps_well_formed_lines_only() -> None:
 
 
 def test_streaks_count_refusals_since_the_last_charge() -> None:
-    refusals = [alerts.Refusal(t, a, 1001, 10, 0) for t, a in ((100, "vision"), (200, "vision"), (300, "vision"), (150, "research"))]
+    refusals = [
+        alerts.Refusal(t, a, 1001, 10, 0)
+        for t, a in ((100, "vision"), (200, "vision"), (300, "vision"), (150, "research"))
+    ]
     assert alerts.refusal_streaks(refusals, {}, since=0) == {"vision": 3, "research": 1}
     assert alerts.refusal_streaks(refusals, {"vision": 250}, since=0) == {"vision": 1, "research": 1}
     assert alerts.refusal_streaks(refusals, {}, since=160) == {"vision": 2}
@@ -52,7 +55,9 @@ def test_alerts_count_the_logs_refusals(home: Path) -> None:
     now = int(time.time())
     lines = [f"{now - 60 + i} vision 1001 5000 {i}\n" for i in range(3)] + [f"{now} research 1002 5 0\n", "garbage\n"]
     (home / "refusals.log").write_text("".join(lines))
-    assert refusal_alerts(config) == [alerts.Alert("refusals", "vision", "3 submissions refused in a row for lack of tokens")]
+    assert refusal_alerts(config) == [
+        alerts.Alert("refusals", "vision", "3 submissions refused in a row for lack of tokens")
+    ]
     (home / "refusals.log").write_text(f"{now - 8 * 86400} vision 1001 5000 0\n" * 5)  # older than a week
     assert refusal_alerts(config) == []
 

@@ -89,9 +89,14 @@ def test_availability_lists_balances_prices_rates_and_held_jobs(cfg: config.Conf
     lines = text.splitlines()
     assert lines[0] == "slurm-yolo-availability 2" and f"stamp {int(now)}" in lines
     later = int(t0 + 86400) + 1  # a scheduled price: the script switches to it when it takes effect
-    assert [line for line in lines if line.startswith("price a100")] == ["price a100 3000 0", f"price a100 5000 {later}"]
+    assert [line for line in lines if line.startswith("price a100")] == [
+        "price a100 3000 0",
+        f"price a100 5000 {later}",
+    ]
     assert "account vision 4995" in lines and "maxrate 1.5" in lines and "held yolo 41" in lines
-    assert "rate yolo-prod 0.8" in lines and [line for line in lines if line.startswith("account")] == ["account vision 4995"]
+    assert "rate yolo-prod 0.8" in lines and [line for line in lines if line.startswith("account")] == [
+        "account vision 4995"
+    ]
     assert Path(availability.path(cfg)).read_text().splitlines()[2:] == lines[2:]  # every write published it
 
 

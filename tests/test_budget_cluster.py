@@ -55,7 +55,16 @@ def balance_path(slurm: Slurm, account: str, since_id: int) -> list[int]:
     alone: what it had beyond its holds at every moment."""
     with slurm.ledger() as lg:
         rows = [r for r in lg.movements() if r["account"] == account]
-    sign = {"deposit": 1, "refill": 1, "adjustment": 1, "hold": -1, "refund": 1, "expiry": -1, "overrun": -1, "charge": 0}
+    sign = {
+        "deposit": 1,
+        "refill": 1,
+        "adjustment": 1,
+        "hold": -1,
+        "refund": 1,
+        "expiry": -1,
+        "overrun": -1,
+        "charge": 0,
+    }
     balance, path = 0, []
     for r in rows:
         balance += sign[r["kind"]] * r["amount"]
@@ -92,7 +101,9 @@ def test_plain_submissions_beyond_what_is_left_are_refused_at_submit(lean: Slurm
 
 def test_a_pending_job_cannot_be_made_dearer_by_its_user(lean: Slurm) -> None:
     fund(lean, ("vision",), 10**12)
-    job = lean.sbatch("-A", "vision", "-p", "a100", "--gres=gpu:a100:1", "-t", "5", "--hold", script="true", user="alice")
+    job = lean.sbatch(
+        "-A", "vision", "-p", "a100", "--gres=gpu:a100:1", "-t", "5", "--hold", script="true", user="alice"
+    )
     before = lean.cmd("squeue", "-h", "-j", str(job), "-O", "tres-alloc:|,Partition:|,NumNodes:|").stdout
     for change in ("gres=gpu:a100:2", "partition=t4", "numnodes=2"):
         res = lean.cmd("scontrol", "update", f"jobid={job}", change, user="alice", check=False)
@@ -178,8 +189,9 @@ def _slurmdbd_pid(slurm: Slurm) -> int:
 def _up(slurm: Slurm) -> None:
     """Bring back whatever is down (twice at most: a daemon killed a moment ago may still be exiting)."""
     for _ in range(3):
-        res = subprocess.run([str(REPO / "deploy" / "minicluster"), "up", slurm.release], capture_output=True, text=True,
-                             check=False)
+        res = subprocess.run(
+            [str(REPO / "deploy" / "minicluster"), "up", slurm.release], capture_output=True, text=True, check=False
+        )
         if res.returncode == 0:
             return
         time.sleep(2)
@@ -260,8 +272,12 @@ def test_chaos_over_200_jobs_leaves_sacct_and_the_ledger_in_agreement(lean: Slur
                 stop.wait(rng.uniform(0.5, 3.0))
                 _up(lean)
             else:  # the epilogs running now, and the children they left to finish their work
-                for pattern in ("slurm-yolo-hook epilog", "slurm_yolo.hook_entry import epilog_main",
-                                "slurm_yolo ledger reconcile --job", "slurm_yolo ledger comments"):
+                for pattern in (
+                    "slurm-yolo-hook epilog",
+                    "slurm_yolo.hook_entry import epilog_main",
+                    "slurm_yolo ledger reconcile --job",
+                    "slurm_yolo ledger comments",
+                ):
                     subprocess.run(["pkill", "-9", "-f", pattern], check=False)
             done.append(what)
 

@@ -38,9 +38,21 @@ def test_dry_run_json_offline_for_any_partition(dataset: Path) -> None:
 
 
 def test_explain_says_everything(dataset: Path, site_config: Path) -> None:
-    code, out = run(["--dry-run", "--explain", "-p", "a100", "train", f"data={dataset}", "model=yolo11n.yaml", "epochs=2"])
+    code, out = run(
+        ["--dry-run", "--explain", "-p", "a100", "train", f"data={dataset}", "model=yolo11n.yaml", "epochs=2"]
+    )
     assert code == 0, out
-    for word in ("images: 16 train", "640-equivalent", "family yolo11", "k 1 s/MTok", "config prior", "start-up 20.0 s", "buffer:", "gres:", "qos:"):
+    for word in (
+        "images: 16 train",
+        "640-equivalent",
+        "family yolo11",
+        "k 1 s/MTok",
+        "config prior",
+        "start-up 20.0 s",
+        "buffer:",
+        "gres:",
+        "qos:",
+    ):
         assert word in out
 
 
@@ -80,7 +92,9 @@ def fake_slurm(home: Path, tmp_path: Path, scontrol: str, config: str = "") -> P
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     write_script(bin_dir / "scontrol", scontrol)
-    write_script(bin_dir / "sbatch", f"""script=$(cat)
+    write_script(
+        bin_dir / "sbatch",
+        f"""script=$(cat)
 echo "$SLURM_TIME_FORMAT $*" >> {tmp_path}/argv.log
 part=$(printf '%s\\n' "$script" | sed -n 's/^#SBATCH --partition=//p')
 printf '%s\\n' "$script" > {tmp_path}/$part.sbatch
@@ -89,7 +103,8 @@ answer=$(cat {tmp_path}/answer.$part)
 case "$answer" in
   [0-9]*) echo "sbatch: Job 77 to start at $answer using 1 processors on nodes n1 in partition $part" >&2 ;;
   *) echo "sbatch: error: $answer" >&2; exit 1 ;;
-esac""")
+esac""",
+    )
     slurm = f'[slurm]\nbin_dir = "{bin_dir}"\n'
     (home / "config.toml").write_text(config.replace("[slurm]\n", slurm) if "[slurm]\n" in config else config + slurm)
     return bin_dir
@@ -222,7 +237,9 @@ def test_log_paths_that_slurm_can_open_plan(dataset: Path, site_config: Path, tm
         assert code == 0, (args, out)
 
 
-def test_auto_passes_over_partitions_too_small(dataset: Path, site_config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_passes_over_partitions_too_small(
+    dataset: Path, site_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from slurm_yolo.slurm import commands, parsers
 
     site_config.write_text(site_config.read_text() + '\n[partitions.big]\ngpu_type = "h100"\ngpus_per_node = 4\n')
@@ -241,7 +258,9 @@ def test_bundled_dataset_plans_offline_and_says_where_its_counts_came_from(site_
     monkeypatch.setenv("YOLO_CONFIG_DIR", str(tmp_path / "cfg"))
     code, out = run(["--dry-run", "-p", "a100", "train", "model=yolov8n.yaml", "data=coco8.yaml"])
     assert code == 0, out
-    assert out.splitlines()[0].startswith("data: coco8.yaml: 4 train, 4 val images, ultralytics 8.4.190's published sizes")
+    assert out.splitlines()[0].startswith(
+        "data: coco8.yaml: 4 train, 4 val images, ultralytics 8.4.190's published sizes"
+    )
     assert "images: 4 train x 100 epochs" in out
     code, out = run(["--dry-run", "--json", "-p", "a100", "train", "model=yolov8n.yaml", "data=coco.yaml"])
     d = json.loads(out)

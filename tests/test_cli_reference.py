@@ -21,7 +21,9 @@ def test_every_command_is_in_it_with_help() -> None:
     text = README.read_text(encoding="utf-8")
     section = text[text.index(reference.START) : text.index(reference.END)]
     paths = [path for path, _ in reference.commands()]
-    assert {"yolo-sbatch", "slurm-yolo", "slurm-yolo ledger deposit", "slurm-yolo watch", "slurm-yolo metrics"} <= set(paths)
+    assert {"yolo-sbatch", "slurm-yolo", "slurm-yolo ledger deposit", "slurm-yolo watch", "slurm-yolo metrics"} <= set(
+        paths
+    )
     for path, help_text in reference.commands():
         assert f"### `{path}`" in section
         assert help_text.startswith(f"Usage: {path} "), path
@@ -38,7 +40,10 @@ def test_replace_needs_both_markers_once() -> None:
     for text in ("no markers", reference.START, f"{reference.START}{reference.END}{reference.START}"):
         with pytest.raises(ValueError, match="markers"):
             reference.replace(text, "x")
-    assert reference.replace(f"a{reference.START}old{reference.END}b", "new") == f"a{reference.START}\nnew\n{reference.END}b"
+    assert (
+        reference.replace(f"a{reference.START}old{reference.END}b", "new")
+        == f"a{reference.START}\nnew\n{reference.END}b"
+    )
 
 
 def test_check_and_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -47,5 +52,7 @@ def test_check_and_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert reference.main(["--check", str(stale)]) == 1
     assert reference.main(["--write", str(stale)]) == 0
     assert reference.main(["--check", str(stale)]) == 0
-    assert stale.read_text(encoding="utf-8").startswith("intro\n") and stale.read_text(encoding="utf-8").endswith("\nend\n")
+    assert stale.read_text(encoding="utf-8").startswith("intro\n") and stale.read_text(encoding="utf-8").endswith(
+        "\nend\n"
+    )
     assert reference.main(["--bogus"]) == 2

@@ -27,7 +27,9 @@ def scancel(job_id: int) -> None:
     subprocess.run(["/usr/bin/scancel", str(job_id)], check=False)
 
 
-def sacct_row(job_id: int, timeout: float = 30, until: Callable[[dict[str, str]], bool] = lambda r: True) -> dict[str, str]:
+def sacct_row(
+    job_id: int, timeout: float = 30, until: Callable[[dict[str, str]], bool] = lambda r: True
+) -> dict[str, str]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         rows = commands.sacct_jobs([job_id])
@@ -62,7 +64,11 @@ def test_slurm_records_the_plan(cluster: None, site_config: Path, dataset: Path,
         assert job["TresPerNode"] == f"gres:{gres}"
         assert job["Comment"].startswith("yolo:tok=")
         row = sacct_row(job_id)
-        assert (row["Partition"], row["QOS"], int(row["TimelimitRaw"]) * 60) == (partition, d["qos"], d["time_limit_seconds"])
+        assert (row["Partition"], row["QOS"], int(row["TimelimitRaw"]) * 60) == (
+            partition,
+            d["qos"],
+            d["time_limit_seconds"],
+        )
     finally:
         scancel(job_id)
     # slurmdbd stores the comment with the job's end record.
@@ -84,16 +90,25 @@ def test_hostile_job_name_is_data_not_code(cluster: None, site_config: Path, dat
 
 def test_slurm_error_is_one_line_and_nothing_submitted(cluster: None, site_config: Path, dataset: Path) -> None:
     before = subprocess.run(["/usr/bin/squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=False).stdout
-    res = CliRunner().invoke(yolo_sbatch, ["-p", "t4", "--sbatch-arg=--nodelist=no-such-node", "train", f"data={dataset}"])
+    res = CliRunner().invoke(
+        yolo_sbatch, ["-p", "t4", "--sbatch-arg=--nodelist=no-such-node", "train", f"data={dataset}"]
+    )
     assert res.exit_code == 1
-    assert res.output.startswith("Error: job not submitted: sbatch failed:") and len(res.output.strip().splitlines()) == 1
-    assert subprocess.run(["/usr/bin/squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=False).stdout == before
+    assert (
+        res.output.startswith("Error: job not submitted: sbatch failed:") and len(res.output.strip().splitlines()) == 1
+    )
+    assert (
+        subprocess.run(["/usr/bin/squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=False).stdout
+        == before
+    )
 
 
 @pytest.mark.train
 def test_real_training_job_end_to_end(cluster: None, site_config: Path, dataset: Path, yolo_env: dict[str, str],
                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    site_config.write_text(site_config.read_text().replace("[job]\n", f"[job]\nyolo_config_dir = \"{yolo_env['YOLO_CONFIG_DIR']}\"\n"))
+    site_config.write_text(
+        site_config.read_text().replace("[job]\n", f'[job]\nyolo_config_dir = "{yolo_env["YOLO_CONFIG_DIR"]}"\n')
+    )
     tmp_path.chmod(0o755)
     monkeypatch.chdir(tmp_path)
     res = CliRunner().invoke(yolo_sbatch, ["-p", "t4", "--wait", "-J", "e2e", "train", "model=yolov8n.yaml", f"data={dataset}",
@@ -117,7 +132,9 @@ def test_wait_gives_up_after_its_timeout_and_the_job_goes_on(cluster: None, site
                                            "wait-timeout", "train", f"data={dataset}", "model=yolov8n.yaml"])  # fmt: skip
     job = int(res.output.split()[3])
     try:
-        assert res.exit_code == 1 and res.output.strip().splitlines()[-1].startswith(f"Error: job {job} still PENDING after 2 s")
+        assert res.exit_code == 1 and res.output.strip().splitlines()[-1].startswith(
+            f"Error: job {job} still PENDING after 2 s"
+        )
         assert commands.job_state(job) == "PENDING"  # waiting stopped, the job did not
     finally:
         subprocess.run(["/usr/bin/scancel", str(job)], check=False)

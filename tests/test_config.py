@@ -20,7 +20,9 @@ def test_defaults_without_a_file(home: Path) -> None:
 
 
 def test_file_overrides_and_sources(home: Path) -> None:
-    (home / "config.toml").write_text("[estimate]\nbuffer = 0.3\n[partitions.a]\ngpu_type = 'h100'\ngpus_per_node = 8\n")
+    (home / "config.toml").write_text(
+        "[estimate]\nbuffer = 0.3\n[partitions.a]\ngpu_type = 'h100'\ngpus_per_node = 8\n"
+    )
     cfg = config.load()
     assert cfg["estimate"]["buffer"] == 0.3
     assert cfg.sources["estimate.buffer"] == str(home / "config.toml")

@@ -129,7 +129,9 @@ def settings(config_dir: Path, datasets: Path) -> None:
     [("coco8.yaml", 4, 4), ("coco8", 4, 4), ("coco128.yaml", 128, 128), ("coco.yaml", 118287, 5000),
      ("VOC.yaml", 16551, 4952), ("Objects365.yaml", 1742289, 80000)],
 )  # fmt: skip
-def test_bundled_dataset_not_downloaded_uses_the_published_sizes(elsewhere: Path, data: str, train: int, val: int) -> None:
+def test_bundled_dataset_not_downloaded_uses_the_published_sizes(
+    elsewhere: Path, data: str, train: int, val: int
+) -> None:
     c = dataset.count(data)
     assert (c.train, c.val) == (train, val)
     assert c.source.startswith("ultralytics 8.4.190's published sizes (no datasets_dir in ")
@@ -187,8 +189,10 @@ def test_bundled_table_matches_installed_ultralytics() -> None:
         data = yaml.safe_load(text)
         listed = {s: tuple(data[s]) if isinstance(data[s], list) else (data[s],) for s in ("train", "val")}
         assert (data["path"], listed["train"], listed["val"]) == (row.root, row.train, row.val), name
-        published = {s: re.search(rf"^{s}:.*# {s} images \(relative to 'path'\) (.*)$", text, re.MULTILINE)
-                     for s in ("train", "val")}
+        published = {
+            s: re.search(rf"^{s}:.*# {s} images \(relative to 'path'\) (.*)$", text, re.MULTILINE)
+            for s in ("train", "val")
+        }
         if name == "xView.yaml":  # "90% of 847" / "10% of 847": ultralytics' autosplit of the train set
             assert (row.train_images, row.val_images) == (round(0.9 * 847), round(0.1 * 847))
             continue

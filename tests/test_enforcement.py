@@ -144,11 +144,14 @@ def test_enforce_reports_each_account_it_could_not_set(home: Path, tmp_path: Pat
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     write_script(bin_dir / "scontrol", 'echo "ClusterName             = fake"')
-    write_script(bin_dir / "sacctmgr", f"""echo "$*" >> {log}
+    write_script(
+        bin_dir / "sacctmgr",
+        f"""echo "$*" >> {log}
 case "$*" in
   *show*) printf 'fake|enf_a|||cpu=10,gres/gpu=5\\nfake|enf_a|alice||\\nfake|enf_b|||\\n' ;;
   *name=enf_b*) echo "sacctmgr: error: simulated outage" >&2; exit 1 ;;
-esac""")
+esac""",
+    )
     cfg = use_bin_dir(home, bin_dir)
     for account in ("enf_a", "enf_b", "enf_c", "Bad Name"):  # enf_c: no association on this cluster
         set_dry(cfg, account, True)
@@ -157,8 +160,10 @@ esac""")
     assert res.stdout == "enf_a: blocked on fake, GrpTRESRunMins cpu=10,gres/gpu=5 -> cpu=10,gres/gpu=0,gres/shard=0\n"
     assert res.stderr.splitlines() == [
         "Error: ledger account 'Bad Name' is not a plain Slurm name (lower-case letters, digits, _ . -)",
-        ("Error: account enf_b: the ledger says dry, its limit on cluster fake is not set: sacctmgr failed: "
-         "sacctmgr: error: simulated outage"),
+        (
+            "Error: account enf_b: the ledger says dry, its limit on cluster fake is not set: sacctmgr failed: "
+            "sacctmgr: error: simulated outage"
+        ),
     ]
     assert log.read_text().splitlines() == [
         "-n -P show assoc where cluster=fake account=enf_a,enf_b,enf_c format=" + ",".join(parsers.ASSOC_FIELDS),

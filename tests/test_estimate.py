@@ -81,7 +81,9 @@ def test_missing_custom_model_is_clear(tmp_path: Path) -> None:
 
 
 @pytest.mark.train
-def test_custom_model_is_measured_with_ultralytics_and_cached(tmp_path: Path, yolo_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_custom_model_is_measured_with_ultralytics_and_cached(
+    tmp_path: Path, yolo_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     import ultralytics
 
     for k, v in yolo_env.items():
@@ -108,5 +110,7 @@ def test_tokens_properties(epochs: int, train: int, val: int, imgsz: int, batch:
     t = estimate.tokens(w, vw)
     assert t >= w.train_tokens > 0
     assert w.imgsz % 32 == 0 and w.imgsz >= imgsz
-    more = estimate.workload(spec.parse(["train", "data=d.yaml", f"epochs={epochs + 1}", f"imgsz={imgsz}"]), train, val, info())
+    more = estimate.workload(
+        spec.parse(["train", "data=d.yaml", f"epochs={epochs + 1}", f"imgsz={imgsz}"]), train, val, info()
+    )
     assert estimate.tokens(more, vw) > t

@@ -63,7 +63,11 @@ def verdict(code: int, out: str, exc: BaseException | None, words: list[str], tm
         return "printed a traceback"
     if code != 0:
         lines = out.strip().splitlines()
-        return None if len(lines) == 1 and lines[0].startswith("Error: ") else f"exit {code} without one Error line: {out[:300]!r}"
+        return (
+            None
+            if len(lines) == 1 and lines[0].startswith("Error: ")
+            else f"exit {code} without one Error line: {out[:300]!r}"
+        )
     try:
         plan = json.loads(out)
     except ValueError:
@@ -85,7 +89,9 @@ def run_script(script: str, words: list[str], tmp: Path) -> str | None:
     argv_file = tmp / "argv"
     argv_file.unlink(missing_ok=True)
     env = {"PATH": "/usr/bin:/bin", "ARGV_FILE": str(argv_file), "HOME": str(tmp)}
-    res = subprocess.run(["bash", "-c", script], cwd=tmp / "work", env=env, capture_output=True, text=True, timeout=30, check=False)
+    res = subprocess.run(
+        ["bash", "-c", script], cwd=tmp / "work", env=env, capture_output=True, text=True, timeout=30, check=False
+    )
     got = argv_file.read_bytes().decode().split("\0")[:-1] if argv_file.exists() else None
     if res.returncode != 0 or got != ["-m", "slurm_yolo", "run", "--", *words]:
         return f"bash ran the script to {res.returncode} with argv {got!r}: {res.stderr[-300:]!r}"
@@ -169,5 +175,7 @@ def test_as_a_user_runs_it(args: list[str], ok: bool, hostile_home: Path, datase
         assert verdict(0, res.stdout, None, words, hostile_home) is None
     else:
         lines = res.stderr.splitlines()
-        assert res.returncode == 1 and res.stdout == "" and len(lines) == 1 and lines[0].startswith("Error: "), res.stderr
+        assert res.returncode == 1 and res.stdout == "" and len(lines) == 1 and lines[0].startswith("Error: "), (
+            res.stderr
+        )
     assert not (hostile_home / "pwned").exists()

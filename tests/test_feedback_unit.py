@@ -79,7 +79,9 @@ def test_progress_line(tmp_path: Path) -> None:
     assert "waiting" in progress.render("PENDING", None)
 
 
-@pytest.mark.parametrize(("pattern", "out"), [("yolo-%x-%j.out", "yolo-n-12.out"), ("/x/%u/%%j", "/x/bob/%j"), ("a%Zb", "a%Zb")])
+@pytest.mark.parametrize(
+    ("pattern", "out"), [("yolo-%x-%j.out", "yolo-n-12.out"), ("/x/%u/%%j", "/x/bob/%j"), ("a%Zb", "a%Zb")]
+)
 def test_expand_pattern(pattern: str, out: str) -> None:
     assert progress.expand_pattern(pattern, 12, "n", "bob") == out
 
@@ -91,10 +93,14 @@ def test_a_usage_file_nested_past_pythons_recursion_is_no_sample(tmp_path: Path)
 
 
 def test_a_short_run_moves_the_whole_model() -> None:
-    tiny = estimate.workload(spec.parse(["train", "data=d.yaml", "epochs=1", "imgsz=64"]), 8, 4, estimate.lookup_model("yolov8n"))  # type: ignore[arg-type]
+    tiny = estimate.workload(
+        spec.parse(["train", "data=d.yaml", "epochs=1", "imgsz=64"]), 8, 4, estimate.lookup_model("yolov8n")
+    )  # type: ignore[arg-type]
     fixed_heavy = replace(TM, overhead_seconds=5.0, n=0)
     pred = predict_train_seconds(tiny, fixed_heavy, 1, 0.9, 8.86)
     tm, ratio, why = feedback.nudge(fixed_heavy, Sample(tiny, 1, pred / 2), 0.9, 8.86)
     assert ratio == pytest.approx(0.5) and "fixed costs dominate" in why
-    assert tm.k == pytest.approx(fixed_heavy.k / 2) and tm.overhead_seconds == pytest.approx(2.5)  # the first run: all of it
+    assert tm.k == pytest.approx(fixed_heavy.k / 2) and tm.overhead_seconds == pytest.approx(
+        2.5
+    )  # the first run: all of it
     assert predict_train_seconds(tiny, tm, 1, 0.9, 8.86) == pytest.approx(pred / 2)

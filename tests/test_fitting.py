@@ -47,7 +47,9 @@ def errors(tm: object, held: list[Sample]) -> list[float]:
     return out
 
 
-def test_half_the_corpus_predicts_the_other_half_and_the_bigger_runs(runs: tuple[list[Sample], list[Sample]], prior: object) -> None:
+def test_half_the_corpus_predicts_the_other_half_and_the_bigger_runs(
+    runs: tuple[list[Sample], list[Sample]], prior: object
+) -> None:
     cal, ext = runs
     train, held = cal[::2], cal[1::2]
     tm = fitting.fit(train, prior, DDP, REF, 0.99)  # type: ignore[arg-type]

@@ -163,7 +163,9 @@ def state() -> Iterator[Path]:
     home = base / f"hookd-{uuid.uuid4().hex[:8]}"
     home.mkdir(mode=0o755)
     text = (REPO / "deploy" / "config.toml").read_text()
-    text = text.replace('prolog_errors = "open"', 'prolog_errors = "open"\nenforce = false\nadmin_comment = false\nfeedback = false')
+    text = text.replace(
+        'prolog_errors = "open"', 'prolog_errors = "open"\nenforce = false\nadmin_comment = false\nfeedback = false'
+    )
     (home / "config.toml").write_text(text + f'\n[hookd]\nsocket = "{home}/hookd.sock"\n')
     shutil.chown(home, "slurm", "slurm")
     yield home
@@ -238,7 +240,9 @@ def test_client_names_a_missing_event_and_exits_zero() -> None:
 def test_prolog_holds_and_epilog_settles_through_hookd(hookd: subprocess.Popen[bytes], state: Path) -> None:
     [job] = ended_jobs(1)
     env = hook_env(state, job)
-    res = subprocess.run([str(CLIENT)], env={**env, "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"}, timeout=60, check=False)
+    res = subprocess.run(
+        [str(CLIENT)], env={**env, "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"}, timeout=60, check=False
+    )
     assert res.returncode == 0
     [row] = runs(state)  # held before the client returned
     assert row["state"] == "held" and row["hold"] == 60 * 1_000_000 // 4 and row["gpus"] == 0.25
@@ -353,5 +357,7 @@ def test_chaos_through_hookd_killed_and_restarted_keeps_the_books(hookd: subproc
     subprocess.run([str(VENV_BIN / "slurm-yolo"), "ledger", "reconcile", "--min-age", "0"], env=env, check=True,
                    capture_output=True)  # fmt: skip
     rows = [r for r in runs(state) if r["job_id"] in jobs]  # reconcile also bills the cluster's other runs here
-    assert len(rows) == 50 and all(r["state"] == "settled" and r["charge"] == 0 and r["refund"] == r["hold"] for r in rows)
+    assert len(rows) == 50 and all(
+        r["state"] == "settled" and r["charge"] == 0 and r["refund"] == r["hold"] for r in rows
+    )
     assert check(state) == []

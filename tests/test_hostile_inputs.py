@@ -123,7 +123,9 @@ def alices_runs(cluster: Slurm) -> Iterator[tuple[dict[str, int], dict[str, Path
 def test_report(cluster: Slurm, alices_runs: tuple[dict[str, int], dict[str, Path], str]) -> None:
     """The report reads each yolo job's usage records in its work dir, which its user writes."""
     jobs, dirs, start = alices_runs
-    env = {k: v for k, v in os.environ.items() if k != "SLURM_YOLO_HOME"} | {"SLURM_YOLO_CONFIG": str(cluster.config_path)}
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_YOLO_HOME"} | {
+        "SLURM_YOLO_CONFIG": str(cluster.config_path)
+    }
 
     def roi() -> list[dict]:
         res = slurm_yolo("report", "--json", "--view", "roi", "--since", start, "-u", "alice", "-A", "vision", env=env)

@@ -57,7 +57,6 @@ def records(folder: Path, job: int) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-
 def history_entry(partition: str, source: str) -> calibration.TimeModel | None:
     return next((h.model for h in calibration.history(config_mod.load(), partition) if h.source == source), None)
 
@@ -98,7 +97,9 @@ def test_job_feedback_moves_k_and_the_next_estimate(job_dir: Path, dataset: Path
 
 def test_signal_checkpoints_requeues_and_resumes(job_dir: Path, dataset: Path) -> None:
     job = submit(["-p", "t4", "-J", "requeue", *train_words(job_dir, dataset, "rq", epochs=25)])
-    poll("epoch 3", lambda: any(r.get("kind") == "epoch" and r["epoch"] >= 3 for r in records(job_dir, job)), timeout=240)
+    poll(
+        "epoch 3", lambda: any(r.get("kind") == "epoch" and r["epoch"] >= 3 for r in records(job_dir, job)), timeout=240
+    )
     subprocess.run(["/usr/bin/scancel", "--batch", "--signal=USR2", str(job)], check=True)
     poll("the requeue", lambda: any(r.get("kind") == "requeue" for r in records(job_dir, job)), timeout=120)
     cfg = config_mod.load()
@@ -139,10 +140,12 @@ def test_signal_checkpoints_requeues_and_resumes(job_dir: Path, dataset: Path) -
 
 
 def test_watchdog_requeues_or_cancels_a_silent_job(job_dir: Path) -> None:
-    script = "#!/bin/bash\necho started\necho '{\"kind\": \"start\"}' > yolo-usage-$SLURM_JOB_ID.jsonl\nsleep 600\n"
+    script = '#!/bin/bash\necho started\necho \'{"kind": "start"}\' > yolo-usage-$SLURM_JOB_ID.jsonl\nsleep 600\n'
     job = commands.submit(script, ["-p", "t4", "--gres=gpu:t4:1", "-t", "15", "-o", str(job_dir / "z-%j.out")])
     assert commands.wait_for_state(job, {"RUNNING"}, timeout=30) == "RUNNING"
-    usage = poll("usage file", lambda: (job_dir / f"yolo-usage-{job}.jsonl").exists() and job_dir / f"yolo-usage-{job}.jsonl")
+    usage = poll(
+        "usage file", lambda: (job_dir / f"yolo-usage-{job}.jsonl").exists() and job_dir / f"yolo-usage-{job}.jsonl"
+    )
     old = time.time() - 3600
     for f in (usage, job_dir / f"z-{job}.out"):
         os.utime(f, (old, old))
@@ -160,7 +163,9 @@ def test_watchdog_acts_on_one_array_task_alone(job_dir: Path) -> None:
     with ``|`` moves no field, and the watchdog cancels that task, not its array. Only this test's
     jobs are acted on (others may share the cluster)."""
     script = "#!/bin/bash\necho started\necho '{}' > yolo-usage-$SLURM_JOB_ID.jsonl\nsleep 600\n"
-    array = commands.submit(script, ["-p", "t4", "-t", "15", "-a", "1-2", "-J", "z|a|b", "-o", str(job_dir / "z-%A_%a.out")])
+    array = commands.submit(
+        script, ["-p", "t4", "-t", "15", "-a", "1-2", "-J", "z|a|b", "-o", str(job_dir / "z-%A_%a.out")]
+    )
 
     def tasks() -> dict[str, int] | None:
         out = subprocess.run(["/usr/bin/squeue", "-h", "-j", str(array), "-t", "RUNNING", "-o", "%i %A"],

@@ -21,7 +21,7 @@ import pytest
 
 from slurm_yolo import launcher
 
-FAKE_TRAINER = r'''
+FAKE_TRAINER = r"""
 import json, os, subprocess, sys, time, zipfile
 from pathlib import Path
 
@@ -58,7 +58,7 @@ while epoch < args["epochs"]:
                 z.writestr("ckpt", json.dumps({"epoch": epoch}))
                 z.writestr("data", os.urandom(200_000))
 worker.kill()
-'''
+"""
 
 
 @pytest.fixture
@@ -79,7 +79,13 @@ def job(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    for var in ("SLURM_JOB_ID", "SLURM_RESTART_COUNT", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_CPUS_PER_TASK"):
+    for var in (
+        "SLURM_JOB_ID",
+        "SLURM_RESTART_COUNT",
+        "SLURM_ARRAY_JOB_ID",
+        "SLURM_ARRAY_TASK_ID",
+        "SLURM_CPUS_PER_TASK",
+    ):
         monkeypatch.delenv(var, raising=False)
     handlers = {s: signal.getsignal(s) for s in (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)}
     yield work
@@ -165,7 +171,9 @@ def test_usr2_requeues_the_array_task_at_the_next_checkpoint_and_the_next_run_re
     monkeypatch.setenv("FAKE_EPOCH_SECONDS", "0.01")
     assert launcher.run(words(dataset, job / "runs", 40)) == 0
     second = [r for r in records(usage) if r["restart"] == 1]
-    assert [r["kind"] for r in second[:2]] == ["start", "resume"] and second[1]["from"] == str(folder / "weights" / "last.pt")
+    assert [r["kind"] for r in second[:2]] == ["start", "resume"] and second[1]["from"] == str(
+        folder / "weights" / "last.pt"
+    )
     assert second[-1]["kind"] == "end" and second[-1]["epochs_completed"] == 40
     epochs = [r["epoch"] for r in records(usage) if r["kind"] == "epoch"]
     assert epochs == list(range(1, 41))  # every epoch once, across both runs

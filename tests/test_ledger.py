@@ -94,15 +94,24 @@ def test_version_1_ledger_migrates_with_its_runs(cfg: config.Config) -> None:
     conn.execute("INSERT INTO accounts (name, balance, held, credited, refilled_at) VALUES ('a', 700, 300, 1000, 0)")
     conn.execute("INSERT INTO movements (at, account, kind, amount, actor) VALUES (0, 'a', 'deposit', 1000, 't')")
     old = "c:9:2026-11-30T00:00:00:0"
-    conn.execute("INSERT INTO movements (at, account, kind, amount, job_key, actor) VALUES (0, 'a', 'hold', 300, ?, 't')", (old,))
+    conn.execute(
+        "INSERT INTO movements (at, account, kind, amount, job_key, actor) VALUES (0, 'a', 'hold', 300, ?, 't')", (old,)
+    )
     conn.execute("INSERT INTO jobs (job_key, cluster, job_id, submit_time, restart, account, user, partition, gpus, k,"
                  " time_limit, hold, held_at) VALUES (?, 'c', 9, '2026-11-30T00:00:00', 0, 'a', 'u', 'p', 1, 2.0, 60, 300, 0)", (old,))  # fmt: skip
     conn.close()
-    submit = int(time.mktime(time.strptime("2026-11-30T00:00:00", "%Y-%m-%dT%H:%M:%S")))  # local time, as Slurm printed it
+    submit = int(
+        time.mktime(time.strptime("2026-11-30T00:00:00", "%Y-%m-%dT%H:%M:%S"))
+    )  # local time, as Slurm printed it
     key = ledger.run_key("c", 9, submit)
     with ledger.writer(cfg) as lg:
         row = lg.run(key)
-        assert row is not None and (row["submit_time"], row["price"], row["rate"], row["hold_seconds"]) == (submit, 500_000, 1.0, 60)
+        assert row is not None and (row["submit_time"], row["price"], row["rate"], row["hold_seconds"]) == (
+            submit,
+            500_000,
+            1.0,
+            60,
+        )
         assert [m["job_key"] for m in lg.history("a")] == [key, None]
         assert lg.settle(key, 100, "COMPLETED", 20, "epilog") is not None and lg.check() == []
 
@@ -159,7 +168,9 @@ def test_readers_see_a_ledger_they_cannot_write(cfg: config.Config, home: Path) 
         ro.credit("acct", 1, "t")
 
 
-@pytest.mark.parametrize(("text", "value"), [("50G", 50 * 10**9), ("120M", 120 * 10**6), ("1.5GTok", 1_500_000_000), ("7", 7), ("2k", 2000)])
+@pytest.mark.parametrize(
+    ("text", "value"), [("50G", 50 * 10**9), ("120M", 120 * 10**6), ("1.5GTok", 1_500_000_000), ("7", 7), ("2k", 2000)]
+)
 def test_parse_tokens(text: str, value: int) -> None:
     assert admission.parse_tokens(text) == value
 
@@ -171,8 +182,15 @@ def test_parse_tokens_refuses(text: str) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["credit", "hold", "settle", "adjust"]), st.integers(0, 5), st.integers(0, 10**6)), max_size=40))
-def test_invariant_under_any_sequence(tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int, int]]) -> None:
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["credit", "hold", "settle", "adjust"]), st.integers(0, 5), st.integers(0, 10**6)),
+        max_size=40,
+    )
+)
+def test_invariant_under_any_sequence(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int, int]]
+) -> None:
     cfg = config.load()
     cfg.values["paths"]["state_dir"] = str(tmp_path_factory.mktemp("inv"))
     with ledger.writer(cfg) as lg:

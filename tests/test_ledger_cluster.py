@@ -91,7 +91,10 @@ def test_complete_pays_its_elapsed_time_at_the_admin_price_whatever_k_says(funde
             store.save("t4", model, "test: k restored")
     assert movements(funded, job) == {"hold": [row["hold"]], "charge": [row["charge"]], "refund": [row["refund"]]}
     assert funded.ledger().account("vision")["balance"] == before - row["charge"]
-    comment = poll("AdminComment", lambda: funded.cmd("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "AdminComment").stdout.strip())
+    comment = poll(
+        "AdminComment",
+        lambda: funded.cmd("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "AdminComment").stdout.strip(),
+    )
     assert f"charge={row['charge']}," in comment and "state=completed" in comment.lower()  # sacctmgr lowercases it
 
 
@@ -117,7 +120,11 @@ def test_cancel_while_pending_moves_nothing(funded: Slurm) -> None:
 
 
 def wait_running(slurm: Slurm, job: int) -> None:
-    poll(f"job {job} running", lambda: slurm.cmd("squeue", "-h", "-j", str(job), "-o", "%T", check=False).stdout.strip() == "RUNNING", 60)
+    poll(
+        f"job {job} running",
+        lambda: slurm.cmd("squeue", "-h", "-j", str(job), "-o", "%T", check=False).stdout.strip() == "RUNNING",
+        60,
+    )
 
 
 def test_cancel_while_running_pays_the_time_it_ran(funded: Slurm) -> None:
@@ -161,10 +168,21 @@ def test_node_failure_is_refunded_in_full(funded: Slurm) -> None:
     try:
         row = funded.settled(job)[0]
         assert elapsed(funded, job)[0] == "NODE_FAIL"
-        assert (row["end_state"], row["hold"], row["charge"], row["refund"]) == ("NODE_FAIL", tokens(300, 1, "t4"), 0, tokens(300, 1, "t4"))
+        assert (row["end_state"], row["hold"], row["charge"], row["refund"]) == (
+            "NODE_FAIL",
+            tokens(300, 1, "t4"),
+            0,
+            tokens(300, 1, "t4"),
+        )
     finally:
         funded.cmd("scontrol", "update", "nodename=gpu-t4-1", "state=resume", check=False)
-        poll("gpu-t4-1 back", lambda: funded.cmd("sinfo", "-h", "-n", "gpu-t4-1", "-o", "%T").stdout.strip() in ("idle", "mixed", "allocated"), 90)
+        poll(
+            "gpu-t4-1 back",
+            lambda: (
+                funded.cmd("sinfo", "-h", "-n", "gpu-t4-1", "-o", "%T").stdout.strip() in ("idle", "mixed", "allocated")
+            ),
+            90,
+        )
 
 
 def test_repeated_prolog_and_epilog_change_nothing(funded: Slurm) -> None:
@@ -191,7 +209,11 @@ def test_a_price_change_applies_to_runs_held_after_it(funded: Slurm) -> None:
         funded.cli("ledger", "price", "set", "t4", str(PRICE["t4"]), "--reason", "tests")
     assert_billed(funded, early, 120, 1, "t4", "COMPLETED")  # held before the change: the old price
     ran = elapsed(funded, late)[1]
-    assert (late_row["price"], late_row["hold"], late_row["charge"]) == (2 * PRICE["t4"], 2 * tokens(120, 1, "t4"), 2 * tokens(ran, 1, "t4"))
+    assert (late_row["price"], late_row["hold"], late_row["charge"]) == (
+        2 * PRICE["t4"],
+        2 * tokens(120, 1, "t4"),
+        2 * tokens(ran, 1, "t4"),
+    )
 
 
 def _hostile_dir(slurm: Slurm, name: str) -> Path:
@@ -233,7 +255,9 @@ def test_hostile_user_text_bills_exactly_from_slurms_facts(funded: Slurm) -> Non
         partition = args[args.index("-p") + 1]
         share = Fraction(1, 4) if "--gres=shard:a100:1" in args else Fraction(1)
         row = assert_billed(funded, job, hold_s, share, partition, "COMPLETED", timeout=180)
-        assert (row["user"], row["account"], row["qos"], row["estimate"]) == ("alice", "vision", "normal", estimate), label
+        assert (row["user"], row["account"], row["qos"], row["estimate"]) == ("alice", "vision", "normal", estimate), (
+            label
+        )
 
 
 def test_an_admin_time_extension_is_charged_past_the_hold(funded: Slurm) -> None:
@@ -299,7 +323,11 @@ def test_a_hostile_usage_file_neither_blocks_nor_feeds_the_controller(funded: Sl
     rec = poll("the feedback's verdict", feedback_done, timeout=60)
     assert rec.get("result") == "no usable usage records", rec
     mine = f"feedback --job {job} --partition t4 --cluster {funded.name} "  # job ids repeat across the clusters
-    poll("the feedback process gone", lambda: subprocess.run(["pgrep", "-f", mine], capture_output=True).returncode == 1, 20)
+    poll(
+        "the feedback process gone",
+        lambda: subprocess.run(["pgrep", "-f", mine], capture_output=True).returncode == 1,
+        20,
+    )
     assert calibration.load(funded.config(), "t4").model.k == before
 
 
@@ -320,7 +348,9 @@ def test_dry_account_refused_by_yolo_sbatch_and_held_back_by_slurm(cluster: Slur
         set_balance(priced, "research", 10**9)
         gpu_job = priced.sbatch("-A", "research", "-p", "t4", "--gres=gpu:t4:1", "-t", "1", "--hold", script="true")
         set_balance(priced, "research", 0)
-        limits = priced.cmd("sacctmgr", "-n", "-P", "show", "assoc", "where", "account=research", "format=grptresrunmins")
+        limits = priced.cmd(
+            "sacctmgr", "-n", "-P", "show", "assoc", "where", "account=research", "format=grptresrunmins"
+        )
         assert "gres/gpu=0" in limits.stdout
         refused = priced.cmd("sbatch", "-A", "research", "-p", "t4", "--gres=gpu:t4:1", "-t", "1", "--wrap", "true",
                              check=False)  # fmt: skip
@@ -343,7 +373,9 @@ def test_spank_option_reaches_the_ledger(funded: Slurm) -> None:
     bad = funded.cmd("sbatch", "--yolo-tokens=12abc", "-p", "t4", "--wrap", "true", check=False)
     assert bad.returncode != 0 and "yolo_tokens: --yolo-tokens: '12abc' is not a whole number" in bad.stderr
     for value in ("²", "１２", "-1", "1e19", "inf", "nan", "9" * 20, ""):  # refused before Slurm has a job
-        bad = funded.cmd("sbatch", f"--yolo-tokens={value}", "-p", "t4", "--gres=gpu:t4:1", "--wrap", "true", check=False)
+        bad = funded.cmd(
+            "sbatch", f"--yolo-tokens={value}", "-p", "t4", "--gres=gpu:t4:1", "--wrap", "true", check=False
+        )
         assert bad.returncode != 0 and "yolo_tokens: --yolo-tokens: " in bad.stderr, value
     row = assert_billed(funded, funded.sbatch("--yolo-tokens=777", "-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="true"),
                         60, 1, "t4", "COMPLETED")  # fmt: skip
@@ -370,7 +402,9 @@ def test_users_cannot_write_the_ledger(funded: Slurm) -> None:
 def test_hundreds_of_concurrent_hooks_with_kills_keep_the_books(cluster: Slurm, home: Path) -> None:
     """250 real prolog/epilog invocations (duplicated, shuffled, 10% killed -9) on real held jobs."""
     text = cluster.config_path.read_text()
-    (home / "config.toml").write_text(text.replace('prolog_errors = "open"', 'prolog_errors = "open"\nenforce = false\nadmin_comment = false'))
+    (home / "config.toml").write_text(
+        text.replace('prolog_errors = "open"', 'prolog_errors = "open"\nenforce = false\nadmin_comment = false')
+    )
     jobs = [cluster.sbatch("-p", "a100", "--gres=gpu:a100:1", "--hold", "-t", "5") for _ in range(50)]
     try:
         events = [(j, "prolog") for j in jobs for _ in range(3)] + [(j, "epilog") for j in jobs for _ in range(2)]

@@ -37,7 +37,8 @@ def test_hostile_label_values_round_trip() -> None:
     assert [labels["account"] for labels, _ in got["slurm_yolo_balance_tokens"]] == HOSTILE
     assert [labels["partition"] for labels, _ in got["slurm_yolo_k_seconds_per_mtok"]] == HOSTILE
     assert [(labels["partition"], labels["qos"]) for labels, _ in got["slurm_yolo_queue_wait_seconds_median"]] == list(
-        zip(HOSTILE, reversed(HOSTILE), strict=True))
+        zip(HOSTILE, reversed(HOSTILE), strict=True)
+    )
     assert all(v == 5e9 for _, v in got["slurm_yolo_balance_tokens"])
     assert got["slurm_yolo_hook_incidents_open"] == [({}, 2.0)]
     assert got["slurm_yolo_audit_findings"] == [({}, 3.0)]

@@ -25,7 +25,9 @@ def test_clean_venv_login_node_install(tmp_path: Path, dataset: Path) -> None:
                          check=False, capture_output=True, text=True)  # fmt: skip
     assert pip.returncode == 0, pip.stderr[-2000:]
     for cmd in ("yolo-sbatch", "slurm-yolo"):
-        res = subprocess.run([str(venv / "bin" / cmd), "--help"], capture_output=True, text=True, cwd=tmp_path, check=False)
+        res = subprocess.run(
+            [str(venv / "bin" / cmd), "--help"], capture_output=True, text=True, cwd=tmp_path, check=False
+        )
         assert res.returncode == 0 and "Usage:" in res.stdout, res.stderr
     env = {"PATH": "/usr/bin:/bin", "SLURM_YOLO_HOME": str(tmp_path / "home")}
     res = subprocess.run(
@@ -34,7 +36,9 @@ def test_clean_venv_login_node_install(tmp_path: Path, dataset: Path) -> None:
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["script"].startswith("#!/bin/bash")
-    freeze = subprocess.run([str(venv / "bin/pip"), "freeze"], capture_output=True, text=True, check=False).stdout.lower()
+    freeze = subprocess.run(
+        [str(venv / "bin/pip"), "freeze"], capture_output=True, text=True, check=False
+    ).stdout.lower()
     assert "torch" not in freeze and "ultralytics" not in freeze and "pandas" not in freeze
 
 

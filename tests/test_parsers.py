@@ -41,7 +41,15 @@ def test_delimited_drops_a_record_that_does_not_line_up() -> None:
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("00:05:00", 300), ("1-02:03:04", 93784), ("4:59", 299), ("10", 600), ("UNLIMITED", None), ("", None), ("2-00:00:00", 172800)],
+    [
+        ("00:05:00", 300),
+        ("1-02:03:04", 93784),
+        ("4:59", 299),
+        ("10", 600),
+        ("UNLIMITED", None),
+        ("", None),
+        ("2-00:00:00", 172800),
+    ],
 )
 def test_duration(text: str, seconds: int | None) -> None:
     assert parsers.duration(text) == seconds
@@ -85,5 +93,3 @@ def test_will_run_start(release: str) -> None:
     for case in rec["refused"]:
         with pytest.raises(ValueError, match="printed no start time"):
             parsers.will_run_start(case["stderr"])
-
-

@@ -22,7 +22,9 @@ def cfg(site_config: Path) -> config_mod.Config:
     return config_mod.load()
 
 
-def wl(model: str = "yolov8n", epochs: int = 10, imgsz: int = 640, batch: int = 16, train: int = 1000) -> estimate.Workload:
+def wl(
+    model: str = "yolov8n", epochs: int = 10, imgsz: int = 640, batch: int = 16, train: int = 1000
+) -> estimate.Workload:
     m = estimate.lookup_model(model)
     assert m is not None
     s = spec.parse(["train", "data=d.yaml", f"epochs={epochs}", f"imgsz={imgsz}", f"batch={batch}"])
@@ -46,20 +48,30 @@ def test_light_job_gets_shards_heavy_job_whole_gpus(cfg: config_mod.Config) -> N
 
 
 def test_qos_short_jobs_and_priorities(cfg: config_mod.Config) -> None:
-    short = plan.plan_partition(wl(epochs=1), TM, "t", cfg.partition("a100"), plan.Request("a100", priority="prod"), cfg)
+    short = plan.plan_partition(
+        wl(epochs=1), TM, "t", cfg.partition("a100"), plan.Request("a100", priority="prod"), cfg
+    )
     assert short.qos == "yolo-short"
-    explore = plan.plan_partition(wl(epochs=1), TM, "t", cfg.partition("a100"), plan.Request("a100", priority="explore"), cfg)
+    explore = plan.plan_partition(
+        wl(epochs=1), TM, "t", cfg.partition("a100"), plan.Request("a100", priority="explore"), cfg
+    )
     assert explore.qos == "yolo-explore"
-    long = plan.plan_partition(wl(epochs=300), TM, "t", cfg.partition("a100"), plan.Request("a100", priority="prod"), cfg)
+    long = plan.plan_partition(
+        wl(epochs=300), TM, "t", cfg.partition("a100"), plan.Request("a100", priority="prod"), cfg
+    )
     assert long.time_limit_seconds > 3600 and long.qos == "yolo-prod"
 
 
 def test_deadline_picks_fewest_gpus(cfg: config_mod.Config) -> None:
     w = wl("yolov8l", epochs=20)
     one = plan.plan_partition(w, TM, "t", cfg.partition("a100"), plan.Request("a100"), cfg)
-    p = plan.plan_partition(w, TM, "t", cfg.partition("a100"), plan.Request("a100", deadline_seconds=one.predicted_seconds * 0.7), cfg)
+    p = plan.plan_partition(
+        w, TM, "t", cfg.partition("a100"), plan.Request("a100", deadline_seconds=one.predicted_seconds * 0.7), cfg
+    )
     assert p.gpus == 2
-    p = plan.plan_partition(w, TM, "t", cfg.partition("a100"), plan.Request("a100", deadline_seconds=one.predicted_seconds * 1.1), cfg)
+    p = plan.plan_partition(
+        w, TM, "t", cfg.partition("a100"), plan.Request("a100", deadline_seconds=one.predicted_seconds * 1.1), cfg
+    )
     assert p.gpus == 1
     with pytest.raises(UsageError, match=r"^--deadline 30 s cannot be met on a100: needs \d+ min even with 2 GPUs$"):
         plan.plan_partition(w, TM, "t", cfg.partition("a100"), plan.Request("a100", deadline_seconds=30), cfg)
@@ -91,8 +103,10 @@ def test_auto_picks_the_earliest_finish(cfg: config_mod.Config) -> None:
     best = plan.choose([a, t], [WillRun(NOW + 36000), WillRun(NOW + 60)], NOW)  # a100 busy for 10 h
     assert best.partition == "t4" and best.expected_start == NOW + 60
     assert best.explain[-3:] == [
-        (f"partition auto: t4 would start {plan.clock(NOW + 60)} + {t.predicted_seconds / 60:.1f} min predicted"
-         f" -> finish {plan.clock(NOW + 60 + t.predicted_seconds)}"),
+        (
+            f"partition auto: t4 would start {plan.clock(NOW + 60)} + {t.predicted_seconds / 60:.1f} min predicted"
+            f" -> finish {plan.clock(NOW + 60 + t.predicted_seconds)}"
+        ),
         "partition auto: t4 finishes first",
         f"expected start: {plan.clock(NOW + 60)} on t4, in 1.0 min (Slurm's scheduler)",
     ]
@@ -108,4 +122,7 @@ def test_auto_skips_refused_partitions(cfg: config_mod.Config) -> None:
     assert best.partition == "t4" and "partition auto: a100 refused by Slurm: sbatch failed: no GPUs" in best.explain
     with pytest.raises(SlurmError) as e:
         plan.choose([a, t], [WillRun(None, "sbatch failed: x"), WillRun(None, "sbatch failed: y")], NOW)
-    assert str(e.value) == "--partition auto: Slurm refuses the job on every partition (a100: sbatch failed: x; t4: sbatch failed: y)"
+    assert (
+        str(e.value)
+        == "--partition auto: Slurm refuses the job on every partition (a100: sbatch failed: x; t4: sbatch failed: y)"
+    )

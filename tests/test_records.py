@@ -47,9 +47,17 @@ SQ = "{id}|billing=1,cpu=1,gres/gpu=2,mem=256M,node=1|{limit}|1764489615|1764489
 
 @pytest.mark.parametrize(
     ("limit", "seconds"),
-    [("2:00", 120), ("1:02:03", 3723), ("1-00:00:00", 86400), ("UNLIMITED", None), ("5", 300), ("0:00", 0),
-     ("364-23:59:59", 364 * 86400 + 86399), ("365-00:00:00", None),  # slurmctld's year for "no limit"
-     ("INVALID", records.PAST_A_YEAR)],  # squeue's word for -t 400-0: sacct has it
+    [
+        ("2:00", 120),
+        ("1:02:03", 3723),
+        ("1-00:00:00", 86400),
+        ("UNLIMITED", None),
+        ("5", 300),
+        ("0:00", 0),
+        ("364-23:59:59", 364 * 86400 + 86399),
+        ("365-00:00:00", None),  # slurmctld's year for "no limit"
+        ("INVALID", records.PAST_A_YEAR),
+    ],  # squeue's word for -t 400-0: sacct has it
 )
 def test_squeue_time_limits(limit: str, seconds: int | None) -> None:
     (r,) = records.from_squeue(SQ.format(id=7, limit=limit))
@@ -90,9 +98,16 @@ def test_sacct_states_and_limits() -> None:
 def test_sacct_refuses_malformed_lines() -> None:
     assert records.from_sacct(SA.format(id=5, state="COMPLETED", limit="2") + "|x") == []
     # what slurmdbd answers when a run's end reached it before its start: refused, never billed
-    assert records.from_sacct("542|yolo|1796050593|1796050593|1796050596|COMPLETED|3||||Unknown|alice|billing=1,gres/shard=1") == []
+    assert (
+        records.from_sacct(
+            "542|yolo|1796050593|1796050593|1796050596|COMPLETED|3||||Unknown|alice|billing=1,gres/shard=1"
+        )
+        == []
+    )
     # ...and when it has the end state but not yet the end time: ElapsedRaw is still counting
-    (counting,) = records.from_sacct("728|yolo|1796051658|1796051658|Unknown|COMPLETED|10|1|t4|vision|normal|root|gres/gpu=1")
+    (counting,) = records.from_sacct(
+        "728|yolo|1796051658|1796051658|Unknown|COMPLETED|10|1|t4|vision|normal|root|gres/gpu=1"
+    )
     assert counting.state == "COMPLETED" and not counting.final
     assert records.from_sacct(SA.format(id=5, state="COMPLETED", limit="2").replace("|24|", "|2e1|")) == []
 

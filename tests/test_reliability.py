@@ -47,7 +47,9 @@ def test_conservation_under_chaos(home: Path) -> None:
     events = []
     for job in range(600):
         hold = rng.randint(1, 10**6)
-        events += [("hold", job, hold)] * rng.randint(1, 3) + [("settle", job, rng.randint(0, hold * 2))] * rng.randint(1, 2)
+        events += [("hold", job, hold)] * rng.randint(1, 3) + [("settle", job, rng.randint(0, hold * 2))] * rng.randint(
+            1, 2
+        )
     rng.shuffle(events)
     chunks = [events[i::24] for i in range(24)]
     procs = [subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, text=True) for _ in chunks]
@@ -68,7 +70,9 @@ def test_conservation_under_chaos(home: Path) -> None:
     try:
         assert lg.check() == []
         for kind in ("hold", "charge", "refund", "overrun"):
-            dup = lg.conn.execute(f"SELECT count(*) FROM (SELECT job_key FROM movements WHERE kind = '{kind}' GROUP BY job_key HAVING count(*) > 1)").fetchone()[0]
+            dup = lg.conn.execute(
+                f"SELECT count(*) FROM (SELECT job_key FROM movements WHERE kind = '{kind}' GROUP BY job_key HAVING count(*) > 1)"
+            ).fetchone()[0]
             assert dup == 0, kind
         for r in lg.conn.execute("SELECT hold, charge, refund FROM jobs WHERE state = 'settled'"):
             assert r["refund"] == max(0, r["hold"] - r["charge"]) and r["charge"] >= 0  # past the hold: an overrun
@@ -103,7 +107,10 @@ BAD = [
     (["--sbatch-arg=--comm=yolo:eff=1", "train", "data={ds}"], "yolo-sbatch sets --comment from its plan"),
     (["--sbatch-arg=--wrap=true", "train", "data={ds}"], "yolo-sbatch sets --wrap from its plan"),
     (["--wait", "--wait-timeout", "soon", "train", "data={ds}"], "duration 'soon' not understood"),
-    (["-A", "x'; DROP TABLE accounts; --", "--dry-run", "--sbatch-arg", "no-dash", "train", "data={ds}"], "--sbatch-arg"),
+    (
+        ["-A", "x'; DROP TABLE accounts; --", "--dry-run", "--sbatch-arg", "no-dash", "train", "data={ds}"],
+        "--sbatch-arg",
+    ),
 ]
 
 
@@ -117,7 +124,11 @@ def test_hostile_and_malformed_input(args: list[str], message: str, tmp_path: Pa
     (tmp_path / "empty.yaml").write_text("train: empty\nval: empty\n")
     (tmp_path / "notyaml.yaml").write_bytes(b"\x00\xff{[: :")
     before = sorted(p.name for p in home.rglob("*"))
-    queue = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout if Path("/usr/bin/squeue").exists() else ""
+    queue = (
+        subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout
+        if Path("/usr/bin/squeue").exists()
+        else ""
+    )
     res = CliRunner().invoke(yolo_sbatch, ["-p", "a100", *[a.format(tmp=tmp_path, ds=dataset) for a in args]])
     assert res.exit_code != 0
     lines = res.output.strip().splitlines()
@@ -194,7 +205,9 @@ def test_users_cannot_change_k_or_forge_a_refund(cluster: Slurm, hooks_config: c
     lg = ledger.reader(cfg)
     assert lg is not None
     try:
-        assert [dict(r) for r in lg.conn.execute("SELECT * FROM accounts ORDER BY name")] == before  # ...and moved nothing
+        assert [
+            dict(r) for r in lg.conn.execute("SELECT * FROM accounts ORDER BY name")
+        ] == before  # ...and moved nothing
     finally:
         lg.close()
 
@@ -265,7 +278,9 @@ def test_calibrate_never_unpickles_a_users_model_as_root(dataset: Path, yolo_env
     run = Path("/var/tmp/slurm-yolo-tests") / f"alice-evil-{os.getpid()}"
     run.mkdir(parents=True, exist_ok=True)
     (run / "model.pt").write_bytes(pickle.dumps(_Payload(str(target)), protocol=2))
-    (run / "args.yaml").write_text(f"task: detect\nmode: train\nmodel: {run / 'model.pt'}\ndata: {dataset}\nepochs: 1\nimgsz: 64\n")
+    (run / "args.yaml").write_text(
+        f"task: detect\nmode: train\nmodel: {run / 'model.pt'}\ndata: {dataset}\nepochs: 1\nimgsz: 64\n"
+    )
     (run / "results.csv").write_text("epoch,time,train/box_loss\n1,5.0,1.0\n")
     alice = int(subprocess.run(["id", "-u", "alice"], capture_output=True, text=True).stdout)
     for p in (run.parent, run, *run.iterdir()):
@@ -275,4 +290,8 @@ def test_calibrate_never_unpickles_a_users_model_as_root(dataset: Path, yolo_env
     res = subprocess.run([str(VENV_BIN / "slurm-yolo"), "calibrate", "--partition", "evil", str(run)], env=env,
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert not target.exists(), "alice's pickle ran as root"
-    assert res.returncode == 1 and res.stderr.startswith("Error: no usable run") and "cannot measure its FLOPs" in res.stderr, res.stderr
+    assert (
+        res.returncode == 1
+        and res.stderr.startswith("Error: no usable run")
+        and "cannot measure its FLOPs" in res.stderr
+    ), res.stderr

@@ -49,7 +49,7 @@ def test_templates_ship_in_the_package() -> None:
 
 @pytest.mark.parametrize(
     ("value", "written"),
-    [("plain-name_1", "plain-name_1"), ("x y", '"x y"'), ('a"b', "'a\"b'"), ("it's $(x)", "\"it's $(x)\"")],
+    [("plain-name_1", "plain-name_1"), ("x y", '"x y"'), ('a"b', "'a\"b'"), ("it's $(x)", '"it\'s $(x)"')],
 )
 def test_directive_quoting(value: str, written: str) -> None:
     assert render.directive_value("--job-name", value) == written
@@ -77,7 +77,9 @@ HOSTILE = [
 def test_hostile_words_reach_the_launcher_verbatim(site_config: Path, tmp_path: Path) -> None:
     """Run the rendered script with bash: the launcher gets each word unchanged and nothing executes."""
     dump = tmp_path / "dump.py"
-    dump.write_text(f"#!{sys.executable}\nimport json, sys\nopen({str(tmp_path / 'argv.json')!r}, 'w').write(json.dumps(sys.argv[1:]))\n")
+    dump.write_text(
+        f"#!{sys.executable}\nimport json, sys\nopen({str(tmp_path / 'argv.json')!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
+    )
     dump.chmod(dump.stat().st_mode | stat.S_IXUSR)
     words = ["train", "data=/d.yaml"] + [h.format(p=tmp_path) for h in HOSTILE]
     script = render.render(fixed_plan(site_config), render.JobOptions(python=str(dump)), tuple(words))
@@ -107,7 +109,10 @@ def test_short_limits_get_no_signal(site_config: Path) -> None:
     p = replace(p, time_limit_seconds=3600)
     script = render.render(p, opts(), tuple(WORDS))
     assert "#SBATCH --signal=B:USR2@120" in script
-    assert "# With --signal=B:USR2@120, Slurm sends USR2 120 s before the time limit." in script and "No --signal" not in script
+    assert (
+        "# With --signal=B:USR2@120, Slurm sends USR2 120 s before the time limit." in script
+        and "No --signal" not in script
+    )
     p = replace(p, time_limit_seconds=180)  # half the limit: the lead shrinks, and the comment with it
     script = render.render(p, opts(), tuple(WORDS))
     assert "#SBATCH --signal=B:USR2@90" in script and "Slurm sends USR2 90 s before" in script

@@ -45,7 +45,9 @@ def test_saved_with_pipes_a_record_holding_one_is_dropped_not_shifted() -> None:
 def test_report_reads_a_saved_file_with_its_delimiter(tmp_path: Path) -> None:
     saved = tmp_path / "sacct.txt"
     saved.write_text((REC / "24.11" / "sacct_report.txt").read_text())
-    res = CliRunner().invoke(admin, ["report", "--csv", "--view", "failures", "--sacct-file", str(saved), "--delimiter", DELIMITER])
+    res = CliRunner().invoke(
+        admin, ["report", "--csv", "--view", "failures", "--sacct-file", str(saved), "--delimiter", DELIMITER]
+    )
     assert res.exit_code == 0, res.output
     assert res.output == "# failures\nPartition,state,runs\nt4,COMPLETED,3\n"
 
@@ -129,7 +131,14 @@ def test_days_left_words() -> None:
 
 @pytest.mark.parametrize(
     ("seconds", "shown"),
-    [(0, "0 s"), (45, "45 s"), (750, "12.5 min"), (3 * 3600, "3 h"), (5 * 86400, "5 days"), (4000 * 86400, "4,000 days")],
+    [
+        (0, "0 s"),
+        (45, "45 s"),
+        (750, "12.5 min"),
+        (3 * 3600, "3 h"),
+        (5 * 86400, "5 days"),
+        (4000 * 86400, "4,000 days"),
+    ],
 )
 def test_durations(seconds: float, shown: str) -> None:
     from slurm_yolo.report import output
@@ -159,7 +168,10 @@ def test_refill_line_stops_at_the_capacity() -> None:
 
     line = report.refill_line(10.0, 4.0, 20.0, pd.Series([0.0, 1.0, 2.0, 5.0]))
     assert list(line) == [10.0, 14.0, 18.0, 20.0]
-    assert list(report.refill_line(30.0, 4.0, 20.0, pd.Series([0.0, 3.0]))) == [30.0, 30.0]  # above it: refills add nothing
+    assert list(report.refill_line(30.0, 4.0, 20.0, pd.Series([0.0, 3.0]))) == [
+        30.0,
+        30.0,
+    ]  # above it: refills add nothing
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,9 @@ from slurm_yolo.errors import UsageError
 
 
 def test_parses_task_mode_and_typed_values() -> None:
-    s = spec.parse(["detect", "train", "model=yolo11s.yaml", "data=d.yaml", "epochs=50", "imgsz=640", "val=False", "lr0=0.01"])
+    s = spec.parse(
+        ["detect", "train", "model=yolo11s.yaml", "data=d.yaml", "epochs=50", "imgsz=640", "val=False", "lr0=0.01"]
+    )
     assert (s.task, s.mode) == ("detect", "train")
     assert s.args == {"model": "yolo11s.yaml", "data": "d.yaml", "epochs": 50, "imgsz": 640, "val": False, "lr0": 0.01}
     assert s.tokens[0] == "detect"

@@ -94,7 +94,9 @@ def hide_accounts(home: Path) -> None:
     """This home's config asks a scontrol that reports PrivateData=accounts,jobs (the clusters set none)."""
     fake = home / "bin"
     fake.mkdir(mode=0o755)
-    (fake / "scontrol").write_text('#!/bin/sh\n/usr/bin/scontrol "$@" | sed "s/^PrivateData .*/PrivateData = accounts,jobs/"\n')
+    (fake / "scontrol").write_text(
+        '#!/bin/sh\n/usr/bin/scontrol "$@" | sed "s/^PrivateData .*/PrivateData = accounts,jobs/"\n'
+    )
     (fake / "scontrol").chmod(0o755)
     (home / "config.toml").write_text(f'[slurm]\nbin_dir = "{fake}"\n')
 
@@ -103,7 +105,19 @@ def yolo(user: str, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``slurm-yolo ARGS`` of this checkout as ``user``, who claims to be the SlurmUser in $USER."""
     env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "SLURM_YOLO_HOME": str(home), "PYTHONPATH": str(REPO),
            "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
-    argv = ["/usr/sbin/runuser", "-u", user, "--", "/usr/bin/env", "USER=slurm", "LOGNAME=slurm", sys.executable, "-m", "slurm_yolo", *args]
+    argv = [
+        "/usr/sbin/runuser",
+        "-u",
+        user,
+        "--",
+        "/usr/bin/env",
+        "USER=slurm",
+        "LOGNAME=slurm",
+        sys.executable,
+        "-m",
+        "slurm_yolo",
+        *args,
+    ]
     return subprocess.run(argv, env=env, capture_output=True, text=True, cwd="/tmp", timeout=120, check=False)
 
 
@@ -129,7 +143,9 @@ def test_private_accounts_show_users_their_associations_and_coordinated_accounts
     assert balances("slurm", home) == balances("root", home) == {"vision", "research", lab}
     for args in (["ledger", "balance", "research"], ["ledger", "history", "research"]):
         res = yolo("alice", home, *args)
-        assert res.returncode == 1 and res.stderr.startswith("Error: account 'research' is not one you may see (alice"), res.stderr
+        assert res.returncode == 1 and res.stderr.startswith(
+            "Error: account 'research' is not one you may see (alice"
+        ), res.stderr
     res = yolo("alice", home, "ledger", "export")
     assert res.returncode == 0 and {m["account"] for m in json.loads(res.stdout)} == {"vision", lab}
     res = yolo("alice", home, "report", "--json", "--view", "budgets", "--since", "now-1minutes")
@@ -142,6 +158,9 @@ def test_alerts_and_metrics_are_for_admins(books: tuple[Path, str]) -> None:
     home, _ = books
     for args in (["alerts"], ["metrics", "--textfile", str(home / "prom")]):
         res = yolo("alice", home, *args)
-        assert res.returncode == 1 and "is for root, the SlurmUser and Slurm operators and administrators, not alice" in res.stderr
+        assert (
+            res.returncode == 1
+            and "is for root, the SlurmUser and Slurm operators and administrators, not alice" in res.stderr
+        )
     assert yolo("slurm", home, "alerts", "--json").returncode in (0, 1)  # 1: alerts found
     assert not (home / "prom").exists()

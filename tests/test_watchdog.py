@@ -24,14 +24,14 @@ ROWS = [
     ("200", "200", "N/A", "a|b|c", "bob", "{w2}", "{w2}/z-%j.out", "2:00:00"),  # silent plain job
     ("300", "300", "N/A", "young", "bob", "{w2}", "{w2}/y-%j.out", "0:20"),  # too young to judge
 ]
-SQUEUE = r'''#!{python}
+SQUEUE = r"""#!{python}
 import json, sys
 fields = sys.argv[sys.argv.index("-O") + 1].split(",")
 delimiter = fields[0].split(":", 1)[1]  # the suffix after each field, as squeue prints it
 assert all(f.endswith(":" + delimiter) for f in fields), fields
 for row in json.load(open({rows!r})):
     sys.stdout.write("".join(value + delimiter for value in row) + "\n")
-'''
+"""
 
 
 def test_watchdog_acts_on_the_array_task_alone(tmp_path: Path, home: Path) -> None:

@@ -44,7 +44,9 @@ def a100_busy(slurm: Slurm) -> Iterator[float]:
     """Both a100 GPUs taken for 10 minutes by a running job; when it was seen running (epoch seconds)."""
     job = slurm.sbatch("-p", "a100", "--gres=gpu:a100:2", "-t", "10", script="sleep 600")
     try:
-        poll("blocker running", lambda: slurm.cmd("squeue", "-h", "-j", str(job), "-o", "%T").stdout.strip() == "RUNNING")
+        poll(
+            "blocker running", lambda: slurm.cmd("squeue", "-h", "-j", str(job), "-o", "%T").stdout.strip() == "RUNNING"
+        )
         yield time.time()
     finally:
         slurm.cmd("scancel", str(job), check=False)
@@ -98,7 +100,9 @@ def test_auto_skips_a_partition_slurm_refuses(slurm: Slurm, site_config: Path, d
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)
     assert d["partition"] == "t4" and d["expected_start"] is not None
-    refused = [line for line in d["explain"] if line.startswith("partition auto: a100 refused by Slurm: sbatch failed: ")]
+    refused = [
+        line for line in d["explain"] if line.startswith("partition auto: a100 refused by Slurm: sbatch failed: ")
+    ]
     assert len(refused) == 1, d["explain"]
 
 

@@ -38,7 +38,12 @@ def config_show(as_json: bool) -> None:
     config = load_config()
     rows = config.flat()
     if as_json:
-        echo_json({"file": str(config.path) if config.path else None, "values": {k: {"value": v, "source": s} for k, v, s in rows}})
+        echo_json(
+            {
+                "file": str(config.path) if config.path else None,
+                "values": {k: {"value": v, "source": s} for k, v, s in rows},
+            }
+        )
         return
     click.echo(f"# config file: {config.path or 'none (defaults)'}")
     width = max(len(k) for k, _, _ in rows)

@@ -38,7 +38,9 @@ def parse(path: Path, as_json: bool) -> None:
             parts.append(f"{e.gpu_mem_gb:.2f} GB")
         click.echo("  " + ", ".join(parts))
     if result.images_per_s:
-        click.echo(f"run: {result.images_per_s:.1f} img/s" + (f", {result.mtok_per_s:.3f} MTok/s" if result.mtok_per_s else ""))
+        click.echo(
+            f"run: {result.images_per_s:.1f} img/s" + (f", {result.mtok_per_s:.3f} MTok/s" if result.mtok_per_s else "")
+        )
     for w in result.warnings:
         click.echo(f"warning: {w}", err=True)
 
@@ -48,8 +50,12 @@ def parse(path: Path, as_json: bool) -> None:
 @click.option("--partition", required=True)
 @click.option("--cluster", default="default")
 @click.option("--uid", type=int, default=None, help="Read USAGE only if this user (the job's) owns it.")
-@click.option("--elapsed", type=click.IntRange(min=0), default=None,
-              help="The job's elapsed seconds (sacct ElapsedRaw): teaches the partition's start-up.")
+@click.option(
+    "--elapsed",
+    type=click.IntRange(min=0),
+    default=None,
+    help="The job's elapsed seconds (sacct ElapsedRaw): teaches the partition's start-up.",
+)
 @click.argument("usage", type=click.Path(path_type=Path))
 @library_errors
 def feedback(job_id: int, partition: str, cluster: str, uid: int | None, elapsed: int | None, usage: Path) -> None:
@@ -85,14 +91,18 @@ def follow(job_id: int, interval: float = 2.0, timeout: float | None = None) -> 
         click.echo(f"\r\x1b[K{line}" if tty else line, nl=not tty)
 
     try:
-        return progress.watch(job_id, emit, poll=interval, bin_dir=Path(load_config()["slurm"]["bin_dir"]), timeout=timeout)
+        return progress.watch(
+            job_id, emit, poll=interval, bin_dir=Path(load_config()["slurm"]["bin_dir"]), timeout=timeout
+        )
     finally:
         if tty:
             click.echo()
 
 
 @click.command("watchdog")
-@click.option("--stall-minutes", type=float, default=None, help="Silence that makes a zombie (config: watchdog.stall_minutes).")
+@click.option(
+    "--stall-minutes", type=float, default=None, help="Silence that makes a zombie (config: watchdog.stall_minutes)."
+)
 @click.option("--action", type=click.Choice(["requeue", "cancel"]), default=None)
 @click.option("--dry-run", is_flag=True)
 @click.option("--json", "as_json", is_flag=True)
@@ -108,7 +118,9 @@ def watchdog_cmd(stall_minutes: float | None, action: str | None, dry_run: bool,
         echo_json([z.__dict__ for z in found])
         return
     for z in found:
-        click.echo(f"job {z.target}: silent {z.silent_seconds / 60:.1f} min -> {z.action}{' (dry run)' if dry_run else ''}")
+        click.echo(
+            f"job {z.target}: silent {z.silent_seconds / 60:.1f} min -> {z.action}{' (dry run)' if dry_run else ''}"
+        )
 
 
 COMMANDS = (parse, feedback, watch, watchdog_cmd)

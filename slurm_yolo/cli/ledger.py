@@ -113,7 +113,9 @@ def history(account: str, limit: int, as_json: bool) -> None:
         return
     for r in rows:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["at"]))
-        click.echo(f"{when}  {r['kind']:<10} {fmt_tokens(r['amount']):>12}  {r['job_key'] or ''}  {r['actor']}  {r['reason']}")
+        click.echo(
+            f"{when}  {r['kind']:<10} {fmt_tokens(r['amount']):>12}  {r['job_key'] or ''}  {r['actor']}  {r['reason']}"
+        )
 
 
 @ledger_group.group()
@@ -157,8 +159,13 @@ def price() -> None:
 @price.command("set")
 @click.argument("partition")
 @click.argument("tokens_per_gpu_second", metavar="TOKENS")
-@click.option("--from", "effective", default="now", show_default=True,
-              help="When it takes effect (ISO time, e.g. 2026-12-01T00:00); never before now.")
+@click.option(
+    "--from",
+    "effective",
+    default="now",
+    show_default=True,
+    help="When it takes effect (ISO time, e.g. 2026-12-01T00:00); never before now.",
+)
 @click.option("--reason", default="", help="Why (kept with the price).")
 @library_errors
 def price_set(partition: str, tokens_per_gpu_second: str, effective: str, reason: str) -> None:
@@ -201,7 +208,9 @@ def price_show(as_json: bool) -> None:
         for r in current + [r for r in versions if float(str(r["effective_at"])) > now]:
             since = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(str(r["effective_at"]))))
             label = f"since {since}" if r in current else f"from {since}"
-            click.echo(f"{partition}: {int(str(r['price'])):,} tokens per GPU-second {label} ({r['actor']}: {r['reason']})")
+            click.echo(
+                f"{partition}: {int(str(r['price'])):,} tokens per GPU-second {label} ({r['actor']}: {r['reason']})"
+            )
 
 
 @ledger_group.command()
@@ -258,11 +267,22 @@ def refill() -> None:
 
 
 @ledger_group.command()
-@click.option("--window-days", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="How far back to look in sacct (config: ledger.reconcile_days).")
-@click.option("--min-age", default=0.0, show_default=True, help="Leave holds younger than this many seconds to their epilog.")
-@click.option("--job", "job_id", type=click.IntRange(min=1), default=None,
-              help="Only this job, asking sacct again until it has the job's end (what an epilog left).")
+@click.option(
+    "--window-days",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="How far back to look in sacct (config: ledger.reconcile_days).",
+)
+@click.option(
+    "--min-age", default=0.0, show_default=True, help="Leave holds younger than this many seconds to their epilog."
+)
+@click.option(
+    "--job",
+    "job_id",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Only this job, asking sacct again until it has the job's end (what an epilog left).",
+)
 @click.option("--cluster", default="", help="With --job: the cluster the job's runs are keyed under.")
 @click.option("--wait", type=click.FloatRange(min=0), default=0.0, help="With --job: for up to this many seconds.")
 @click.option("--work-dir", default="", help="With --job: the job's work dir, for the time model's feedback.")
@@ -287,7 +307,9 @@ def reconcile(window_days: float | None, min_age: float, job_id: int | None, clu
         if d["state"] == "RUNNING":
             click.echo(f"{d['key']}: running without a hold, held {fmt_tokens(float(str(d['hold'])))}")
             continue
-        click.echo(f"{d['key']}: {d['state']}, charged {fmt_tokens(float(str(d['charge'])))}, refunded {fmt_tokens(float(str(d['refund'])))}")
+        click.echo(
+            f"{d['key']}: {d['state']}, charged {fmt_tokens(float(str(d['charge'])))}, refunded {fmt_tokens(float(str(d['refund'])))}"
+        )
     click.echo(f"{len(done)} run(s) reconciled")
 
 
@@ -303,7 +325,6 @@ def enforce(accounts: tuple[str, ...]) -> None:
         click.echo(f"{c.account}: {'blocked' if c.blocked else 'unblocked'} on {outcome.cluster}, "
                    f"GrpTRESRunMins {c.before or '(none)'} -> {c.after or '(none)'}")  # fmt: skip
     _fail_unconverged(outcome)
-
 
 
 @ledger_group.command()
@@ -343,11 +364,20 @@ def comments() -> None:
 
 
 @ledger_group.command()
-@click.option("--window-days", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="How far back to compare (config: ledger.reconcile_days).")
+@click.option(
+    "--window-days",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="How far back to compare (config: ledger.reconcile_days).",
+)
 @click.option("--since", default=None, help="Compare from this time on instead (ISO local time).")
-@click.option("--min-age", type=click.FloatRange(min=0), default=900.0, show_default=True,
-              help="Leave runs that ended less than this many seconds ago to their hooks.")
+@click.option(
+    "--min-age",
+    type=click.FloatRange(min=0),
+    default=900.0,
+    show_default=True,
+    help="Leave runs that ended less than this many seconds ago to their hooks.",
+)
 @click.option("--json", "as_json", is_flag=True)
 @library_errors
 def audit(window_days: float | None, since: str | None, min_age: float, as_json: bool) -> None:

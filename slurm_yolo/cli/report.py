@@ -28,13 +28,26 @@ FILTERS = [
               help="Views to show (repeatable; default: all).")  # fmt: skip
 @click.option("--csv", "as_csv", is_flag=True, help="Raw numbers: tokens, seconds, GPU-hours, shares as fractions.")
 @click.option("--json", "as_json", is_flag=True, help="Raw numbers, as --csv (a missing value: null).")
-@click.option("--html", "html_file", type=click.Path(path_type=Path), default=None,
-              help="Write an HTML page with plots: usage over time, burn-downs, predicted vs actual run time.")
-@click.option("--sacct-file", type=click.Path(exists=True, path_type=Path), default=None,
-              help="Read saved `sacct -X -D -n -p -o JobIDRaw,Account,User,Partition,QOS,State,Submit,Start,End,"
-                   "ElapsedRaw,TimelimitRaw,AllocTRES,Comment,AdminComment,WorkDir` output instead of calling sacct.")
-@click.option("--delimiter", default="|", show_default=True,
-              help="With --sacct-file: the sacct --delimiter it was saved with (one no job name or comment holds).")
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write an HTML page with plots: usage over time, burn-downs, predicted vs actual run time.",
+)
+@click.option(
+    "--sacct-file",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="Read saved `sacct -X -D -n -p -o JobIDRaw,Account,User,Partition,QOS,State,Submit,Start,End,"
+    "ElapsedRaw,TimelimitRaw,AllocTRES,Comment,AdminComment,WorkDir` output instead of calling sacct.",
+)
+@click.option(
+    "--delimiter",
+    default="|",
+    show_default=True,
+    help="With --sacct-file: the sacct --delimiter it was saved with (one no job name or comment holds).",
+)
 @library_errors
 def report(views: tuple[str, ...], as_csv: bool, as_json: bool, html_file: Path | None, sacct_file: Path | None,
            delimiter: str, **filters: str | None) -> None:  # fmt: skip
@@ -77,15 +90,21 @@ for _option in reversed(FILTERS):
 def recalibrate(partitions: tuple[str, ...], window_days: float, min_samples: int, max_step: float, dry_run: bool,
                 as_json: bool) -> None:  # fmt: skip
     """Refit each partition's time model from its recent runs (cron)."""
-    results = recal_mod.recalibrate(load_config(), list(partitions) or None, window_days, min_samples, max_step, dry_run)
+    results = recal_mod.recalibrate(
+        load_config(), list(partitions) or None, window_days, min_samples, max_step, dry_run
+    )
     if as_json:
         echo_json([r.to_dict() for r in results])
         return
     for r in results:
-        click.echo(f"{r.partition}: k {r.old.k:.4g} -> {r.new.k:.4g} ({'applied' if r.applied else 'not applied'}: {r.reason})")
+        click.echo(
+            f"{r.partition}: k {r.old.k:.4g} -> {r.new.k:.4g} ({'applied' if r.applied else 'not applied'}: {r.reason})"
+        )
         for line in describe(r.new):
             click.echo(f"  {line}")
-        click.echo(f"  buffer its cross-validation justifies: {r.buffer_justified:.2f} (configured {r.buffer_configured:.2f})")
+        click.echo(
+            f"  buffer its cross-validation justifies: {r.buffer_justified:.2f} (configured {r.buffer_configured:.2f})"
+        )
         if r.proposed_price:
             click.echo(f"  price at this throughput: {r.proposed_price} tokens per GPU-second "
                        f"(an admin applies it: slurm-yolo ledger price set {r.partition} {r.proposed_price})")  # fmt: skip
@@ -99,7 +118,9 @@ def recalibrate(partitions: tuple[str, ...], window_days: float, min_samples: in
 @click.option("--drift", default=0.3, show_default=True)
 @click.option("--error-bound", default=0.5, show_default=True)
 @library_errors
-def alerts(as_json: bool, mail_to: str | None, budget_share: float, refusals: int, drift: float, error_bound: float) -> None:
+def alerts(
+    as_json: bool, mail_to: str | None, budget_share: float, refusals: int, drift: float, error_bound: float
+) -> None:
     """Budgets nearly spent, repeated refusals, drifting k, badly predicted jobs (exit 1 when any)."""
     from ..report import recent_predictions
 

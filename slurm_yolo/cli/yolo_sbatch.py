@@ -11,21 +11,29 @@ from . import OneLineErrors, echo_json, library_errors, load_config
 
 @click.command(
     cls=OneLineErrors,
-    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False, "help_option_names": ["-h", "--help"]},
+    context_settings={
+        "ignore_unknown_options": True,
+        "allow_interspersed_args": False,
+        "help_option_names": ["-h", "--help"],
+    },
 )
 @click.version_option(__version__, prog_name="yolo-sbatch")
 @click.option("--partition", "-p", default=None,
               help="Partition name, or 'auto': the earliest predicted finish (default: auto over the configured"
                    " partitions, else Slurm's default partition).")  # fmt: skip
 @click.option("--gpus", "-G", type=int, default=None, help="GPUs (default: device= of the command, else 1).")
-@click.option("--deadline", default=None, help="Finish within this (90m, 2h, 1h30m, [D-]HH:MM:SS): fewest GPUs that do.")
+@click.option(
+    "--deadline", default=None, help="Finish within this (90m, 2h, 1h30m, [D-]HH:MM:SS): fewest GPUs that do."
+)
 @click.option("--priority", type=click.Choice(["prod", "dev", "explore"]), default=None, help="Fairshare tier.")
 @click.option("--flops-factor", type=float, default=None, help="Model GFLOPs / yolov8n's, for custom models.")
 @click.option("--dry-run", is_flag=True, help="Plan and print; submit nothing.")
 @click.option("--explain", is_flag=True, help="Print the estimate broken down.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--wait", is_flag=True, help="Block until the job ends; exit with its success.")
-@click.option("--wait-timeout", default="7d", show_default=True, help="With --wait: give up after this long (the job goes on).")
+@click.option(
+    "--wait-timeout", default="7d", show_default=True, help="With --wait: give up after this long (the job goes on)."
+)
 @click.option("--account", "-A", default=None)
 @click.option("--job-name", "-J", default=None)
 @click.option("--output", "-o", default=None)
@@ -35,7 +43,9 @@ from . import OneLineErrors, echo_json, library_errors, load_config
 @click.option("--dependency", "-d", default=None)
 @click.option("--begin", default=None)
 @click.option("--constraint", "-C", default=None)
-@click.option("--sbatch-arg", "extra", multiple=True, help="Raw sbatch option (repeatable), e.g. --sbatch-arg=--nice=10.")
+@click.option(
+    "--sbatch-arg", "extra", multiple=True, help="Raw sbatch option (repeatable), e.g. --sbatch-arg=--nice=10."
+)
 @click.argument("words", nargs=-1, type=click.UNPROCESSED)
 @library_errors
 def main(

@@ -311,7 +311,10 @@ class Ledger:
 
     def held_jobs(self) -> list[tuple[str, int]]:
         """(cluster, job id) of every run holding tokens now."""
-        return [(r["cluster"], r["job_id"]) for r in self.conn.execute("SELECT DISTINCT cluster, job_id FROM jobs WHERE state = 'held'")]
+        return [
+            (r["cluster"], r["job_id"])
+            for r in self.conn.execute("SELECT DISTINCT cluster, job_id FROM jobs WHERE state = 'held'")
+        ]
 
     def stale_holds(self, older_than: float) -> list[sqlite3.Row]:
         """Runs held since before ``older_than`` (epoch seconds) and still not settled."""
@@ -469,7 +472,8 @@ class Ledger:
 
     def job_movements(self, job_id: int) -> list[sqlite3.Row]:
         return self.conn.execute(
-            "SELECT m.* FROM movements m JOIN jobs j ON m.job_key = j.job_key WHERE j.job_id = ? ORDER BY m.id", (job_id,)
+            "SELECT m.* FROM movements m JOIN jobs j ON m.job_key = j.job_key WHERE j.job_id = ? ORDER BY m.id",
+            (job_id,),
         ).fetchall()
 
     def runs(self, job_id: int) -> list[sqlite3.Row]:
@@ -480,7 +484,9 @@ class Ledger:
         problems = []
         sums = {
             (r["account"], r["kind"]): r["total"]
-            for r in self.conn.execute("SELECT account, kind, sum(amount) AS total FROM movements GROUP BY account, kind")
+            for r in self.conn.execute(
+                "SELECT account, kind, sum(amount) AS total FROM movements GROUP BY account, kind"
+            )
         }
         for a in self.accounts():
             name = a["name"]

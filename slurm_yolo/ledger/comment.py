@@ -42,7 +42,7 @@ def parse(text: str) -> dict[int, dict[str, str]]:
     if not text.lower().startswith(PREFIX):
         return {}
     runs: dict[int, dict[str, str]] = {}
-    for entry in text[len(PREFIX):].split(";"):
+    for entry in text[len(PREFIX) :].split(";"):
         fields = {}
         for item in entry.split(","):
             key, _, value = item.partition("=")

@@ -55,7 +55,7 @@ CREATE TABLE tiers (
     qos TEXT PRIMARY KEY,
     rate REAL NOT NULL CHECK (rate > 0)
 )
-""",    # 2: billing from prices an admin sets (versioned), stored on each run with its tier rate; runs
+""",  # 2: billing from prices an admin sets (versioned), stored on each run with its tier rate; runs
     # keyed by Slurm's numbers; a run may pay past its hold ("overrun"); hook failures as incidents.
     # Version 1 keyed runs by submit time as local-time text: such keys become epoch seconds (read in
     # this host's time zone, as Slurm printed them), so reconcile finds the runs held before.

@@ -118,7 +118,9 @@ def parse_path(path: Path) -> ParseResult:
             found = sorted(path.glob(pattern), key=lambda p: p.stat().st_mtime)
             if found:
                 return parser(found[-1])
-        return ParseResult(source="none", path=str(path), partial=True, warnings=["no usage records, results.csv or log"])
+        return ParseResult(
+            source="none", path=str(path), partial=True, warnings=["no usage records, results.csv or log"]
+        )
     if not path.exists():
         return ParseResult(source="none", path=str(path), partial=True, warnings=[f"{path} does not exist"])
     head = read_text_head(path)

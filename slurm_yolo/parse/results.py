@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 MAX_RUN_FILE_BYTES = 16 * 1024 * 1024  # args.yaml and results.csv of a run folder a user made
 
+
 @dataclass(frozen=True)
 class EpochRow:
     """One results.csv row, with the numbers typed."""

@@ -119,7 +119,11 @@ def parse_stdout(path: Path) -> ParseResult:
     result.per_epoch = [epochs[k] for k in sorted(epochs)]
     if total_seconds is not None and any(e.seconds is None for e in result.per_epoch):
         result.train_seconds = total_seconds
-    if result.per_epoch and all(e.seconds is None for e in result.per_epoch) and all(e.images_per_s for e in result.per_epoch):
+    if (
+        result.per_epoch
+        and all(e.seconds is None for e in result.per_epoch)
+        and all(e.images_per_s for e in result.per_epoch)
+    ):
         ips = [e.images_per_s for e in result.per_epoch if e.images_per_s]
         result.images_per_s = sum(ips) / len(ips)
     complete = [e.epoch for e in result.per_epoch if e.seconds is not None or e.images_per_s is not None]

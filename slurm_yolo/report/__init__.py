@@ -214,7 +214,9 @@ def final_map(workdir: str, job_id: int, user: str) -> float | None:
 def roi(df: pd.DataFrame) -> pd.DataFrame:
     """Final mAP50-95 per GTok charged, per job, where the job left its results."""
     done = df[df["yolo"] & (df["state"] == "COMPLETED")].copy()
-    done["map50_95"] = [final_map(w, j, u) for w, j, u in zip(done["WorkDir"], done["job_id"], done["User"], strict=True)]
+    done["map50_95"] = [
+        final_map(w, j, u) for w, j, u in zip(done["WorkDir"], done["job_id"], done["User"], strict=True)
+    ]
     per_job = df[df["yolo"]].groupby("job_id")["charge"].sum()
     done["gtok_charged"] = done["job_id"].map(per_job) / 1e9
     done = done[done["map50_95"].notna() & (done["gtok_charged"] > 0)]
@@ -241,7 +243,8 @@ def budgets(config: Config, days: float = 7.0) -> pd.DataFrame:
         return pd.DataFrame(columns=BUDGET_COLUMNS)
     try:
         accounts = pd.read_sql_query(
-            "SELECT name AS account, balance, held, charged, rate_per_day, capacity FROM accounts", lg.conn)
+            "SELECT name AS account, balance, held, charged, rate_per_day, capacity FROM accounts", lg.conn
+        )
         burn = pd.read_sql_query(
             "SELECT account, sum(amount) AS charged_recent FROM movements WHERE kind IN ('charge', 'overrun')"
             " AND at >= strftime('%s', 'now') - ? GROUP BY account", lg.conn, params=(days * 86400,))  # fmt: skip
@@ -335,7 +338,9 @@ def predictions(df: pd.DataFrame) -> pd.DataFrame:
     return done[["job_id", "Partition", "pred_s", "elapsed"]].reset_index(drop=True)
 
 
-_RELATIVE = re.compile(r"^now(?:([+-])(\d+)(s|sec|secs|seconds?|min|mins|minutes?|hours?|days?|weeks?)?)?$", re.IGNORECASE)
+_RELATIVE = re.compile(
+    r"^now(?:([+-])(\d+)(s|sec|secs|seconds?|min|mins|minutes?|hours?|days?|weeks?)?)?$", re.IGNORECASE
+)
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -390,4 +395,7 @@ def recent_predictions(config: Config, since: str = "now-1days") -> list[tuple[i
     """(job, partition, predicted s, actual s) of yolo jobs completed recently."""
     df = parse_jobs(fetch_sacct(config, Filters(since=since)))
     done = df[df["yolo"] & (df["state"] == "COMPLETED") & df["pred_s"].notna()]
-    return [(int(j), str(p), float(pr), float(e)) for j, p, pr, e in zip(done["job_id"], done["Partition"], done["pred_s"], done["elapsed"], strict=True)]
+    return [
+        (int(j), str(p), float(pr), float(e))
+        for j, p, pr, e in zip(done["job_id"], done["Partition"], done["pred_s"], done["elapsed"], strict=True)
+    ]

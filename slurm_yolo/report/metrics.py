@@ -43,8 +43,14 @@ def render(views: dict[str, pd.DataFrame], k: dict[str, float], incidents: int =
         families.append(family)
 
     b = views["budgets"]
-    metric("balance_tokens", "Tokens an account can still spend.", [({"account": r.account}, float(r.balance)) for r in b.itertuples()])
-    metric("held_tokens", "Tokens held by running jobs.", [({"account": r.account}, float(r.held)) for r in b.itertuples()])
+    metric(
+        "balance_tokens",
+        "Tokens an account can still spend.",
+        [({"account": r.account}, float(r.balance)) for r in b.itertuples()],
+    )
+    metric(
+        "held_tokens", "Tokens held by running jobs.", [({"account": r.account}, float(r.held)) for r in b.itertuples()]
+    )
     metric("burn_tokens_per_day", "Tokens charged per day over the last week.",
            [({"account": r.account}, float(r.burn_per_day)) for r in b.itertuples()])  # fmt: skip
     metric("hook_incidents_open", "Hooks that failed and whose runs are not settled yet (ledger reconcile).",
@@ -53,7 +59,11 @@ def render(views: dict[str, pd.DataFrame], k: dict[str, float], incidents: int =
            [({}, float(comments_queued))])  # fmt: skip
     metric("audit_findings", "Differences between sacct and the ledger in the last ledger audit.",
            [({}, audit_findings)])  # fmt: skip
-    metric("k_seconds_per_mtok", "Seconds per million effective tokens per GPU.", [({"partition": p}, v) for p, v in k.items()])
+    metric(
+        "k_seconds_per_mtok",
+        "Seconds per million effective tokens per GPU.",
+        [({"partition": p}, v) for p, v in k.items()],
+    )
     a = views["accuracy"]
     metric("prediction_abs_error_median", "Median |actual - predicted| / predicted run time, last day.",
            [({"partition": r.Partition}, float(r.median_abs_error)) for r in a.itertuples()])  # fmt: skip

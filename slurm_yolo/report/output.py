@@ -261,7 +261,7 @@ def _budget_plot(plt: Any, view: pd.DataFrame, history: pd.DataFrame | None) -> 
         _token_axis(ax.yaxis)
         _date_axis(ax.xaxis)
         ax.legend(fontsize="x-small")
-    for ax in list(axes.flat)[len(shown):]:
+    for ax in list(axes.flat)[len(shown) :]:
         ax.set_visible(False)
     fig.tight_layout()
     return fig

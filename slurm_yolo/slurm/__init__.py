@@ -32,7 +32,11 @@ def _binary(name: str, bin_dir: Path | None) -> str:
 
 
 def run(
-    argv: list[str], *, input: str | None = None, timeout: float = 30.0, bin_dir: Path | None = None,
+    argv: list[str],
+    *,
+    input: str | None = None,
+    timeout: float = 30.0,
+    bin_dir: Path | None = None,
     time_format: str = "standard",
 ) -> Result:
     """Run a Slurm command; a failure raises SlurmError with Slurm's own reason. ``time_format``:

@@ -72,7 +72,9 @@ SACCT_FIELDS = [
 ]  # fmt: skip
 
 
-def sacct_rows(select: list[str], fields: Sequence[str], bin_dir: Path | None = None, timeout: float = 30.0) -> list[list[str]]:
+def sacct_rows(
+    select: list[str], fields: Sequence[str], bin_dir: Path | None = None, timeout: float = 30.0
+) -> list[list[str]]:
     """Allocation rows (``-X``) of every run (``-D``) of the jobs ``select`` picks (``-j``, ``-S``...),
     user text included (job names, comments, work dirs, any character). sacct separates the fields
     with a delimiter drawn at random for this call: no text written before can hold it, so no ``|`` or
@@ -152,7 +154,10 @@ def running_jobs(bin_dir: Path | None = None) -> list[dict[str, str]]:
     delimiter = f"<{secrets.token_hex(16)}>"
     res = run(["squeue", "-h", "-t", "RUNNING", "-O", ",".join(f"{f}:{delimiter}" for f in RUNNING_FIELDS)],
               bin_dir=bin_dir)  # fmt: skip
-    return [dict(zip(RUNNING_FIELDS, row, strict=True)) for row in parsers.delimited(res.stdout, len(RUNNING_FIELDS), delimiter)]
+    return [
+        dict(zip(RUNNING_FIELDS, row, strict=True))
+        for row in parsers.delimited(res.stdout, len(RUNNING_FIELDS), delimiter)
+    ]
 
 
 def job_state(job_id: int, bin_dir: Path | None = None) -> str:
@@ -187,7 +192,9 @@ def states(job_id: int, poll: float = 1.0, timeout: float | None = None, bin_dir
         elif now - known > UNKNOWN_GRACE_SECONDS:
             raise SlurmError(f"job {job_id}: Slurm knows no such job")
         if timeout is not None and now - started > timeout:
-            raise SlurmError(f"job {job_id} still {state} after {timeout:.0f} s; it goes on (slurm-yolo watch {job_id})")
+            raise SlurmError(
+                f"job {job_id} still {state} after {timeout:.0f} s; it goes on (slurm-yolo watch {job_id})"
+            )
         time.sleep(poll)
 
 
