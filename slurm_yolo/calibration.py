@@ -62,23 +62,16 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
 
 
+# The [estimate] keys that are priors of the time model's terms (same names as TimeModel's fields).
+PRIOR_KEYS = ("k", "overhead_seconds", "val_weight", "iteration_seconds", "startup_seconds", "epoch_seconds",
+              "val_pass_seconds", "imgsz_exponent", "batch_exponent", "iteration_exponent", "startup_exponent",
+              "loader_seconds")  # fmt: skip
+
+
 def prior(config: Config) -> TimeModel:
     """The model of a partition nobody has calibrated: the config's priors."""
     e = config["estimate"]
-    return TimeModel(
-        k=e["k"],
-        overhead_seconds=e["overhead_seconds"],
-        val_weight=e["val_weight"],
-        iteration_seconds=e["iteration_seconds"],
-        startup_seconds=e["startup_seconds"],
-        epoch_seconds=e["epoch_seconds"],
-        val_pass_seconds=e["val_pass_seconds"],
-        imgsz_exponent=e["imgsz_exponent"],
-        batch_exponent=e["batch_exponent"],
-        iteration_exponent=e["iteration_exponent"],
-        startup_exponent=e["startup_exponent"],
-        loader_seconds=e["loader_seconds"],
-    )
+    return TimeModel(**{key: e[key] for key in PRIOR_KEYS})
 
 
 def _model_json(tm: TimeModel) -> str:
