@@ -99,6 +99,12 @@ def _child_env(config: Config) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ENV_OVERRIDES} | config.env
 
 
+def _own_target(env: Mapping[str, str], job_id: int) -> str:
+    """This run's job alone, for scancel: an array task's own id can be the array's (the task that
+    keeps the array's record), and ``scancel ARRAY_ID`` would cancel every task of it."""
+    return commands.job_target(job_id, env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", ""))
+
+
 def spawn_python(args: list[str], config: Config) -> None:
     """``slurm-yolo ARGS`` in a detached child."""
     detached([sys.executable, "-m", "slurm_yolo", *args], _child_env(config))
@@ -131,7 +137,7 @@ def prolog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] 
     if held and left < 0 and config["ledger"]["cancel_over_budget"]:
         # Admitted while the account could cover it, it no longer can (an expiry, an adjustment, a
         # requeue after the tokens went elsewhere): it pays the seconds it ran, and goes no further.
-        detached(["scancel", str(job_id)], _child_env(config), _bin_dir(config))
+        detached(["scancel", _own_target(env, job_id)], _child_env(config), _bin_dir(config))
         out["cancelled"] = f"over budget at start: {run.account} is at {left} after this hold"
     return out
 
@@ -310,7 +316,7 @@ def main(event: str, query: subprocess.Popen[str] | None = None, env: Mapping[st
             and config["ledger"]["prolog_errors"] == "cancel"
             and env.get("SLURM_JOB_ID", "").isdigit()
         ):
-            detached(["scancel", env["SLURM_JOB_ID"]], _child_env(config), _bin_dir(config))
+            detached(["scancel", _own_target(env, int(env["SLURM_JOB_ID"]))], _child_env(config), _bin_dir(config))
         return False
 
 

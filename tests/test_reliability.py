@@ -295,3 +295,14 @@ def test_calibrate_never_unpickles_a_users_model_as_root(dataset: Path, yolo_env
         and res.stderr.startswith("Error: no usable run")
         and "cannot measure its FLOPs" in res.stderr
     ), res.stderr
+
+
+def test_a_hook_cancels_the_array_task_not_the_array() -> None:
+    """The task that keeps an array's record has the array's id as its own: ``scancel`` of that id
+    would cancel every task, so a failing or over-budget prolog names the task."""
+    from slurm_yolo.hooks import _own_target
+
+    assert _own_target({"SLURM_ARRAY_JOB_ID": "100", "SLURM_ARRAY_TASK_ID": "0"}, 100) == "100_0"
+    assert _own_target({"SLURM_ARRAY_JOB_ID": "100", "SLURM_ARRAY_TASK_ID": "3"}, 103) == "100_3"
+    assert _own_target({}, 104) == "104"
+    assert _own_target({"SLURM_ARRAY_JOB_ID": "$(id)", "SLURM_ARRAY_TASK_ID": "1"}, 105) == "105"
