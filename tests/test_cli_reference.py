@@ -56,3 +56,16 @@ def test_check_and_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         "\nend\n"
     )
     assert reference.main(["--bogus"]) == 2
+
+
+def test_the_same_after_the_commands_ran() -> None:
+    """click caches a command's help option at its first run: the reference must not depend on it."""
+    from click.testing import CliRunner
+
+    from slurm_yolo.cli.admin import main as admin
+    from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
+
+    before = reference.render()
+    for cmd in (yolo_sbatch, admin):
+        CliRunner().invoke(cmd, ["-h"])
+    assert reference.render() == before and "-h, --help" in before

@@ -22,14 +22,21 @@ END = "<!-- cli-reference:end -->"
 WIDTH = 100
 
 
+def _context(cmd: click.Command, name: str, parent: click.Context | None = None) -> click.Context:
+    """The context the command runs in (its own settings: ``-h``, where it takes it), at a fixed width.
+    click caches each command's help option at its first context, so an unsettled one would make the
+    text depend on what ran before in the same process."""
+    settings = {**cmd.context_settings, "terminal_width": WIDTH, "max_content_width": WIDTH}
+    return click.Context(cmd, info_name=name, parent=parent, **settings)
+
+
 def _walk(cmd: click.Command, ctx: click.Context) -> Iterator[tuple[click.Context, click.Command]]:
     yield ctx, cmd
     if isinstance(cmd, click.Group):
         for name in sorted(cmd.commands):
             sub = cmd.commands[name]
             if not sub.hidden:
-                yield from _walk(sub, click.Context(sub, info_name=name, parent=ctx, terminal_width=WIDTH,
-                                                    max_content_width=WIDTH))  # fmt: skip
+                yield from _walk(sub, _context(sub, name, ctx))
 
 
 def commands() -> Iterator[tuple[str, str]]:
@@ -38,7 +45,7 @@ def commands() -> Iterator[tuple[str, str]]:
     from .yolo_sbatch import main as yolo_sbatch
 
     for prog, root in (("yolo-sbatch", yolo_sbatch), ("slurm-yolo", admin)):
-        top = click.Context(root, info_name=prog, terminal_width=WIDTH, max_content_width=WIDTH)
+        top = _context(root, prog)
         for ctx, cmd in _walk(root, top):
             yield ctx.command_path, cmd.get_help(ctx).rstrip()
 
