@@ -229,10 +229,11 @@ def tokens(w: Workload, val_weight: float) -> float:
 
 
 def fmt_tokens(n: float) -> str:
-    """Human units: 1.23 GTok, 456.0 MTok."""
-    if abs(n) >= 1e9:
-        return f"{n / 1e9:.2f} GTok"
-    return f"{n / 1e6:.1f} MTok"
+    """Human units: 1.23 TTok, 1.23 GTok, 456.0 MTok, 12.3 kTok, 42 Tok: a small charge never reads 0.0."""
+    for unit, scale, digits in (("TTok", 1e12, 2), ("GTok", 1e9, 2), ("MTok", 1e6, 1), ("kTok", 1e3, 1)):
+        if abs(n) >= scale or (unit == "MTok" and abs(n) >= 1e5):
+            return f"{n / scale:.{digits}f} {unit}"
+    return f"{n:.0f} Tok"
 
 
 def images_640(n: float) -> float:
