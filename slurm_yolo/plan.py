@@ -63,6 +63,9 @@ class Plan:
         return d
 
 
+MAX_LIMIT_SECONDS = 365 * 86400  # past this Slurm prints the limit as INVALID, and no hold covers a run that long
+
+
 def time_limit(predicted_seconds: float, buffer: float) -> int:
     """ceil(T x (1 + buffer)) in whole minutes, as seconds (Slurm's granularity)."""
     return max(60, math.ceil(predicted_seconds * (1 + buffer) / 60) * 60)
@@ -115,6 +118,11 @@ def plan_partition(
     train = predict_train_seconds(w, tm, gpus, part.ddp_efficiency, ref, cpus)
     buf = buffer_for(tm, config["estimate"]["buffer"])
     limit = time_limit(predicted, buf.value)
+    if limit > MAX_LIMIT_SECONDS:
+        raise UsageError(
+            f"the job would need a time limit of {limit / 86400:.0f} days on {part.name} (predicted"
+            f" {predicted / 86400:.1f} days): more than a year; train fewer epochs or images, or on more GPUs"
+        )
 
     light = config["light"]
     shard = (

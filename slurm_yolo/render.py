@@ -17,6 +17,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import UsageError
+from .estimate import fmt_tokens
 from .plan import Plan
 from .slurm.parsers import minutes_arg
 
@@ -192,7 +193,7 @@ def render(plan: Plan, opts: JobOptions, train_words: tuple[str, ...]) -> str:
         [shlex.quote(opts.python), "-m", "slurm_yolo", "run", "--"] + [shlex.quote(w) for w in train_words]
     )
     summary = (
-        f"{plan.effective_tokens / 1e6:.1f} effective MTok, predicted {plan.predicted_seconds / 60:.1f} min"
+        f"{fmt_tokens(plan.effective_tokens)} effective, predicted {plan.predicted_seconds / 60:.1f} min"
         f" on {plan.partition}"
     )
     return fill(

@@ -126,3 +126,10 @@ def test_auto_skips_refused_partitions(cfg: config_mod.Config) -> None:
         str(e.value)
         == "--partition auto: Slurm refuses the job on every partition (a100: sbatch failed: x; t4: sbatch failed: y)"
     )
+
+
+def test_a_limit_past_a_year_is_one_error() -> None:
+    cfg = config_mod.load(Path("/nonexistent"))
+    slow = replace(TM, k=1e6)
+    with pytest.raises(UsageError, match=r"more than a year"):
+        plan.plan_partition(wl(), slow, "t", cfg.partition("a100"), plan.Request("a100"), cfg)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__, durations, plan, submission
+from ..estimate import fmt_tokens
 from ..slurm import commands
 from . import OneLineErrors, echo_json, library_errors, load_config
 
@@ -87,7 +88,7 @@ def main(
             start = f", expected start {plan.clock(p.expected_start)}" if p.expected_start is not None else ""
             click.echo(
                 f"Submitted batch job {job_id} ({p.partition}, {p.gres}, qos {p.qos},"
-                f" limit {p.time_limit_seconds // 60} min, {p.effective_tokens / 1e6:.1f} effective MTok,"
+                f" limit {p.time_limit_seconds // 60} min, {fmt_tokens(p.effective_tokens)} effective,"
                 f" predicted {p.predicted_seconds / 60:.1f} min{start})"
             )
     if wait and job_id is not None:
