@@ -114,7 +114,11 @@ def test_report_numbers_match_sacct_and_the_ledger(system: config_mod.Config, se
 def test_report_formats_and_html_plots(system: config_mod.Config, series: dict, tmp_path: Path) -> None:
     table = CliRunner().invoke(admin, ["report", "--since", series["start"], "-A", "research"])
     assert table.exit_code == 0 and "== usage" in table.output and "== accuracy" in table.output
-    assert " GPU-h" in table.output and re.search(r" [GT]Tok", table.output) and not re.search(r"\d[eE][+-]?\d", table.output)
+    assert (
+        " GPU-h" in table.output
+        and re.search(r" [GT]Tok", table.output)
+        and not re.search(r"\d[eE][+-]?\d", table.output)
+    )
     csv = CliRunner().invoke(
         admin, ["report", "--csv", "--since", series["start"], "-A", "research", "--view", "usage"]
     )
