@@ -25,7 +25,15 @@ from typing import NamedTuple
 from bench import corpus, legacy_timemodel
 from slurm_yolo import calibration, config, fitting
 from slurm_yolo.plan import time_limit
-from slurm_yolo.timemodel import Sample, TimeModel, buffer_for, effective_mtok, predict_seconds, predict_train_seconds
+from slurm_yolo.timemodel import (
+    Sample,
+    TimeModel,
+    buffer_for,
+    effective_mtok,
+    predict_seconds,
+    predict_train_seconds,
+    quantile,
+)
 
 REF = 8.86
 DDP = 0.9
@@ -122,7 +130,7 @@ def score(pairs: list[tuple[Sample, float, int]]) -> Scores:
     return Scores(
         mape=statistics.fmean(absolute),
         median=statistics.median(absolute),
-        p90=absolute[min(len(absolute) - 1, math.ceil(0.9 * len(absolute)) - 1)],
+        p90=quantile(absolute, 0.9),
         bias=statistics.fmean(errors),
         realised=sum(1 for s, _, limit in pairs if wall(s) <= limit) / len(pairs),
         limit_ratio=statistics.median(long) if long else None,

@@ -182,7 +182,7 @@ def generate(out: Path = CORPUS, seed: int = SEED, only: int | None = None) -> N
         for d in todo:
             job = tmp / f"job{d['index']}"
             job.mkdir()
-            env_job = {**env, "SLURM_SUBMIT_DIR": str(job), "SLURM_JOB_ID": str(900000 + d["index"])}
+            env_job = {**env, "SLURM_JOB_ID": str(900000 + d["index"])}  # records land in cwd: the job's folder
             cmd = [sys.executable, "-m", "slurm_yolo", "run", *_args(d, data[d["dataset"]], tmp / "runs")]
             started = time.monotonic()
             proc = subprocess.run(cmd, env=env_job, cwd=job, capture_output=True, text=True, check=False)

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from slurm_yolo.estimate import FAMILY_PRIOR, MTOK, Workload, model_factor
 from slurm_yolo.timemodel import ddp_factor, median
+from slurm_yolo.timemodel import quantile as _quantile
 
 # Candidate forms, simplest first: which linear terms are free ("a" overhead, "k", "w" val weight, "c" per iteration).
 FORMS: tuple[tuple[str, ...], ...] = (("k",), ("a", "k"), ("a", "k", "c"), ("a", "k", "w"), ("a", "k", "w", "c"))
@@ -221,12 +222,6 @@ def _fit_families(
                     lo = m1
             factors[fam] = math.exp((lo + hi) / 2)
     return replace(prior, family_factors=factors)
-
-
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    idx = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
-    return ordered[idx]
 
 
 def fit(

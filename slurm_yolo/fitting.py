@@ -31,6 +31,7 @@ from .timemodel import (
     final_val_seconds,
     median,
     predict_seconds,
+    quantile,
     startup_seconds,
 )
 
@@ -267,7 +268,7 @@ def fit(samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, reference
     return replace(
         tm,
         cv_median=median(absolute),
-        cv_p90=absolute[min(len(absolute) - 1, math.ceil(0.9 * len(absolute)) - 1)],
+        cv_p90=quantile(absolute, 0.9),
         cv_bias=sum(errors) / len(errors),
         coverage=promised,
         coverage_ratio=ratio,

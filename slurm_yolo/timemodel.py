@@ -155,6 +155,12 @@ def median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
+def quantile(values: list[float], q: float) -> float:
+    """The ceil(q x n)-th smallest value (no interpolation: a value some run really had)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
 class Buffer(NamedTuple):
     """The time-limit headroom, the coverage it promises, and why."""
 

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 from bench import corpus
 from slurm_yolo import calibration, config, fitting
 from slurm_yolo.plan import time_limit
-from slurm_yolo.timemodel import Sample, buffer_for, predict_seconds
+from slurm_yolo.timemodel import Sample, TimeModel, buffer_for, predict_seconds
 
 TOLERANCE_MAPE = 0.15  # mean |pred - actual| / actual of whole-job time on unseen runs
 TOLERANCE_BIAS = 0.06  # |mean signed error|: the old model was biased low by 10-40%
@@ -35,24 +35,24 @@ def runs() -> tuple[list[Sample], list[Sample]]:
 
 
 @pytest.fixture(scope="module")
-def prior() -> object:
+def prior() -> TimeModel:
     return calibration.prior(config.load(Path("/nonexistent")))
 
 
-def errors(tm: object, held: list[Sample]) -> list[float]:
+def errors(tm: TimeModel, held: list[Sample]) -> list[float]:
     out = []
     for s in held:
         assert s.total_seconds
-        out.append((predict_seconds(s.workload, tm, s.gpus, DDP, REF, s.cpus) - s.total_seconds) / s.total_seconds)  # type: ignore[arg-type]
+        out.append((predict_seconds(s.workload, tm, s.gpus, DDP, REF, s.cpus) - s.total_seconds) / s.total_seconds)
     return out
 
 
 def test_half_the_corpus_predicts_the_other_half_and_the_bigger_runs(
-    runs: tuple[list[Sample], list[Sample]], prior: object
+    runs: tuple[list[Sample], list[Sample]], prior: TimeModel
 ) -> None:
     cal, ext = runs
     train, held = cal[::2], cal[1::2]
-    tm = fitting.fit(train, prior, DDP, REF, 0.99)  # type: ignore[arg-type]
+    tm = fitting.fit(train, prior, DDP, REF, 0.99)
     for name, test in (("held-back half", held), ("3-10x bigger", ext)):
         e = errors(tm, test)
         mape, bias = statistics.fmean(abs(x) for x in e), statistics.fmean(e)
@@ -65,7 +65,7 @@ def test_half_the_corpus_predicts_the_other_half_and_the_bigger_runs(
     assert buf.coverage == pytest.approx(60 / 61) and sum(within) / len(within) >= 0.97
 
 
-def test_three_runs_per_model_beat_the_prior(runs: tuple[list[Sample], list[Sample]], prior: object) -> None:
+def test_three_runs_per_model_beat_the_prior(runs: tuple[list[Sample], list[Sample]], prior: TimeModel) -> None:
     cal, ext = runs
     by_model: dict[str, list[Sample]] = {}
     for s in cal:
@@ -73,6 +73,6 @@ def test_three_runs_per_model_beat_the_prior(runs: tuple[list[Sample], list[Samp
     train = [s for group in by_model.values() for s in group[:3]]
     seen = {s.key for s in train}
     held = [s for s in cal + ext if s.key not in seen]
-    fitted = statistics.fmean(abs(x) for x in errors(fitting.fit(train, prior, DDP, REF), held))  # type: ignore[arg-type]
+    fitted = statistics.fmean(abs(x) for x in errors(fitting.fit(train, prior, DDP, REF), held))
     alone = statistics.fmean(abs(x) for x in errors(prior, held))
     assert fitted < alone and fitted <= 2 * TOLERANCE_MAPE, (fitted, alone)
