@@ -6,8 +6,9 @@ Three models, each judged on whole-job time (what a time limit must cover):
 - slurm-yolo's model before the corpus (``bench/legacy_timemodel.py``);
 - today's model (``slurm_yolo.fitting``).
 
-It prints 10-fold cross-validation on the calibration split, the extrapolation split (fitted on the
-calibration runs, predicting the runs 3-10x bigger), the coverage the time limit promises against
+It prints 10-fold cross-validation on the calibration and long splits together (what a site
+calibrates from: 3-40 s runs and 3-7 minute runs), the extrapolation split (fitted on the small
+calibration runs alone, predicting the runs 3-10x bigger than they are), the coverage the time limit promises against
 the coverage it realises (nested: each limit comes from a fit that did not see the run), the median
 time limit / actual wall for runs of 60 s or more, and how fits on 1, 2 and 3 runs per model compare
 with the prior alone.
@@ -29,6 +30,7 @@ from slurm_yolo.timemodel import (
     Sample,
     TimeModel,
     buffer_for,
+    describe,
     effective_mtok,
     predict_seconds,
     predict_train_seconds,
@@ -57,15 +59,17 @@ Fitter = Callable[[list[Sample]], Predictor]
 def ours(prior: TimeModel, base: float, coverage: float) -> Fitter:
     def fit(train: list[Sample]) -> Predictor:
         tm = fitting.fit(train, prior, DDP, REF, coverage)
-        buf = buffer_for(tm, base)
 
         def seconds(s: Sample) -> float:
             return predict_seconds(s.workload, tm, s.gpus, DDP, REF, s.cpus)
 
+        def limit(s: Sample) -> int:
+            return time_limit(seconds(s), buffer_for(tm, base, seconds(s)).value)
+
         return Predictor(
             seconds,
-            lambda s: time_limit(seconds(s), buf.value),
-            buf.coverage,
+            limit,
+            tm.coverage,
             lambda s: predict_train_seconds(s.workload, tm, s.gpus, DDP, REF, s.cpus),
         )
 
@@ -106,6 +110,10 @@ def seeds(base: float) -> Fitter:
         return Predictor(lambda s: k * tokens(s), lambda s: time_limit(k * tokens(s), base), None)
 
     return fit
+
+
+def runs_of(runs: list[tuple[dict[str, object], Sample]]) -> list[Sample]:
+    return [s for _, s in runs]
 
 
 def wall(s: Sample) -> float:
@@ -180,26 +188,29 @@ def few_runs(fitter: Fitter, cal: list[Sample], test: list[Sample]) -> dict[int,
 
 def main(path: Path = corpus.CORPUS) -> dict[str, float]:
     runs = corpus.load(path)
-    cal = [s for rec, s in runs if rec["design"]["split"] == "calibration"]
+    small = [s for rec, s in runs if rec["design"]["split"] == "calibration"]
+    long = [s for rec, s in runs if rec["design"]["split"] == "long"]
     ext = [s for rec, s in runs if rec["design"]["split"] == "extrapolation"]
+    cal = small + long  # what a site calibrates from: short and long jobs alike (10-fold CV)
     cfg = config.load(Path("/nonexistent"))  # the shipped defaults: the priors every site starts from
     prior = calibration.prior(cfg)
     base, coverage = cfg["estimate"]["buffer"], cfg["estimate"]["coverage"]
-    cal_tokens = sorted(s.workload.train_tokens * s.workload.gflops for s in cal)
-    print(f"corpus {path.name}: {len(runs)} real ultralytics CPU runs ({len(cal)} calibration, {len(ext)} extrapolation:"
-          f" median {statistics.median(s.workload.train_tokens * s.workload.gflops for s in ext) / statistics.median(cal_tokens):.1f}x"
-          f" the calibration runs' FLOP-tokens); wall {min(map(wall, cal + ext)):.0f}-{max(map(wall, cal + ext)):.0f} s")  # fmt: skip
+    small_tokens = statistics.median(s.workload.train_tokens * s.workload.gflops for s in small)
+    print(f"corpus {path.name}: {len(runs)} real ultralytics CPU runs ({len(small)} calibration, {len(long)} long,"
+          f" {len(ext)} extrapolation: median {statistics.median(s.workload.train_tokens * s.workload.gflops for s in ext) / small_tokens:.1f}x"
+          f" the calibration runs' FLOP-tokens); wall {min(map(wall, runs_of(runs))):.0f}-{max(map(wall, runs_of(runs))):.0f} s")  # fmt: skip
     models = {"seeds T = k x tokens": seeds(base), "before the corpus": legacy(prior, base),
               "this model": ours(prior, base, coverage)}  # fmt: skip
     result: dict[str, float] = {}
+    cv_label = f"10-fold CV ({len(cal)} runs)"
     for label, fitter in models.items():
         cv = score(cross_validate(fitter, cal))
-        pairs, _ = held_out(fitter, cal, ext)
+        pairs, _ = held_out(fitter, small, ext)
         ex = score(pairs)
         print(f"{label}:")
-        print(_row("10-fold CV (calibration)", cv))
+        print(_row(cv_label, cv))
         print(_row("extrapolation (3-10x)", ex))
-        predictor = fitter(cal)
+        predictor = fitter(small)
         if predictor.train is not None:
             tr = [(predictor.train(s) - s.train_seconds) / s.train_seconds for s in ext]
             print(
@@ -208,20 +219,19 @@ def main(path: Path = corpus.CORPUS) -> dict[str, float]:
             )
         result[f"{label}: cv_mape"], result[f"{label}: extrapolation_mape"] = cv.mape, ex.mape
     final = fitting.fit(cal, prior, DDP, REF, coverage)
-    promised = buffer_for(final, base).coverage or 0.0
+    promised = final.coverage or 0.0
     cv_pairs = cross_validate(models["this model"], cal)
-    ext_pairs = held_out(models["this model"], cal, ext)[0]
+    ext_pairs = held_out(models["this model"], small, ext)[0]
     cv, ex, pooled = score(cv_pairs), score(ext_pairs), score(cv_pairs + ext_pairs)
-    print(f"this model on all {len(cal)} calibration runs: cross-validated median error {final.cv_median:.1%},"
-          f" bias {final.cv_bias:+.1%}; limits promise {promised:.0%} coverage (actual/predicted up to"
-          f" {final.coverage_ratio:.2f}); realised {cv.realised:.1%} in CV, {ex.realised:.1%} extrapolating")  # fmt: skip
-    print(f"  fitted terms: k {final.k:.3g} s/MTok, overhead {final.overhead_seconds:.2f} s, {final.epoch_seconds:.2f} s/epoch,"
-          f" {final.val_pass_seconds:.2f} s/val pass, {final.iteration_seconds * 1000:.1f} ms/iteration x factor^{final.iteration_exponent:.2f},"
-          f" val weight {final.val_weight:.2f}, imgsz exponent {final.imgsz_exponent:.2f}, start-up {final.startup_seconds:.1f} s,"
-          f" families {', '.join(f'{k} {v:.2f}' for k, v in sorted(final.family_factors.items()))}")  # fmt: skip
+    print(f"this model on all {len(cal)} runs: cross-validated median error {final.cv_median:.1%},"
+          f" bias {final.cv_bias:+.1%}; limits promise {promised:.0%} coverage (error scale {final.noise_relative or 0:.3f}"
+          f" + {final.noise_seconds or 0:.1f} s: actual/predicted up to {final.limit_ratio(60) or 0:.2f} at 1 min,"
+          f" {final.limit_ratio(600) or 0:.2f} at 10 min); realised {cv.realised:.1%} in CV, {ex.realised:.1%} extrapolating")  # fmt: skip
+    for line in describe(final)[:1]:
+        print(f"  fitted terms: {line}")
     prior_alone = Predictor(lambda s: predict_seconds(s.workload, prior, s.gpus, DDP, REF, s.cpus), lambda s: 0, None)
     prior_mape = statistics.fmean(abs(prior_alone.seconds(s) - wall(s)) / wall(s) for s in cal + ext)
-    few = few_runs(models["this model"], cal, ext)
+    few = few_runs(models["this model"], small, long + ext)
     print(
         f"few runs (n per model, {FEW_DRAWS} random draws): prior alone MAPE {prior_mape:.1%}; "
         + "; ".join(f"{n}: mean {m:.1%}, worst {w:.1%}" for n, (m, w) in few.items())

@@ -65,7 +65,7 @@ def now() -> str:
 # The [estimate] keys that are priors of the time model's terms (same names as TimeModel's fields).
 PRIOR_KEYS = ("k", "overhead_seconds", "val_weight", "iteration_seconds", "startup_seconds", "epoch_seconds",
               "val_pass_seconds", "imgsz_exponent", "batch_exponent", "iteration_exponent", "startup_exponent",
-              "loader_seconds")  # fmt: skip
+              "loader_seconds", "image_seconds", "val_image_seconds")  # fmt: skip
 
 
 def prior(config: Config) -> TimeModel:
@@ -262,13 +262,15 @@ class CalibrationResult:
 
 def partition_prior(config: Config, current: TimeModel) -> TimeModel:
     """What a refit shrinks toward: the config's priors, with what the partition's history knows that
-    its samples may not: family factors, and the start-up jobs measured (run folders cannot)."""
-    p = replace(prior(config), family_factors=current.family_factors)
+    its samples may not: family and model factors, and the start-up jobs measured (run folders cannot)."""
+    p = replace(prior(config), family_factors=current.family_factors, model_factors=current.model_factors,
+                step_factors=current.step_factors)  # fmt: skip
     if current.startup_n:
         p = replace(
             p,
             startup_seconds=current.startup_seconds,
             startup_exponent=current.startup_exponent,
+            startup_factors=current.startup_factors,
             startup_n=current.startup_n,
         )
     return p

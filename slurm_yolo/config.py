@@ -54,9 +54,11 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "val_pass_seconds": 0.5,  # prior per-validation-pass cost (set-up, NMS, metrics)
         "imgsz_exponent": 0.3,  # cost per token ~ (imgsz / 640) ^ -this: small images cost more per pixel
         "batch_exponent": 0.0,  # cost per token ~ (batch pixels / 16 x 640^2) ^ this (CPU: > 0, GPU: < 0)
-        "iteration_exponent": 0.3,
-        "startup_exponent": 0.2,  # start-up ~ model factor ^ this (build, load, save weights)  # per-step cost ~ model factor ^ this: far from FLOPs-proportional
+        "iteration_exponent": 0.3,  # per-step cost ~ model factor ^ this: far from FLOPs-proportional
+        "startup_exponent": 0.2,  # start-up ~ model factor ^ this (build, load, save weights)
         "loader_seconds": 0.0,  # CPU-seconds per image in the data loader; > 0: a GPU site fits a loader bound
+        "image_seconds": 0.001,  # prior cost per training image that compute does not hide (decode, augment)
+        "val_image_seconds": 0.001,  # prior cost per validated image outside compute (decode, NMS, metrics)
         "coverage": 0.99,  # share of runs the time limit covers (cross-validated), buffer never below "buffer"
         "default_priority": "dev",
     },

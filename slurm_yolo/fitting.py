@@ -8,9 +8,11 @@ instead of being dropped when a handful of runs cannot tell it apart: with 1-3 r
 the terms the runs cannot see, and k (the weakest prior) absorbs the rest; with hundreds the data
 decide. The start-up comes from whole-job times (Slurm's elapsed) only; run folders do not have it.
 
-The time limit's buffer is split-conformal: the quantile of cross-validated ``actual / predicted``
-that covers the configured share of runs (the (n+1)-corrected rank), so the promise rests on runs the
-model did not see. Admin and cron path only: never imported on the login path or by a hook.
+The time limit's buffer is split-conformal, locally adaptive: cross-validated ``log(actual /
+predicted)`` is scaled by the run's error scale (a relative part, and seconds of start-up jitter that
+weigh on short runs only, both fitted to the same errors), and the quantile of the scaled errors that
+covers the configured share of runs (the (n+1)-corrected rank) sets every limit, so the promise rests
+on runs the model did not see and a long run is not padded for a short run's jitter. Admin and cron path only: never imported on the login path or by a hook.
 """
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ import numpy as np
 
 from .estimate import MTOK, model_factor
 from .timemodel import (
-    REFERENCE_BATCH,
     REFERENCE_IMGSZ,
     Sample,
     TimeModel,
+    batch_pixels,
     ddp_factor,
     final_val_seconds,
     median,
@@ -41,15 +43,21 @@ ANCHOR = "yolov8"  # the family whose factor stays at its prior when it is prese
 
 # Prior spread of each term, in log units (1.0: the prior is right within a factor e, usually). Wide:
 # the shipped priors are a GPU site's guesses, and a site's own runs must be able to overrule them.
+# A model's own factor is a small correction of its GFLOPs (0.4: within ~50%), a family's may be large.
 SPREAD = {"overhead": 6.0, "epoch": 6.0, "val_pass": 6.0, "iteration": 6.0, "k": 10.0, "val_weight": 2.0,
-          "startup": 4.0, "loader": 6.0, "imgsz_exponent": 1.0, "batch_exponent": 0.8, "iteration_exponent": 1.2,
-          "startup_exponent": 0.6, "family": 1.0}  # fmt: skip
-LOG_TERMS = ("overhead", "epoch", "val_pass", "iteration", "k", "val_weight", "startup", "loader")
+          "startup": 4.0, "loader": 6.0, "image": 6.0, "val_image": 6.0, "imgsz_exponent": 1.0,
+          "batch_exponent": 0.8, "iteration_exponent": 1.2, "startup_exponent": 0.6,
+          "family": 1.0, "model": 0.4, "step": 1.0, "startup_family": 1.0}  # fmt: skip
+LOG_TERMS = ("overhead", "epoch", "val_pass", "iteration", "k", "val_weight", "startup", "loader", "image",
+             "val_image")  # fmt: skip
 FIELDS = {"overhead": "overhead_seconds", "epoch": "epoch_seconds", "val_pass": "val_pass_seconds",
           "iteration": "iteration_seconds", "k": "k", "val_weight": "val_weight", "loader": "loader_seconds",
-          "startup": "startup_seconds",
+          "startup": "startup_seconds", "image": "image_seconds", "val_image": "val_image_seconds",
           "imgsz_exponent": "imgsz_exponent", "batch_exponent": "batch_exponent",
           "iteration_exponent": "iteration_exponent", "startup_exponent": "startup_exponent"}  # fmt: skip
+# Factor groups, per family or per model: (parameter prefix, TimeModel field, spread key).
+FACTORS = (("family", "family_factors", "family"), ("model", "model_factors", "model"),
+           ("step", "step_factors", "step"), ("startup", "startup_factors", "startup_family"))  # fmt: skip
 FLOOR = 1e-3  # a prior of 0 s becomes this (log space has no 0); the fit may go far below it
 
 
@@ -62,13 +70,16 @@ class _Design:
     iterations: np.ndarray
     mf: np.ndarray  # model factor
     size: np.ndarray  # imgsz / 640
-    batch_pixels: np.ndarray  # batch x imgsz^2 / (16 x 640^2)
+    batch_pixels: np.ndarray  # batch x imgsz^2 / (16 x 640^2), as timemodel.batch_pixels
+    val_batch_pixels: np.ndarray
     train_mtok: np.ndarray  # tokens / 1e6 / DDP speed-up (no model, family or image-size cost)
     val_mtok: np.ndarray
     final_mtok: np.ndarray  # the final validation's, on one device
     loader_images: np.ndarray  # epochs x train images / CPUs (0 when CPUs are unknown)
-    family: np.ndarray  # index into the fitted family factors, -1: fixed at ``fixed_family``
-    fixed_family: np.ndarray
+    train_images: np.ndarray  # epochs x train images
+    val_images: np.ndarray  # validation passes x val images
+    final_images: np.ndarray  # val images (the final validation)
+    factors: dict[str, tuple[np.ndarray, np.ndarray]]  # per group: each run's parameter (-1: none), its prior
     seconds: np.ndarray  # measured training seconds
     total: np.ndarray  # the whole job's seconds (Slurm's elapsed), NaN where unknown (run folders)
 
@@ -76,10 +87,11 @@ class _Design:
 class _Params:
     """Names, prior means and spreads of the parameter vector."""
 
-    def __init__(self, prior: TimeModel, families: list[str], startup: bool) -> None:
+    def __init__(self, prior: TimeModel, families: list[str], models: list[str], startup: bool) -> None:
         self.names: list[str] = []
         mu: list[float] = []
         sd: list[float] = []
+        self.prior = prior
         optional = {"loader": prior.loader_seconds > 0, "startup": startup}
         for name in (t for t in LOG_TERMS if optional.get(t, True)):
             self.names.append(name)
@@ -91,25 +103,47 @@ class _Params:
             self.names.append(name)
             mu.append(getattr(prior, FIELDS[name]))
             sd.append(SPREAD[name])
-        self.families = families
-        for fam in families:
-            self.names.append("family:" + fam)
-            mu.append(math.log(prior.family_factor(fam)))
-            sd.append(SPREAD["family"])
+        self.groups = {"family": families, "model": models, "step": families, "startup": families if startup else []}
+        for prefix, _, spread in FACTORS:
+            for key in self.groups[prefix]:
+                self.names.append(f"{prefix}:{key}")
+                mu.append(math.log(self.fixed(prefix, key)))
+                sd.append(SPREAD[spread])
         self.mu = np.array(mu)
         self.sd = np.array(sd)
         self.index = {n: i for i, n in enumerate(self.names)}
 
-    def model(self, theta: np.ndarray, prior: TimeModel) -> TimeModel:
+    def fixed(self, prefix: str, key: str) -> float:
+        """A factor's prior: what the prior model says, 1 where it says nothing."""
+        if prefix == "family":
+            return self.prior.family_factor(key)
+        field = next(f for p, f, _ in FACTORS if p == prefix)
+        return float(getattr(self.prior, field).get(key, 1.0))
+
+    def lookup(self, prefix: str, keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Each run's parameter of a group (-1 where it has none) and the group's prior for it."""
+        idx = np.array([self.index.get(f"{prefix}:{k}", -1) for k in keys], dtype=int)
+        return idx, np.array([self.fixed(prefix, k) for k in keys])
+
+    def model(self, theta: np.ndarray) -> TimeModel:
         values: dict[str, Any] = {FIELDS[n]: (math.exp(theta[i]) if n in LOG_TERMS else float(theta[i]))
-                  for n, i in self.index.items() if not n.startswith("family:")}  # fmt: skip
-        factors = dict(prior.family_factors)
-        factors.update({f: math.exp(theta[self.index["family:" + f]]) for f in self.families})
-        return replace(prior, **values, family_factors=factors)
+                  for n, i in self.index.items() if ":" not in n}  # fmt: skip
+        for prefix, field, _ in FACTORS:
+            factors = dict(getattr(self.prior, field))
+            factors.update({k: math.exp(theta[self.index[f"{prefix}:{k}"]]) for k in self.groups[prefix]})
+            values[field] = factors
+        return replace(self.prior, **values)
 
 
-def _design(samples: list[Sample], prior: TimeModel, families: list[str], ddp_eff: float, ref: float) -> _Design:
+def _factor(theta: np.ndarray, d: _Design, prefix: str) -> np.ndarray:
+    """Each run's factor of a group: fitted where the group has a parameter, else its prior."""
+    idx, fixed = d.factors[prefix]
+    return np.where(idx >= 0, np.exp(theta[np.maximum(idx, 0)]), fixed)
+
+
+def _design(samples: list[Sample], p: _Params, ddp_eff: float, ref: float) -> _Design:
     ws = [s.workload for s in samples]
+    by_family, by_model = [w.family for w in ws], [w.model for w in ws]
     mf = np.array([model_factor(w.gflops, ref) for w in ws])
     ddp = np.array([ddp_factor(max(1, s.gpus), ddp_eff) for s in samples])
     return _Design(
@@ -118,15 +152,18 @@ def _design(samples: list[Sample], prior: TimeModel, families: list[str], ddp_ef
         iterations=np.array([w.iterations for w in ws], float),
         mf=mf,
         size=np.array([max(1, w.imgsz) / REFERENCE_IMGSZ for w in ws]),
-        batch_pixels=np.array([max(1, w.batch) * w.imgsz**2 / (REFERENCE_BATCH * REFERENCE_IMGSZ**2) for w in ws]),
+        batch_pixels=np.array([batch_pixels(w) for w in ws]),
+        val_batch_pixels=np.array([batch_pixels(w, val=True) for w in ws]),
         train_mtok=np.array([w.train_tokens for w in ws]) / MTOK / ddp,
         val_mtok=np.array([w.val_tokens for w in ws]) / MTOK / ddp,
         final_mtok=np.array([w.final_val_tokens for w in ws]) / MTOK,
         loader_images=np.array(
             [w.epochs * w.train_images / s.cpus if s.cpus > 0 else 0.0 for w, s in zip(ws, samples, strict=True)]
         ),
-        family=np.array([families.index(w.family) if w.family in families else -1 for w in ws]),
-        fixed_family=np.array([prior.family_factor(w.family) for w in ws]),
+        train_images=np.array([w.epochs * w.train_images for w in ws], float),
+        val_images=np.array([w.val_passes * w.val_images for w in ws], float),
+        final_images=np.array([w.val_images for w in ws], float),
+        factors={prefix: p.lookup(prefix, by_model if prefix == "model" else by_family) for prefix, _, _ in FACTORS},
         seconds=np.array([s.train_seconds for s in samples], float),
         total=np.array([s.total_seconds or math.nan for s in samples], float),
     )
@@ -136,19 +173,19 @@ def _predict(theta: np.ndarray, p: _Params, d: _Design) -> tuple[np.ndarray, np.
     """(training seconds, final validation seconds) of every run."""
     g = theta
     i = p.index
-    fam = np.where(
-        d.family >= 0, np.exp(g[len(g) - len(p.families) :][d.family]) if p.families else 1.0, d.fixed_family
-    )
-    cost = (np.exp(g[i["k"]]) * fam * d.mf * d.size ** -g[i["imgsz_exponent"]]
-            * d.batch_pixels ** g[i["batch_exponent"]])  # fmt: skip
-    val_cost = cost * np.exp(g[i["val_weight"]])
+    fam = _factor(g, d, "family") * _factor(g, d, "model")
+    per_token = np.exp(g[i["k"]]) * fam * d.mf * d.size ** -g[i["imgsz_exponent"]]
+    cost = per_token * d.batch_pixels ** g[i["batch_exponent"]]
+    val_cost = per_token * d.val_batch_pixels ** g[i["batch_exponent"]] * np.exp(g[i["val_weight"]])
     compute = cost * d.train_mtok + val_cost * d.val_mtok
     if "loader" in i:
         compute = np.maximum(compute, np.exp(g[i["loader"]]) * d.loader_images)
-    val_pass = np.exp(g[i["val_pass"]])
+    val_pass, val_image = np.exp(g[i["val_pass"]]), np.exp(g[i["val_image"]])
+    steps = d.iterations * d.mf ** g[i["iteration_exponent"]] * _factor(g, d, "step")
     train = (np.exp(g[i["overhead"]]) + np.exp(g[i["epoch"]]) * d.epochs + val_pass * d.val_passes
-             + np.exp(g[i["iteration"]]) * d.iterations * d.mf ** g[i["iteration_exponent"]] + compute)  # fmt: skip
-    return train, val_pass + val_cost * d.final_mtok
+             + np.exp(g[i["iteration"]]) * steps + np.exp(g[i["image"]]) * d.train_images
+             + val_image * d.val_images + compute)  # fmt: skip
+    return train, val_pass + val_image * d.final_images + val_cost * d.final_mtok
 
 
 def _residuals(theta: np.ndarray, p: _Params, d: _Design, weights: np.ndarray) -> np.ndarray:
@@ -158,7 +195,8 @@ def _residuals(theta: np.ndarray, p: _Params, d: _Design, weights: np.ndarray) -
     parts = [np.sqrt(weights) * (np.log(np.maximum(train, 1e-9)) - np.log(d.seconds))]
     if "startup" in p.index:
         known = ~np.isnan(d.total)
-        startup = np.exp(theta[p.index["startup"]]) * d.mf[known] ** theta[p.index["startup_exponent"]]
+        startup = (np.exp(theta[p.index["startup"]]) * d.mf[known] ** theta[p.index["startup_exponent"]]
+                   * _factor(theta, d, "startup")[known])  # fmt: skip
         job = startup + d.seconds[known] + final[known]
         parts.append(np.log(job) - np.log(d.total[known]))
     return np.concatenate([*parts, (theta - p.mu) / p.sd])
@@ -212,9 +250,10 @@ def fit_terms(
     if not samples:
         return prior
     families = _families(samples)
+    models = sorted({s.workload.model for s in samples})
     jobs = sum(1 for s in samples if s.total_seconds)
-    p = _Params(prior, families, startup=jobs > 0)
-    tm = p.model(_solve(p, _design(samples, prior, families, ddp_eff, reference_gflops)), prior)
+    p = _Params(prior, families, models, startup=jobs > 0)
+    tm = p.model(_solve(p, _design(samples, p, ddp_eff, reference_gflops)))
     return replace(tm, startup_n=jobs or prior.startup_n, n=len(samples), form="map-log")
 
 
@@ -243,11 +282,11 @@ def cross_validated(samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.
     return out
 
 
-def conformal_ratio(ratios: list[float], coverage: float) -> tuple[float, float]:
-    """(ratio, coverage it gives): the ceil((n+1) x coverage)-th smallest actual / predicted, which
-    covers ``coverage`` of future runs exchangeable with these; with too few runs for that rank, the
+def conformal_quantile(scores: list[float], coverage: float) -> tuple[float, float]:
+    """(score, coverage it gives): the ceil((n+1) x coverage)-th smallest score, which covers
+    ``coverage`` of future runs exchangeable with these; with too few runs for that rank, the
     largest, which covers n / (n+1)."""
-    ordered = sorted(ratios)
+    ordered = sorted(scores)
     n = len(ordered)
     rank = math.ceil((n + 1) * coverage)
     if rank > n:
@@ -255,21 +294,39 @@ def conformal_ratio(ratios: list[float], coverage: float) -> tuple[float, float]
     return ordered[rank - 1], coverage
 
 
+def noise_scale(predicted: list[float], log_errors: list[float]) -> tuple[float, float]:
+    """(relative, seconds): the error scale sqrt(relative^2 + (seconds / predicted)^2) that fits the
+    squared cross-validated log errors best (least squares, both parts >= 0). Start-up jitter is
+    seconds, whatever the run; the model's own error is a share of it."""
+    x = np.array([1.0 / max(1.0, p) ** 2 for p in predicted])
+    y = np.array(log_errors) ** 2
+    design = np.column_stack([np.ones_like(x), x])
+    a2, b2 = np.linalg.lstsq(design, y, rcond=None)[0]
+    if a2 < 0 or b2 < 0:  # one part alone
+        a2, b2 = (0.0, float(x @ y / (x @ x))) if a2 < 0 else (float(y.mean()), 0.0)
+    return max(math.sqrt(a2), 1e-3), math.sqrt(b2)
+
+
 def fit(samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, reference_gflops: float = 8.86,
         coverage: float = 0.99) -> TimeModel:  # fmt: skip
-    """The fitted model with its cross-validated error and the conformal ratio its limits use."""
+    """The fitted model with its cross-validated error, the error scale of a run by its length, and
+    the conformal quantile its limits use (of log errors over that scale: locally adaptive)."""
     tm = fit_terms(samples, prior, ddp_eff, reference_gflops)
     if len(samples) < 2:
         return tm
     cv = cross_validated(samples, prior, ddp_eff, reference_gflops)
     errors = [(pred - actual) / actual for _, pred, actual in cv]
-    ratio, promised = conformal_ratio([actual / pred for _, pred, actual in cv], coverage)
+    predicted = [pred for _, pred, _ in cv]
+    logs = [math.log(actual / pred) for _, pred, actual in cv]
+    relative, seconds = noise_scale(predicted, logs)
+    scaled = replace(tm, noise_relative=relative, noise_seconds=seconds)
+    z, promised = conformal_quantile([r / scaled.noise(p) for p, r in zip(predicted, logs, strict=True)], coverage)
     absolute = sorted(abs(e) for e in errors)
     return replace(
-        tm,
+        scaled,
         cv_median=median(absolute),
         cv_p90=quantile(absolute, 0.9),
         cv_bias=sum(errors) / len(errors),
         coverage=promised,
-        coverage_ratio=ratio,
+        coverage_z=z,
     )

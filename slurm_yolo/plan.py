@@ -116,7 +116,7 @@ def plan_partition(
     cpus = config["job"]["cpus_per_gpu"] * gpus  # the loader term's CPUs, as render asks Slurm for them
     predicted = predict_seconds(w, tm, gpus, part.ddp_efficiency, ref, cpus)
     train = predict_train_seconds(w, tm, gpus, part.ddp_efficiency, ref, cpus)
-    buf = buffer_for(tm, config["estimate"]["buffer"])
+    buf = buffer_for(tm, config["estimate"]["buffer"], predicted)
     limit = time_limit(predicted, buf.value)
     if limit > MAX_LIMIT_SECONDS:
         raise UsageError(

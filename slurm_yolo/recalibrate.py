@@ -17,6 +17,8 @@ from . import calibration
 from .config import Config
 from .timemodel import TimeModel, buffer_for
 
+HOUR = 3600.0  # the run length a refit's justified buffer is reported for
+
 
 @dataclass(frozen=True)
 class Refit:
@@ -28,7 +30,7 @@ class Refit:
     new: TimeModel
     applied: bool
     reason: str
-    buffer_justified: float
+    buffer_justified: float  # for a one-hour run (short runs need more: start-up jitter)
     buffer_configured: float
 
     @property
@@ -50,7 +52,7 @@ def refit_partition(store: calibration.Store, partition: str, window_days: float
     base = config["estimate"]["buffer"]
     if len(samples) < min_samples:
         return Refit(partition, len(samples), old, old, False, f"{len(samples)} runs in {window_days:g} days < {min_samples}",
-                     buffer_for(old, 0.0).value, base)  # fmt: skip
+                     buffer_for(old, 0.0, HOUR).value, base)  # fmt: skip
     new = calibration.fit_partition(config, partition, samples, old)
     reason = f"refit on {len(samples)} runs"
     if old.n and old.k > 0:
@@ -60,7 +62,7 @@ def refit_partition(store: calibration.Store, partition: str, window_days: float
             new = replace(new, k=min(max(new.k, lo), hi))
     if not dry_run:
         store.save(partition, new, "recalibrate")
-    return Refit(partition, len(samples), old, new, not dry_run, reason, buffer_for(new, 0.0).value, base)
+    return Refit(partition, len(samples), old, new, not dry_run, reason, buffer_for(new, 0.0, HOUR).value, base)
 
 
 def recalibrate(config: Config, partitions: list[str] | None = None, window_days: float = 30, min_samples: int = 5,

@@ -2,20 +2,25 @@
 
     train_seconds = overhead
                     + epoch_seconds x epochs + val_pass_seconds x val_passes
-                    + iteration_seconds x iterations x model_factor^iteration_exponent
+                    + iteration_seconds x step_factor[family] x iterations x model_factor^iteration_exponent
+                    + image_seconds x train images + val_image_seconds x validated images
                     + k x cost(imgsz) x (train_eff + val_weight x val_eff) / ddp(gpus)
-    seconds       = startup x model_factor^startup_exponent + train_seconds
-                    + val_pass_seconds + k x cost(imgsz) x val_weight x final_val_eff
+    seconds       = startup x startup_factor[family] x model_factor^startup_exponent + train_seconds
+                    + val_pass_seconds + val_image_seconds x val images
+                    + k x cost(imgsz) x val_weight x final_val_eff
 
 Each term is something a run does: a fixed cost inside training (data loaders, first batch), a cost
 per epoch (loader restart, metrics, checkpoint) and per validation pass (set-up, NMS), a cost per
-optimizer step that grows far slower than the model's FLOPs, and compute. ``*_eff`` are millions of
-effective tokens (tokens x GFLOPs / reference GFLOPs x family factor) and ``cost(imgsz) =
-(imgsz / 640) ^ -imgsz_exponent x (batch x imgsz^2 / (16 x 640^2)) ^ batch_exponent``: small images
-cost more per pixel (measured ~1.5x at 96 px on CPU), and a batch's pixels change the cost per pixel
-(on a CPU big batches spill caches: > 0; on a GPU they fill it better: < 0). The
-start-up (process start, model build, saving) is not in results.csv; jobs teach it. The fit
-(``fitting``, numpy) never runs on the login path; this module only predicts.
+optimizer step that grows far slower than the model's FLOPs (and differs by family: on the corpus'
+CPU runs yolo26 cost ~1.24x yolov8 per step), a cost per image that compute does not hide
+(decoding, augmenting, NMS, metrics), and compute. ``*_eff`` are millions of effective tokens
+(tokens x GFLOPs / reference GFLOPs x family factor x the model's own factor, where its runs showed
+one) and ``cost(imgsz) = (imgsz / 640) ^ -imgsz_exponent x (batch x imgsz^2 / (16 x 640^2)) ^
+batch_exponent`` (a real batch: no more images than the split has; validation's is twice
+training's): small images cost more per pixel (measured ~1.5x at 96 px on CPU), and a batch's pixels
+change the cost per pixel (on a CPU big batches spill caches: > 0; on a GPU they fill it better:
+< 0). The start-up (process start, model build, saving) is not in results.csv; jobs teach it. The
+fit (``fitting``, numpy) never runs on the login path; this module only predicts.
 """
 
 from __future__ import annotations
@@ -48,24 +53,52 @@ class TimeModel:
     iteration_exponent: float = 0.0
     startup_exponent: float = 0.0
     loader_seconds: float = 0.0  # CPU-seconds of data loading per training image; 0: not modelled
-    family_factors: dict[str, float] = field(default_factory=dict)
+    image_seconds: float = 0.0  # per training image, outside compute (decode, augment, collate)
+    val_image_seconds: float = 0.0  # per validated image, outside compute (decode, NMS, metrics)
+    family_factors: dict[str, float] = field(default_factory=dict)  # compute per token, vs the anchor family
+    model_factors: dict[str, float] = field(default_factory=dict)  # compute of a model vs its GFLOPs x family
+    step_factors: dict[str, float] = field(default_factory=dict)  # per family: cost per iteration
+    startup_factors: dict[str, float] = field(default_factory=dict)  # per family: build and save
     form: str = "prior"
     n: int = 0
     startup_n: int = 0  # whole-job runs behind startup_seconds (jobs, not run folders)
     cv_median: float | None = None  # median |pred - actual| / actual of the whole job, cross-validated
     cv_p90: float | None = None
     cv_bias: float | None = None  # mean signed (pred - actual) / actual: < 0 predicts low
-    coverage: float | None = None  # share of runs a limit of coverage_ratio x prediction covers
-    coverage_ratio: float | None = None  # the conformal quantile of cross-validated actual / predicted
+    coverage: float | None = None  # share of runs the limit covers: prediction x limit_ratio(prediction)
+    coverage_z: float | None = None  # conformal quantile of cross-validated log(actual / predicted) / noise
+    noise_relative: float | None = None  # the error scale's relative part (the model's own error)
+    noise_seconds: float | None = None  # its absolute part (start-up jitter): weighs on short runs only
+
+    def noise(self, seconds: float) -> float:
+        """The cross-validated error scale, in log units, of a run predicted to take ``seconds``: a few
+        seconds of jitter are a large share of a one-minute job and nothing in a ten-hour one."""
+        a, b = self.noise_relative or 0.0, self.noise_seconds or 0.0
+        return math.sqrt(a * a + (b / max(1.0, seconds)) ** 2)
+
+    def limit_ratio(self, seconds: float) -> float | None:
+        """actual / predicted that the limit must allow for a run this long (None: not cross-validated)."""
+        if self.coverage_z is None:
+            return None
+        return math.exp(self.coverage_z * self.noise(seconds))
 
     def family_factor(self, family: str) -> float:
         return self.family_factors.get(family, FAMILY_PRIOR.get(family, 1.0))
+
+    def compute_factor(self, model: str, family: str) -> float:
+        """Cost per GFLOP-token of a model, relative to the anchor family: its family's factor, and the
+        model's own where its runs showed that its GFLOPs over- or understate what it costs."""
+        return self.family_factor(family) * self.model_factors.get(model, 1.0)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TimeModel:
         """A stored model; keys of older versions that this one no longer has are dropped."""
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        kept = {k: v for k, v in data.items() if k in known}
+        ratio = data.get("coverage_ratio")
+        if ratio and "coverage_z" not in data:  # one ratio for every run length: an error scale of 1
+            kept.update(coverage_z=math.log(ratio), noise_relative=1.0, noise_seconds=0.0)
+        return cls(**kept)
 
 
 class Sample(NamedTuple):
@@ -86,23 +119,31 @@ def ddp_factor(gpus: int, efficiency: float) -> float:
     return gpus * efficiency ** math.log2(gpus)
 
 
-def token_cost(w: Workload, tm: TimeModel, reference_gflops: float) -> float:
-    """Seconds-per-k of one effective million tokens of this workload (model, family, image size)."""
+def batch_pixels(w: Workload, val: bool = False) -> float:
+    """Pixels of one real batch over the reference batch's: ultralytics validates with twice the
+    training batch, and a batch never holds more images than its split has."""
+    images = min(2 * w.batch, w.val_images) if val else min(w.batch, w.train_images)
+    return max(1, images) * w.imgsz**2 / (REFERENCE_BATCH * REFERENCE_IMGSZ**2)
+
+
+def token_cost(w: Workload, tm: TimeModel, reference_gflops: float, val: bool = False) -> float:
+    """Seconds-per-k of one effective million tokens of this workload (model, family, image size,
+    the batch's pixels: training's or validation's)."""
     size = (max(1, w.imgsz) / REFERENCE_IMGSZ) ** -tm.imgsz_exponent
-    batch = (max(1, w.batch) * w.imgsz**2 / (REFERENCE_BATCH * REFERENCE_IMGSZ**2)) ** tm.batch_exponent
-    return model_factor(w.gflops, reference_gflops) * tm.family_factor(w.family) * size * batch / MTOK
+    batch = batch_pixels(w, val) ** tm.batch_exponent
+    return model_factor(w.gflops, reference_gflops) * tm.compute_factor(w.model, w.family) * size * batch / MTOK
 
 
 def effective_mtok(w: Workload, tm: TimeModel, reference_gflops: float) -> tuple[float, float, float]:
     """(train, in-training val, final val) effective millions of tokens, image-size cost included."""
-    scale = token_cost(w, tm, reference_gflops)
-    return w.train_tokens * scale, w.val_tokens * scale, w.final_val_tokens * scale
+    train, val = token_cost(w, tm, reference_gflops), token_cost(w, tm, reference_gflops, val=True)
+    return w.train_tokens * train, w.val_tokens * val, w.final_val_tokens * val
 
 
 class Components(NamedTuple):
     """The parts of a training-time prediction (seconds), for ``--explain`` and the k feedback."""
 
-    fixed: float  # overhead, per-epoch, per-validation and per-iteration costs
+    fixed: float  # overhead, per-epoch, per-validation, per-iteration and per-image costs
     compute: float  # k x effective tokens / DDP speed-up
     loader: float  # data loading when it, not compute, bounds an epoch (0 unless modelled)
 
@@ -115,7 +156,8 @@ def components(
     compute = tm.k * (tr + tm.val_weight * va) / ddp_factor(max(1, gpus), ddp_eff)
     steps = w.iterations * model_factor(w.gflops, reference_gflops) ** tm.iteration_exponent
     fixed = (tm.overhead_seconds + tm.epoch_seconds * w.epochs + tm.val_pass_seconds * w.val_passes
-             + tm.iteration_seconds * steps)  # fmt: skip
+             + tm.iteration_seconds * tm.step_factors.get(w.family, 1.0) * steps
+             + tm.image_seconds * w.epochs * w.train_images + tm.val_image_seconds * w.val_passes * w.val_images)  # fmt: skip
     loader = tm.loader_seconds * w.epochs * w.train_images / cpus if tm.loader_seconds > 0 and cpus > 0 else 0.0
     return Components(fixed, compute, loader)
 
@@ -132,7 +174,7 @@ def predict_train_seconds(
 def final_val_seconds(w: Workload, tm: TimeModel, reference_gflops: float) -> float:
     """The validation ultralytics runs after training (best.pt, one device): not in results.csv."""
     _, _, final = effective_mtok(w, tm, reference_gflops)
-    return tm.val_pass_seconds + tm.k * tm.val_weight * final
+    return tm.val_pass_seconds + tm.val_image_seconds * w.val_images + tm.k * tm.val_weight * final
 
 
 def predict_seconds(
@@ -145,7 +187,8 @@ def predict_seconds(
 
 def startup_seconds(w: Workload, tm: TimeModel, reference_gflops: float) -> float:
     """Outside training: process start, model build, weights saved; bigger models take longer."""
-    return tm.startup_seconds * model_factor(w.gflops, reference_gflops) ** tm.startup_exponent
+    factor = tm.startup_factors.get(w.family, 1.0)
+    return tm.startup_seconds * factor * model_factor(w.gflops, reference_gflops) ** tm.startup_exponent
 
 
 def median(values: list[float]) -> float:
@@ -175,15 +218,17 @@ FEW_RUNS = 5  # below this, the quantile rests on too little: at least FEW_RUNS_
 FEW_RUNS_BUFFER = 0.5
 
 
-def buffer_for(tm: TimeModel, base: float) -> Buffer:
-    """The headroom that covers ``tm.coverage`` of cross-validated runs (split-conformal quantile of
-    actual / predicted), never below ``base``: the limit must not kill a job, and no more than that."""
+def buffer_for(tm: TimeModel, base: float, seconds: float) -> Buffer:
+    """The headroom that covers ``tm.coverage`` of cross-validated runs for a run predicted to take
+    ``seconds`` (split-conformal on errors scaled by the run's error scale), never below ``base``:
+    the limit must not kill a job, and no more than that."""
     if tm.n == 0:
         return Buffer(max(base, 1.0), "uncalibrated partition: prior model, limit doubled")
-    if tm.coverage_ratio is None or tm.coverage is None:
+    ratio = tm.limit_ratio(seconds)
+    if ratio is None or tm.coverage is None:
         return Buffer(max(base, FEW_RUNS_BUFFER), f"only {tm.n} calibration run(s): no cross-validation yet")
-    needed = tm.coverage_ratio - 1
-    why = f"covers {tm.coverage:.0%} of {tm.n} cross-validated runs (actual/predicted up to {tm.coverage_ratio:.2f})"
+    needed = ratio - 1
+    why = f"covers {tm.coverage:.0%} of {tm.n} cross-validated runs (actual/predicted up to {ratio:.2f} at this length)"
     if tm.n < FEW_RUNS and needed < FEW_RUNS_BUFFER:
         return Buffer(max(base, FEW_RUNS_BUFFER), f"{why}; fewer than {FEW_RUNS} runs: at least {FEW_RUNS_BUFFER:.2f}",
                       tm.coverage)  # fmt: skip
@@ -198,15 +243,20 @@ def describe(tm: TimeModel) -> list[str]:
              f" overhead {tm.overhead_seconds:.2f} s,"
              f" {tm.epoch_seconds:.2f} s/epoch, {tm.val_pass_seconds:.2f} s/val pass,"
              f" {tm.iteration_seconds * 1000:.3g} ms/iteration (x model factor^{tm.iteration_exponent:.2f}),"
+             f" {tm.image_seconds * 1000:.3g} ms/train image, {tm.val_image_seconds * 1000:.3g} ms/val image,"
              f" val weight {tm.val_weight:.2f}, start-up {tm.startup_seconds:.1f} s (x model factor^{tm.startup_exponent:.2f})")  # fmt: skip
     if tm.loader_seconds > 0:
         terms += f", loader {tm.loader_seconds * 1000:.3g} CPU-ms/image"
-    if tm.family_factors:
-        terms += "; families " + ", ".join(f"{f} {v:.2f}" for f, v in sorted(tm.family_factors.items()))
-    if tm.cv_median is None or tm.cv_bias is None or tm.coverage is None:
+    for label, factors in (("families", tm.family_factors), ("models", tm.model_factors),
+                           ("per-step", tm.step_factors), ("start-up", tm.startup_factors)):  # fmt: skip
+        if factors:
+            terms += f"; {label} " + ", ".join(f"{f} {v:.2f}" for f, v in sorted(factors.items()))
+    short, long = tm.limit_ratio(60), tm.limit_ratio(3600)
+    if tm.cv_median is None or tm.cv_bias is None or tm.coverage is None or short is None or long is None:
         return [terms, f"evidence: {tm.n} run(s), too few to cross-validate"]
     evidence = (
         f"evidence: {tm.n} runs; cross-validated error median {tm.cv_median:.1%}, p90 {tm.cv_p90 or 0:.1%},"
-        f" bias {tm.cv_bias:+.1%}; limits cover {tm.coverage:.0%} (actual/predicted up to {tm.coverage_ratio:.2f})"
+        f" bias {tm.cv_bias:+.1%}; limits cover {tm.coverage:.0%} (actual/predicted up to {short:.2f} for a"
+        f" 1-minute run, {long:.2f} for a 1-hour run)"
     )
     return [terms, evidence]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from slurm_yolo.slurm.parsers import WillRun
 from slurm_yolo.timemodel import TimeModel
 
 TM = TimeModel(k=2.0, overhead_seconds=5.0, val_weight=0.5, iteration_seconds=0.01, startup_seconds=20.0, n=40,
-               coverage=0.99, coverage_ratio=1.05)  # fmt: skip
+               coverage=0.99, coverage_z=math.log(1.05), noise_relative=1.0)  # fmt: skip
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import subprocess
@@ -27,7 +28,7 @@ def fixed_plan(site_config: Path) -> plan.Plan:
     assert m is not None
     w = estimate.workload(s, 5000, 500, m)
     tm = TimeModel(k=0.05, overhead_seconds=10, val_weight=0.4, iteration_seconds=0.02, startup_seconds=30, n=30,
-                   coverage=0.99, coverage_ratio=1.1)  # fmt: skip
+                   coverage=0.99, coverage_z=math.log(1.1), noise_relative=1.0)  # fmt: skip
     part = Partition("a100", gpu_type="a100", gpus_per_node=2, shards_per_gpu=4)
     return plan.plan_partition(w, tm, "test", part, plan.Request("a100", priority="prod"), cfg)
 

@@ -11,7 +11,7 @@ from dataclasses import asdict, replace
 import pytest
 
 from slurm_yolo import estimate, spec
-from slurm_yolo.fitting import conformal_ratio, fit
+from slurm_yolo.fitting import conformal_quantile, fit, noise_scale
 from slurm_yolo.timemodel import (
     Sample,
     TimeModel,
@@ -124,21 +124,39 @@ def test_family_factor_is_calibrated() -> None:
 
 
 def test_conformal_rank_and_what_few_runs_can_promise() -> None:
-    ratios = [1.0 + i / 100 for i in range(199)]  # 1.00 .. 1.98
-    assert conformal_ratio(ratios, 0.99) == (ratios[math.ceil(200 * 0.99) - 1], 0.99)
-    assert conformal_ratio([1.1, 0.9, 1.3], 0.99) == (1.3, 0.75)  # the max covers n/(n+1)
+    scores = [i / 100 for i in range(199)]
+    assert conformal_quantile(scores, 0.99) == (scores[math.ceil(200 * 0.99) - 1], 0.99)
+    assert conformal_quantile([0.1, -0.1, 0.3], 0.99) == (0.3, 0.75)  # the max covers n/(n+1)
+
+
+def unit_scale(ratio: float, n: int, coverage: float) -> TimeModel:
+    """A cross-validated model whose limit allows ``ratio`` at every run length."""
+    return replace(PRIOR, n=n, coverage=coverage, coverage_z=math.log(ratio), noise_relative=1.0, noise_seconds=0.0)
 
 
 def test_buffer_comes_from_the_coverage_never_below_configured() -> None:
-    assert buffer_for(replace(PRIOR, n=0), 0.2).value == 1.0
-    assert buffer_for(replace(PRIOR, n=1), 0.2).value == 0.5
-    tight = replace(PRIOR, n=150, coverage=0.99, coverage_ratio=1.08)
-    assert buffer_for(tight, 0.2).value == 0.2 and buffer_for(tight, 0.2).coverage == 0.99
-    loose = replace(PRIOR, n=150, coverage=0.99, coverage_ratio=1.35)
-    b = buffer_for(loose, 0.2)
+    assert buffer_for(replace(PRIOR, n=0), 0.2, 600).value == 1.0
+    assert buffer_for(replace(PRIOR, n=1), 0.2, 600).value == 0.5
+    tight = unit_scale(1.08, n=150, coverage=0.99)
+    assert buffer_for(tight, 0.2, 600).value == 0.2 and buffer_for(tight, 0.2, 600).coverage == 0.99
+    b = buffer_for(unit_scale(1.35, n=150, coverage=0.99), 0.2, 600)
     assert b.value == pytest.approx(0.35) and "99%" in b.reason
-    few = replace(PRIOR, n=3, coverage=0.75, coverage_ratio=1.1)
-    assert buffer_for(few, 0.2).value == 0.5 and "fewer than 5" in buffer_for(few, 0.2).reason
+    few = unit_scale(1.1, n=3, coverage=0.75)
+    assert buffer_for(few, 0.2, 600).value == 0.5 and "fewer than 5" in buffer_for(few, 0.2, 600).reason
+
+
+def test_seconds_of_jitter_pad_short_runs_not_long_ones() -> None:
+    rng = random.Random(3)
+    predicted = [math.exp(rng.uniform(math.log(10), math.log(3000))) for _ in range(4000)]
+    errors = [rng.gauss(0, math.sqrt(0.05**2 + (3.0 / p) ** 2)) for p in predicted]  # 5% and 3 s of jitter
+    relative, seconds = noise_scale(predicted, errors)
+    assert relative == pytest.approx(0.05, rel=0.15) and seconds == pytest.approx(3.0, rel=0.25)
+    tm = replace(PRIOR, n=100, coverage=0.99, coverage_z=2.6, noise_relative=relative, noise_seconds=seconds)
+    short, long = buffer_for(tm, 0.0, 20), buffer_for(tm, 0.0, 3600)
+    # z x sqrt(0.05^2 + (3/T)^2): 0.13 of log at one hour, 0.43 for a 20-second run
+    assert long.value == pytest.approx(math.exp(2.6 * 0.05) - 1, rel=0.2)
+    assert short.value == pytest.approx(math.exp(2.6 * math.hypot(0.05, 3 / 20)) - 1, rel=0.2)
+    assert noise_scale([10, 100, 1000], [0.1, -0.1, 0.1]) == pytest.approx((0.1, 0.0), abs=1e-6)  # relative only
 
 
 def test_models_stored_by_older_versions_still_load() -> None:
@@ -147,6 +165,8 @@ def test_models_stored_by_older_versions_still_load() -> None:
            "ratio_p95": 1.2}  # fmt: skip
     tm = TimeModel.from_dict(json.loads(json.dumps(old)))
     assert tm.k == 2.0 and tm.n == 7 and tm.coverage is None
-    assert buffer_for(tm, 0.2).value == 0.5  # no cross-validation stored: the cautious buffer
+    assert buffer_for(tm, 0.2, 600).value == 0.5  # no cross-validation stored: the cautious buffer
+    one_ratio = TimeModel.from_dict({**old, "coverage": 0.99, "coverage_ratio": 1.3, "n": 150})
+    assert buffer_for(one_ratio, 0.2, 60).value == buffer_for(one_ratio, 0.2, 36000).value == pytest.approx(0.3)
     assert TimeModel.from_dict(asdict(fit(runs(10), PRIOR))).coverage is not None
     assert len(describe(tm)) == 2

@@ -103,7 +103,8 @@ def recalibrate(partitions: tuple[str, ...], window_days: float, min_samples: in
         for line in describe(r.new):
             click.echo(f"  {line}")
         click.echo(
-            f"  buffer its cross-validation justifies: {r.buffer_justified:.2f} (configured {r.buffer_configured:.2f})"
+            f"  buffer its cross-validation justifies for a 1-hour run: {r.buffer_justified:.2f}"
+            f" (configured {r.buffer_configured:.2f})"
         )
         if r.proposed_price:
             click.echo(f"  price at this throughput: {r.proposed_price} tokens per GPU-second "
