@@ -90,7 +90,8 @@ def nudge(tm: TimeModel, sample: Sample, ddp_eff: float, reference_gflops: float
             step = min(max(step, 1 - MAX_STEP), 1 + MAX_STEP)
         scaled = replace(tm, k=tm.k * step, overhead_seconds=tm.overhead_seconds * step,
                          epoch_seconds=tm.epoch_seconds * step, val_pass_seconds=tm.val_pass_seconds * step,
-                         iteration_seconds=tm.iteration_seconds * step)  # fmt: skip
+                         iteration_seconds=tm.iteration_seconds * step, image_seconds=tm.image_seconds * step,
+                         val_image_seconds=tm.val_image_seconds * step)  # fmt: skip
         why = f"k {tm.k:.4g} -> {scaled.k:.4g}: fixed costs dominate this run, so the whole model moved x{step:.3f}"
         return scaled, ratio, "; ".join([why, *notes])
     measured = (sample.train_seconds - c.fixed) / per_k

@@ -286,6 +286,8 @@ def conformal_quantile(scores: list[float], coverage: float) -> tuple[float, flo
     """(score, coverage it gives): the ceil((n+1) x coverage)-th smallest score, which covers
     ``coverage`` of future runs exchangeable with these; with too few runs for that rank, the
     largest, which covers n / (n+1)."""
+    if not scores or not 0 < coverage < 1:
+        raise ValueError("a conformal quantile needs scores and a coverage in (0, 1)")
     ordered = sorted(scores)
     n = len(ordered)
     rank = math.ceil((n + 1) * coverage)
@@ -297,14 +299,17 @@ def conformal_quantile(scores: list[float], coverage: float) -> tuple[float, flo
 def noise_scale(predicted: list[float], log_errors: list[float]) -> tuple[float, float]:
     """(relative, seconds): the error scale sqrt(relative^2 + (seconds / predicted)^2) that fits the
     squared cross-validated log errors best (least squares, both parts >= 0). Start-up jitter is
-    seconds, whatever the run; the model's own error is a share of it."""
+    seconds, whatever the run; the model's own error is a share of the run. The relative part is
+    never below the spread of the longest third of the runs: past the lengths it was calibrated on,
+    a run is not promised more accuracy than the longest runs showed."""
     x = np.array([1.0 / max(1.0, p) ** 2 for p in predicted])
     y = np.array(log_errors) ** 2
     design = np.column_stack([np.ones_like(x), x])
     a2, b2 = np.linalg.lstsq(design, y, rcond=None)[0]
     if a2 < 0 or b2 < 0:  # one part alone
         a2, b2 = (0.0, float(x @ y / (x @ x))) if a2 < 0 else (float(y.mean()), 0.0)
-    return max(math.sqrt(a2), 1e-3), math.sqrt(b2)
+    longest = y[np.argsort(predicted)[-max(1, len(y) // 3) :]]
+    return max(math.sqrt(a2), math.sqrt(float(longest.mean())), 1e-3), math.sqrt(b2)
 
 
 def fit(samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, reference_gflops: float = 8.86,

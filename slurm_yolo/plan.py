@@ -147,7 +147,7 @@ def plan_partition(
     qos = qos_cfg["short"] if short else qos_cfg[req.priority]
 
     mf = model_factor(w.gflops, ref)
-    ff = tm.family_factor(w.family)
+    ff = tm.compute_factor(w.model, w.family)
     tok = tokens(w, tm.val_weight)
     eff = tok * mf * ff
     explain = [
@@ -157,7 +157,8 @@ def plan_partition(
         f" run: {fmt_tokens(tok)} = {images_640(tok):,.0f} 640-equivalent images"
         f" (val weight {tm.val_weight:.2f})",
         f"model: {w.model} {w.gflops:.2f} GFLOPs ({w.model_source}), factor {mf:.2f} x family {w.family} {ff:.2f}"
-        f" -> {fmt_tokens(eff)} effective",
+        + (" (with the model's own)" if w.model in tm.model_factors else "")
+        + f" -> {fmt_tokens(eff)} effective",
         f"time model: {k_source}",
         *(f"  {line}" for line in describe(tm)),
         f"time: {predicted / 60:.1f} min predicted ({train / 60:.1f} min training) on {gpus} GPU(s)"

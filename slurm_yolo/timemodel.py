@@ -3,11 +3,11 @@
     train_seconds = overhead
                     + epoch_seconds x epochs + val_pass_seconds x val_passes
                     + iteration_seconds x step_factor[family] x iterations x model_factor^iteration_exponent
-                    + image_seconds x train images + val_image_seconds x validated images
-                    + k x cost(imgsz) x (train_eff + val_weight x val_eff) / ddp(gpus)
+                    + image_seconds x epochs x train images + val_image_seconds x val_passes x val images
+                    + k x (cost(train batch) x train_eff + val_weight x cost(val batch) x val_eff) / ddp(gpus)
     seconds       = startup x startup_factor[family] x model_factor^startup_exponent + train_seconds
                     + val_pass_seconds + val_image_seconds x val images
-                    + k x cost(imgsz) x val_weight x final_val_eff
+                    + k x val_weight x cost(val batch) x final_val_eff
 
 Each term is something a run does: a fixed cost inside training (data loaders, first batch), a cost
 per epoch (loader restart, metrics, checkpoint) and per validation pass (set-up, NMS), a cost per
@@ -15,8 +15,8 @@ optimizer step that grows far slower than the model's FLOPs (and differs by fami
 CPU runs yolo26 cost ~1.24x yolov8 per step), a cost per image that compute does not hide
 (decoding, augmenting, NMS, metrics), and compute. ``*_eff`` are millions of effective tokens
 (tokens x GFLOPs / reference GFLOPs x family factor x the model's own factor, where its runs showed
-one) and ``cost(imgsz) = (imgsz / 640) ^ -imgsz_exponent x (batch x imgsz^2 / (16 x 640^2)) ^
-batch_exponent`` (a real batch: no more images than the split has; validation's is twice
+one) and ``cost(b) = (imgsz / 640) ^ -imgsz_exponent x (b x imgsz^2 / (16 x 640^2)) ^
+batch_exponent`` for a real batch b (no more images than the split has; validation's is twice
 training's): small images cost more per pixel (measured ~1.5x at 96 px on CPU), and a batch's pixels
 change the cost per pixel (on a CPU big batches spill caches: > 0; on a GPU they fill it better:
 < 0). The start-up (process start, model build, saving) is not in results.csv; jobs teach it. The
@@ -121,7 +121,8 @@ def ddp_factor(gpus: int, efficiency: float) -> float:
 
 def batch_pixels(w: Workload, val: bool = False) -> float:
     """Pixels of one real batch over the reference batch's: ultralytics validates with twice the
-    training batch, and a batch never holds more images than its split has."""
+    training batch, and a batch never holds more images than its split has. (Under DDP each GPU
+    sees batch / GPUs, and validation runs on one: not modelled, as the corpus has one device.)"""
     images = min(2 * w.batch, w.val_images) if val else min(w.batch, w.train_images)
     return max(1, images) * w.imgsz**2 / (REFERENCE_BATCH * REFERENCE_IMGSZ**2)
 

@@ -62,7 +62,7 @@ def test_half_the_corpus_predicts_the_other_half_and_the_bigger_runs(
     for s in held + ext:
         predicted = predict_seconds(s.workload, tm, s.gpus, DDP, REF, s.cpus)
         within.append(s.total_seconds <= time_limit(predicted, buffer_for(tm, 0.2, predicted).value))
-    # 60 runs cannot rank a 99% quantile: the largest ratio, which covers 60/61 of runs like them.
+    # 60 runs cannot rank a 99% quantile: the largest scaled error, which covers 60/61 of runs like them.
     assert tm.coverage == pytest.approx(60 / 61) and sum(within) / len(within) >= 0.97
 
 

@@ -10,7 +10,7 @@ from dataclasses import asdict, replace
 
 import pytest
 
-from slurm_yolo import estimate, spec
+from slurm_yolo import estimate, fitting, spec
 from slurm_yolo.fitting import conformal_quantile, fit, noise_scale
 from slurm_yolo.timemodel import (
     Sample,
@@ -47,6 +47,20 @@ def runs(n: int, noise: float = 0.02, seed: int = 1, models: tuple[str, ...] = (
         total = t + TRUTH.startup_seconds + final_val_seconds(w, TRUTH, 8.86)
         out.append(Sample(w, 1, t, key=str(i), total_seconds=total))
     return out
+
+
+def test_the_fit_and_the_prediction_are_one_formula() -> None:
+    """fitting._predict (vectorised, what the fit minimises) and timemodel's predict_* agree term by
+    term, with every term and factor set and batches larger than their splits."""
+    tm = replace(TRUTH, batch_exponent=0.2, image_seconds=0.002, val_image_seconds=0.003,
+                 model_factors={"yolo11n": 1.1}, step_factors={"yolo11": 1.3}, startup_factors={"yolo11": 1.2})  # fmt: skip
+    ws = [workload("yolo11n", 3, 320, 32, train=16, val=8), workload("yolov8s", 2, 160, 8, train=100, val=40),
+          workload("yolo11n", 1, 640, 4, train=9, val=3)]  # fmt: skip
+    samples = [Sample(w, 1, 1.0) for w in ws]
+    p = fitting._Params(tm, ["yolo11"], ["yolo11n", "yolov8s"], startup=False)
+    train, final = fitting._predict(p.mu, p, fitting._design(samples, p, 0.9, 8.86))
+    assert list(train) == pytest.approx([predict_train_seconds(w, tm, 1, 0.9, 8.86) for w in ws])
+    assert list(final) == pytest.approx([final_val_seconds(w, tm, 8.86) for w in ws])
 
 
 def test_predictions_add_up_term_by_term() -> None:
