@@ -10,8 +10,10 @@ time and the CPUs it had. An interrupted generation resumes where it stopped (ru
 The design: 3 families (yolov8, yolo11, yolo26), sizes n and s (and m for yolov8 and yolo11), imgsz
 64-640, batch 2-32, epochs 1-10, 16-1024 images from five generated datasets that differ in source
 resolution and objects per image, ``fraction``, ``val=False``, ``rect`` and ``cache``. Calibration
-runs are drawn to take roughly 3-40 s of training on 2 CPUs; each held-back ("extrapolation") run scales one
-of them 3-10x in tokens (more epochs and images, same model, imgsz and batch).
+runs are drawn to take roughly 3-40 s of training on 2 CPUs; each held-back ("extrapolation") run
+scales one of them 3-10x in tokens (more epochs and images, same model, imgsz and batch). The long
+runs (3-7 minutes, drawn from a random stream of their own) are what a time limit in whole minutes
+is judged on: on a 1-minute run, rounding up to the minute alone can double the limit.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ CORPUS = Path(__file__).parent / "corpus" / "runs.jsonl"
 SEED = 13
 CALIBRATION_RUNS = 120
 EXTRAPOLATION_RUNS = 30
+LONG_RUNS = 14
+# Training seconds the rough cost aims at: calibration runs, and the long runs (it overestimates a
+# big run about 1.8x, so 330-800 rough seconds is roughly 3-7 minutes of wall time).
+CALIBRATION_TARGET = (3.0, 40.0)
+LONG_TARGET = (330.0, 800.0)
 CPUS = 2
 # (name, train images, val images, source px, objects per image (min, max))
 DATASETS = (
@@ -79,9 +86,9 @@ def _images(d: dict[str, Any]) -> int:
     return max(1, round(total * d["fraction"]))
 
 
-def draw(rng: random.Random, dataset: str) -> dict[str, Any]:
-    """One random calibration run on ``dataset``: model, imgsz, batch and epochs drawn freely, then the
-    share of the dataset (``fraction``) chosen so the run lands near a random training time (3-40 s), so
+def draw(rng: random.Random, dataset: str, target_range: tuple[float, float] = CALIBRATION_TARGET) -> dict[str, Any]:
+    """One random run on ``dataset``: model, imgsz, batch and epochs drawn freely, then the share of the
+    dataset (``fraction``) chosen so the run lands near a random training time in ``target_range``, so
     large images and large models stay in the design instead of being rejected by the budget."""
     model = rng.choices([m for m, _ in MODELS], weights=[w for _, w in MODELS])[0]
     imgsz = 32 * round(math.exp(rng.uniform(math.log(64), math.log(640))) / 32)
@@ -96,7 +103,7 @@ def draw(rng: random.Random, dataset: str) -> dict[str, Any]:
         "rect": rng.random() < 0.15,
         "cache": rng.choices((False, "ram", "disk"), weights=(0.7, 0.2, 0.1))[0],
     }
-    target = math.exp(rng.uniform(math.log(3), math.log(40)))
+    target = math.exp(rng.uniform(*(math.log(t) for t in target_range)))
     total = DATASETS_BY_NAME[dataset][1]
     while d["epochs"] > 1 and rough_train_seconds({**d, "fraction": 16 / total}) > target:
         d["epochs"] -= 1
@@ -124,7 +131,8 @@ def scale_up(rng: random.Random, d: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def design(seed: int = SEED) -> list[dict[str, Any]]:
-    """The whole design, deterministic in ``seed``: calibration runs, then the held-back runs."""
+    """The whole design, deterministic in ``seed``: calibration runs, the held-back runs, then the long
+    runs (a random stream of their own, so adding them left the first 150 runs as they were)."""
     rng = random.Random(seed)
     runs: list[dict[str, Any]] = []
     while len(runs) < CALIBRATION_RUNS:  # datasets in turn, so big ones are not starved by the budget
@@ -138,7 +146,13 @@ def design(seed: int = SEED) -> list[dict[str, Any]]:
         up = scale_up(rng, runs[i])
         if up and rough_train_seconds(up) <= 260:
             held.append({**up, "split": "extrapolation", "parent": i})
-    return [{**d, "index": i} for i, d in enumerate(runs + held)]
+    rng = random.Random(seed * 1000 + 1)
+    long: list[dict[str, Any]] = []
+    while len(long) < LONG_RUNS:
+        d = draw(rng, DATASETS[1 + len(long) % (len(DATASETS) - 1)][0], LONG_TARGET)
+        if LONG_TARGET[0] <= rough_train_seconds(d) <= LONG_TARGET[1]:
+            long.append({**d, "split": "long"})
+    return [{**d, "index": i} for i, d in enumerate(runs + held + long)]
 
 
 def _args(d: dict[str, Any], data: Path, project: Path) -> list[str]:
@@ -184,6 +198,7 @@ def generate(out: Path = CORPUS, seed: int = SEED, only: int | None = None) -> N
             job.mkdir()
             env_job = {**env, "SLURM_JOB_ID": str(900000 + d["index"])}  # records land in cwd: the job's folder
             cmd = [sys.executable, "-m", "slurm_yolo", "run", *_args(d, data[d["dataset"]], tmp / "runs")]
+            load = os.getloadavg()[0]  # other work on the machine slows a run: kept to audit the noise
             started = time.monotonic()
             proc = subprocess.run(cmd, env=env_job, cwd=job, capture_output=True, text=True, check=False)
             wall = time.monotonic() - started
@@ -198,6 +213,7 @@ def generate(out: Path = CORPUS, seed: int = SEED, only: int | None = None) -> N
                 "cpus": CPUS,
                 "gpus": 0,
                 "host": os.uname().nodename,
+                "load_before": round(load, 2),
                 "args": _non_default_args(run_dir / "args.yaml"),
                 "results_csv": (run_dir / "results.csv").read_text(),
                 "usage": [json.loads(line) for line in usage[0].read_text().splitlines()] if usage else [],
