@@ -8,8 +8,8 @@ Three models, each judged on whole-job time (what a time limit must cover):
 
 It prints 10-fold cross-validation on the calibration and long splits together (what a site
 calibrates from: 3-40 s runs and 3-7 minute runs), the extrapolation split (fitted on the small
-calibration runs alone, predicting the runs 3-10x bigger than they are), the coverage the time limit promises against
-the coverage it realises (nested: each limit comes from a fit that did not see the run), the median
+calibration runs alone, predicting the runs 3-10x bigger than they are), the coverage the time
+limit promises against the coverage it realises (nested: each limit comes from a fit that did not see the run), the median
 time limit / actual wall for runs of 60 s or more, and how fits on 1, 2 and 3 runs per model compare
 with the prior alone.
 """
@@ -112,10 +112,6 @@ def seeds(base: float) -> Fitter:
     return fit
 
 
-def runs_of(runs: list[tuple[dict[str, object], Sample]]) -> list[Sample]:
-    return [s for _, s in runs]
-
-
 def wall(s: Sample) -> float:
     assert s.total_seconds is not None, "corpus runs carry their wall time"
     return s.total_seconds
@@ -195,10 +191,11 @@ def main(path: Path = corpus.CORPUS) -> dict[str, float]:
     cfg = config.load(Path("/nonexistent"))  # the shipped defaults: the priors every site starts from
     prior = calibration.prior(cfg)
     base, coverage = cfg["estimate"]["buffer"], cfg["estimate"]["coverage"]
+    walls = [wall(s) for _, s in runs]
     small_tokens = statistics.median(s.workload.train_tokens * s.workload.gflops for s in small)
     print(f"corpus {path.name}: {len(runs)} real ultralytics CPU runs ({len(small)} calibration, {len(long)} long,"
           f" {len(ext)} extrapolation: median {statistics.median(s.workload.train_tokens * s.workload.gflops for s in ext) / small_tokens:.1f}x"
-          f" the calibration runs' FLOP-tokens); wall {min(map(wall, runs_of(runs))):.0f}-{max(map(wall, runs_of(runs))):.0f} s")  # fmt: skip
+          f" the calibration runs' FLOP-tokens); wall {min(walls):.0f}-{max(walls):.0f} s")  # fmt: skip
     models = {"seeds T = k x tokens": seeds(base), "before the corpus": legacy(prior, base),
               "this model": ours(prior, base, coverage)}  # fmt: skip
     result: dict[str, float] = {}

@@ -12,7 +12,8 @@ The time limit's buffer is split-conformal, locally adaptive: cross-validated ``
 predicted)`` is scaled by the run's error scale (a relative part, and seconds of start-up jitter that
 weigh on short runs only, both fitted to the same errors), and the quantile of the scaled errors that
 covers the configured share of runs (the (n+1)-corrected rank) sets every limit, so the promise rests
-on runs the model did not see and a long run is not padded for a short run's jitter. Admin and cron path only: never imported on the login path or by a hook.
+on runs the model did not see and a long run is not padded for a short run's jitter. Admin and cron
+path only: never imported on the login path or by a hook.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 
 from .estimate import MTOK, model_factor
 from .timemodel import (
+    FACTOR_FIELDS,
     REFERENCE_IMGSZ,
     Sample,
     TimeModel,
@@ -55,9 +57,8 @@ FIELDS = {"overhead": "overhead_seconds", "epoch": "epoch_seconds", "val_pass": 
           "startup": "startup_seconds", "image": "image_seconds", "val_image": "val_image_seconds",
           "imgsz_exponent": "imgsz_exponent", "batch_exponent": "batch_exponent",
           "iteration_exponent": "iteration_exponent", "startup_exponent": "startup_exponent"}  # fmt: skip
-# Factor groups, per family or per model: (parameter prefix, TimeModel field, spread key).
-FACTORS = (("family", "family_factors", "family"), ("model", "model_factors", "model"),
-           ("step", "step_factors", "step"), ("startup", "startup_factors", "startup_family"))  # fmt: skip
+# The spread of each factor group (timemodel.FACTOR_FIELDS), per family or per model.
+FACTOR_SPREAD = {"family": "family", "model": "model", "step": "step", "startup": "startup_family"}
 FLOOR = 1e-3  # a prior of 0 s becomes this (log space has no 0); the fit may go far below it
 
 
@@ -104,31 +105,24 @@ class _Params:
             mu.append(getattr(prior, FIELDS[name]))
             sd.append(SPREAD[name])
         self.groups = {"family": families, "model": models, "step": families, "startup": families if startup else []}
-        for prefix, _, spread in FACTORS:
+        for prefix, spread in FACTOR_SPREAD.items():
             for key in self.groups[prefix]:
                 self.names.append(f"{prefix}:{key}")
-                mu.append(math.log(self.fixed(prefix, key)))
+                mu.append(math.log(prior.factor(prefix, key)))
                 sd.append(SPREAD[spread])
         self.mu = np.array(mu)
         self.sd = np.array(sd)
         self.index = {n: i for i, n in enumerate(self.names)}
 
-    def fixed(self, prefix: str, key: str) -> float:
-        """A factor's prior: what the prior model says, 1 where it says nothing."""
-        if prefix == "family":
-            return self.prior.family_factor(key)
-        field = next(f for p, f, _ in FACTORS if p == prefix)
-        return float(getattr(self.prior, field).get(key, 1.0))
-
     def lookup(self, prefix: str, keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Each run's parameter of a group (-1 where it has none) and the group's prior for it."""
         idx = np.array([self.index.get(f"{prefix}:{k}", -1) for k in keys], dtype=int)
-        return idx, np.array([self.fixed(prefix, k) for k in keys])
+        return idx, np.array([self.prior.factor(prefix, k) for k in keys])
 
     def model(self, theta: np.ndarray) -> TimeModel:
         values: dict[str, Any] = {FIELDS[n]: (math.exp(theta[i]) if n in LOG_TERMS else float(theta[i]))
                   for n, i in self.index.items() if ":" not in n}  # fmt: skip
-        for prefix, field, _ in FACTORS:
+        for prefix, field in FACTOR_FIELDS.items():
             factors = dict(getattr(self.prior, field))
             factors.update({k: math.exp(theta[self.index[f"{prefix}:{k}"]]) for k in self.groups[prefix]})
             values[field] = factors
@@ -144,6 +138,7 @@ def _factor(theta: np.ndarray, d: _Design, prefix: str) -> np.ndarray:
 def _design(samples: list[Sample], p: _Params, ddp_eff: float, ref: float) -> _Design:
     ws = [s.workload for s in samples]
     by_family, by_model = [w.family for w in ws], [w.model for w in ws]
+    train_images = np.array([w.epochs * w.train_images for w in ws], float)
     mf = np.array([model_factor(w.gflops, ref) for w in ws])
     ddp = np.array([ddp_factor(max(1, s.gpus), ddp_eff) for s in samples])
     return _Design(
@@ -157,13 +152,11 @@ def _design(samples: list[Sample], p: _Params, ddp_eff: float, ref: float) -> _D
         train_mtok=np.array([w.train_tokens for w in ws]) / MTOK / ddp,
         val_mtok=np.array([w.val_tokens for w in ws]) / MTOK / ddp,
         final_mtok=np.array([w.final_val_tokens for w in ws]) / MTOK,
-        loader_images=np.array(
-            [w.epochs * w.train_images / s.cpus if s.cpus > 0 else 0.0 for w, s in zip(ws, samples, strict=True)]
-        ),
-        train_images=np.array([w.epochs * w.train_images for w in ws], float),
+        loader_images=train_images * np.array([1 / s.cpus if s.cpus > 0 else 0.0 for s in samples]),
+        train_images=train_images,
         val_images=np.array([w.val_passes * w.val_images for w in ws], float),
         final_images=np.array([w.val_images for w in ws], float),
-        factors={prefix: p.lookup(prefix, by_model if prefix == "model" else by_family) for prefix, _, _ in FACTORS},
+        factors={prefix: p.lookup(prefix, by_model if prefix == "model" else by_family) for prefix in FACTOR_FIELDS},
         seconds=np.array([s.train_seconds for s in samples], float),
         total=np.array([s.total_seconds or math.nan for s in samples], float),
     )

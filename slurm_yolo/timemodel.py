@@ -33,6 +33,9 @@ from .estimate import FAMILY_PRIOR, MTOK, Workload, model_factor
 
 REFERENCE_IMGSZ = 640  # where the model table's GFLOPs were measured: cost(640) = 1
 REFERENCE_BATCH = 16  # ultralytics' default batch: the batch term is 1 at 16 images of 640 px
+# The per-family and per-model factor groups and the TimeModel field each lives in.
+FACTOR_FIELDS = {"family": "family_factors", "model": "model_factors", "step": "step_factors",
+                 "startup": "startup_factors"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -85,10 +88,17 @@ class TimeModel:
     def family_factor(self, family: str) -> float:
         return self.family_factors.get(family, FAMILY_PRIOR.get(family, 1.0))
 
+    def factor(self, group: str, key: str) -> float:
+        """A factor of a group (``FACTOR_FIELDS``) for a family or a model: 1 where the model has
+        none, but a family's compute, which falls back to the shipped family prior."""
+        if group == "family":
+            return self.family_factor(key)
+        return float(getattr(self, FACTOR_FIELDS[group]).get(key, 1.0))
+
     def compute_factor(self, model: str, family: str) -> float:
         """Cost per GFLOP-token of a model, relative to the anchor family: its family's factor, and the
         model's own where its runs showed that its GFLOPs over- or understate what it costs."""
-        return self.family_factor(family) * self.model_factors.get(model, 1.0)
+        return self.family_factor(family) * self.factor("model", model)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TimeModel:
@@ -157,7 +167,7 @@ def components(
     compute = tm.k * (tr + tm.val_weight * va) / ddp_factor(max(1, gpus), ddp_eff)
     steps = w.iterations * model_factor(w.gflops, reference_gflops) ** tm.iteration_exponent
     fixed = (tm.overhead_seconds + tm.epoch_seconds * w.epochs + tm.val_pass_seconds * w.val_passes
-             + tm.iteration_seconds * tm.step_factors.get(w.family, 1.0) * steps
+             + tm.iteration_seconds * tm.factor("step", w.family) * steps
              + tm.image_seconds * w.epochs * w.train_images + tm.val_image_seconds * w.val_passes * w.val_images)  # fmt: skip
     loader = tm.loader_seconds * w.epochs * w.train_images / cpus if tm.loader_seconds > 0 and cpus > 0 else 0.0
     return Components(fixed, compute, loader)
@@ -188,8 +198,11 @@ def predict_seconds(
 
 def startup_seconds(w: Workload, tm: TimeModel, reference_gflops: float) -> float:
     """Outside training: process start, model build, weights saved; bigger models take longer."""
-    factor = tm.startup_factors.get(w.family, 1.0)
-    return tm.startup_seconds * factor * model_factor(w.gflops, reference_gflops) ** tm.startup_exponent
+    return (
+        tm.startup_seconds
+        * tm.factor("startup", w.family)
+        * model_factor(w.gflops, reference_gflops) ** tm.startup_exponent
+    )
 
 
 def median(values: list[float]) -> float:
