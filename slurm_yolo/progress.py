@@ -9,6 +9,7 @@ from pathlib import Path
 from .parse import ParseResult
 from .parse.records import USAGE_NAME, parse_records
 from .slurm import commands
+from .slurm.records import FINAL_STATES
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,8 @@ def render(state: str, p: Progress | None, width: int = 24) -> str:
     them): fewer than the submit line's effective MTok, which add the validation passes and scale by
     the model's FLOPs. The line says "trained" so the two are never read as one number."""
     if p is None or not p.epoch:
-        return f"{state}: waiting for the first epoch"
+        ended = state in FINAL_STATES or state == "UNKNOWN"
+        return state if ended else f"{state}: waiting for the first epoch"
     share = min(1.0, p.tokens_done / p.tokens_total) if p.tokens_total else 0.0
     bar = "█" * round(share * width) + "░" * (width - round(share * width))
     total = f"/{p.tokens_total / 1e6:.1f}" if p.tokens_total else ""

@@ -189,6 +189,22 @@ def test_every_command_has_help() -> None:
         assert sub.help, f"slurm-yolo {sub.name} has no help text"
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["report", "--view", "nosuch"], "Invalid value for '--view'"),
+        (["ledger", "history"], "Missing argument 'ACCOUNT'"),
+        (["watch", "abc"], "Invalid value for 'JOB_ID'"),
+        (["nosuch"], "No such command 'nosuch'"),
+        (["ledger", "quota", "set", "--nosuch"], "No such option '--nosuch'"),
+    ],
+)
+def test_admin_usage_errors_are_one_line(argv: list[str], message: str) -> None:
+    res = CliRunner().invoke(admin, argv)
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert res.output.startswith("Error: ") and message in res.output
+
+
 def test_login_path_imports_no_heavy_modules() -> None:
     import subprocess
     import sys

@@ -45,6 +45,25 @@ class OneLineErrors(click.Command):
             raise
 
 
+class OneLineGroup(click.Group):
+    """A command group whose bad input, in any of its subcommands, is one ``Error:`` line (exit 2):
+    the usage error propagates through every group's invoke, so the outermost one strips the banner."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as e:
+            e.ctx = None
+            raise
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as e:
+            e.ctx = None
+            raise
+
+
 def load_config() -> config_mod.Config:
     try:
         return config_mod.load()

@@ -9,13 +9,13 @@ import click
 
 from .. import __version__, calibration
 from ..timemodel import describe
-from . import echo_json, library_errors, load_config
+from . import OneLineGroup, echo_json, library_errors, load_config
 from .job import COMMANDS as JOB_COMMANDS
 from .ledger import ledger_group
 from .report import COMMANDS as REPORT_COMMANDS
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="slurm-yolo")
 def main() -> None:
     """slurm-yolo: token-budgeted YOLO training on Slurm (admin and job-side commands)."""

@@ -107,6 +107,8 @@ def history(account: str, limit: int, as_json: bool) -> None:
     config = load_config()
     visibility.require(visibility.viewer(config), account)
     with _read(config) as lg:
+        if lg.account(account) is None:
+            raise UsageError(f"account {account!r} has no ledger entry")
         rows = lg.history(account, limit)
     if as_json:
         echo_json([_row(r) for r in rows])
