@@ -244,6 +244,11 @@ def main(path: Path = corpus.CORPUS) -> dict[str, float]:
         <= 1.4,
         "1-3 runs never worse than the prior": all(w <= prior_mape for _, w in few.values()),
     }
+    floor = statistics.median(
+        time_limit(wall(s), base) / wall(s) for s, _, _ in cv_pairs + ext_pairs if wall(s) >= LONG
+    )
+    print(f"median limit / actual on the {pooled.long_runs} runs >= 60 s: {pooled.limit_ratio or math.inf:.2f};"
+          f" a perfect prediction with the {base:.0%} buffer, in whole minutes, would give {floor:.2f}")  # fmt: skip
     for name, ok in targets.items():
         print(f"  target {name}: {'met' if ok else 'MISSED'}")
     result.update({"cv_mape": cv.mape, "cv_bias": cv.bias, "extrapolation_mape": ex.mape, "promised": promised,
