@@ -20,6 +20,7 @@ from slurm_yolo.synthetic import make_dataset
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # bench/ is not installed: its tests import it from the checkout
 IN_CI = os.environ.get("CI", "").lower() == "true"
 # Written by deploy/minicluster, and by nothing else: one file per bundled cluster (release).
 MARKERS = Path("/var/lib/slurm-yolo-cluster/clusters")

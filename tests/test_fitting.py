@@ -8,12 +8,9 @@ the full figures.
 from __future__ import annotations
 
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: bench/ is not installed
 
 from bench import corpus
 from slurm_yolo import calibration, config, fitting
