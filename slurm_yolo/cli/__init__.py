@@ -33,28 +33,25 @@ def library_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-class OneLineErrors(click.Command):
-    """A command whose bad options get the library's form too: one ``Error:`` line (exit 2), without
-    click's usage banner above it."""
+class _OneLineParse:
+    """Bad options get the library's form too: one ``Error:`` line (exit 2), without click's usage
+    banner above it."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
-            return super().parse_args(ctx, args)
+            return super().parse_args(ctx, args)  # type: ignore[misc, no-any-return]
         except click.UsageError as e:
             e.ctx = None  # show() prints the usage and the --help hint only with a context
             raise
 
 
-class OneLineGroup(click.Group):
+class OneLineErrors(_OneLineParse, click.Command):
+    """A command whose bad options are one ``Error:`` line."""
+
+
+class OneLineGroup(_OneLineParse, click.Group):
     """A command group whose bad input, in any of its subcommands, is one ``Error:`` line (exit 2):
     the usage error propagates through every group's invoke, so the outermost one strips the banner."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        try:
-            return super().parse_args(ctx, args)
-        except click.UsageError as e:
-            e.ctx = None
-            raise
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

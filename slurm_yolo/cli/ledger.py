@@ -30,6 +30,14 @@ def _read(config: Config) -> ledger.Ledger:
     return lg
 
 
+def _entry(lg: ledger.Ledger, account: str) -> sqlite3.Row:
+    """ACCOUNT's ledger row, or one error line: an account the ledger never saw is not an empty answer."""
+    row = lg.account(account)
+    if row is None:
+        raise UsageError(f"account {account!r} has no ledger entry")
+    return row
+
+
 def _fail_unconverged(outcome: enforcement.Outcome) -> None:
     """One ``Error:`` line for each account whose Slurm limit is not what the ledger says, and exit 1
     (the ledger's change stands; cron's ``ledger enforce`` retries)."""
@@ -77,13 +85,7 @@ def balance(account: str | None, as_json: bool) -> None:
     if account:
         visibility.require(viewer, account)
     with _read(config) as lg:
-        if account:
-            row = lg.account(account)
-            if row is None:
-                raise UsageError(f"account {account!r} has no ledger entry")
-            rows = [row]
-        else:
-            rows = lg.accounts()
+        rows = [_entry(lg, account)] if account else lg.accounts()
     shown = visibility.visible(viewer, [r["name"] for r in rows])
     rows = [r for r in rows if r["name"] in shown]
     if as_json:
@@ -107,8 +109,7 @@ def history(account: str, limit: int, as_json: bool) -> None:
     config = load_config()
     visibility.require(visibility.viewer(config), account)
     with _read(config) as lg:
-        if lg.account(account) is None:
-            raise UsageError(f"account {account!r} has no ledger entry")
+        _entry(lg, account)
         rows = lg.history(account, limit)
     if as_json:
         echo_json([_row(r) for r in rows])
