@@ -33,19 +33,20 @@ def library_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-class _OneLineParse:
+class _OneLineParse(click.Command):
     """Bad options get the library's form too: one ``Error:`` line (exit 2), without click's usage
-    banner above it."""
+    banner above it. A Command itself, so a group that mixes it in is still a Command to the type
+    checker (and to click: the MRO puts Group between this and Command)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
-            return super().parse_args(ctx, args)  # type: ignore[misc, no-any-return]
+            return super().parse_args(ctx, args)
         except click.UsageError as e:
             e.ctx = None  # show() prints the usage and the --help hint only with a context
             raise
 
 
-class OneLineErrors(_OneLineParse, click.Command):
+class OneLineErrors(_OneLineParse):
     """A command whose bad options are one ``Error:`` line."""
 
 
