@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 SACCT_LAG_SECONDS = 3.0  # how long a hook waits for sacct to catch up with slurmctld
 PAST_A_YEAR_AT_LEAST = 366 * 86400  # the hold of a run whose limit squeue and sacct cannot tell yet
 LATE_SACCT_SECONDS = 900  # then a detached child goes on asking this long (cron's reconcile after that)
+CANCEL_AFTER = 2.0  # a prolog's scancel waits for slurmctld to see the prolog end (see slurm.detached)
 
 
 def log_event(config: Config, record: dict[str, object]) -> None:
@@ -137,7 +138,7 @@ def prolog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] 
     if held and left < 0 and config["ledger"]["cancel_over_budget"]:
         # Admitted while the account could cover it, it no longer can (an expiry, an adjustment, a
         # requeue after the tokens went elsewhere): it pays the seconds it ran, and goes no further.
-        detached(["scancel", _own_target(env, job_id)], _child_env(config), _bin_dir(config))
+        detached(["scancel", _own_target(env, job_id)], _child_env(config), _bin_dir(config), CANCEL_AFTER)
         out["cancelled"] = f"over budget at start: {run.account} is at {left} after this hold"
     return out
 
@@ -316,7 +317,12 @@ def main(event: str, query: subprocess.Popen[str] | None = None, env: Mapping[st
             and config["ledger"]["prolog_errors"] == "cancel"
             and env.get("SLURM_JOB_ID", "").isdigit()
         ):
-            detached(["scancel", _own_target(env, int(env["SLURM_JOB_ID"]))], _child_env(config), _bin_dir(config))
+            detached(
+                ["scancel", _own_target(env, int(env["SLURM_JOB_ID"]))],
+                _child_env(config),
+                _bin_dir(config),
+                CANCEL_AFTER,
+            )
         return False
 
 

@@ -59,11 +59,21 @@ def run(
     return Result(argv=tuple(full), stdout=proc.stdout, stderr=proc.stderr)
 
 
-def detached(argv: list[str], env: dict[str, str], bin_dir: Path | None = None) -> None:
+# A child that sleeps, then becomes the command (execv: no shell, argv passed through untouched).
+_AFTER = "import os, sys, time; time.sleep(float(sys.argv[1])); os.execv(sys.argv[2], sys.argv[2:])"
+
+
+def detached(argv: list[str], env: dict[str, str], bin_dir: Path | None = None, after: float = 0.0) -> None:
     """Start ``argv`` in its own session and do not wait (no inherited stdio): what a slurmctld hook
-    may not wait for. A Slurm command's name is found like ``run``'s; other programs by their path."""
+    may not wait for. A Slurm command's name is found like ``run``'s; other programs by their path.
+    ``after`` seconds delay it: a PrologSlurmctld's own ``scancel`` must land once slurmctld has seen
+    the prolog end, since killing a job whose prolog still runs flushes the job's scripts, and on
+    22.05 that SIGKILLs the EpilogSlurmctld the kill itself just started (its run never settles)."""
     import subprocess
+    import sys
 
     full = [_binary(argv[0], bin_dir) if "/" not in argv[0] else argv[0], *argv[1:]]
+    if after > 0:
+        full = [sys.executable, "-c", _AFTER, str(after), *full]
     subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                      start_new_session=True, close_fds=True, env=env)  # fmt: skip
