@@ -106,6 +106,11 @@ def _own_target(env: Mapping[str, str], job_id: int) -> str:
     return commands.job_target(job_id, env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", ""))
 
 
+def _cancel_own_job(env: Mapping[str, str], job_id: int, config: Config) -> None:
+    """Cancel this run's job alone, once slurmctld has seen the prolog end (``CANCEL_AFTER``)."""
+    detached(["scancel", _own_target(env, job_id)], _child_env(config), _bin_dir(config), CANCEL_AFTER)
+
+
 def spawn_python(args: list[str], config: Config) -> None:
     """``slurm-yolo ARGS`` in a detached child."""
     detached([sys.executable, "-m", "slurm_yolo", *args], _child_env(config))
@@ -138,7 +143,7 @@ def prolog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] 
     if held and left < 0 and config["ledger"]["cancel_over_budget"]:
         # Admitted while the account could cover it, it no longer can (an expiry, an adjustment, a
         # requeue after the tokens went elsewhere): it pays the seconds it ran, and goes no further.
-        detached(["scancel", _own_target(env, job_id)], _child_env(config), _bin_dir(config), CANCEL_AFTER)
+        _cancel_own_job(env, job_id, config)
         out["cancelled"] = f"over budget at start: {run.account} is at {left} after this hold"
     return out
 
@@ -317,12 +322,7 @@ def main(event: str, query: subprocess.Popen[str] | None = None, env: Mapping[st
             and config["ledger"]["prolog_errors"] == "cancel"
             and env.get("SLURM_JOB_ID", "").isdigit()
         ):
-            detached(
-                ["scancel", _own_target(env, int(env["SLURM_JOB_ID"]))],
-                _child_env(config),
-                _bin_dir(config),
-                CANCEL_AFTER,
-            )
+            _cancel_own_job(env, int(env["SLURM_JOB_ID"]), config)
         return False
 
 
