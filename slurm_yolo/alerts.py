@@ -18,13 +18,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from . import books, calibration, ledger
+from . import availability, books, calibration, ledger
 from .config import Config
 from .errors import SlurmYoloError
 from .parse import read_bytes
 from .slurm import commands
 
-REFUSALS_LOG = "refusals.log"
 REFUSALS_TAIL_BYTES = 4 * 1024 * 1024  # ~40 bytes a refusal: the newest 100,000, weeks of them
 _REFUSAL = re.compile(r"(\d{1,12}) (\S{1,200}) (\d{1,10}) (-?\d{1,20}) (-?\d{1,20})")
 
@@ -56,10 +55,6 @@ def parse_refusals(text: str) -> list[Refusal]:
     return out
 
 
-def refusals_path(config: Config) -> Path:
-    return config.state_dir / REFUSALS_LOG
-
-
 def _trusted_uids(config: Config) -> frozenset[int]:
     """Who may have written the log: root and the state's owner (the SlurmUser slurmctld runs as)."""
     try:
@@ -72,7 +67,7 @@ def read_refusals(config: Config) -> list[Refusal]:
     """The refusals of the log's last ``REFUSALS_TAIL_BYTES`` (none when there is no log yet).
     OSError when the log is there but not the trusted side's regular file (it is then not read)."""
     try:
-        data, size = read_bytes(refusals_path(config), REFUSALS_TAIL_BYTES, _trusted_uids(config))
+        data, size = read_bytes(availability.refusals_path(config), REFUSALS_TAIL_BYTES, _trusted_uids(config))
     except FileNotFoundError:
         return []
     text = data.decode("utf-8", errors="replace")
@@ -137,7 +132,7 @@ def check(config: Config, budget_share: float = 0.8, refusals: int = 3, drift: f
         alerts.append(
             Alert(
                 "refusals",
-                str(refusals_path(config)),
+                str(availability.refusals_path(config)),
                 f"not read: {e.strerror or errno.errorcode.get(e.errno or 0, e)}",
             )
         )

@@ -11,22 +11,23 @@ and shards per GPU. The script subtracts what slurmctld's own job list still com
 and runs started after ``stamp`` that no hold covers yet), so 20 submissions racing for the last tokens
 are admitted one at a time against one number.
 
-Writers take turns on a lock and each writes what the ledger holds once it has the lock, so the file
-left behind is never older than the last commit. Names that could break a line (anything but letters,
+Writers take turns on the ledger's publishing lock (in its private folder) and each writes what the
+ledger holds once it has the lock, so the file left behind is never older than the last commit. Names that could break a line (anything but letters,
 digits, ``_ . -``) are left out: such an account, partition or QOS is priced as unknown (no balance,
 the default price, rate 1).
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from . import db
 from .config import Config
 from .errors import UsageError
 
@@ -42,7 +43,8 @@ def path(config: Config) -> Path:
 
 
 def refusals_path(config: Config) -> Path:
-    return config.state_dir / REFUSALS_NAME
+    """Appended by slurmctld (the SlurmUser) alone: in the private folder, out of users' reach."""
+    return db.private_dir(config.state_dir) / REFUSALS_NAME
 
 
 def price_versions(prices: Iterable[Any], now: float) -> dict[str, list[tuple[int, int]]]:
@@ -82,16 +84,14 @@ def render(config: Config, now: float, accounts: Iterable[Any], prices: Iterable
 
 
 def publish(config: Config, text: Callable[[float], str]) -> None:
-    """Rewrite the file (atomically: the script reads either the old or the new) with ``text(now)``,
-    read from the ledger once this writer has its turn."""
+    """Rewrite the file (atomically: the script reads either the old or the new) with ``text(now)``;
+    the caller holds the ledger's publishing lock, so the file left behind is never the older."""
     target = path(config)
-    with open(target.with_name(FILE_NAME + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        body = text(time.time())
-        tmp = target.with_name(f".{FILE_NAME}.{os.getpid()}")
-        tmp.write_text(body)
-        tmp.chmod(0o644)
-        os.replace(tmp, target)
+    body = text(time.time())
+    tmp = target.with_name(f".{FILE_NAME}.{os.getpid()}.{threading.get_ident()}")
+    tmp.write_text(body)
+    tmp.chmod(0o644)
+    os.replace(tmp, target)
 
 
 def script(config: Config, cluster: str) -> str:

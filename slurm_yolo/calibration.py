@@ -90,7 +90,8 @@ class Calibrated(NamedTuple):
 
 
 def db_path(config: Config) -> Path:
-    return config.state_dir / "calibration.db"
+    """The SlurmUser's own database (users read its published copy: ``db.connect_read``)."""
+    return db.private_dir(config.state_dir) / "calibration.db"
 
 
 def load(config: Config, partition: str) -> Calibrated:
@@ -154,8 +155,13 @@ class Store:
         self.close()
 
     def close(self) -> None:
-        self.conn.close()
-        self._stack.close()
+        """Publish what changed (still as the state's owner), then let go."""
+        try:
+            if self.conn.total_changes:
+                db.publish_copy(self.conn, db_path(self.config))
+        finally:
+            self.conn.close()
+            self._stack.close()
 
     def add_sample(self, partition: str, sample: Sample, source: str) -> bool:
         """Record a run; False when this key was recorded already (calibrating twice changes nothing)."""

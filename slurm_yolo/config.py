@@ -69,7 +69,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "gpu_share": 0.5,
     },
     "ledger": {
-        "prolog_errors": "open",  # our own prolog failures: "open" (run, alert) or "cancel" (never requeue)
+        # Accepted and ignored, so that an older site config still loads: a prolog that cannot record
+        # its hold always cancels its job (fail closed); "open" let GPU runs go unheld.
+        "prolog_errors": "cancel",
         "refund_node_fail": True,  # NODE_FAIL / BOOT_FAIL runs are refunded in full
         "refund_preempted": True,
         "charge_timeout_full": True,  # a job's own TIMEOUT is charged its whole hold
@@ -91,7 +93,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         # The resident hook server (slurm-yolo hookd) and its client slurm-yolo-hook, whose build
         # bakes in the same default path.
         "socket": "/run/slurm-yolo/hookd.sock",
-        "workers": 32,  # epilog settlements in flight at once (each waits on sacct)
+        "workers": 32,  # accepted and ignored, for older configs: one settler thread settles in batches
     },
     "watchdog": {
         "stall_minutes": 30.0,  # no new usage record or stdout for this long: a zombie

@@ -1,22 +1,126 @@
-"""Opening the project's SQLite files: writers migrate, readers never write.
+"""Opening the project's SQLite files: writers migrate, readers never write, users never touch them.
 
-Users read k and balances from files owned by the SlurmUser that they cannot write. A read-only
-connection cannot create a WAL database's -shm file, so readers open ``mode=ro`` and, when SQLite
-refuses that, ``immutable=1`` (safe when no writer is connected, which is when -shm is missing).
+The databases (ledger, calibration), their -wal/-shm files and every lock live in ``STATE/private``,
+a folder only the SlurmUser (and root) can enter: a file a user can open is a file she can lock (a
+read-only descriptor takes an ``flock``, and a POSIX read lock on one byte of -shm stops every
+SQLite writer), so nothing a writer waits on may be openable by users. What users read (balances,
+k) is a **published copy**: ``publish_copy`` writes a consistent snapshot beside the folder
+(``STATE/ledger.db``) and swaps it in with a rename, so a reader holds an old inode that no writer
+ever opens again. Readers who can enter the folder read the live database; others read the copy,
+``immutable=1`` (no locks taken). Every wait (SQLite's busy handler, a lock file) has a bound: past
+it is one error line, never a hang.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import SlurmYoloError
 
-BUSY_TIMEOUT_MS = 30_000
+BUSY_TIMEOUT_MS = 20_000  # the longest a writer waits for another (only root and the SlurmUser can be one)
+LOCK_SECONDS = 20.0  # the longest a lock file is waited for
+PRIVATE = "private"  # STATE/private: the databases and locks, the SlurmUser's alone
+PUBLISHED_ID = 0x5959_5055  # PRAGMA application_id of a published copy ("YYPU"): never taken for the books
+
+
+def private_dir(state_dir: Path) -> Path:
+    """Where the databases, their -wal/-shm files and the locks live (mode 0700)."""
+    return state_dir / PRIVATE
+
+
+def published(path: Path) -> Path:
+    """The published copy of the private database ``path`` (``STATE/private/x.db`` -> ``STATE/x.db``)."""
+    return path.parent.parent / path.name
+
+
+def make_private(state_dir: Path) -> Path:
+    """Create (or tighten) ``STATE/private`` for the current (effective) user (root writes as the
+    SlurmUser: ``as_state_owner``); its path."""
+    folder = private_dir(state_dir)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if folder.stat().st_mode & 0o077:
+        folder.chmod(0o700)
+    for entry in os.scandir(folder):  # files an earlier release (or umask) left open to others
+        if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mode & 0o077:
+            os.chmod(entry.path, 0o600)
+    return folder
+
+
+def create_private(path: Path) -> None:
+    """Create ``path`` mode 0600 if it is missing (SQLite gives -wal and -shm the database's mode)."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+
+
+@contextmanager
+def locked(path: Path, what: str, seconds: float = LOCK_SECONDS) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (in the private folder), waited for at most ``seconds``."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise SlurmYoloError(f"{what}: {path} stayed locked for {seconds:.0f} s (another writer)") from None
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)
+
+
+def publish_copy(conn: sqlite3.Connection, path: Path) -> None:
+    """Publish a consistent snapshot of ``conn``'s database at ``published(path)``, world-readable,
+    swapped in with a rename (a reader keeps the inode it opened; no writer opens it again)."""
+    target = published(path)
+    tmp = path.with_name(f".{path.name}.publish.{os.getpid()}.{threading.get_ident()}")
+    tmp.unlink(missing_ok=True)
+    try:
+        copy = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            conn.backup(copy)
+            copy.execute("PRAGMA journal_mode = DELETE")
+            copy.execute(f"PRAGMA application_id = {PUBLISHED_ID}")
+        finally:
+            copy.close()
+        tmp.chmod(0o644)
+        os.replace(tmp, target)  # across folders of one file system: atomic
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def adopt_legacy(path: Path) -> None:
+    """An earlier release kept ``path`` in the state folder itself, where users could open (and lock)
+    it: copy its books into the private folder (a new inode no user holds), once, before any writer
+    opens ``path``. The old file is then overwritten by the first published copy."""
+    old = published(path)
+    if os.path.exists(path) or not old.is_file():
+        return
+    src = sqlite3.connect(old, timeout=BUSY_TIMEOUT_MS / 1000)  # the owner's: its -wal is read too
+    try:
+        if src.execute("PRAGMA application_id").fetchone()[0] == PUBLISHED_ID:
+            return  # a published copy, never the books
+        tmp = path.with_name(f".{path.name}.adopt.{os.getpid()}")
+        tmp.unlink(missing_ok=True)
+        create_private(tmp)
+        dst = sqlite3.connect(tmp)
+        try:
+            src.backup(dst)
+        finally:
+            dst.close()
+        os.replace(tmp, path)
+    finally:
+        src.close()
+    for suffix in ("-wal", "-shm"):  # the old database's: a published copy has none
+        old.with_name(old.name + suffix).unlink(missing_ok=True)
 
 
 @contextmanager
@@ -48,8 +152,8 @@ def as_state_owner(state_dir: Path, owner: str) -> Iterator[None]:
 
 def writable(path: Path, owner: str) -> Path:
     """``path``, or a one-line refusal when this user may not write it."""
-    target = path if path.exists() else path.parent
-    if target.exists() and not os.access(target, os.W_OK):
+    target = path if os.path.exists(path) else path.parent  # os.path: False, not an error, where it may not look
+    if os.path.exists(target) and not os.access(target, os.W_OK):
         raise SlurmYoloError(f"permission denied: {path} is written only by root or the SlurmUser ({owner})")
     return path
 
@@ -81,7 +185,11 @@ def connect_write(path: Path, migrations: Sequence[str], wal: bool = False) -> s
             if _idle.get(path):
                 return _idle[path].pop()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private(path.parent.parent)
+        if not os.path.exists(path):
+            with locked(path.parent / "adopt.lock", f"moving {published(path)} into {path.parent}"):
+                adopt_legacy(path)
+        create_private(path)
         conn = sqlite3.connect(
             path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=_idle is None
         )
@@ -89,7 +197,7 @@ def connect_write(path: Path, migrations: Sequence[str], wal: bool = False) -> s
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         if wal:
             conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA synchronous = FULL")  # a commit (a hold, an inbox row) survives power loss too
         migrate(conn, migrations)
     except (OSError, sqlite3.Error) as e:
         raise SlurmYoloError(f"cannot open {path} for writing: {e}") from None
@@ -97,12 +205,18 @@ def connect_write(path: Path, migrations: Sequence[str], wal: bool = False) -> s
 
 
 def connect_read(path: Path) -> sqlite3.Connection | None:
-    """A read-only connection, or None when the database does not exist yet."""
-    if not path.exists():
+    """A read-only connection to the private database ``path`` when this user can enter its folder,
+    else to its published copy (``immutable=1``: no lock taken); None when neither exists yet."""
+    suffixes: tuple[str, ...] = ("?mode=ro", "?immutable=1")
+    if os.access(path.parent, os.X_OK) and os.path.exists(path):
+        pass
+    elif published(path).is_file():
+        path, suffixes = published(path), ("?immutable=1",)
+    else:
         return None
     uri = "file:" + str(path.resolve()).replace("%", "%25").replace("?", "%3f").replace("#", "%23")
     last: sqlite3.Error | None = None
-    for suffix in ("?mode=ro", "?immutable=1"):
+    for suffix in suffixes:
         try:
             conn = sqlite3.connect(uri + suffix, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
             conn.row_factory = sqlite3.Row

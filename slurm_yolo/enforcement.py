@@ -79,7 +79,7 @@ def sync(config: Config, accounts: list[str] | None) -> Outcome:
     """Converge the Slurm limits of these accounts (``None``: every account) on the ledger's state."""
     if not config["ledger"]["enforce"] or accounts == []:
         return Outcome("", [], [])
-    if not ledger.db_path(config).exists():
+    if not os.path.exists(ledger.db_path(config)):
         raise UsageError(f"no ledger yet at {ledger.db_path(config)}")
     bin_dir = Path(config["slurm"]["bin_dir"])
     cluster = commands.cluster_name(bin_dir)
@@ -94,15 +94,10 @@ def sync(config: Config, accounts: list[str] | None) -> Outcome:
 def _one_at_a_time(config: Config) -> Iterator[None]:
     """One ``sync`` at a time per ledger: racing hook children that read a block and its lifting in
     turn could otherwise lose the site's kept values (one keeps them, the other forgets them)."""
-    import fcntl
-
     with db.as_state_owner(config.state_dir, config["paths"]["owner"]):
-        fd = os.open(config.state_dir / "enforce.lock", os.O_RDONLY | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        folder = db.make_private(config.state_dir)
+    with db.locked(folder / "enforce.lock", "ledger enforce"):
         yield
-    finally:
-        os.close(fd)
 
 
 def _converge(config: Config, cluster: str, wanted: dict[str, bool], kept: dict[str, str],

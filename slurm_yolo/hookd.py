@@ -5,15 +5,14 @@ slurm.conf points PrologSlurmctld and EpilogSlurmctld at the C client ``slurm-yo
 (spank/yolo_hook.c). It forwards the hook's environment here and waits for the answer:
 
 - a prolog is answered once its hold is in the ledger (the job starts with its tokens held);
-- an epilog is answered once it is queued. Its settlement needs the run's final state from sacct,
-  which on an idle slurmdbd takes ~90 ms (TCP delayed acknowledgements on its persistent connection),
-  so a worker thread settles it while slurmctld goes on. A settlement lost with the server (kill -9)
-  is what a slurmdbd outage leaves too, and ``slurm-yolo ledger reconcile`` settles it from sacct.
+- an epilog is answered once its event is in the ledger's inbox (committed: a kill -9 right after
+  the answer loses nothing). The settler thread (``settler``) settles it from sacct's final record,
+  in batches, while slurmctld goes on; rows left by a killed server are settled at the next start.
 
 When the server does not answer, the client runs the Python hooks itself, so nothing depends on it.
-The handlers are the hooks' own (``hooks.main``), so both paths hold and settle the same way. The
-children they start detached (late settlements, feedback, AdminComments, enforcement) are hookd's
-children: it reaps each as it ends (``reap_on_sigchld``), so none stays ``<defunct>``.
+The handlers are the hooks' own (``hooks.main``), so both paths hold and record the same way. The
+config is read once, at start. Side work (Slurm limits, AdminComments, feedback, a prolog's own
+cancel) is done in turn by one worker thread: hookd starts no detached children.
 """
 
 from __future__ import annotations
@@ -27,14 +26,15 @@ import struct
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from functools import partial
 from pathlib import Path
 from typing import Generic, TypeVar
 
 from . import db, hooks
-from .config import ENV_OVERRIDES, Config, config_path, load
+from .config import Config
 from .errors import SlurmYoloError
+from .settler import Settler, Worker
 from .slurm import commands
 from .slurm.records import JobRecord
 
@@ -108,36 +108,6 @@ class Batched(Generic[T]):
                 future.set_result(answers[job_id])
 
 
-class Configs:
-    """Configs by the file that holds them, read again when it changes (a hook's environment may
-    name its own, as tests and benchmarks do); parsing TOML per hook would be most of its work."""
-
-    def __init__(self) -> None:
-        self._cache: dict[tuple[str, ...], tuple[tuple[int, int], Config]] = {}
-        self._lock = threading.Lock()
-
-    def get(self, env: dict[str, str]) -> Config | None:
-        """None when the file cannot be read: the hook then loads it itself, and says why."""
-        key = tuple(env.get(k, "") for k in ENV_OVERRIDES)  # they alone choose the file
-        path = config_path(env)
-        try:
-            st = path.stat()
-            stamp = (st.st_mtime_ns, st.st_size)
-        except OSError:
-            stamp = (0, 0)
-        with self._lock:
-            cached = self._cache.get(key)
-        if cached and cached[0] == stamp:
-            return cached[1]
-        try:
-            config = load(path, env=env)
-        except SlurmYoloError:
-            return None
-        with self._lock:
-            self._cache[key] = (stamp, config)
-        return config
-
-
 def _answer(sock: socket.socket, text: str) -> None:
     """Reply; a client gone meanwhile (killed, timed out) has run the Python hook itself, which
     finds the work done."""
@@ -159,34 +129,26 @@ class _Handler(socketserver.BaseRequestHandler):
         except (ValueError, OSError) as e:
             _answer(sock, f"error: {e}\n")
             return
-        config, server = self.server.configs.get(env), self.server
-        if event == "prolog":
-            record = server.jobs.get(int(env["SLURM_JOB_ID"]))
-            with server.prolog_turn:
-                done = hooks.main("prolog", env=env, record=record, config=config)
-            # "ok" only for a hold that is in the ledger: otherwise the client runs the Python hook,
-            # which tries again and, failing too, leaves the incident reconcile settles.
-            _answer(sock, "ok\n" if done else "error: the prolog did not hold (see hooks.log)\n")
-            return
-        server.settlements.submit(hooks.main, "epilog", env=env, config=config, runs=server.runs.get)
-        _answer(sock, "ok\n")  # queued: a settlement that fails is an incident, and reconcile settles it
+        server = self.server
+        record = server.jobs.get(int(env["SLURM_JOB_ID"])) if event == "prolog" else None
+        # "ok" only once the hold, or the epilog's inbox row, is committed: otherwise the client runs
+        # the Python hook itself, which tries again and, failing too, cancels the job (fail closed).
+        done = hooks.main(event, env=env, record=record, config=server.config, settler=server.settler)
+        _answer(sock, "ok\n" if done else f"error: the {event} was not recorded (see hooks.log)\n")
 
 
 class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    """One thread per hook; ``close`` waits for the hooks in hand and drains the bounded pool the
-    epilog settlements run in."""
+    """One thread per hook, the settler's thread and its followups' worker; ``close`` waits for the
+    hooks in hand and stops the settler (what it has not settled stays in the inbox)."""
 
     daemon_threads = False
     block_on_close = True
 
-    def __init__(self, path: Path, workers: int, bin_dir: Path) -> None:
-        self.settlements = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="settle")
+    def __init__(self, path: Path, config: Config) -> None:
+        self.config = config  # read once, at start: never chosen by a request
+        bin_dir = Path(config["slurm"]["bin_dir"])
         self.jobs: Batched[JobRecord] = Batched(partial(commands.current_runs, bin_dir=bin_dir), missing=None)
-        self.runs: Batched[list[JobRecord]] = Batched(partial(commands.job_runs, bin_dir=bin_dir), missing=[])
-        self.configs = Configs()
-        # Prologs are Python work under one GIL: taken in turn, those a lookup releases together
-        # finish one by one instead of all late (thread switches cost more than the wait).
-        self.prolog_turn = threading.Lock()
+        self.settler = Settler(config, Worker(config))
         old = os.umask(0o177)  # the socket: the SlurmUser (and root) only
         try:
             super().__init__(str(path), _Handler)
@@ -196,7 +158,7 @@ class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     def close(self) -> None:
         Path(self.server_address).unlink(missing_ok=True)  # type: ignore[arg-type]  # clients fall back now
         self.server_close()
-        self.settlements.shutdown(wait=True)
+        self.settler.stop()
 
 
 def _answers(path: Path) -> bool:
@@ -206,59 +168,6 @@ def _answers(path: Path) -> bool:
             return True
         except OSError:
             return False
-
-
-def _children() -> set[int]:
-    """This process's children (those of every thread), from /proc."""
-    if not Path(f"/proc/self/task/{os.getpid()}/children").exists():
-        return _children_by_scan()  # a kernel without the children file
-    pids: set[int] = set()
-    for task in Path("/proc/self/task").iterdir():
-        with contextlib.suppress(OSError, ValueError):  # a thread that just ended: its children are another's
-            pids.update(int(p) for p in (task / "children").read_text().split())
-    return pids
-
-
-def _children_by_scan() -> set[int]:
-    me = os.getpid()
-    pids = set()
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            stat = _stat(int(entry.name))
-            if stat and int(stat[1]) == me:
-                pids.add(int(entry.name))
-    return pids
-
-
-def _stat(pid: int) -> list[str] | None:
-    """``/proc/PID/stat`` after the command name: state, ppid, pgrp, session, ..."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2 :].split()
-
-
-def reap_detached() -> int:
-    """Reap the children that ended in a session of their own: those the hooks start detached
-    (``slurm.detached``: settlements sacct is late for, feedback, AdminComments, enforcement), which
-    nobody waits for and which would stay ``<defunct>`` while hookd runs. A child of
-    ``subprocess.run`` stays in hookd's session and is its caller's to wait for (its status taken
-    here, the caller would read exit code 0), so it is left alone. How many were reaped."""
-    reaped = 0
-    for pid in _children():
-        stat = _stat(pid)
-        if stat and stat[0] == "Z" and int(stat[3]) == pid:
-            with contextlib.suppress(ChildProcessError):
-                reaped += os.waitpid(pid, os.WNOHANG)[0] == pid
-    return reaped
-
-
-def reap_on_sigchld() -> None:
-    """Reap detached children as they end (from the main thread, where Python runs signal handlers).
-    System calls the signal interrupts in other threads restart, as without a handler."""
-    signal.signal(signal.SIGCHLD, lambda *_: reap_detached())
-    signal.siginterrupt(signal.SIGCHLD, False)
 
 
 def _drop_to(owner: str, run_dir: Path) -> None:
@@ -288,7 +197,7 @@ def serve(config: Config) -> None:
         raise SlurmYoloError(f"hookd: another server answers on {path}")
     path.unlink(missing_ok=True)  # a stale socket from a killed server
     try:
-        server = Server(path, int(config["hookd"]["workers"]), Path(config["slurm"]["bin_dir"]))
+        server = Server(path, config)
     except OSError as e:
         raise SlurmYoloError(f"hookd: cannot listen on {path}: {e.strerror}") from None
 
@@ -297,7 +206,6 @@ def serve(config: Config) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    reap_on_sigchld()
     print(f"slurm-yolo hookd: serving {path} as uid {os.geteuid()}", file=sys.stderr, flush=True)
     try:
         server.serve_forever(poll_interval=0.5)

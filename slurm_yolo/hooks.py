@@ -1,22 +1,21 @@
-"""PrologSlurmctld / EpilogSlurmctld and reconcile: hold tokens when a run starts, charge and refund
-when it ends, exactly once per run.
+"""PrologSlurmctld / EpilogSlurmctld: hold tokens when a run starts; record its end for the settler,
+which charges and refunds exactly once per run.
 
 Orchestration only: the facts come from the Slurm adapter (``slurm.records``: fields slurmctld and
 slurmdbd set, never text a user wrote), the amounts from the billing policy (``ledger.policy``),
 the movements from the ledger. Both hooks run as the SlurmUser with no PATH; a non-zero
 PrologSlurmctld exit makes Slurm requeue the job forever, so no hook ever fails a job. A hook that
 cannot do its work leaves a trace that gets it done: an incident in the ledger (``alerts`` and the
-metrics show it) and a line in ``hooks.log``; ``reconcile`` (cron) then holds and settles every GPU
-run sacct knows that the ledger does not, from sacct's own record of that run.
+metrics show it) and a line in ``hooks.log``; ``ledger reconcile`` (cron) then holds and settles
+every GPU run sacct knows that the ledger does not, from sacct's own record of that run. A prolog
+that cannot record its hold fails closed: the job is cancelled, never run unheld.
 
-An epilog settles a run only from slurmdbd's final record of it (COMPLETED, TIMEOUT, NODE_FAIL...),
-never from a transitional state: when sacct has none yet (slurmdbd down or behind), the run stays
-held and ``reconcile`` settles it once sacct answers.
+An epilog's run is settled only from slurmdbd's final record of it (COMPLETED, TIMEOUT, NODE_FAIL...),
+never from a transitional state: the settler (``settler``) keeps its inbox row until sacct has one.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -24,35 +23,22 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import books, ledger
+from . import ledger
+from . import settler as settler_mod
 from .config import ENV_OVERRIDES, Config, load
 from .errors import SlurmYoloError
+from .eventlog import log_event
 from .ledger import policy
-from .parse.records import USAGE_NAME
+from .settler import Settler, Worker
 from .slurm import commands, detached
 from .slurm.records import PAST_A_YEAR, JobRecord, from_sacct, from_squeue
 
 if TYPE_CHECKING:
-    import sqlite3
     import subprocess
-    from collections.abc import Callable
 
-    RunsLookup = Callable[[int], list[JobRecord] | None]
-
-SACCT_LAG_SECONDS = 3.0  # how long a hook waits for sacct to catch up with slurmctld
+SACCT_LAG_SECONDS = 3.0  # how long a hook without hookd waits for sacct to catch up with slurmctld
 PAST_A_YEAR_AT_LEAST = 366 * 86400  # the hold of a run whose limit squeue and sacct cannot tell yet
-LATE_SACCT_SECONDS = 900  # then a detached child goes on asking this long (cron's reconcile after that)
 CANCEL_AFTER = 2.0  # a prolog's scancel waits for slurmctld to see the prolog end (see slurm.detached)
-
-
-def log_event(config: Config, record: dict[str, object]) -> None:
-    """Append one JSON line to hooks.log (stderr if the state dir is not writable)."""
-    try:
-        config.state_dir.mkdir(parents=True, exist_ok=True)
-        with open(config.state_dir / "hooks.log", "a") as f:
-            f.write(json.dumps({"at": time.time(), **record}) + "\n")
-    except OSError:
-        print(json.dumps(record), file=sys.stderr)
 
 
 def cluster_of(env: Mapping[str, str]) -> str:
@@ -68,56 +54,25 @@ def _bin_dir(config: Config) -> Path:
     return Path(config["slurm"]["bin_dir"])
 
 
-def _rules(config: Config) -> policy.Rules:
-    return policy.Rules(*(bool(config["ledger"][f]) for f in policy.Rules._fields))
-
-
-def billable_run(lg: ledger.Ledger, record: JobRecord, cluster: str, config: Config, at: float,
-                 restart: int) -> tuple[ledger.Run, int] | None:  # fmt: skip
-    """The run and what it holds: its time limit (or the configured cap) x its GPUs x the partition's
-    price at ``at`` x its QOS tier's rate. None for a run without GPUs (not metered)."""
-    share = policy.gpus(record.tres, config.partition(record.partition).shards_per_gpu)
-    if not share:
-        return None
-    seconds = policy.hold_seconds(record.time_limit, int(config["ledger"]["unlimited_hold_hours"] * 3600))
-    price = lg.price_at(record.partition, at, int(config["ledger"]["default_price"]))
-    rate = lg.tier_rate(record.qos)
-    run = ledger.Run(cluster, record.job_id, record.submit, restart, record.account, record.user, record.partition,
-                     record.qos, float(share), record.time_limit, seconds, price, rate)  # fmt: skip
-    return run, policy.tokens(seconds, share, price, policy.exact(rate))
-
-
-def _enforce_later(config: Config, account: str) -> None:
-    """Sync the account's Slurm limit with the ledger in a detached child (sacctmgr takes ~0.3 s and
-    the hook must not wait; the child reads the ledger afresh, so racing children agree)."""
-    if config["ledger"]["enforce"]:
-        spawn_python(["ledger", "enforce", "--account", account], config)
-
-
-def _child_env(config: Config) -> dict[str, str]:
-    """The environment of a detached child: the config and state this hook used (in hookd they come
-    from the hook's environment, not the server's)."""
-    return {k: v for k, v in os.environ.items() if k not in ENV_OVERRIDES} | config.env
-
-
 def _own_target(env: Mapping[str, str], job_id: int) -> str:
     """This run's job alone, for scancel: an array task's own id can be the array's (the task that
     keeps the array's record), and ``scancel ARRAY_ID`` would cancel every task of it."""
     return commands.job_target(job_id, env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", ""))
 
 
-def _cancel_own_job(env: Mapping[str, str], job_id: int, config: Config) -> None:
-    """Cancel this run's job alone, once slurmctld has seen the prolog end (``CANCEL_AFTER``)."""
-    detached(["scancel", _own_target(env, job_id)], _child_env(config), _bin_dir(config), CANCEL_AFTER)
+def _cancel_own_job(env: Mapping[str, str], job_id: int, config: Config, settler: Settler | None) -> None:
+    """Cancel this run's job alone, once slurmctld has seen the prolog end (``CANCEL_AFTER``): hookd's
+    worker does it; a hook in a process of its own must end first, so a detached child waits."""
+    target = _own_target(env, job_id)
+    if settler is not None and isinstance(settler.followups, Worker):
+        settler.followups.cancel_after(target, CANCEL_AFTER)
+        return
+    child_env = {k: v for k, v in os.environ.items() if k not in ENV_OVERRIDES} | config.env
+    detached(["scancel", target], child_env, _bin_dir(config), CANCEL_AFTER)
 
 
-def spawn_python(args: list[str], config: Config) -> None:
-    """``slurm-yolo ARGS`` in a detached child."""
-    detached([sys.executable, "-m", "slurm_yolo", *args], _child_env(config))
-
-
-def prolog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] | None = None,
-           record: JobRecord | None = None) -> dict[str, object]:  # fmt: skip
+def prolog(env: Mapping[str, str], config: Config, settler: Settler | None = None,
+           query: subprocess.Popen[str] | None = None, record: JobRecord | None = None) -> dict[str, object]:  # fmt: skip
     """Hold the most the run can cost. ``record``: the controller's record of the job when the caller
     has it (hookd looks up many jobs in one call); else the query hook_entry started, else a lookup."""
     job_id = int(env["SLURM_JOB_ID"])
@@ -130,20 +85,23 @@ def prolog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] 
     if record.time_limit == PAST_A_YEAR:
         record = record._replace(time_limit=_limit_from_sacct(job_id, record.submit, config))
     estimate = policy.user_estimate(env.get("SPANK_YOLO_TOKENS"), env.get("SLURM_JOB_COMMENT"))
-    with ledger.writer(config) as lg:
-        found_run = billable_run(lg, record, cluster, config, time.time(), record.restarts)
+    with ledger.writer(config, publish=settler is None) as lg:
+        found_run = settler_mod.billable_run(lg, record, cluster, config, time.time(), record.restarts)
         if found_run is None:
             return {"event": "prolog", "job": job_id, "skipped": "no GPUs"}
         run, amount = found_run
         held, blocked = lg.hold(run, amount, estimate, actor="prolog")
         left = lg.balance(run.account)
+    followups = settler.followups if settler else settler_mod.Followups(config)
+    if settler is not None:
+        settler.changed()
     if blocked is not None:
-        _enforce_later(config, run.account)
+        followups.enforce([run.account])
     out: dict[str, object] = {"event": "prolog", "job": job_id, "key": run.key, "hold": amount, "new": held}
     if held and left < 0 and config["ledger"]["cancel_over_budget"]:
         # Admitted while the account could cover it, it no longer can (an expiry, an adjustment, a
         # requeue after the tokens went elsewhere): it pays the seconds it ran, and goes no further.
-        _cancel_own_job(env, job_id, config)
+        _cancel_own_job(env, job_id, config, settler)
         out["cancelled"] = f"over budget at start: {run.account} is at {left} after this hold"
     return out
 
@@ -157,135 +115,45 @@ def _limit_from_sacct(job_id: int, submit: int, config: Config) -> int:
     return same[-1] if same else PAST_A_YEAR_AT_LEAST
 
 
-def settle_runs(lg: ledger.Ledger, runs: list[JobRecord], config: Config, actor: str, cluster: str = "",
-                estimate: int | None = None) -> list[tuple[JobRecord, sqlite3.Row, ledger.Settlement]]:  # fmt: skip
-    """Settle every run in ``runs`` (sacct's records of one job, oldest first) that has ended and is
-    not settled yet; a run that was never held (its prolog failed) is held first, at the price in
-    effect when it started. Runs still going on are left alone, and so are runs that never started
-    and hold nothing."""
-    done = []
-    for restart, rec in enumerate(runs):
-        if not rec.final:
-            continue
-        key = ledger.run_key(rec.cluster or cluster, rec.job_id, rec.submit)
-        row = lg.run(key)
-        if row is None:
-            if not rec.start:
-                continue
-            found = billable_run(lg, rec, rec.cluster or cluster, config, rec.start, restart)
-            if found is None:
-                continue
-            lg.hold(found[0], found[1], estimate, actor=actor)
-            row = lg.run(key)
-        if row is None or row["state"] != "held":
-            continue
-        amount = policy.charge(rec.state, rec.elapsed, row["hold"], policy.exact(row["gpus"]), row["price"],
-                               policy.exact(row["rate"]), _rules(config))  # fmt: skip
-        settled = lg.settle(key, amount, rec.state, rec.elapsed, actor=actor)
-        if settled is not None:
-            done.append((rec, row, settled))
-    return done
-
-
-def _unfinished(lg: ledger.Ledger, runs: list[JobRecord], cluster: str, job_id: int, ended: bool) -> bool:
-    """Whether sacct has yet to report the end of a run of this job that started (slurmctld tells
-    slurmdbd asynchronously: an epilog can be ahead of it, even of the run's start). ``ended``: the
-    caller knows a run just ended (slurmctld's own epilog), so sacct is behind until its newest
-    record is final. Otherwise a held run sacct does not know yet counts, and one it shows never
-    started (an epilog run by hand on a pending job) does not."""
-    if ended and not (runs and runs[-1].final):
-        return True
-    by_key = {ledger.run_key(r.cluster or cluster, r.job_id, r.submit): r for r in runs}
-    for row in lg.held_runs(cluster, job_id):
-        rec = by_key.get(row["job_key"])
-        if rec is None or (rec.start and not rec.final):
-            return True
-    return any(not r.final and r.start and r.tres for r in runs)
-
-
-def epilog(env: Mapping[str, str], config: Config, query: subprocess.Popen[str] | None = None,
-           runs: RunsLookup | None = None) -> dict[str, object]:  # fmt: skip
-    """Charge what each ended run of the job used and refund the rest of its hold, exactly once.
-    ``runs``: looks up slurmdbd's records of a job in place of a sacct call of its own (hookd merges
-    many). Without a final record within a few seconds, the run stays held for ``reconcile``."""
+def epilog(env: Mapping[str, str], config: Config, settler: Settler | None = None,
+           query: subprocess.Popen[str] | None = None) -> dict[str, object]:  # fmt: skip
+    """Record the end of a run in the inbox (durably: hookd answers after this), for the settler to
+    charge what each ended run of the job used and refund the rest of its hold, exactly once. In a
+    hook process of its own (hookd down), settle now if sacct has the end within a few seconds; the
+    row otherwise waits for hookd's settler or cron's ``ledger reconcile``."""
     job_id = int(env["SLURM_JOB_ID"])
     cluster = cluster_of(env)
     estimate = policy.user_estimate(env.get("SPANK_YOLO_TOKENS"), env.get("SLURM_JOB_COMMENT"))
-    ended = env.get("SLURM_SCRIPT_CONTEXT") == "epilog_slurmctld"  # slurmctld's: a run of the job just ended
-    done, waiting = settle_job(config, job_id, cluster, SACCT_LAG_SECONDS, "epilog", estimate, query, runs, ended)
-    for rec, row, settled in done:
-        after_settlement(config, rec, row, settled, env)
-    if waiting:  # sacct is behind (or down): a detached child keeps asking, then cron's reconcile
-        follow = ["--work-dir", env.get("SLURM_JOB_WORK_DIR", ""), "--uid", env.get("SLURM_JOB_UID", "")]
-        spawn_python(["ledger", "reconcile", "--job", str(job_id), "--cluster", cluster, "--wait", str(LATE_SACCT_SECONDS),
-                      *follow], config)  # fmt: skip
-    if not done:
-        return {
-            "event": "epilog",
-            "job": job_id,
-            "left": "held: settled once sacct has its end" if waiting else "nothing held",
-        }
-    return {"event": "epilog", "job": job_id, "settled": [
-        {"key": s.key, "state": rec.state, "elapsed": rec.elapsed, "charge": s.charge, "refund": s.refund}
-        for rec, _, s in done]}  # fmt: skip
-
-
-def settle_job(config: Config, job_id: int, cluster: str, wait: float, actor: str, estimate: int | None = None,
-               query: subprocess.Popen[str] | None = None, runs: RunsLookup | None = None, ended: bool = False,
-               ) -> tuple[list[tuple[JobRecord, sqlite3.Row, ledger.Settlement]], bool]:  # fmt: skip
-    """Settle the job's ended runs from sacct, asking again for up to ``wait`` seconds while a run it
-    holds (or one that started) has no final record there yet; what was settled, and whether one
-    is still waiting for sacct."""
-    deadline = time.monotonic() + wait
-    pause = 0.1
+    facts = {"work_dir": env.get("SLURM_JOB_WORK_DIR", ""), "uid": env.get("SLURM_JOB_UID", ""),
+             "estimate": "" if estimate is None else str(estimate),
+             "ended": "1" if env.get("SLURM_SCRIPT_CONTEXT") == "epilog_slurmctld" else ""}  # fmt: skip
+    with ledger.writer(config, publish=False) as lg:
+        row = lg.receive(cluster, job_id, "epilog", facts)
+    if settler is not None:
+        settler.wake()
+        return {"event": "epilog", "job": job_id, "inbox": row}
+    deadline = time.monotonic() + SACCT_LAG_SECONDS
+    settled: list[dict[str, object]] = []
+    lookup = _first_answer(query, config, job_id)
     while True:
-        found = _job_runs(job_id, config, query, runs)
-        query = None
-        if found is None:  # sacct did not answer at all
-            waiting = True
-        else:
-            with ledger.writer(config) as lg:
-                done = settle_runs(lg, found, config, actor, cluster, estimate)
-                waiting = not done and _unfinished(lg, found, cluster, job_id, ended)
-            if done or not waiting:
-                return done, False
-        if time.monotonic() + pause >= deadline:
-            return [], waiting
-        time.sleep(pause)
-        pause = min(pause * 2, 5.0)
+        settled += settler_mod.settle_due(config, settler_mod.Followups(config), time.time(), lookup)
+        lookup = None
+        with ledger.writer(config, publish=False) as lg:
+            left = lg.conn.execute("SELECT due_at FROM inbox WHERE id = ? AND done_at IS NULL", (row,)).fetchone()
+        if left is None:
+            return {"event": "epilog", "job": job_id, "settled": settled}
+        if left["due_at"] - time.time() > deadline - time.monotonic():
+            return {"event": "epilog", "job": job_id, "left": "held: settled once sacct has its end"}
+        time.sleep(max(0.0, left["due_at"] - time.time()))
 
 
-def _job_runs(job_id: int, config: Config, query: subprocess.Popen[str] | None,
-              runs: RunsLookup | None) -> list[JobRecord] | None:  # fmt: skip
-    """sacct's records of the job's runs; None when sacct cannot be asked."""
-    if runs is not None:
-        found = runs(job_id)
-        if found is not None:
-            return found
+def _first_answer(query: subprocess.Popen[str] | None, config: Config, job_id: int) -> settler_mod.RunsLookup | None:
+    """The sacct query hook_entry started, as the settler's first lookup (None: it has no answer)."""
     out = _collect(query, config)
-    if out:
-        return [r for r in from_sacct(out) if r.job_id == job_id]
-    try:
-        return commands.job_runs([job_id], bin_dir=_bin_dir(config)).get(job_id, [])
-    except SlurmYoloError:
+    if not out:
         return None
-
-
-def after_settlement(config: Config, rec: JobRecord, row: sqlite3.Row, done: ledger.Settlement,
-                     env: Mapping[str, str] | None = None) -> None:  # fmt: skip
-    """What follows a settlement, detached: the account's Slurm limit, the AdminComments queued, and
-    (for a completed run whose hook knows the job's work dir and user) the time model's feedback."""
-    if done.blocked is not None:
-        _enforce_later(config, done.account)
-    if config["ledger"]["admin_comment"]:  # queued with the settlement; written (and retried) by a child, then cron
-        spawn_python(["ledger", "comments"], config)
-    env = env or {}
-    work_dir, uid = env.get("SLURM_JOB_WORK_DIR", ""), env.get("SLURM_JOB_UID", "")
-    if rec.state == "COMPLETED" and config["ledger"]["feedback"] and work_dir.startswith("/") and uid.isdigit():
-        usage = Path(work_dir) / USAGE_NAME.format(job=rec.job_id)
-        spawn_python(["feedback", "--job", str(rec.job_id), "--partition", rec.partition, "--cluster",
-                      rec.cluster or cluster_of(env), "--uid", uid, "--elapsed", str(rec.elapsed), str(usage)],
-                     config)  # fmt: skip
+    runs = [r for r in from_sacct(out) if r.job_id == job_id]
+    return lambda _ids: {job_id: runs}
 
 
 def _collect(query: subprocess.Popen[str] | None, config: Config) -> str:
@@ -300,10 +168,11 @@ def _collect(query: subprocess.Popen[str] | None, config: Config) -> str:
 
 
 def main(event: str, query: subprocess.Popen[str] | None = None, env: Mapping[str, str] | None = None,
-         record: JobRecord | None = None, config: Config | None = None, runs: RunsLookup | None = None) -> bool:  # fmt: skip
-    """A hook invocation (in its own process, or in hookd with the hook's ``env``, the config, the
-    prolog's ``record`` and the epilog's ``runs``). True when it did its work; a failure is logged and
-    recorded as an incident, and the caller still exits 0 (Slurm would requeue the job forever)."""
+         record: JobRecord | None = None, config: Config | None = None, settler: Settler | None = None) -> bool:  # fmt: skip
+    """A hook invocation (in its own process, or in hookd with the hook's ``env``, hookd's config, the
+    prolog's ``record`` and the settler). True when it did its work; a failure is logged and recorded
+    as an incident, and the caller still exits 0 (Slurm would requeue the job forever). A prolog that
+    could not hold fails closed: its job is cancelled (in hookd, the client's own retry decides)."""
     env = dict(os.environ) if env is None else env
     try:
         config = config or load(env=env)
@@ -311,18 +180,15 @@ def main(event: str, query: subprocess.Popen[str] | None = None, env: Mapping[st
         print(f"slurm-yolo {event}: config: {e}", file=sys.stderr)
         return False
     try:
-        log_event(config, prolog(env, config, query, record) if event == "prolog" else epilog(env, config, query, runs))
+        log_event(config, prolog(env, config, settler, query, record) if event == "prolog"
+                  else epilog(env, config, settler, query))  # fmt: skip
         return True
     except Exception as e:  # noqa: BLE001 - never let our failure become Slurm's requeue loop
         error = f"{type(e).__name__}: {e}"
         log_event(config, {"event": event, "job": env.get("SLURM_JOB_ID"), "alert": error})
         _record_incident(config, env, event, error)
-        if (
-            event == "prolog"
-            and config["ledger"]["prolog_errors"] == "cancel"
-            and env.get("SLURM_JOB_ID", "").isdigit()
-        ):
-            _cancel_own_job(env, int(env["SLURM_JOB_ID"]), config)
+        if event == "prolog" and settler is None and env.get("SLURM_JOB_ID", "").isdigit():
+            _cancel_own_job(env, int(env["SLURM_JOB_ID"]), config, None)
         return False
 
 
@@ -333,70 +199,3 @@ def _record_incident(config: Config, env: Mapping[str, str], event: str, error: 
             lg.record_incident(env.get("SLURM_CLUSTER_NAME", ""), int(env.get("SLURM_JOB_ID") or 0), event, error)
     except Exception:  # noqa: BLE001, S110 - the log line above already says what failed
         pass
-
-
-def reconcile_job(config: Config, job_id: int, cluster: str, wait: float, work_dir: str = "",
-                  uid: str = "") -> list[dict[str, object]]:  # fmt: skip
-    """Settle one job's ended runs once sacct has them (what an epilog left waiting); ``work_dir`` and
-    ``uid``, the epilog's, let the time model's feedback follow as it would have."""
-    done, waiting = settle_job(config, job_id, cluster, wait, "reconcile", ended=True)
-    env = {"SLURM_JOB_WORK_DIR": work_dir, "SLURM_JOB_UID": uid, "SLURM_CLUSTER_NAME": cluster}
-    if waiting:  # still no final record that reads: an admin should look (alerts show it)
-        with ledger.writer(config) as lg:
-            lg.record_incident(cluster, job_id, "epilog", f"no readable final sacct record after {wait:.0f} s")
-    for rec, row, settled in done:
-        after_settlement(config, rec, row, settled, env)
-    return [{"key": s.key, "state": rec.state, "charge": s.charge, "refund": s.refund} for rec, _, s in done]
-
-
-def reconcile(
-    config: Config, window_days: float | None = None, min_age_seconds: float = 0.0
-) -> list[dict[str, object]]:
-    """What the hooks missed, from sacct: settle every ended GPU run of the last ``window_days``
-    (``ledger.reconcile_days``) that the ledger has not settled, holding first those never held, and
-    those of older holds still open; hold the running GPU runs that no prolog held. Runs held less
-    than ``min_age_seconds`` ago are left to their epilog."""
-    bin_dir = _bin_dir(config)
-    now = time.time()
-    window = config["ledger"]["reconcile_days"] if window_days is None else window_days
-    by_job: dict[int, list[JobRecord]] = {}
-    for rec in commands.runs_since(now - window * 86400, bin_dir=bin_dir):
-        by_job.setdefault(rec.job_id, []).append(rec)
-    reader = ledger.reader(config)
-    if reader is not None:
-        with reader:
-            older = {row["job_id"] for row in reader.stale_holds(now)} - set(by_job)
-        if older:
-            by_job.update(commands.job_runs(sorted(older), bin_dir=bin_dir))
-    out: list[dict[str, object]] = []
-    settled = []
-    with ledger.writer(config) as lg:
-        for job_id in sorted(by_job):
-            runs = sorted(by_job[job_id], key=lambda r: r.submit)
-            if not runs:  # a hold on a job sacct has no record of: nothing to settle it from
-                continue
-            fresh = {
-                row["job_key"]
-                for row in lg.held_runs(runs[0].cluster, job_id)
-                if row["held_at"] > now - min_age_seconds
-            }
-            runs = [r for r in runs if ledger.run_key(r.cluster, r.job_id, r.submit) not in fresh]
-            settled += settle_runs(lg, runs, config, "reconcile")
-            out += _hold_running(lg, runs, config)
-    for rec, row, done in settled:
-        after_settlement(config, rec, row, done)
-        out.append({"key": done.key, "state": rec.state, "charge": done.charge, "refund": done.refund})
-    books.write_comments(config)  # those the hooks' children could not write (slurmdbd was down)
-    return out
-
-
-def _hold_running(lg: ledger.Ledger, runs: list[JobRecord], config: Config) -> list[dict[str, object]]:
-    """Hold the job's running GPU run if no prolog did (a failed prolog must not leave it free)."""
-    out: list[dict[str, object]] = []
-    for restart, rec in enumerate(runs):
-        if rec.state != "RUNNING" or not rec.start or lg.run(ledger.run_key(rec.cluster, rec.job_id, rec.submit)):
-            continue
-        found = billable_run(lg, rec, rec.cluster, config, rec.start, restart)
-        if found is not None and lg.hold(found[0], found[1], None, actor="reconcile")[0]:
-            out.append({"key": found[0].key, "state": "RUNNING", "hold": found[1]})
-    return out

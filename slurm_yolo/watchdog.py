@@ -13,6 +13,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import db
 from .config import Config
 from .parse.records import USAGE_NAME
 from .progress import expand_pattern
@@ -73,7 +74,7 @@ def act(config: Config, zombies: list[Zombie], dry_run: bool = False) -> list[Zo
             else:
                 commands.cancel(z.target, bin_dir=bin_dir)
             try:
-                with open(config.state_dir / "watchdog.log", "a") as f:
+                with open(db.private_dir(config.state_dir) / "watchdog.log", "a") as f:
                     f.write(json.dumps({"at": time.time(), "reason": reason, "pid": os.getpid(), **asdict(z)}) + "\n")
             except OSError:
                 pass

@@ -8,12 +8,10 @@ private hookd on their own socket and state, to kill it, refuse users and replay
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -50,109 +48,6 @@ def test_parse_request_reads_the_clients_format() -> None:
 def test_parse_request_refuses_malformed_requests(data: bytes, error: str) -> None:
     with pytest.raises(ValueError, match=error):
         parse_request(data)
-
-
-REAPING = """
-import os, subprocess, sys, time
-from slurm_yolo import hookd
-from slurm_yolo.slurm import detached
-
-if sys.argv[1] == "reap":
-    hookd.reap_on_sigchld()
-for _ in range(20):  # children of run() keep their exit codes while detached ones end around them
-    detached(["/bin/sh", "-c", "exit 0"], dict(os.environ))
-    assert subprocess.run(["/bin/sh", "-c", "exit 3"]).returncode == 3
-go = sys.argv[2]  # the last ones outlive their Popen objects (which reap a child ended already), as
-for _ in range(5):  # feedback does, and no later Popen (whose start reaps those ended before) comes
-    detached(["/bin/sh", "-c", 'while [ ! -e "$0" ]; do sleep 0.05; done', go], dict(os.environ))
-open(go, "w").close()
-
-def waiting() -> bool:  # reaping: until no child is left; else until every child has ended
-    states = [(hookd._stat(p) or ["gone"])[0] for p in hookd._children()]
-    return bool(states) if sys.argv[1] == "reap" else any(s not in ("Z", "gone") for s in states)
-
-deadline = time.monotonic() + 60
-while waiting() and time.monotonic() < deadline:
-    time.sleep(0.05)
-print(sorted(hookd._children()))
-"""
-
-
-@pytest.mark.parametrize("mode", ["reap", "plain"])
-def test_detached_children_are_reaped(mode: str, tmp_path: Path) -> None:
-    """hookd reaps what the hooks start detached as it ends; without that, they stay <defunct>."""
-    res = subprocess.run([sys.executable, "-c", REAPING, mode, str(tmp_path / "go")], check=False, capture_output=True,
-                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
-    assert res.returncode == 0, res.stderr
-    left = json.loads(res.stdout)
-    assert (left == []) if mode == "reap" else len(left) == 5
-
-
-SERVER = """
-import os, sys
-from slurm_yolo import config, hookd, hooks
-from slurm_yolo.slurm import detached
-
-def main(event, query=None, env=None, record=None, config=None, runs=None):
-    # as a settlement's feedback or AdminComment child, which outlives the hook (until the test says go)
-    detached(["/bin/sh", "-c", 'while [ ! -e "$0" ]; do sleep 0.05; done', sys.argv[2]], dict(os.environ))
-    open(sys.argv[2] + "." + env["SLURM_JOB_ID"], "w").close()  # started, its Popen object gone
-    return True
-
-hooks.main = main
-hookd._drop_to = lambda owner, run_dir: None  # run by root: stay root (the test's home is root's alone)
-if sys.argv[1] == "plain":
-    hookd.reap_on_sigchld = lambda: None
-hookd.serve(config.load())
-"""
-
-
-def ask(sock_path: Path, request: bytes) -> str:
-    import socket
-
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.connect(str(sock_path))
-        s.sendall(request)
-        s.shutdown(socket.SHUT_WR)
-        return s.recv(100).decode()
-
-
-@pytest.mark.parametrize("mode", ["reap", "plain"])
-def test_hookd_serving_hooks_leaves_no_defunct_children(home: Path, mode: str) -> None:
-    """hookd serves prologs and epilogs whose work starts detached children (the hooks replaced by
-    one that does only that, so no Slurm is needed): once they end, none is left <defunct>."""
-    (home / "config.toml").write_text(f'[hookd]\nsocket = "{home}/hookd.sock"\n[slurm]\nbin_dir = "{home}"\n')
-    (home / "squeue").write_text("#!/bin/sh\n")  # the prolog's lookup: no job known (no Slurm asked)
-    (home / "squeue").chmod(0o755)
-    server = subprocess.Popen([sys.executable, "-c", SERVER, mode, str(home / "go")], stderr=subprocess.PIPE,
-                              env={**os.environ, "PYTHONPATH": str(REPO), "SLURM_YOLO_HOME": str(home)})  # fmt: skip
-    try:
-        poll("hookd socket", lambda: (home / "hookd.sock").is_socket() or server.poll() is not None, timeout=60)
-        assert server.poll() is None, server.stderr.read() if server.stderr else ""
-        for job in range(1, 7):
-            event = b"prolog" if job % 2 else b"epilog"
-            assert ask(home / "hookd.sock", event + b"\0SLURM_JOB_ID=%d\0" % job) == "ok\n"
-        poll("a child of every hook", lambda: len(list(home.glob("go.*"))) == 6, timeout=60)
-        (home / "go").touch()
-        poll("every child ended", lambda: all(c.endswith(" Z") for c in children(server.pid)), timeout=60)
-        if mode == "reap":
-            poll("hookd without children", lambda: not children(server.pid), timeout=60)
-        else:  # without reaping, they stay <defunct> until the next hook's child is started
-            assert len(children(server.pid)) == 6 and all(c.endswith(" Z") for c in children(server.pid))
-    finally:
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(timeout=60) == 0
-
-
-def test_children_are_found_with_or_without_the_children_file() -> None:
-    from slurm_yolo import hookd
-
-    child = subprocess.Popen(["/bin/sleep", "60"])
-    try:
-        assert child.pid in hookd._children() and child.pid in hookd._children_by_scan()
-    finally:
-        child.kill()
-        child.wait()
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import click
 
 from .. import durations, progress, watchdog
 from .. import feedback as feedback_mod
-from ..hooks import log_event
+from ..eventlog import log_event
 from ..parse import parse_path
 from . import echo_json, library_errors, load_config
 
@@ -59,11 +59,12 @@ def parse(path: Path, as_json: bool) -> None:
 @click.argument("usage", type=click.Path(path_type=Path))
 @library_errors
 def feedback(job_id: int, partition: str, cluster: str, uid: int | None, elapsed: int | None, usage: Path) -> None:
-    """Feed a finished job's measured throughput into its partition's k (the epilog starts this)."""
+    """Feed a finished job's measured throughput into its partition's k (the settler does this after
+    each completed run; by hand, for a run it could not read)."""
     config = load_config()
     try:
         result = feedback_mod.job_feedback(config, partition, job_id, usage, cluster, uid, elapsed)
-    except Exception as e:  # started detached by the epilog: the log is all anyone sees
+    except Exception as e:  # in hooks.log too, beside the settler's own
         log_event(config, {"event": "feedback", "job": job_id, "alert": f"{type(e).__name__}: {e}"})
         raise
     reason = result.reason if result else "no usable usage records"

@@ -279,30 +279,16 @@ def refill() -> None:
 @click.option(
     "--min-age", default=0.0, show_default=True, help="Leave holds younger than this many seconds to their epilog."
 )
-@click.option(
-    "--job",
-    "job_id",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Only this job, asking sacct again until it has the job's end (what an epilog left).",
-)
-@click.option("--cluster", default="", help="With --job: the cluster the job's runs are keyed under.")
-@click.option("--wait", type=click.FloatRange(min=0), default=0.0, help="With --job: for up to this many seconds.")
-@click.option("--work-dir", default="", help="With --job: the job's work dir, for the time model's feedback.")
-@click.option("--uid", default="", help="With --job: the job's uid, who must own its usage records.")
 @click.option("--json", "as_json", is_flag=True)
 @library_errors
-def reconcile(window_days: float | None, min_age: float, job_id: int | None, cluster: str, wait: float, work_dir: str,
-              uid: str, as_json: bool) -> None:  # fmt: skip
-    """Hold and settle, from sacct, every GPU run the hooks missed (a failed prolog, an epilog lost to a
-    slurmdbd or slurmctld outage): cron."""
-    from .. import hooks
+def reconcile(window_days: float | None, min_age: float, as_json: bool) -> None:
+    """The settler, from cron: settle every epilog event still in the inbox (hookd down or killed,
+    sacct late), then hold and settle, from sacct, every GPU run the hooks missed (a failed prolog, an
+    epilog lost to a slurmctld outage)."""
+    from .. import settler
 
     config = load_config()
-    if job_id is not None:
-        done = hooks.reconcile_job(config, job_id, cluster, wait, work_dir, uid)
-    else:
-        done = hooks.reconcile(config, window_days, min_age)
+    done = settler.reconcile(config, window_days, min_age)
     if as_json:
         echo_json(done)
         return

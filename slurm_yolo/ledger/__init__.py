@@ -12,18 +12,19 @@ whatever order or number of prolog/epilog invocations Slurm produces.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
 from .. import availability, db
 from ..config import Config
-from ..errors import UsageError
+from ..errors import SlurmYoloError, UsageError
 from . import bucket, comment
 from .schema import MIGRATIONS
 
@@ -85,42 +86,49 @@ def parse_when(text: str) -> float:
 
 
 def db_path(config: Config) -> Path:
-    return config.state_dir / "ledger.db"
+    """The books: in the SlurmUser's private folder, never openable by users (``db``)."""
+    return db.private_dir(config.state_dir) / "ledger.db"
 
 
 @contextmanager
-def writer(config: Config) -> Iterator[Ledger]:
-    """A read-write ledger (as the state's owner: see ``db.as_state_owner``)."""
+def writer(config: Config, publish: bool = True) -> Iterator[Ledger]:
+    """A read-write ledger (as the state's owner: see ``db.as_state_owner``). ``publish``: once it
+    has written, publish what readers see (hookd publishes once per batch instead)."""
     path = db_path(config)
     with db.as_state_owner(config.state_dir, config["paths"]["owner"]):
         conn = db.connect_write(db.writable(path, config["paths"]["owner"]), MIGRATIONS, wal=True)
         try:
             lg = Ledger(conn)
             yield lg
-            if lg.wrote:
-                _publish(lg, config)
+            if lg.wrote and publish:
+                publish_from(lg, config)
         finally:
             db.release(path, conn)
 
 
-def _publish(lg: Ledger, config: Config) -> None:
-    """Balances for slurmctld's admission after a write (a failure leaves the last file, whose stamp
-    makes admission count every run started since as unheld: stale, never generous)."""
+def publish_from(lg: Ledger, config: Config) -> None:
+    """What readers see, from the ledger as it is once this writer has its turn: the balances for
+    slurmctld's admission (``availability``) and the published copy users read. A failure leaves the
+    last ones (the admission file's stamp makes admission count every run started since as unheld:
+    stale, never generous), and says so."""
     try:
-        availability.publish(config, lambda now: availability.render(config, now, lg.accounts(), lg.prices(), lg.tiers(),
-                                                                     lg.held_jobs()))  # fmt: skip
-    except OSError as e:
-        print(f"slurm-yolo: {availability.path(config)} not updated: {e}", file=sys.stderr)
+        with db.locked(db.private_dir(config.state_dir) / "publish.lock", "publishing the ledger"):
+            availability.publish(config, lambda now: availability.render(config, now, lg.accounts(), lg.prices(),
+                                                                         lg.tiers(), lg.held_jobs()))  # fmt: skip
+            db.publish_copy(lg.conn, db_path(config))
+    except (OSError, sqlite3.Error, SlurmYoloError) as e:
+        print(f"slurm-yolo: the ledger's published copies not updated: {e}", file=sys.stderr)
 
 
 def publish(config: Config) -> None:
-    """Publish the balances from a fresh read of the ledger (a new install; cron after a failed write)."""
-    with writer(config) as lg:
-        _publish(lg, config)
+    """Publish from a fresh read of the ledger (a new install; hookd's batches; cron after a failure)."""
+    with writer(config, publish=False) as lg:
+        publish_from(lg, config)
 
 
 def reader(config: Config) -> Ledger | None:
-    """A read-only ledger for any user (None when no ledger exists yet)."""
+    """A read-only ledger for any user: the books themselves for root and the SlurmUser, the
+    published copy for everyone else (None when there is neither yet)."""
     conn = db.connect_read(db_path(config))
     return Ledger(conn) if conn else None
 
@@ -147,13 +155,17 @@ class Ledger:
         # Threads of one process (hookd) take turns here rather than in SQLite's busy handler,
         # whose back-off sleeps (up to 100 ms each) would dominate 50 hooks at once.
         with _WRITE_TURN:
-            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as e:  # busy past db.BUSY_TIMEOUT_MS: another writer holds it
+                raise SlurmYoloError(f"the ledger is busy: {e} after {db.BUSY_TIMEOUT_MS // 1000} s") from None
             try:
                 yield self.conn
                 self.conn.execute("COMMIT")
                 self.wrote = True
             except BaseException:
-                self.conn.execute("ROLLBACK")
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
                 raise
 
     # --- movements (called inside a transaction) -------------------------------------------------
@@ -348,6 +360,42 @@ class Ledger:
 
     def prices(self) -> list[sqlite3.Row]:
         return self.conn.execute("SELECT * FROM prices ORDER BY partition, effective_at, id").fetchall()
+
+    # --- the settler's inbox: epilog events hookd acknowledged, until their runs are settled -------
+
+    def receive(self, cluster: str, job_id: int, event: str, facts: Mapping[str, str]) -> int:
+        """Record an event durably (committed before hookd answers); its row id."""
+        now = time.time()
+        with self._tx():
+            cur = self.conn.execute(
+                "INSERT INTO inbox (cluster, job_id, event, facts, received_at, due_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (cluster, job_id, event, json.dumps(dict(facts), sort_keys=True), now, now),
+            )
+            return int(cur.lastrowid or 0)
+
+    def due(self, now: float, limit: int) -> list[sqlite3.Row]:
+        """Inbox rows to work on now, oldest first (``now`` = inf: every open row)."""
+        return self.conn.execute(
+            "SELECT * FROM inbox WHERE done_at IS NULL AND due_at <= ? ORDER BY id LIMIT ?", (now, limit)
+        ).fetchall()
+
+    def inbox_open(self) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM inbox WHERE done_at IS NULL").fetchone()[0])
+
+    def inbox_update(self, ids: list[int], outcome: str, due_at: float | None) -> None:
+        """Rows done (``due_at`` None), or to be tried again at ``due_at``, with what happened."""
+        now = time.time()
+        marks = ",".join("?" * len(ids))
+        with self._tx():
+            if due_at is None:
+                self.conn.execute(
+                    f"UPDATE inbox SET done_at = ?, outcome = ? WHERE id IN ({marks})", (now, outcome, *ids)
+                )
+            else:
+                self.conn.execute(
+                    f"UPDATE inbox SET due_at = ?, attempts = attempts + 1, outcome = ? WHERE id IN ({marks})",
+                    (due_at, outcome, *ids),
+                )
 
     # --- incidents (a hook that failed: visible until its runs are settled) -----------------------
 

@@ -172,4 +172,21 @@ CREATE TABLE admin_comments (
 );
 CREATE INDEX admin_comments_unwritten ON admin_comments (written_at)
 """,
+    # 5: the settler's durable inbox: each epilog event hookd acknowledged, until the settler has
+    # settled its runs from sacct (``settler``); a kill or an OOM loses none of them
+    """
+CREATE TABLE inbox (
+    id INTEGER PRIMARY KEY,
+    cluster TEXT NOT NULL,
+    job_id INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    facts TEXT NOT NULL DEFAULT '{}',
+    received_at REAL NOT NULL,
+    due_at REAL NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    done_at REAL,
+    outcome TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX inbox_due ON inbox (done_at, due_at)
+""",
 )

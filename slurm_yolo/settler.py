@@ -1,0 +1,390 @@
+"""The settler: the one place where ended runs become settlements, from the inbox and from sacct.
+
+hookd records each epilog it acknowledges in the ledger's inbox (committed before it answers), so a
+kill or an OOM loses none. The settler takes the due rows in batches, asks sacct once for all their
+jobs (no lock held meanwhile), settles every ended run from slurmdbd's final record (the billing
+policy, ``ledger.policy``), and marks each row done, or due again later while sacct is behind or
+slurmdbd is down (an incident once a run is ``LATE_SECONDS`` late; past ``ledger.reconcile_days`` the
+row is given up and the hold stays, for the audit to report). The side work a settlement or a hold
+asks for (the account's Slurm limit, AdminComments, the time model's feedback, a prolog's own
+cancel) goes to ``Followups``: done in turn by one worker thread in hookd, inline elsewhere; never a
+detached child. ``ledger reconcile`` (cron) is the same settler over every open row, plus a sweep of
+sacct for what no hook reported (a failed prolog, an epilog slurmctld never ran).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+from . import books, ledger
+from .config import Config
+from .errors import SlurmYoloError
+from .eventlog import log_event
+from .ledger import policy
+from .parse.records import USAGE_NAME
+from .slurm import commands
+from .slurm.records import JobRecord
+
+if TYPE_CHECKING:
+    import sqlite3
+
+RunsLookup = Callable[[list[int]], dict[int, list[JobRecord]]]
+
+RETRY_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)  # before asking sacct again, by attempt
+LATE_SECONDS = 900.0  # a run this late in sacct is an incident (the row is still tried)
+BATCH = 500  # inbox rows a batch takes at most
+
+
+def _bin_dir(config: Config) -> Path:
+    return Path(config["slurm"]["bin_dir"])
+
+
+def rules(config: Config) -> policy.Rules:
+    return policy.Rules(*(bool(config["ledger"][f]) for f in policy.Rules._fields))
+
+
+def billable_run(lg: ledger.Ledger, record: JobRecord, cluster: str, config: Config, at: float,
+                 restart: int) -> tuple[ledger.Run, int] | None:  # fmt: skip
+    """The run and what it holds: its time limit (or the configured cap) x its GPUs x the partition's
+    price at ``at`` x its QOS tier's rate. None for a run without GPUs (not metered)."""
+    share = policy.gpus(record.tres, config.partition(record.partition).shards_per_gpu)
+    if not share:
+        return None
+    seconds = policy.hold_seconds(record.time_limit, int(config["ledger"]["unlimited_hold_hours"] * 3600))
+    price = lg.price_at(record.partition, at, int(config["ledger"]["default_price"]))
+    rate = lg.tier_rate(record.qos)
+    run = ledger.Run(cluster, record.job_id, record.submit, restart, record.account, record.user, record.partition,
+                     record.qos, float(share), record.time_limit, seconds, price, rate)  # fmt: skip
+    return run, policy.tokens(seconds, share, price, policy.exact(rate))
+
+
+Settled = tuple[JobRecord, "sqlite3.Row", ledger.Settlement]
+
+
+def settle_runs(lg: ledger.Ledger, runs: list[JobRecord], config: Config, actor: str, cluster: str = "",
+                estimate: int | None = None) -> list[Settled]:  # fmt: skip
+    """Settle every run in ``runs`` (sacct's records of one job, oldest first) that has ended and is
+    not settled yet; a run that was never held (its prolog failed) is held first, at the price in
+    effect when it started. Runs still going on are left alone, and so are runs that never started
+    and hold nothing."""
+    done = []
+    for restart, rec in enumerate(runs):
+        if not rec.final:
+            continue
+        key = ledger.run_key(rec.cluster or cluster, rec.job_id, rec.submit)
+        row = lg.run(key)
+        if row is None:
+            if not rec.start:
+                continue
+            found = billable_run(lg, rec, rec.cluster or cluster, config, rec.start, restart)
+            if found is None:
+                continue
+            lg.hold(found[0], found[1], estimate, actor=actor)
+            row = lg.run(key)
+        if row is None or row["state"] != "held":
+            continue
+        amount = policy.charge(rec.state, rec.elapsed, row["hold"], policy.exact(row["gpus"]), row["price"],
+                               policy.exact(row["rate"]), rules(config))  # fmt: skip
+        settled = lg.settle(key, amount, rec.state, rec.elapsed, actor=actor)
+        if settled is not None:
+            done.append((rec, row, settled))
+    return done
+
+
+def unfinished(lg: ledger.Ledger, runs: list[JobRecord], cluster: str, job_id: int, ended: bool) -> bool:
+    """Whether sacct has yet to report the end of a run of this job that started (slurmctld tells
+    slurmdbd asynchronously: an epilog can be ahead of it, even of the run's start). ``ended``: the
+    event says a run just ended (slurmctld's own epilog), so sacct is behind until its newest record
+    is final. Otherwise a held run sacct does not know yet counts, and one it shows never started
+    (an epilog run by hand on a pending job) does not."""
+    if ended and not (runs and runs[-1].final):
+        return True
+    by_key = {ledger.run_key(r.cluster or cluster, r.job_id, r.submit): r for r in runs}
+    for row in lg.held_runs(cluster, job_id):
+        rec = by_key.get(row["job_key"])
+        if rec is None or (rec.start and not rec.final):
+            return True
+    return any(not r.final and r.start and r.tres for r in runs)
+
+
+class FeedbackJob(NamedTuple):
+    """A completed run whose usage records may feed its partition's time model."""
+
+    job_id: int
+    partition: str
+    cluster: str
+    uid: int
+    elapsed: int
+    usage: Path
+
+
+class Followups:
+    """The side work of holds and settlements, done inline (cron, a hook run without hookd). Each
+    step catches its own failure: cron's ``ledger enforce`` and ``ledger comments`` repeat them."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def enforce(self, accounts: Iterable[str]) -> None:
+        from . import enforcement
+
+        wanted = sorted(set(accounts))
+        if wanted and self.config["ledger"]["enforce"]:
+            self._guard("enforce", lambda: enforcement.sync(self.config, wanted))
+
+    def comments(self) -> None:
+        if self.config["ledger"]["admin_comment"]:
+            self._guard("comments", lambda: books.write_comments(self.config))
+
+    def feedback(self, job: FeedbackJob) -> None:
+        from . import feedback
+
+        def step() -> None:
+            done = feedback.job_feedback(self.config, job.partition, job.job_id, job.usage, job.cluster, job.uid,
+                                         job.elapsed)  # fmt: skip
+            log_event(self.config, {"event": "feedback", "job": job.job_id, "partition": job.partition,
+                                    "result": done.reason if done else "no usable usage records"})  # fmt: skip
+
+        self._guard("feedback", step)
+
+    def cancel(self, target: str) -> None:
+        """Cancel a job now (a prolog's own cancel: hookd's worker, after ``hooks.CANCEL_AFTER``)."""
+        self._guard("cancel", lambda: commands.cancel(target, bin_dir=_bin_dir(self.config)))
+
+    def _guard(self, what: str, step: Callable[[], object]) -> None:
+        try:
+            step()
+        except Exception as e:  # noqa: BLE001 - side work never undoes a settlement; cron repeats it
+            log_event(self.config, {"event": what, "alert": f"{type(e).__name__}: {e}"})
+
+    def after(self, settled: list[Settled], facts: Mapping[str, str] | None = None) -> None:
+        """What follows settlements: blocked accounts' limits, their AdminComments, and (a completed
+        run whose epilog said where the job worked and as whom) the time model's feedback."""
+        self.enforce(done.account for _, _, done in settled if done.blocked is not None)
+        if settled:
+            self.comments()
+        work_dir, uid = (facts or {}).get("work_dir", ""), (facts or {}).get("uid", "")
+        if not (self.config["ledger"]["feedback"] and work_dir.startswith("/") and uid.isdigit()):
+            return
+        for rec, _, _ in settled:
+            if rec.state == "COMPLETED":
+                usage = Path(work_dir) / USAGE_NAME.format(job=rec.job_id)
+                self.feedback(FeedbackJob(rec.job_id, rec.partition, rec.cluster, int(uid), rec.elapsed, usage))
+
+
+class Worker(Followups):
+    """hookd's followups: one thread does them in turn (at most one Slurm command at a time, however
+    many runs end at once); enforcement and AdminComments asked for meanwhile are merged."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        self._work: queue.Queue[tuple[float, Callable[[], None]]] = queue.Queue()
+        self._accounts: set[str] = set()
+        self._comments = False
+        self._lock = threading.Lock()
+        threading.Thread(target=self._serve, name="followups", daemon=True).start()
+
+    def enforce(self, accounts: Iterable[str]) -> None:
+        with self._lock:
+            new = set(accounts) - self._accounts
+            self._accounts |= new
+        if new:
+            self._work.put((0.0, self._enforce_now))
+
+    def _enforce_now(self) -> None:
+        with self._lock:
+            wanted, self._accounts = self._accounts, set()
+        super().enforce(wanted)
+
+    def comments(self) -> None:
+        with self._lock:
+            asked, self._comments = self._comments, True
+        if not asked:
+            self._work.put((0.0, self._comments_now))
+
+    def _comments_now(self) -> None:
+        with self._lock:
+            self._comments = False
+        super().comments()
+
+    def feedback(self, job: FeedbackJob) -> None:
+        self._work.put((0.0, lambda: Followups.feedback(self, job)))
+
+    def cancel_after(self, target: str, seconds: float) -> None:
+        self._work.put((time.monotonic() + seconds, lambda: Followups.cancel(self, target)))
+
+    def _serve(self) -> None:
+        while True:
+            not_before, step = self._work.get()
+            time.sleep(max(0.0, not_before - time.monotonic()))
+            step()
+
+
+def settle_due(config: Config, followups: Followups, now: float | None = None, lookup: RunsLookup | None = None,
+               publish: bool = True) -> list[dict[str, object]]:  # fmt: skip
+    """One batch: the inbox rows due at ``now`` (None: every open row), settled from one sacct call
+    for all their jobs; each row done, or due again later. What was settled."""
+    at = time.time()
+    with ledger.writer(config, publish=False) as lg:
+        rows = lg.due(math.inf if now is None else now, BATCH)
+    if not rows:
+        return []
+    by_job: dict[tuple[str, int], list[sqlite3.Row]] = {}
+    for row in rows:
+        by_job.setdefault((row["cluster"], row["job_id"]), []).append(row)
+    try:  # no ledger lock is held across a Slurm call
+        found: dict[int, list[JobRecord]] | None = (lookup or _job_runs(config))(sorted({j for _, j in by_job}))
+    except SlurmYoloError:
+        found = None  # sacct did not answer: every row waits
+    out: list[dict[str, object]] = []
+    later: list[tuple[list[Settled], dict[str, str]]] = []
+    with ledger.writer(config, publish=publish) as lg:
+        for (cluster, job_id), mine in by_job.items():
+            facts = json.loads(mine[-1]["facts"])
+            ids = [r["id"] for r in mine]
+            runs = None if found is None else sorted(found.get(job_id, []), key=lambda r: r.submit)
+            done: list[Settled] = []
+            if runs is None:
+                waiting = True
+            else:
+                estimate = int(facts["estimate"]) if str(facts.get("estimate", "")).isdigit() else None
+                done = settle_runs(lg, runs, config, "settler", cluster, estimate)
+                waiting = not done and unfinished(lg, runs, cluster, job_id, bool(facts.get("ended")))
+            if not waiting:
+                lg.inbox_update(ids, f"settled {len(done)}" if done else "nothing held", None)
+            else:
+                _wait_more(lg, cluster, job_id, mine, at, config)
+            later.append((done, facts))
+            out += [{"key": s.key, "state": rec.state, "charge": s.charge, "refund": s.refund} for rec, _, s in done]
+    for done, facts in later:
+        followups.after(done, facts)
+    return out
+
+
+def _wait_more(lg: ledger.Ledger, cluster: str, job_id: int, rows: list[sqlite3.Row], at: float,
+               config: Config) -> None:  # fmt: skip
+    """sacct has no final record yet: ask again later; an incident once the run is late, and the row
+    given up past the reconcile window (the hold stays, visible, for the audit and an admin)."""
+    ids = [r["id"] for r in rows]
+    age = at - min(r["received_at"] for r in rows)
+    attempts = max(r["attempts"] for r in rows)
+    if age > config["ledger"]["reconcile_days"] * 86400:
+        lg.inbox_update(ids, "given up: sacct never had a final record", None)
+        return
+    if age > LATE_SECONDS and not any(r["outcome"].startswith("late") for r in rows):
+        lg.record_incident(cluster, job_id, "epilog", f"no final sacct record {age:.0f} s after the run ended")
+        outcome = "late"
+    else:
+        outcome = next((r["outcome"] for r in rows if r["outcome"].startswith("late")), "waiting for sacct")
+    lg.inbox_update(ids, outcome, at + RETRY_SECONDS[min(attempts, len(RETRY_SECONDS) - 1)])
+
+
+def _job_runs(config: Config) -> RunsLookup:
+    def lookup(job_ids: list[int]) -> dict[int, list[JobRecord]]:
+        return commands.job_runs(job_ids, bin_dir=_bin_dir(config))
+
+    return lookup
+
+
+class Settler:
+    """hookd's settler thread: a batch whenever an event arrives or a row falls due, and what readers
+    see published once per batch (the prologs' holds since the last one too)."""
+
+    def __init__(self, config: Config, followups: Followups, lookup: RunsLookup | None = None) -> None:
+        self.config = config
+        self.followups = followups
+        self.lookup = lookup
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._dirty = True  # publish once at start: what an earlier server left
+        self.thread = threading.Thread(target=self._serve, name="settler", daemon=True)
+        self.thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def changed(self) -> None:
+        """A hold was written: publish with the next batch."""
+        self._dirty = True
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self.thread.join(timeout=60)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                dirty, self._dirty = self._dirty, False
+                settled = settle_due(self.config, self.followups, time.time(), self.lookup, publish=False)
+                with ledger.writer(self.config, publish=False) as lg:
+                    nxt = lg.conn.execute("SELECT min(due_at) FROM inbox WHERE done_at IS NULL").fetchone()[0]
+                    if dirty or settled:
+                        ledger.publish_from(lg, self.config)
+            except Exception as e:  # noqa: BLE001 - the rows stay in the inbox; the next round retries them
+                log_event(self.config, {"event": "settler", "alert": f"{type(e).__name__}: {e}"})
+                nxt = time.time() + 5
+            self._wake.wait(timeout=min(60.0, max(0.05, nxt - time.time())) if nxt is not None else 60.0)
+
+
+def reconcile(config: Config, window_days: float | None = None, min_age_seconds: float = 0.0,
+              followups: Followups | None = None) -> list[dict[str, object]]:  # fmt: skip
+    """Cron's settler: every open inbox row, then what the hooks missed, from sacct: settle every
+    ended GPU run of the last ``window_days`` (``ledger.reconcile_days``) that the ledger has not
+    settled, holding first those never held, and those of older holds still open; hold the running
+    GPU runs that no prolog held. Runs held less than ``min_age_seconds`` ago are left to their epilog."""
+    followups = followups or Followups(config)
+    out = settle_due(config, followups)
+    bin_dir = _bin_dir(config)
+    now = time.time()
+    window = config["ledger"]["reconcile_days"] if window_days is None else window_days
+    by_job: dict[int, list[JobRecord]] = {}
+    for rec in commands.runs_since(now - window * 86400, bin_dir=bin_dir):
+        by_job.setdefault(rec.job_id, []).append(rec)
+    reader = ledger.reader(config)
+    if reader is not None:
+        with reader:
+            older = {row["job_id"] for row in reader.stale_holds(now)} - set(by_job)
+        if older:
+            by_job.update(commands.job_runs(sorted(older), bin_dir=bin_dir))
+    settled: list[Settled] = []
+    with ledger.writer(config) as lg:
+        for job_id in sorted(by_job):
+            runs = sorted(by_job[job_id], key=lambda r: r.submit)
+            if not runs:  # a hold on a job sacct has no record of: nothing to settle it from
+                continue
+            fresh = {
+                row["job_key"]
+                for row in lg.held_runs(runs[0].cluster, job_id)
+                if row["held_at"] > now - min_age_seconds
+            }
+            runs = [r for r in runs if ledger.run_key(r.cluster, r.job_id, r.submit) not in fresh]
+            settled += settle_runs(lg, runs, config, "reconcile")
+            out += _hold_running(lg, runs, config)
+    followups.after(settled)
+    out += [
+        {"key": done.key, "state": rec.state, "charge": done.charge, "refund": done.refund} for rec, _, done in settled
+    ]
+    followups.comments()  # those an earlier run could not write (slurmdbd was down)
+    return out
+
+
+def _hold_running(lg: ledger.Ledger, runs: list[JobRecord], config: Config) -> list[dict[str, object]]:
+    """Hold the job's running GPU run if no prolog did (a failed prolog must not leave it free)."""
+    out: list[dict[str, object]] = []
+    for restart, rec in enumerate(runs):
+        if rec.state != "RUNNING" or not rec.start or lg.run(ledger.run_key(rec.cluster, rec.job_id, rec.submit)):
+            continue
+        found = billable_run(lg, rec, rec.cluster, config, rec.start, restart)
+        if found is not None and lg.hold(found[0], found[1], None, actor="reconcile")[0]:
+            out.append({"key": found[0].key, "state": "RUNNING", "hold": found[1]})
+    return out
