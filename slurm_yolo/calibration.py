@@ -237,7 +237,7 @@ class Store:
         """Record what one job's feedback asked to move (k, start-up factors) and what it moved: the
         difference waits for the next refit, which reads the job's sample."""
         self.conn.execute(
-            "INSERT INTO moves (partition, key, uid, window_id, at, k_asked, k_applied, startup_asked,"
+            "INSERT INTO moves (partition, key, uid, window_id, at, k_asked, startup_asked, k_applied,"
             " startup_applied) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (partition, key, uid, self.window(partition), now(), *asked, *applied),
         )

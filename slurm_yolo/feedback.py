@@ -135,7 +135,7 @@ def allowed(used: float) -> tuple[float, float]:
 
 
 def _factor(before: float, after: float) -> float:
-    return after / before if before > 0 and after > 0 else 1.0  # a term at 0 is the refit's to move
+    return after / before if before > 0 else 1.0  # a term at 0 is the refit's to move
 
 
 def bound(current: TimeModel, wanted: TimeModel, used: Move) -> tuple[TimeModel, Move, Move]:
