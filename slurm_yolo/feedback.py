@@ -138,17 +138,20 @@ def _factor(before: float, after: float) -> float:
     return after / before if before > 0 else 1.0  # a term at 0 is the refit's to move
 
 
+def _clamp(factor: float, used: float) -> float:
+    lo, hi = allowed(used)
+    return min(max(factor, lo), hi)
+
+
 def bound(current: TimeModel, wanted: TimeModel, used: Move) -> tuple[TimeModel, Move, Move]:
     """``wanted`` as far as one job and its user may still move ``current`` (the rules in the module
     docstring): the model, the factors asked and the factors applied."""
     asked = Move(_factor(current.k, wanted.k), _factor(current.startup_seconds, wanted.startup_seconds))
-    lo, hi = allowed(used.k)
-    terms = {t: getattr(current, t) * min(max(_factor(getattr(current, t), getattr(wanted, t)), lo), hi)
+    applied = Move(_clamp(asked.k, used.k), _clamp(asked.startup, used.startup))
+    terms = {t: getattr(current, t) * _clamp(_factor(getattr(current, t), getattr(wanted, t)), used.k)
              for t in K_TERMS}  # fmt: skip
-    lo, hi = allowed(used.startup)
-    startup = current.startup_seconds * min(max(asked.startup, lo), hi)
-    tm = replace(wanted, startup_seconds=startup, **terms)
-    return tm, asked, Move(_factor(current.k, tm.k), _factor(current.startup_seconds, tm.startup_seconds))
+    tm = replace(wanted, startup_seconds=current.startup_seconds * applied.startup, **terms)
+    return tm, asked, applied
 
 
 def job_feedback(config: Config, partition: str, job_id: int, usage: Path, cluster: str = "default",
