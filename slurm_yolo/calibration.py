@@ -8,9 +8,11 @@ without write access can then always read it.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
@@ -52,6 +54,27 @@ CREATE INDEX history_partition ON history (partition, at)
 """,
     # CPUs the run had: a GPU site's data-loader term needs them (images per second per loader CPU).
     "ALTER TABLE samples ADD COLUMN cpus INTEGER NOT NULL DEFAULT 0",
+    # Whose job each run and each feedback change was (an admin's save has no uid: it opens a new
+    # budget window), and what each job's feedback asked to move and was allowed to (feedback.py):
+    # a user's jobs together move a partition's terms by a bounded factor per window.
+    """
+ALTER TABLE samples ADD COLUMN uid INTEGER;
+ALTER TABLE history ADD COLUMN uid INTEGER;
+CREATE TABLE moves (
+    id INTEGER PRIMARY KEY,
+    partition TEXT NOT NULL,
+    key TEXT NOT NULL,
+    uid INTEGER NOT NULL,
+    window_id INTEGER NOT NULL,
+    at TEXT NOT NULL,
+    k_asked REAL NOT NULL,
+    k_applied REAL NOT NULL,
+    startup_asked REAL NOT NULL,
+    startup_applied REAL NOT NULL,
+    UNIQUE (partition, key)
+);
+CREATE INDEX moves_user ON moves (partition, uid, window_id)
+""",
 )
 
 WINDOW = 500  # most recent samples a refit reads
@@ -163,11 +186,27 @@ class Store:
             self.conn.close()
             self._stack.close()
 
-    def add_sample(self, partition: str, sample: Sample, source: str) -> bool:
-        """Record a run; False when this key was recorded already (calibrating twice changes nothing)."""
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One write transaction (taken at once: no other writer between a read and its write);
+        inside one already, part of it."""
+        if self.conn.in_transaction:
+            yield
+            return
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+
+    def add_sample(self, partition: str, sample: Sample, source: str, uid: int | None = None) -> bool:
+        """Record a run (``uid``: the job's user); False when this key was recorded already
+        (calibrating twice changes nothing)."""
         cur = self.conn.execute(
             "INSERT OR IGNORE INTO samples (partition, key, recorded_at, source, workload, gpus, train_seconds,"
-            " total_seconds, cpus) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " total_seconds, cpus, uid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 partition,
                 sample.key,
@@ -178,9 +217,36 @@ class Store:
                 sample.train_seconds,
                 sample.total_seconds,
                 sample.cpus,
+                uid,
             ),
         )
         return cur.rowcount == 1
+
+    def window(self, partition: str) -> int:
+        """The budget window feedback moves fall in: the history id of the partition's last save
+        without a uid (an admin's: calibrate, recalibrate), 0 before any."""
+        row = self.conn.execute(
+            "SELECT COALESCE(MAX(id), 0) FROM history WHERE partition = ? AND uid IS NULL", (partition,)
+        ).fetchone()
+        return int(row[0])
+
+    def moved_by(self, partition: str, uid: int) -> tuple[float, float]:
+        """(k, start-up): the factors one user's jobs have moved the partition by in this window."""
+        rows = self.conn.execute(
+            "SELECT k_applied, startup_applied FROM moves WHERE partition = ? AND uid = ? AND window_id = ?",
+            (partition, uid, self.window(partition)),
+        ).fetchall()
+        return math.prod(r[0] for r in rows), math.prod(r[1] for r in rows)
+
+    def add_move(self, partition: str, key: str, uid: int, asked: tuple[float, float],
+                 applied: tuple[float, float]) -> None:  # fmt: skip
+        """Record what one job's feedback asked to move (k, start-up factors) and what it moved: the
+        difference waits for the next refit, which reads the job's sample."""
+        self.conn.execute(
+            "INSERT INTO moves (partition, key, uid, window_id, at, k_asked, startup_asked, k_applied,"
+            " startup_applied) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (partition, key, uid, self.window(partition), now(), *asked, *applied),
+        )
 
     def samples(self, partition: str, limit: int = WINDOW, since: str = "") -> list[Sample]:
         """The newest samples of a partition (recorded at or after ``since``, an ISO time)."""
@@ -200,12 +266,13 @@ class Store:
             for r in rows
         ]
 
-    def save(self, partition: str, tm: TimeModel, source: str) -> None:
-        """Make ``tm`` the partition's model and append it to the history, in one transaction."""
+    def save(self, partition: str, tm: TimeModel, source: str, uid: int | None = None) -> None:
+        """Make ``tm`` the partition's model and append it to the history, in one transaction.
+        ``uid``: the user whose job's feedback this is; without one, an admin's save, which opens a
+        new budget window for the users' feedback."""
         at = now()
         text = _model_json(tm)
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self.transaction():
             self.conn.execute(
                 "INSERT INTO params (partition, model, updated_at, source) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT (partition) DO UPDATE SET model = excluded.model, updated_at = excluded.updated_at,"
@@ -213,12 +280,9 @@ class Store:
                 (partition, text, at, source),
             )
             self.conn.execute(
-                "INSERT INTO history (partition, at, model, source) VALUES (?, ?, ?, ?)", (partition, at, text, source)
+                "INSERT INTO history (partition, at, model, source, uid) VALUES (?, ?, ?, ?, ?)",
+                (partition, at, text, source, uid),
             )
-            self.conn.execute("COMMIT")
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
 
     def partitions(self) -> list[str]:
         return [r[0] for r in self.conn.execute("SELECT DISTINCT partition FROM samples ORDER BY partition")]

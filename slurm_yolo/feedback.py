@@ -5,12 +5,27 @@ workload (the launcher's ``start`` record) and the training seconds actually mea
 stored as a calibration sample (the cron refit, ``slurm-yolo recalibrate``, reads them all), and k
 moves now by an exponentially weighted step toward the value that would have predicted this run,
 unless the run is an outlier (a broken job must not move k).
+
+The records are the user's own, so they are checked against Slurm and what they can move is bounded:
+
+- Training never took longer than Slurm's elapsed for the job: the records' training seconds are
+  capped at it, and without an elapsed from Slurm (or a uid to answer for the move) nothing moves.
+- One job moves each learned term (k, every fixed time term, the start-up) by a factor within
+  [1/(1 + JOB_STEP), 1 + JOB_STEP] of its current value, however few runs the partition has.
+- One user's jobs together, since the partition's last admin save (``recalibrate``, ``calibrate``),
+  move k (and the fixed terms with it) by a product of factors within [1/(1 + USER_STEP),
+  1 + USER_STEP], and the start-up alike: once a user's moves reach the bound, that user's jobs can
+  only move the term back.
+
+What a job asked beyond that is not applied: its sample is stored and the move is recorded as
+asked-versus-applied (``moves`` in calibration.db), for the next refit to weigh with every other run.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from . import calibration
 from .config import Config
@@ -19,10 +34,14 @@ from .parse.records import iter_records, parse_records, read_usage
 from .timemodel import Sample, TimeModel, components, final_val_seconds, predict_train_seconds, startup_seconds
 
 ALPHA = 0.3  # weight of one job in the running k
-MAX_STEP = 0.25  # an established partition's k moves at most this fraction per job
 OUTLIER = (0.5, 2.0)  # actual / predicted outside this on an established partition: recorded, not applied
 ESTABLISHED = 5  # runs behind a model before outliers are rejected: until then jobs correct a poor prior
 COMPUTE_SHARE = 0.25  # below this share of a run's predicted time, compute cannot be told from fixed costs
+JOB_STEP = 0.10  # one job moves a term by a factor within [1/(1 + JOB_STEP), 1 + JOB_STEP]
+USER_STEP = 0.10  # one user's jobs together, per admin save, within [1/(1 + USER_STEP), 1 + USER_STEP]
+# The terms feedback moves with k's factor (all of them where fixed costs dominate a run).
+K_TERMS = ("k", "overhead_seconds", "epoch_seconds", "val_pass_seconds", "iteration_seconds", "image_seconds",
+           "val_image_seconds")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -41,9 +60,9 @@ class Feedback:
 def sample_from_usage(path: Path, key: str, owner: int | None = None, elapsed: int | None = None) -> Sample | None:
     """The finished job as a calibration sample (None when its records say too little). The file is
     the job's user's: read bounded, never through a link or from a FIFO or device, and only when
-    ``owner`` (the job's uid, when given) owns it. ``elapsed`` (Slurm's, not the user's) is the whole
-    job's time when the records show one uninterrupted run; a requeued job's elapsed covers its last
-    run only."""
+    ``owner`` (the job's uid, when given) owns it. ``elapsed`` (Slurm's, not the user's) caps the
+    training time the records claim, and is the whole job's time when the records show one
+    uninterrupted run that fits in it; a requeued job's elapsed covers its last run only."""
     text = read_usage(path, [], owner)
     records = list(iter_records(path, text))
     start = next((r for r in records if r.get("kind") == "start"), None)
@@ -58,13 +77,15 @@ def sample_from_usage(path: Path, key: str, owner: int | None = None, elapsed: i
         return None
     one_run = not any(r.get("kind") in ("resume", "requeue") for r in records)
     total = float(elapsed) if elapsed and one_run and elapsed >= seconds else None
+    if elapsed:
+        seconds = min(seconds, float(elapsed))  # the records are the user's; Slurm's clock is not
     return Sample(replace(w, epochs=done, val_passes=passes), int(str(start.get("gpus") or 1)), seconds, key=key,
                   total_seconds=total, cpus=int(str(start.get("cpus") or 0)))  # fmt: skip
 
 
 def nudge(tm: TimeModel, sample: Sample, ddp_eff: float, reference_gflops: float) -> tuple[TimeModel, float, str]:
-    """k moved toward this run (EWMA, bounded step), and the start-up toward what the job's elapsed
-    showed; the ratio actual/predicted and why."""
+    """k moved toward this run (EWMA), and the start-up toward what the job's elapsed showed; the
+    ratio actual/predicted and why. What is applied of it is ``bound``'s to say."""
     predicted = predict_train_seconds(sample.workload, tm, sample.gpus, ddp_eff, reference_gflops, sample.cpus)
     ratio = sample.train_seconds / predicted if predicted > 0 else float("inf")
     established = tm.n >= ESTABLISHED
@@ -86,8 +107,6 @@ def nudge(tm: TimeModel, sample: Sample, ddp_eff: float, reference_gflops: float
         # Compute is too small a part of this run to tell k from the fixed costs: the run still
         # says how far off the whole model is, so every time term moves by the same factor.
         step = (sample.train_seconds / predicted) ** alpha
-        if established:
-            step = min(max(step, 1 - MAX_STEP), 1 + MAX_STEP)
         scaled = replace(tm, k=tm.k * step, overhead_seconds=tm.overhead_seconds * step,
                          epoch_seconds=tm.epoch_seconds * step, val_pass_seconds=tm.val_pass_seconds * step,
                          iteration_seconds=tm.iteration_seconds * step, image_seconds=tm.image_seconds * step,
@@ -96,27 +115,72 @@ def nudge(tm: TimeModel, sample: Sample, ddp_eff: float, reference_gflops: float
         return scaled, ratio, "; ".join([why, *notes])
     measured = (sample.train_seconds - c.fixed) / per_k
     k = (1 - alpha) * tm.k + alpha * measured
-    if established:
-        k = min(max(k, tm.k * (1 - MAX_STEP)), tm.k * (1 + MAX_STEP))
     return replace(tm, k=k), ratio, "; ".join([f"k {tm.k:.4g} -> {k:.4g} (this job measured {measured:.4g})", *notes])
+
+
+class Move(NamedTuple):
+    """Factors a partition's terms move by: k's (the fixed time terms move with it or not at all)
+    and the start-up's."""
+
+    k: float = 1.0
+    startup: float = 1.0
+
+
+def allowed(used: float) -> tuple[float, float]:
+    """The factors one job may move a term by, when its user's moves of it this window multiply to
+    ``used``: within one job's step, and keeping the user's product within their bound."""
+    lo = max(1 / (1 + JOB_STEP), 1 / ((1 + USER_STEP) * used))
+    hi = min(1 + JOB_STEP, (1 + USER_STEP) / used)
+    return min(lo, 1.0), max(hi, 1.0)  # never away from 1 in the other direction (rounding at the bound)
+
+
+def _factor(before: float, after: float) -> float:
+    return after / before if before > 0 else 1.0  # a term at 0 is the refit's to move
+
+
+def _clamp(factor: float, used: float) -> float:
+    lo, hi = allowed(used)
+    return min(max(factor, lo), hi)
+
+
+def bound(current: TimeModel, wanted: TimeModel, used: Move) -> tuple[TimeModel, Move, Move]:
+    """``wanted`` as far as one job and its user may still move ``current`` (the rules in the module
+    docstring): the model, the factors asked and the factors applied."""
+    asked = Move(_factor(current.k, wanted.k), _factor(current.startup_seconds, wanted.startup_seconds))
+    applied = Move(_clamp(asked.k, used.k), _clamp(asked.startup, used.startup))
+    terms = {t: getattr(current, t) * _clamp(_factor(getattr(current, t), getattr(wanted, t)), used.k)
+             for t in K_TERMS}  # fmt: skip
+    tm = replace(wanted, startup_seconds=current.startup_seconds * applied.startup, **terms)
+    return tm, asked, applied
 
 
 def job_feedback(config: Config, partition: str, job_id: int, usage: Path, cluster: str = "default",
                  owner: int | None = None, elapsed: int | None = None) -> Feedback | None:  # fmt: skip
     """Record the job's measured run and nudge its partition's k (the time model only: no hold or
-    charge reads k); None when it left no usable records."""
+    charge reads k), within the bounds of the module docstring; None when it left no usable records.
+    Without Slurm's ``elapsed`` the records cannot be checked, and without the job's ``owner`` no
+    user answers for the move: neither is then recorded."""
+    if not elapsed or owner is None:
+        k = calibration.load(config, partition).model.k
+        why = "no elapsed time from Slurm to check the records against" if not elapsed else "no job uid"
+        return Feedback(partition, job_id, False, f"{why}: not recorded, k unchanged", k, k)
     sample = sample_from_usage(usage, key=f"job:{cluster}:{job_id}", owner=owner, elapsed=elapsed)
     if sample is None:
         return None
     part = config.partition(partition)
     ref = config["estimate"]["reference_gflops"]
-    with calibration.Store(config) as store:
-        if not store.add_sample(partition, sample, "job"):
-            current = calibration.load(config, partition).model
-            return Feedback(partition, job_id, False, "already recorded", current.k, current.k)
+    with calibration.Store(config) as store, store.transaction():
         current = calibration.load(config, partition).model
-        tm, ratio, why = nudge(current, sample, part.ddp_efficiency, ref)
-        applied = tm is not current
-        if applied:
-            store.save(partition, replace(tm, n=current.n + 1), f"job {job_id}")
-    return Feedback(partition, job_id, applied, why, current.k, tm.k, ratio)
+        if not store.add_sample(partition, sample, "job", owner):
+            return Feedback(partition, job_id, False, "already recorded", current.k, current.k)
+        wanted, ratio, why = nudge(current, sample, part.ddp_efficiency, ref)
+        tm, asked, applied = bound(current, wanted, Move(*store.moved_by(partition, owner)))
+        store.add_move(partition, sample.key, owner, asked, applied)
+        if asked != applied:
+            why += (f"; limited to k x{applied.k:.3f}, start-up x{applied.startup:.3f} (asked x{asked.k:.3g},"
+                    f" x{asked.startup:.3g}: one job {JOB_STEP:.0%}, one user {USER_STEP:.0%} per recalibrate);"
+                    " the rest waits for recalibrate")  # fmt: skip
+        moved = applied != Move()
+        if moved:
+            store.save(partition, replace(tm, n=current.n + 1), f"job {job_id}", owner)
+    return Feedback(partition, job_id, moved, why, current.k, tm.k, ratio)

@@ -3,7 +3,10 @@
 Samples are the jobs' measured runs (fed back by the epilog) and the run folders admins calibrated
 from. The fit is robust (Huber on relative error: a user's broken job does not move k), needs a
 minimum number of runs in the window, and moves k at most ``max_step`` per refit; every change
-lands in the history. It also reports the time-limit buffer its cross-validation justifies, and the
+lands in the history. Every run weighs alike whoever ran it: Huber only discounts runs far from the
+rest, so a user whose (forged) runs are most of the window steers the fit, k by at most
+``max_step`` a refit (the other terms unbounded). A saved refit opens a new window for the users'
+feedback budgets (``feedback``). It also reports the time-limit buffer its cross-validation justifies, and the
 price that would bill each partition at its measured throughput, for an admin to apply or not: a
 refit never changes what a run costs.
 """

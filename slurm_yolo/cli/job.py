@@ -49,12 +49,18 @@ def parse(path: Path, as_json: bool) -> None:
 @click.option("--job", "job_id", type=int, required=True)
 @click.option("--partition", required=True)
 @click.option("--cluster", default="default")
-@click.option("--uid", type=int, default=None, help="Read USAGE only if this user (the job's) owns it.")
+@click.option(
+    "--uid",
+    type=int,
+    default=None,
+    help="The job's user: USAGE must be theirs, and its move counts against their bound.",
+)
 @click.option(
     "--elapsed",
     type=click.IntRange(min=0),
     default=None,
-    help="The job's elapsed seconds (sacct ElapsedRaw): teaches the partition's start-up.",
+    help="The job's elapsed seconds (sacct ElapsedRaw): caps the records' training time and teaches the"
+    " partition's start-up; without it (or --uid) nothing is fed back.",
 )
 @click.argument("usage", type=click.Path(path_type=Path))
 @library_errors

@@ -1,0 +1,131 @@
+"""Hostile usage records against the real calibration store: what one job and one user can move.
+
+Expected values are the bound's numbers written out (one job: x1.1 or /1.1; one user per admin save:
+the same), not the feedback module's formulas.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from slurm_yolo import calibration, estimate, feedback, spec
+from slurm_yolo import config as config_mod
+
+PART = "t4"
+
+
+def forged(folder: Path, job: int, seconds: float, uid: int | None = None) -> Path:
+    """A well-formed usage file a job wrote itself: yolov8n, 5 epochs at 320 px, claiming ``seconds``
+    of training in its one epoch."""
+    m = estimate.lookup_model("yolov8n")
+    assert m is not None
+    w = estimate.workload(spec.parse(["train", "data=d.yaml", "epochs=5", "imgsz=320"]), 200, 50, m)
+    path = folder / f"yolo-usage-{job}.jsonl"
+    recs = [{"kind": "start", "gpus": 1, "workload": w.to_dict()},
+            {"kind": "epoch", "epoch": 1, "epochs": 5, "images": 200, "tokens": 200 * 320**2, "seconds": seconds}]  # fmt: skip
+    path.write_text("\n".join(map(json.dumps, recs)))
+    if uid is not None:
+        os.chown(path, uid, -1)
+    return path
+
+
+def feed(cfg: config_mod.Config, folder: Path, job: int, seconds: float, elapsed: int | None,
+         uid: int | None = None) -> feedback.Feedback | None:  # fmt: skip
+    owner = os.getuid() if uid is None else uid
+    return feedback.job_feedback(cfg, PART, job, forged(folder, job, seconds, uid), "c", owner, elapsed)
+
+
+def model(cfg: config_mod.Config) -> calibration.TimeModel:
+    return calibration.load(cfg, PART).model
+
+
+def test_a_record_claiming_no_training_on_a_new_partition_moves_k_by_one_step(tmp_path: Path) -> None:
+    cfg = config_mod.load()
+    before = model(cfg)
+    assert before.n == 0 and (before.k, before.overhead_seconds, before.startup_seconds) == (1.0, 5.0, 20.0)
+    fb = feed(cfg, tmp_path, 1, 1e-6, elapsed=4)  # the 4-second job of the review, asking k x2.4e-08
+    assert fb is not None and fb.applied and "limited" in fb.reason and "recalibrate" in fb.reason
+    after = model(cfg)
+    assert after.k == pytest.approx(1.0 / 1.1, rel=1e-12)
+    assert after.overhead_seconds == pytest.approx(5.0 / 1.1, rel=1e-12)  # fixed costs dominate: moved with k
+    assert after.startup_seconds == pytest.approx(20.0 / 1.1, rel=1e-12)  # elapsed 4 s asks less than 18 s
+    assert after.n == 1
+    with calibration.Store(cfg) as store:
+        (sample,) = store.samples(PART)  # the run is kept for the refit, and what it asked is pending
+        (move,) = store.conn.execute("SELECT * FROM moves").fetchall()
+    assert sample.train_seconds == 1e-6
+    assert move["uid"] == os.getuid() and move["k_asked"] < 1e-3 and move["k_applied"] == pytest.approx(1 / 1.1)
+
+
+def test_a_record_claiming_long_training_moves_k_up_by_one_step(tmp_path: Path) -> None:
+    cfg = config_mod.load()
+    fb = feed(cfg, tmp_path, 1, 100_000.0, elapsed=200_000)  # a job that really ran that long
+    assert fb is not None and fb.applied
+    after = model(cfg)
+    assert after.k == pytest.approx(1.1, rel=1e-12)  # compute dominates: k alone moves
+    assert after.overhead_seconds == 5.0
+    assert after.startup_seconds == pytest.approx(22.0, rel=1e-12)  # asked ~100,000 s
+
+
+def test_fifty_forged_jobs_of_one_user_move_k_no_further_than_one_users_bound(tmp_path: Path) -> None:
+    cfg = config_mod.load()
+    for job in range(1, 51):
+        feed(cfg, tmp_path, job, 1e-6, elapsed=4)
+    assert model(cfg).k == pytest.approx(1.0 / 1.1, rel=1e-12)
+    assert model(cfg).startup_seconds == pytest.approx(20.0 / 1.1, rel=1e-12)
+    assert len(calibration.history(cfg, PART)) == 1  # the first job moved k; 49 waited for recalibrate
+    with calibration.Store(cfg) as store:
+        assert len(store.samples(PART)) == 50
+        assert store.moved_by(PART, os.getuid()) == pytest.approx((1 / 1.1, 1 / 1.1))
+    fb = feed(cfg, tmp_path, 51, 100_000.0, elapsed=200_000)  # the same user may undo their move
+    assert fb is not None and fb.applied and model(cfg).k == pytest.approx(1.0, rel=1e-12)
+
+
+def test_an_admin_save_opens_a_new_window_for_each_user(tmp_path: Path) -> None:
+    cfg = config_mod.load()
+    feed(cfg, tmp_path, 1, 1e-6, elapsed=4)
+    with calibration.Store(cfg) as store:
+        store.save(PART, model(cfg), "recalibrate")  # what an admin's refit does, whatever it fitted
+    feed(cfg, tmp_path, 2, 1e-6, elapsed=4)
+    feed(cfg, tmp_path, 3, 1e-6, elapsed=4)
+    assert model(cfg).k == pytest.approx(1.0 / 1.1**2, rel=1e-12)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a second user's usage file needs chown")
+def test_each_user_has_their_own_bound(tmp_path: Path) -> None:
+    cfg = config_mod.load()
+    for job, uid in ((1, 4001), (2, 4001), (3, 4002), (4, 4002), (5, 4003)):
+        feed(cfg, tmp_path, job, 1e-6, elapsed=4, uid=uid)
+    assert model(cfg).k == pytest.approx(1.0 / 1.1**3, rel=1e-12)  # three users, one step each
+
+
+def test_training_beyond_slurms_elapsed_is_capped(tmp_path: Path) -> None:
+    s = feedback.sample_from_usage(forged(tmp_path, 1, 5000.0), "k", elapsed=100)
+    assert s is not None and s.train_seconds == 100.0
+    assert s.total_seconds is None  # records that disagree with Slurm teach no start-up
+    cfg = config_mod.load()
+    feed(cfg, tmp_path, 2, 5000.0, elapsed=100)
+    with calibration.Store(cfg) as store:
+        (stored,) = store.samples(PART)
+    assert stored.train_seconds == 100.0 and stored.total_seconds is None
+
+
+@pytest.mark.parametrize("elapsed", [None, 0])
+def test_without_slurms_elapsed_nothing_moves(tmp_path: Path, elapsed: int | None) -> None:
+    cfg = config_mod.load()
+    fb = feed(cfg, tmp_path, 1, 1e-6, elapsed=elapsed)
+    assert fb is not None and not fb.applied and fb.k_after == fb.k_before == 1.0
+    assert "no elapsed time from Slurm" in fb.reason
+    assert model(cfg).k == 1.0 and calibration.history(cfg, PART) == []
+    with calibration.Store(cfg) as store:
+        assert store.samples(PART) == []
+
+
+def test_without_a_uid_nothing_moves(tmp_path: Path) -> None:
+    cfg = config_mod.load()
+    fb = feedback.job_feedback(cfg, PART, 1, forged(tmp_path, 1, 1e-6), "c", None, 4)
+    assert fb is not None and not fb.applied and "no job uid" in fb.reason and model(cfg).k == 1.0
