@@ -9,6 +9,7 @@ import os
 import sqlite3
 import tempfile
 import time
+from fractions import Fraction
 from multiprocessing import Pool
 from pathlib import Path
 
@@ -23,9 +24,8 @@ def _worker(args: tuple[str, int, int]) -> None:
     cfg = config.load()
     with ledger.writer(cfg) as lg:
         for i in range(n):
-            run = ledger.Run(
-                "bench", worker * 1_000_000 + i, 1, 0, f"acct{worker % 4}", "u", "p", "", 1.0, 60, 60, 10**6, 1.0
-            )
+            key = ("bench", worker * 1_000_000 + i, 1, 0, f"acct{worker % 4}", "u", "p", "")
+            run = ledger.Run(*key, Fraction(1), 60, 60, 10**6, 10**6)
             lg.hold(run, 1000, None, "bench")
             lg.settle(run.key, 400, "COMPLETED", 24, "bench")
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import time
-from fractions import Fraction
 from pathlib import Path
 
 from . import ledger
@@ -54,7 +53,8 @@ def check(config: Config, plan: Plan, account: str | None) -> str | None:
         price = lg.price_at(plan.partition, time.time(), int(config["ledger"]["default_price"]))
     finally:
         lg.close()
-    need = hold(plan, price, rate)
+    share = policy.gres_share(plan.gres, config.partition(plan.partition).shards_per_gpu)
+    need = policy.tokens(plan.time_limit_seconds, share, price, rate)
     pending = sum(policy.user_estimate(None, c) or 0 for c in commands.pending_comments(name, bin_dir))
     left = row["balance"] - pending
     if need > left:
@@ -67,7 +67,7 @@ def check(config: Config, plan: Plan, account: str | None) -> str | None:
         )
         raise QuotaError(
             f"account {name} cannot cover this job: needs {fmt_tokens(need)} (what its start holds: "
-            f"{plan.time_limit_seconds // 60} min x {_share(plan)} GPU x {price:,} tokens/GPU-s x {rate:g}; estimated "
+            f"{plan.time_limit_seconds // 60} min x {share} GPU x {price:,} tokens/GPU-s x {policy.rate_text(rate)}; estimated "
             f"{fmt_tokens(plan.effective_tokens)}), has {fmt_tokens(max(0, left))} left"
             f" (balance {fmt_tokens(row['balance'])} - pending jobs {fmt_tokens(pending)}); {refill}"
         )
@@ -85,13 +85,3 @@ def _log_refusal(account: str, need: int, left: int) -> None:
                       f"yolo-sbatch refused a job: account {account} uid {os.getuid()} needs {need} tokens, has {left}")  # fmt: skip
     except (OSError, ValueError):  # no syslog socket; a NUL in the name
         pass
-
-
-def _share(plan: Plan) -> Fraction:
-    """The GPUs the job's GRES asks for: whole GPUs, or its shards' share of one."""
-    return Fraction(plan.shard_share).limit_denominator(1000) if plan.shard else Fraction(plan.gpus)
-
-
-def hold(plan: Plan, price: int, rate: float) -> int:
-    """What the prolog will hold for this plan (``ledger.policy``): its time limit, not its estimate."""
-    return policy.tokens(plan.time_limit_seconds, _share(plan), price, policy.exact(rate))

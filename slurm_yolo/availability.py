@@ -4,10 +4,10 @@ Admission has to run inside slurmctld (the only place every ``sbatch``, ``srun``
 through, one at a time) and must cost little there, so it reads no database: the ledger writes a small
 text file after each of its writers commits, and the Lua script reads it on every GPU submission.
 
-The file holds, as of its ``stamp``: each account's balance (holds already taken out), the price of
-each partition (the dearest of the one in effect and any scheduled after it, so a job pending across
-a price rise was admitted at the rise), each QOS tier's rate, the hold of a run without a time limit,
-and shards per GPU. The script subtracts what slurmctld's own job list still commits (pending GPU jobs,
+The file holds, as of its ``stamp``, in whole numbers: each account's balance (holds already taken
+out), the price versions of each partition (the one in effect and those scheduled after it), each QOS
+tier's rate in parts per million, the hold of a run without a time limit, and shards per GPU. The
+script multiplies them as ``policy.tokens`` does, exactly and rounded up once. The script subtracts what slurmctld's own job list still commits (pending GPU jobs,
 and runs started after ``stamp`` that no hold covers yet), so 20 submissions racing for the last tokens
 are admitted one at a time against one number.
 
@@ -30,10 +30,11 @@ from typing import Any
 from . import db
 from .config import Config
 from .errors import UsageError
+from .ledger import policy
 
 FILE_NAME = "availability"
 REFUSALS_NAME = "refusals.log"  # appended by the Lua script (as the SlurmUser), read by ``alerts``
-VERSION = 2
+VERSION = 3  # 3: rates in parts per million (whole numbers, like every other number here)
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
 _PATH = re.compile(r"/[^\x00-\x1f\x7f\"\\]*")
 
@@ -69,13 +70,13 @@ def render(config: Config, now: float, accounts: Iterable[Any], prices: Iterable
     id) of every run it holds now."""
     led = config["ledger"]
     lines = [f"slurm-yolo-availability {VERSION}", f"stamp {int(now)}",
-             f"unlimited {int(led['unlimited_hold_hours'] * 3600)}", f"default_price {int(led['default_price'])}"]  # fmt: skip
-    rates = {str(row["qos"]): float(row["rate"]) for row in tiers}
-    lines.append(f"maxrate {max([1.0, *rates.values()])!r}")
+             f"unlimited {policy.unlimited_cap(led['unlimited_hold_hours'])}", f"default_price {int(led['default_price'])}"]  # fmt: skip
+    rates = {str(row["qos"]): int(row["rate_ppm"]) for row in tiers}
+    lines.append(f"maxrate {max([policy.RATE_SCALE, *rates.values()])}")
     for name, versions in sorted(price_versions(prices, now).items()):
         if _NAME.fullmatch(name):
             lines += [f"price {name} {price} {at}" for at, price in versions]
-    lines += [f"rate {q} {r!r}" for q, r in sorted(rates.items()) if _NAME.fullmatch(q)]
+    lines += [f"rate {q} {r}" for q, r in sorted(rates.items()) if _NAME.fullmatch(q)]
     lines += [f"shards {p.name} {p.shards_per_gpu}" for p in config.partitions.values() if _NAME.fullmatch(p.name)]
     lines += [f"gpus {p.name} {p.gpus_per_node}" for p in config.partitions.values() if _NAME.fullmatch(p.name)]
     lines += [f"account {a['name']} {int(a['balance'])}" for a in accounts if _NAME.fullmatch(str(a["name"]))]

@@ -111,8 +111,8 @@ def _compare(lg: ledger.Ledger, config: Config, records: list[JobRecord], commen
         if row["state"] != "settled":
             findings.append(Finding("unsettled", key, f"{rec.state} in sacct, still held ({row['hold']})"))
             continue
-        due = policy.charge(rec.state, rec.elapsed, row["hold"], policy.exact(row["gpus"]), row["price"],
-                            policy.exact(row["rate"]), rules)  # fmt: skip
+        limit = ledger.limit_seconds(rec.time_limit, config)
+        due = policy.charge(rec.state, rec.elapsed, limit, ledger.run_share(row), row["price"], row["rate_ppm"], rules)
         if (row["charge"], row["end_state"], row["elapsed"]) != (due, rec.state, rec.elapsed):
             findings.append(Finding("differs", key, f"ledger {row['end_state']} {row['elapsed']} s charged "
                                     f"{row['charge']}; sacct {rec.state} {rec.elapsed} s, due {due}"))  # fmt: skip

@@ -15,6 +15,12 @@ script never writes the ledger. Installed by `slurm-yolo ledger admission-script
 /etc/slurm/job_submit.lua` (which fills in the paths, the cluster's name and the SlurmUser's uid
 below) and `JobSubmitPlugins=lua` in slurm.conf. Without a readable AVAILABILITY file, GPU jobs are refused:
 an unknown budget is not an unlimited one.
+
+Money is counted exactly, as slurm_yolo/ledger/policy.py counts it: whole numbers of any size (the
+`big` functions below: slurmctld 22.05 embeds Lua 5.1, whose numbers are doubles, exact only below
+2^53), one rounding (tokens = ceil(seconds x GPUs x price x rate_ppm / (shards per GPU x 10^6))).
+tests/test_job_submit_lua.py runs this script against the policy. Bounds: counts Slurm passes as
+numbers (time limits, nodes, tasks, array indices) are below 2^53, and shards per GPU below 9 x 10^8.
 ]]
 
 local AVAILABILITY = "@AVAILABILITY@"
@@ -29,28 +35,152 @@ local function valid(n)
   return n ~= nil and n ~= NO_VAL and n ~= INFINITE and n ~= NO_VAL16
 end
 
+-- Whole numbers past 2^53: little-endian limbs of 10^7 (a limb product, 10^14, stays exact in a
+-- double), no leading zero limb ({} is 0), and neg = true for a negative one.
+local BASE = 10000000
+local unpack = unpack or table.unpack
+
+local function divmod(x, d)  -- x, d whole and x < 2^53: floor division that never rounds up
+  local r = x % d
+  return (x - r) / d, r
+end
+
+local function trim(a)
+  while #a > 0 and a[#a] == 0 do a[#a] = nil end
+  if #a == 0 then a.neg = nil end
+  return a
+end
+
+-- From a whole number below 2^53, or a decimal text ("-123", "000"); nil for anything else.
+local function big(v)
+  local a = {}
+  if type(v) == "number" then
+    if v ~= v or v < 0 or v >= 2^53 or v % 1 ~= 0 then return nil end
+    while v > 0 do v, a[#a + 1] = divmod(v, BASE) end
+    return a
+  end
+  local sign, digits = tostring(v or ""):match("^(%-?)(%d+)$")
+  if not digits then return nil end
+  for i = #digits, 1, -7 do a[#a + 1] = tonumber(digits:sub(math.max(1, i - 6), i)) end
+  trim(a)
+  if sign == "-" and #a > 0 then a.neg = true end
+  return a
+end
+
+local function is_zero(a) return #a == 0 end
+
+local function cmp_abs(a, b)
+  if #a ~= #b then return #a < #b and -1 or 1 end
+  for i = #a, 1, -1 do
+    if a[i] ~= b[i] then return a[i] < b[i] and -1 or 1 end
+  end
+  return 0
+end
+
+local function add_abs(a, b)
+  local r, carry = {}, 0
+  for i = 1, math.max(#a, #b) do
+    carry, r[i] = divmod((a[i] or 0) + (b[i] or 0) + carry, BASE)
+  end
+  if carry > 0 then r[#r + 1] = carry end
+  return r
+end
+
+local function sub_abs(a, b)  -- |a| >= |b|
+  local r, borrow = {}, 0
+  for i = 1, #a do
+    local x = a[i] - (b[i] or 0) - borrow
+    borrow = x < 0 and 1 or 0
+    r[i] = x + borrow * BASE
+  end
+  return trim(r)
+end
+
+local function add(a, b)  -- signed
+  if not a.neg == not b.neg then
+    local r = add_abs(a, b)
+    r.neg = a.neg
+    return trim(r)
+  end
+  if cmp_abs(a, b) >= 0 then
+    local r = sub_abs(a, b)
+    r.neg = a.neg
+    return trim(r)
+  end
+  local r = sub_abs(b, a)
+  r.neg = b.neg
+  return trim(r)
+end
+
+local function neg(a)
+  local r = {unpack(a)}
+  r.neg = not a.neg or nil
+  return trim(r)
+end
+
+local function cmp(a, b)  -- signed: -1, 0, 1
+  if not a.neg ~= not b.neg then return a.neg and -1 or 1 end
+  local c = cmp_abs(a, b)
+  return a.neg and -c or c
+end
+
+local function mul(a, b)  -- magnitudes (every product here is of counts)
+  local r = {}
+  for i = 1, #a + #b do r[i] = 0 end
+  for i = 1, #a do
+    local carry = 0
+    for j = 1, #b do
+      carry, r[i + j - 1] = divmod(r[i + j - 1] + a[i] * b[j] + carry, BASE)
+    end
+    local k = i + #b
+    while carry > 0 do
+      carry, r[k] = divmod(r[k] + carry, BASE)
+      k = k + 1
+    end
+  end
+  return trim(r)
+end
+
+local function div_ceil(a, d)  -- ceil(a / d) for a >= 0 and a whole 0 < d < 9 x 10^8
+  local q, rem = {}, 0
+  for i = #a, 1, -1 do q[i], rem = divmod(rem * BASE + a[i], d) end
+  trim(q)
+  return rem > 0 and add_abs(q, {1}) or q
+end
+
+local function max_big(a, b) return cmp(a, b) >= 0 and a or b end
+
+local function text(a)  -- decimal, as Python prints an int
+  if #a == 0 then return "0" end
+  local parts = {a.neg and "-" or "", string.format("%d", a[#a])}
+  for i = #a - 1, 1, -1 do parts[#parts + 1] = string.format("%07d", a[i]) end
+  return table.concat(parts)
+end
+
+local ZERO, ONE, MILLION = big(0), big(1), big(1000000)
+
 -- The published state: {stamp, unlimited, default_price, maxrate, price{partition: {{from, price}...}},
 -- rate{}, shards{}, account{}, held{job id: true}}.
 local function read_state()
   local f = io.open(AVAILABILITY, "r")
   if not f then return nil end
-  local s = {price = {}, rate = {}, shards = {}, gpus = {}, account = {}, held = {}, maxrate = 1}
+  local s = {price = {}, rate = {}, shards = {}, gpus = {}, account = {}, held = {}, maxrate = MILLION}
   local ok = false
   for line in f:lines() do
     local key, a, b, c = line:match("^(%S+) (%S+) ?(%S*) ?(%S*)$")
-    if key == "slurm-yolo-availability" then ok = (a == "2")
+    if key == "slurm-yolo-availability" then ok = (a == "3")
     elseif key == "stamp" then s.stamp = tonumber(a)
     elseif key == "unlimited" then s.unlimited = tonumber(a)
-    elseif key == "default_price" then s.default_price = tonumber(a)
-    elseif key == "maxrate" then s.maxrate = tonumber(a)
-    elseif key == "price" then
+    elseif key == "default_price" then s.default_price = big(a)
+    elseif key == "maxrate" then s.maxrate = big(a) or s.maxrate
+    elseif key == "price" and big(b) then
       s.price[a] = s.price[a] or {}
-      table.insert(s.price[a], {tonumber(c) or 0, tonumber(b)})
+      table.insert(s.price[a], {tonumber(c) or 0, big(b)})
     elseif key == "held" and a == CLUSTER then s.held[tonumber(b) or -1] = true
-    elseif key == "rate" then s.rate[a] = tonumber(b)
+    elseif key == "rate" then s.rate[a] = big(b)
     elseif key == "shards" then s.shards[a] = tonumber(b)
     elseif key == "gpus" then s.gpus[a] = tonumber(b)
-    elseif key == "account" then s.account[a] = tonumber(b)
+    elseif key == "account" then s.account[a] = big(b)
     end
   end
   f:close()
@@ -58,26 +188,34 @@ local function read_state()
   return s
 end
 
--- Whole GPUs and shards in a GRES/TRES list: "gres:gpu:t4:2", "gres/gpu:2", "gres/shard=4", "gpu".
+-- Whole GPUs and shards (bigs) in a GRES/TRES list: "gres:gpu:t4:2", "gres/gpu:2", "gres/shard=4", "gpu".
 local function gres_units(spec)
-  local gpus, shards = 0, 0
+  local gpus, shards = ZERO, ZERO
   for item in tostring(spec or ""):gmatch("[^,]+") do
     item = item:gsub("^gres[:/]", "")
     local name, rest = item:match("^([%w_%-]+)(.*)$")
-    local n = tonumber(rest and (rest:match(":(%d+)$") or rest:match("=(%d+)$")) or 1) or 1
-    if name == "gpu" then gpus = gpus + n elseif name == "shard" then shards = shards + n end
+    local n = big(rest and (rest:match(":(%d+)$") or rest:match("=(%d+)$")) or "1")
+    if name == "gpu" then gpus = add(gpus, n) elseif name == "shard" then shards = add(shards, n) end
   end
   return gpus, shards
 end
 
--- A GPU share as the prolog counts it: whole GPUs, else shards as a share of one.
+-- A GPU share as the prolog counts it (policy.share): {num = whole GPUs, den = 1}, else {num =
+-- shards, den = shards per GPU} (den 1 when the partition has none configured).
 local function share(state, partition, gpus, shards)
-  if gpus > 0 then return gpus end
-  if shards > 0 then
-    local per = state.shards[partition] or 0
-    return per > 0 and shards / per or shards
-  end
-  return 0
+  if not is_zero(gpus) then return {num = gpus, den = 1} end
+  local per = state.shards[partition] or 0
+  return {num = shards, den = per > 0 and per or 1}
+end
+
+local function share_text(units)
+  return units.den == 1 and text(units.num) or text(units.num) .. "/" .. units.den
+end
+
+local function rate_text(ppm)  -- policy.rate_text: 800000 -> "0.8"
+  local digits = string.rep("0", 7 - #text(ppm)) .. text(ppm)
+  local whole, frac = digits:sub(1, -7), digits:sub(-6):gsub("0+$", "")
+  return frac == "" and whole or whole .. "." .. frac
 end
 
 -- The partition's price in effect now (versions in time order), as its prolog would hold it.
@@ -89,13 +227,10 @@ local function price_of(state, partition)
   return price
 end
 
--- Tokens, rounded up to the token as the prolog rounds its exact product: a float within a
--- millionth of a whole number is that number (0.8 is not exact in binary), anything else goes up.
-local function tokens(seconds, gpu_share, price, rate)
-  local v = seconds * gpu_share * price * rate
-  local whole = math.floor(v + 0.5)
-  if math.abs(v - whole) <= 1e-6 then return whole end
-  return math.ceil(v)
+-- policy.tokens: ceil(seconds x share x price x rate_ppm / 10^6), exactly (ceil(ceil(n / a) / b)
+-- is ceil(n / (a b)) for whole a, b > 0, so the two divisions round once).
+local function tokens(seconds, units, price, rate)
+  return div_ceil(div_ceil(mul(mul(mul(big(seconds), units.num), price), rate), 1000000), units.den)
 end
 
 local function seconds_of(state, minutes, part)
@@ -111,6 +246,7 @@ local function array_size(spec)
   if spec == nil or spec == "" then return 1 end
   local text = tostring(spec):gsub("%%.*$", ""):gsub("[%[%]%s]", "")
   local n = 0
+  if text:match("%d%d%d%d%d%d%d%d%d%d") then return nil end  -- no index past 9 digits (Slurm's are 7)
   for range in text:gmatch("[^,]+") do
     local lo, hi, step = range:match("^(%d+)%-(%d+):?(%d*)$")
     if lo and tonumber(hi) >= tonumber(lo) then
@@ -131,20 +267,21 @@ local function default_partition(part_list)
   return nil
 end
 
--- The GPUs and shards one task of a new submission asks for, over all its nodes, tasks and sockets.
+-- The GPUs and shards (bigs) one task of a new submission asks for, over all its nodes, tasks and sockets.
 local function desc_units(job_desc)
   local nodes = valid(job_desc.min_nodes) and job_desc.min_nodes or 1
   if valid(job_desc.max_nodes) and job_desc.max_nodes > nodes then nodes = job_desc.max_nodes end
-  local tasks = valid(job_desc.num_tasks) and job_desc.num_tasks
-    or nodes * (valid(job_desc.ntasks_per_node) and job_desc.ntasks_per_node or 1)
-  local sockets = valid(job_desc.sockets_per_node) and job_desc.sockets_per_node or SOCKETS_UNKNOWN
-  local gpus, shards = 0, 0
+  nodes = big(nodes)
+  local tasks = valid(job_desc.num_tasks) and big(job_desc.num_tasks)
+    or mul(nodes, big(valid(job_desc.ntasks_per_node) and job_desc.ntasks_per_node or 1))
+  local sockets = big(valid(job_desc.sockets_per_node) and job_desc.sockets_per_node or SOCKETS_UNKNOWN)
+  local gpus, shards = ZERO, ZERO
   for _, part in ipairs({
-    {job_desc.tres_per_node or job_desc.gres, nodes}, {job_desc.tres_per_job, 1},
-    {job_desc.tres_per_task, tasks}, {job_desc.tres_per_socket, nodes * sockets},
+    {job_desc.tres_per_node or job_desc.gres, nodes}, {job_desc.tres_per_job, ONE},
+    {job_desc.tres_per_task, tasks}, {job_desc.tres_per_socket, mul(nodes, sockets)},
   }) do
     local g, s = gres_units(part[1])
-    gpus, shards = gpus + g * part[2], shards + s * part[2]
+    gpus, shards = add(gpus, mul(g, part[2])), add(shards, mul(s, part[2]))
   end
   return gpus, shards
 end
@@ -154,20 +291,20 @@ local function desc_worst(state, job_desc, part_list)
   local gpus, shards = desc_units(job_desc)
   local exclusive = job_desc.shared == 0  -- --exclusive: every GPU of its nodes, asked for or not
   local names = job_desc.partition or default_partition(part_list) or ""
-  local rate = state.rate[job_desc.qos or job_desc.default_qos or ""] or 1
-  local worst, why, worst_seconds = 0, "", 0
+  local rate = state.rate[job_desc.qos or job_desc.default_qos or ""] or MILLION
+  local worst, why, worst_seconds = ZERO, "", 0
   for name in names:gmatch("[^,]+") do
     local seconds = seconds_of(state, job_desc.time_limit, part_list[name])
     local units = share(state, name, gpus, shards)
     if exclusive then
-      local nodes = valid(job_desc.min_nodes) and job_desc.min_nodes or 1
-      units = math.max(units, nodes * (state.gpus[name] or 0))
+      local all = mul(big(valid(job_desc.min_nodes) and job_desc.min_nodes or 1), big(state.gpus[name] or 0))
+      if cmp(mul(all, big(units.den)), units.num) > 0 then units = {num = all, den = 1} end
     end
-    local w = units > 0 and tokens(seconds, units, price_of(state, name), rate) or 0
-    if w > 0 and w >= worst then
+    local w = tokens(seconds, units, price_of(state, name), rate)
+    if not is_zero(w) and cmp(w, worst) >= 0 then
       worst, worst_seconds = w, seconds
-      why = string.format("%d s x %g GPU x %d tokens/GPU-s on %s x rate %g", seconds, units,
-                          price_of(state, name), name, rate)
+      why = string.format("%d s x %s GPU x %s tokens/GPU-s on %s x rate %s", seconds, share_text(units),
+                          text(price_of(state, name)), name, rate_text(rate))
     end
   end
   return worst, why, worst_seconds
@@ -179,11 +316,11 @@ end
 local recent = {}
 
 local function recently_admitted(account)
-  local now, total, keep = os.time(), 0, {}
+  local now, total, keep = os.time(), ZERO, {}
   for _, r in ipairs(recent) do
     if r.t >= now - 1 then
       keep[#keep + 1] = r
-      if r.account == account then total = total + r.need end
+      if r.account == account then total = add(total, r.need) end
     end
   end
   recent = keep
@@ -198,16 +335,16 @@ local function committed(state, account)
     local st = (job.job_state or -1) % 256
     local unheld = st == RUNNING and not state.held[job.job_id]
     if job.account == account and (st == PENDING or unheld) then
-      local tasks = st == PENDING and math.max(job.array_task_cnt or 1, 1) or 1
+      local tasks = big(st == PENDING and math.max(job.array_task_cnt or 1, 1) or 1)
       local g, s = gres_units(job.tres_fmt_req_str)  -- what it asked for, over all its nodes
-      if g > 0 or s > 0 then
-        local rate = job.qos and (state.rate[job.qos] or 1) or state.maxrate  -- no QOS known: the dearest
-        local worst = 0
+      if not (is_zero(g) and is_zero(s)) then
+        local rate = job.qos and (state.rate[job.qos] or MILLION) or state.maxrate  -- no QOS known: the dearest
+        local worst = ZERO
         for name in tostring(job.partition or ""):gmatch("[^,]+") do
-          local w = tokens(seconds_of(state, job.time_limit, nil), share(state, name, g, s), price_of(state, name), rate)
-          if w > worst then worst = w end
+          worst = max_big(worst, tokens(seconds_of(state, job.time_limit, nil), share(state, name, g, s),
+                                        price_of(state, name), rate))
         end
-        total = total + worst * tasks
+        total = add(total, mul(worst, tasks))
       end
     end
   end
@@ -221,14 +358,13 @@ local function note_refusal(account, uid, need, left)
   if f then
     local name = account:gsub("[^%w_.%-]", "?")
     if name == "" then name = "?" end
-    f:write(string.format("%d %s %d %.0f %.0f\n", os.time(), name, uid, need, left))
+    f:write(string.format("%d %s %d %s %s\n", os.time(), name, uid, text(need), text(left)))
     f:close()
   end
 end
 
 local function fmt(n)
-  local s = string.format("%.0f", n)
-  local out = s:reverse():gsub("(%d%d%d)", "%1,"):reverse()
+  local out = text(n):reverse():gsub("(%d%d%d)", "%1,"):reverse()
   return (out:gsub("^(%-?),", "%1"))
 end
 
@@ -236,7 +372,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   local state = read_state()
   if state == nil then
     local gpus, shards = desc_units(job_desc)
-    if gpus > 0 or shards > 0 then
+    if not (is_zero(gpus) and is_zero(shards)) then
       slurm.log_user("slurm-yolo: token balances are not published (" .. AVAILABILITY ..
                      "): GPU jobs cannot be admitted; tell your admin")
       return slurm.ERROR
@@ -244,7 +380,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     return slurm.SUCCESS
   end
   local worst, why, seconds = desc_worst(state, job_desc, part_list)
-  if worst == 0 then return slurm.SUCCESS end
+  if is_zero(worst) then return slurm.SUCCESS end
   local tasks = array_size(job_desc.array_inx)
   if tasks == nil then
     slurm.log_user("slurm-yolo: --array=" .. tostring(job_desc.array_inx) .. " not understood (e.g. 0-9, 1,3,5, 0-99:2%4)")
@@ -253,12 +389,12 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   if not valid(job_desc.time_limit) and seconds == state.unlimited then
     job_desc.time_limit = math.floor(state.unlimited / 60)  -- a GPU job without a limit runs as long as it holds for
   end
-  local need = worst * tasks
+  local need = mul(worst, big(tasks))
   local account = job_desc.account or job_desc.default_account or ""
-  local balance = state.account[account] or 0
+  local balance = state.account[account] or ZERO
   local pending = committed(state, account)
-  local left = balance - pending
-  if need > left then
+  local left = add(balance, neg(pending))
+  if cmp(need, left) > 0 then
     note_refusal(account, submit_uid or -1, need, left)
     slurm.log_user(string.format(
       "slurm-yolo: account %s cannot cover this job: its worst case is %s tokens (%s%s), " ..

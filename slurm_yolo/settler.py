@@ -57,12 +57,12 @@ def billable_run(lg: ledger.Ledger, record: JobRecord, cluster: str, config: Con
     share = policy.gpus(record.tres, config.partition(record.partition).shards_per_gpu)
     if not share:
         return None
-    seconds = policy.hold_seconds(record.time_limit, int(config["ledger"]["unlimited_hold_hours"] * 3600))
+    seconds = ledger.limit_seconds(record.time_limit, config)
     price = lg.price_at(record.partition, at, int(config["ledger"]["default_price"]))
     rate = lg.tier_rate(record.qos)
     run = ledger.Run(cluster, record.job_id, record.submit, restart, record.account, record.user, record.partition,
-                     record.qos, float(share), record.time_limit, seconds, price, rate)  # fmt: skip
-    return run, policy.tokens(seconds, share, price, policy.exact(rate))
+                     record.qos, share, record.time_limit, seconds, price, rate)  # fmt: skip
+    return run, policy.tokens(seconds, share, price, rate)
 
 
 Settled = tuple[JobRecord, "sqlite3.Row", ledger.Settlement]
@@ -90,8 +90,9 @@ def settle_runs(lg: ledger.Ledger, runs: list[JobRecord], config: Config, actor:
             row = lg.run(key)
         if row is None or row["state"] != "held":
             continue
-        amount = policy.charge(rec.state, rec.elapsed, row["hold"], policy.exact(row["gpus"]), row["price"],
-                               policy.exact(row["rate"]), rules(config))  # fmt: skip
+        limit = ledger.limit_seconds(rec.time_limit, config)  # the limit at the end: a TIMEOUT pays it at least
+        amount = policy.charge(rec.state, rec.elapsed, limit, ledger.run_share(row), row["price"], row["rate_ppm"],
+                               rules(config))  # fmt: skip
         settled = lg.settle(key, amount, rec.state, rec.elapsed, actor=actor)
         if settled is not None:
             done.append((rec, row, settled))

@@ -5,6 +5,7 @@ records."""
 from __future__ import annotations
 
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,9 @@ def cfg() -> config.Config:
 
 
 def run(job_id: int, submit: int = SUBMIT, account: str = "vision") -> ledger.Run:
-    return ledger.Run("yolo", job_id, submit, 0, account, "alice", "a100", "normal", 1.0, 600, 600, 3000, 1.0)
+    return ledger.Run(
+        "yolo", job_id, submit, 0, account, "alice", "a100", "normal", Fraction(1), 600, 600, 3000, 1_000_000
+    )
 
 
 def record(job_id: int, state: str = "COMPLETED", elapsed: int = 100, submit: int = SUBMIT) -> JobRecord:
@@ -81,20 +84,20 @@ def test_availability_lists_balances_prices_rates_and_held_jobs(cfg: config.Conf
         lg.credit("bad name\naccount vision 99", 1, "test")  # a name that could break a line is left out
         lg.set_price("a100", 3000, t0, "test")
         lg.set_price("a100", 5000, t0 + 86400, "test")
-        lg.set_tier("yolo-prod", 0.8)
-        lg.set_tier("yolo-explore", 1.5)
+        lg.set_tier("yolo-prod", "0.8")
+        lg.set_tier("yolo-explore", "1.5")
         now = time.time()
         lg.hold(run(41), 5, None, "test")
         text = availability.render(cfg, now, lg.accounts(), lg.prices(), lg.tiers(), lg.held_jobs())
     lines = text.splitlines()
-    assert lines[0] == "slurm-yolo-availability 2" and f"stamp {int(now)}" in lines
+    assert lines[0] == "slurm-yolo-availability 3" and f"stamp {int(now)}" in lines
     later = int(t0 + 86400) + 1  # a scheduled price: the script switches to it when it takes effect
     assert [line for line in lines if line.startswith("price a100")] == [
         "price a100 3000 0",
         f"price a100 5000 {later}",
     ]
-    assert "account vision 4995" in lines and "maxrate 1.5" in lines and "held yolo 41" in lines
-    assert "rate yolo-prod 0.8" in lines and [line for line in lines if line.startswith("account")] == [
+    assert "account vision 4995" in lines and "maxrate 1500000" in lines and "held yolo 41" in lines
+    assert "rate yolo-prod 800000" in lines and [line for line in lines if line.startswith("account")] == [
         "account vision 4995"
     ]
     assert Path(availability.path(cfg)).read_text().splitlines()[2:] == lines[2:]  # every write published it

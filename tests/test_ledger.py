@@ -4,21 +4,23 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_yolo import admission, config, ledger
+from slurm_yolo import admission, config, db, ledger
 from slurm_yolo.errors import UsageError
 from slurm_yolo.ledger import bucket
+from slurm_yolo.ledger.schema import MIGRATIONS
 
 DAY = bucket.DAY
 
 
 def run(job_id: int = 1, submit: int = 1_764_460_800, account: str = "acct", qos: str = "") -> ledger.Run:
-    return ledger.Run("c", job_id, submit, 0, account, "u", "p", qos, 1.0, 600, 600, 1_000_000, 1.0)
+    return ledger.Run("c", job_id, submit, 0, account, "u", "p", qos, Fraction(1), 600, 600, 1_000_000, 1_000_000)
 
 
 @pytest.fixture
@@ -106,10 +108,10 @@ def test_version_1_ledger_migrates_with_its_runs(cfg: config.Config) -> None:
     key = ledger.run_key("c", 9, submit)
     with ledger.writer(cfg) as lg:
         row = lg.run(key)
-        assert row is not None and (row["submit_time"], row["price"], row["rate"], row["hold_seconds"]) == (
+        assert row is not None and (row["submit_time"], row["price"], row["rate_ppm"], row["hold_seconds"]) == (
             submit,
             500_000,
-            1.0,
+            1_000_000,
             60,
         )
         assert [m["job_key"] for m in lg.history("a")] == [key, None]
@@ -139,10 +141,33 @@ def test_quota_refills_lazily(cfg: config.Config) -> None:
 
 def test_tiers(cfg: config.Config) -> None:
     with ledger.writer(cfg) as lg:
-        lg.set_tier("yolo-prod", 0.8)
-        assert lg.tier_rate("yolo-prod") == 0.8 and lg.tier_rate("other") == 1.0
-        with pytest.raises(UsageError):
-            lg.set_tier("x", 0)
+        lg.set_tier("yolo-prod", "0.8")
+        assert lg.tier_rate("yolo-prod") == 800_000 and lg.tier_rate("other") == 1_000_000
+        for bad in ("0", "-1", "0.0000001", "1e-7", "nan", "inf", "x", ""):
+            with pytest.raises(UsageError):
+                lg.set_tier("x", bad)
+        assert [tuple(r) for r in lg.tiers()] == [("yolo-prod", 800_000)]
+
+
+def test_migration_keeps_old_runs_and_tiers_exact(cfg: config.Config) -> None:
+    """Runs and tiers written before the whole-number columns get them from their REAL values."""
+    path = ledger.db_path(cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, isolation_level=None)
+    db.migrate(conn, MIGRATIONS[:4])
+    conn.execute("INSERT INTO tiers (qos, rate) VALUES ('prod', 0.8), ('cheap', 0.001)")
+    for job, (gpus, rate) in enumerate([(2.0, 0.8), (0.5, 1.5), (1 / 3, 1.0), (0.75, 0.001)]):
+        conn.execute(
+            "INSERT INTO jobs (job_key, cluster, job_id, submit_time, restart, account, user, partition, gpus, price,"
+            " rate, time_limit, hold_seconds, hold, held_at) VALUES (?, 'c', ?, 1, 0, 'a', 'u', 'p', ?, 1, ?, 60, 60,"
+            " 1, 0)", (f"c:{job}:1", job, gpus, rate),
+        )  # fmt: skip
+    conn.close()
+    with ledger.writer(cfg) as lg:
+        runs = [(ledger.run_share(r), r["rate_ppm"]) for r in lg.conn.execute("SELECT * FROM jobs ORDER BY job_id")]
+        assert runs == [(2, 800_000), (Fraction(1, 2), 1_500_000), (Fraction(1, 3), 1_000_000),
+                        (Fraction(3, 4), 1_000)]  # fmt: skip
+        assert lg.tier_rate("prod") == 800_000 and lg.tier_rate("cheap") == 1_000
 
 
 def test_check_finds_tampering(cfg: config.Config) -> None:

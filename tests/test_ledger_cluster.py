@@ -63,17 +63,19 @@ def movements(slurm: Slurm, job: int) -> dict[str, list[int]]:
 
 
 def assert_billed(slurm: Slurm, job: int, hold_seconds: int, gpus: Fraction | int, partition: str,
-                  state: str | None = None, run: int = 0, timeout: float = 90) -> dict:  # fmt: skip
-    """The run was held and charged exactly what its Slurm record and the price say."""
+                  state: str | None = None, run: int = 0, timeout: float = 90,
+                  limit_at_end: int | None = None) -> dict:  # fmt: skip
+    """The run was held and charged exactly what its Slurm record and the price say (a TIMEOUT pays
+    at least the limit in force at its end: ``limit_at_end``, else the limit it was held for)."""
     row = slurm.settled(job, run + 1, timeout)[run]
     end, ran = elapsed(slurm, job, run)
     hold = tokens(hold_seconds, gpus, partition)
     charge = tokens(ran, gpus, partition)
     if end == "TIMEOUT":
-        charge = max(hold, charge)
+        charge = max(tokens(hold_seconds if limit_at_end is None else limit_at_end, gpus, partition), charge)
     assert (row["end_state"], row["elapsed"]) == (end, ran) and (state is None or end == state)
     assert (row["hold"], row["charge"], row["refund"]) == (hold, charge, max(0, hold - charge)), row
-    assert row["price"] == PRICE[partition] and Fraction(row["gpus"]).limit_denominator(1000) == gpus
+    assert row["price"] == PRICE[partition] and ledger.run_share(row) == gpus
     return row
 
 
@@ -141,10 +143,20 @@ def test_failed_job_pays_the_time_it_ran(funded: Slurm) -> None:
     assert_billed(funded, job, 60, 2, "a100", "FAILED")
 
 
-def test_timeout_pays_at_least_its_whole_hold(funded: Slurm) -> None:
+def test_timeout_pays_at_least_its_limit(funded: Slurm) -> None:
     job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="sleep 300")
     row = assert_billed(funded, job, 60, 1, "t4", "TIMEOUT", timeout=240)
     assert row["refund"] == 0
+
+
+def test_timeout_after_a_lowered_limit_pays_the_lower_limit_not_the_hold(funded: Slurm) -> None:
+    """Held for 5 minutes, lowered to 1 by its user while it runs: its TIMEOUT pays what it ran (at
+    least the 1 minute in force at its end), and the rest of the 5-minute hold comes back."""
+    job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "5", script="sleep 600")
+    wait_running(funded, job)
+    funded.cmd("scontrol", "update", f"jobid={job}", "TimeLimit=1")
+    row = assert_billed(funded, job, 300, 1, "t4", "TIMEOUT", timeout=240, limit_at_end=60)
+    assert row["charge"] < tokens(300, 1, "t4") and row["refund"] > 0
 
 
 def test_requeue_settles_each_run_once_under_its_own_key(funded: Slurm) -> None:

@@ -6,10 +6,12 @@ from fractions import Fraction
 
 import pytest
 
+from slurm_yolo.errors import UsageError
 from slurm_yolo.ledger import policy
 
 PRICE = 1_000_000  # tokens per GPU-second
 RULES = policy.Rules()
+ONE = policy.RATE_SCALE  # a rate of 1, in parts per million
 
 
 def test_gpus_from_allocated_tres() -> None:
@@ -22,17 +24,45 @@ def test_gpus_from_allocated_tres() -> None:
         assert policy.gpus({"gres/gpu": bad}, 4) == 0
 
 
+def test_gres_share_counts_as_the_prolog_does() -> None:
+    assert policy.gres_share("gpu:t4:2", 4) == 2 and policy.gres_share("gpu:3", 0) == 3
+    assert policy.gres_share("shard:a100:3", 4) == Fraction(3, 4) and policy.gres_share("shard:2", 0) == 2
+    with pytest.raises(UsageError):
+        policy.gres_share("tpu:1", 4)
+
+
 def test_tokens_are_exact() -> None:
-    assert policy.tokens(37, Fraction(1), PRICE, Fraction(4, 5)) == 29_600_000  # float math says 29,600,001
-    assert policy.tokens(10, Fraction(1, 3), 3, Fraction(1)) == 10
-    assert policy.tokens(1, Fraction(1, 3), 1, Fraction(1)) == 1  # rounded up to the token
-    assert policy.tokens(-5, Fraction(1), PRICE, Fraction(1)) == 0
-    assert policy.exact(0.8) == Fraction(4, 5) and policy.exact(1 / 3) == Fraction(1, 3)
+    assert policy.tokens(37, Fraction(1), PRICE, 800_000) == 29_600_000  # float math says 29,600,001
+    assert policy.tokens(10, Fraction(1, 3), 3, ONE) == 10
+    assert policy.tokens(1, Fraction(1, 3), 1, ONE) == 1  # rounded up to the token
+    assert policy.tokens(1, Fraction(1), 1, 1) == 1  # a millionth of a token is a token
+    assert policy.tokens(-5, Fraction(1), PRICE, ONE) == 0
+    big = policy.tokens(366 * 86400, Fraction(4096), 10**12, 7_654_321)  # far past a double's 2^53
+    assert big == -(-366 * 86400 * 4096 * 10**12 * 7_654_321 // 10**6)
+
+
+@pytest.mark.parametrize(("text", "ppm"), [("0.8", 800_000), ("1.5", 1_500_000), ("1", ONE), ("0.000001", 1),
+                                           (" 2.000000 ", 2_000_000), ("3/4", 750_000), ("1e-3", 1_000)])  # fmt: skip
+def test_rates_are_read_exactly_from_their_text(text: str, ppm: int) -> None:
+    assert policy.parse_rate(text) == ppm
+    assert policy.parse_rate(policy.rate_text(ppm)) == ppm
+
+
+@pytest.mark.parametrize("text", ["0.0000001", "0.1234567", "1/3", "0", "-0.5", "nan", "inf", "", "x", "1,5"])
+def test_rates_past_six_decimals_or_not_positive_are_refused(text: str) -> None:
+    with pytest.raises(UsageError) as e:
+        policy.parse_rate(text)
+    assert "\n" not in str(e.value)
+
+
+def test_rate_text() -> None:
+    assert [policy.rate_text(r) for r in (ONE, 800_000, 1, 12_345_678)] == ["1", "0.8", "0.000001", "12.345678"]
 
 
 def test_hold_seconds_caps_unlimited_jobs() -> None:
     assert policy.hold_seconds(120, 604800) == 120
     assert policy.hold_seconds(None, 604800) == 604800
+    assert policy.unlimited_cap(168) == 604800
 
 
 @pytest.mark.parametrize(
@@ -43,7 +73,7 @@ def test_hold_seconds_caps_unlimited_jobs() -> None:
         ("CANCELLED", 30, 30 * PRICE),
         ("REQUEUED", 30, 30 * PRICE),
         ("OUT_OF_MEMORY", 30, 30 * PRICE),
-        ("TIMEOUT", 30, 120 * PRICE),  # a job's own timeout pays its whole hold...
+        ("TIMEOUT", 30, 120 * PRICE),  # a job's own timeout pays its whole limit...
         ("TIMEOUT", 150, 150 * PRICE),  # ...and OverTimeLimit past it
         ("COMPLETED", 500, 500 * PRICE),  # an admin extended its limit: the time it ran
         ("NODE_FAIL", 30, 0),
@@ -52,14 +82,22 @@ def test_hold_seconds_caps_unlimited_jobs() -> None:
     ],
 )
 def test_charge_by_end_state(state: str, elapsed: int, expected: int) -> None:
-    assert policy.charge(state, elapsed, 120 * PRICE, Fraction(1), PRICE, Fraction(1), RULES) == expected
+    assert policy.charge(state, elapsed, 120, Fraction(1), PRICE, ONE, RULES) == expected
+
+
+def test_timeout_pays_the_limit_in_force_at_the_end_not_the_hold() -> None:
+    """A user who lowers a running job's limit (5 min -> 1 min) and times out after 71 s pays 71 s,
+    not the 5-minute hold its start took; a limit an admin raised is paid at least in full."""
+    assert policy.charge("TIMEOUT", 71, 60, Fraction(1), PRICE, ONE, RULES) == 71 * PRICE
+    assert policy.charge("TIMEOUT", 30, 60, Fraction(1, 2), PRICE, 800_000, RULES) == 24 * PRICE
+    assert policy.charge("TIMEOUT", 600, 900, Fraction(1), PRICE, ONE, RULES) == 900 * PRICE
 
 
 def test_site_rules_change_what_failures_pay() -> None:
     strict = policy.Rules(refund_node_fail=False, refund_preempted=False, charge_timeout_full=False)
-    assert policy.charge("NODE_FAIL", 30, 120, Fraction(1), 1, Fraction(1), strict) == 30
-    assert policy.charge("PREEMPTED", 30, 120, Fraction(1), 1, Fraction(1), strict) == 30
-    assert policy.charge("TIMEOUT", 30, 120, Fraction(1), 1, Fraction(1), strict) == 30
+    assert policy.charge("NODE_FAIL", 30, 120, Fraction(1), 1, ONE, strict) == 30
+    assert policy.charge("PREEMPTED", 30, 120, Fraction(1), 1, ONE, strict) == 30
+    assert policy.charge("TIMEOUT", 30, 120, Fraction(1), 1, ONE, strict) == 30
 
 
 @pytest.mark.parametrize(

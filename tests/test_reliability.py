@@ -24,11 +24,12 @@ from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
 VENV_BIN = Path("/opt/slurm-yolo/venv/bin")
 WORKER = """
 import json, os, random, sys
+from fractions import Fraction
 from slurm_yolo import config, ledger
 cfg = config.load()
 for line in sys.stdin:
     op, job, amount = json.loads(line)
-    run = ledger.Run("chaos", job, 1, 0, f"acct{job % 3}", "u", "p", "", 1.0, 60, 60, 1000000, 1.0)
+    run = ledger.Run("chaos", job, 1, 0, f"acct{job % 3}", "u", "p", "", Fraction(1), 60, 60, 1000000, 1_000_000)
     with ledger.writer(cfg) as lg:
         if op == "hold":
             lg.hold(run, amount, None, "chaos")
@@ -148,6 +149,8 @@ def test_hostile_and_malformed_input(args: list[str], message: str, tmp_path: Pa
         (["ledger", "deposit", "acct", "-5G"], "must not be negative"),
         (["ledger", "quota", "set", "acct", "--rate", "1e999", "--burst", "1G"], "not understood"),
         (["ledger", "tiers", "q", "0"], "must be positive"),
+        (["ledger", "tiers", "q", "0.1234567"], "more than 6 decimals"),
+        (["ledger", "tiers", "q", "nan"], "not a number"),
         (["calibrate", "--partition", "p", "/nonexistent"], "no usable run"),
         (["parse", "/nonexistent/x.log"], None),
         (["report", "--sacct-file", "/nonexistent"], "does not exist"),
@@ -160,6 +163,7 @@ def test_admin_commands_refuse_bad_input(args: list[str], message: str | None, h
         assert res.exit_code == 0 and "warning:" in res.output
         return
     assert res.exit_code != 0 and message in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1 and res.output.startswith("Error: "), res.output
     assert not (home / "ledger.db").exists() or "deposit" not in args[:2]
 
 

@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,7 @@ def _ledger_with_history(config_obj: object) -> None:
 
     with ledger.writer(config_obj) as lg:  # type: ignore[arg-type]
         lg.credit("vision", 99_994_000_000, "test")
-        run = ledger.Run("c", 1, 1_764_460_800, 0, "vision", "u", "t4", "", 1.0, 600, 600, 1_000_000, 1.0)
+        run = ledger.Run("c", 1, 1_764_460_800, 0, "vision", "u", "t4", "", Fraction(1), 600, 600, 1_000_000, 1_000_000)
         lg.hold(run, 600_000_000, None, "test")
         lg.settle(run.key, 400_000_000, "COMPLETED", 400, "test")
         lg.set_quota("vision", 2_000_000_000, 200_000_000_000, "test")  # last: no refill moves the numbers

@@ -14,6 +14,7 @@ from .. import admission, availability, books, enforcement, ledger, visibility
 from ..config import Config
 from ..errors import UsageError
 from ..estimate import fmt_tokens
+from ..ledger import policy
 from ..slurm import commands
 from . import echo_json, library_errors, load_config
 
@@ -141,17 +142,17 @@ def quota_set(account: str, rate: str, burst: str) -> None:
 
 @ledger_group.command()
 @click.argument("qos", required=False)
-@click.argument("rate", required=False, type=float)
+@click.argument("rate", required=False)
 @library_errors
-def tiers(qos: str | None, rate: float | None) -> None:
-    """Charge rate per QOS (``tiers yolo-prod 0.8``); without arguments, list them."""
+def tiers(qos: str | None, rate: str | None) -> None:
+    """Charge rate per QOS (``tiers yolo-prod 0.8``, at most 6 decimals); without arguments, list them."""
     config = load_config()
     if qos and rate is not None:
         with ledger.writer(config) as lg:
             lg.set_tier(qos, rate)
     with _read(config) as lg:
         for r in lg.tiers():
-            click.echo(f"{r['qos']}: {r['rate']:g}")
+            click.echo(f"{r['qos']}: {policy.rate_text(r['rate_ppm'])}")
 
 
 @ledger_group.group()

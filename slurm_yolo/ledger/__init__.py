@@ -19,13 +19,14 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from fractions import Fraction
 from pathlib import Path
 from typing import NamedTuple
 
 from .. import availability, db
 from ..config import Config
 from ..errors import SlurmYoloError, UsageError
-from . import bucket, comment
+from . import bucket, comment, policy
 from .schema import MIGRATIONS
 
 CREDITS = ("deposit", "refill", "adjustment")
@@ -44,11 +45,11 @@ class Run(NamedTuple):
     user: str
     partition: str
     qos: str
-    gpus: float  # whole GPUs, or shards as a share of one
+    gpus: Fraction  # whole GPUs, or shards as a share of one
     time_limit: int | None  # seconds; None: unlimited
     hold_seconds: int  # what the hold covers (the limit, or the configured cap)
     price: int  # tokens per GPU-second, the partition's price when the run was held
-    rate: float  # the QOS tier's rate when the run was held
+    rate_ppm: int  # the QOS tier's rate when the run was held, in parts per million
 
     @property
     def key(self) -> str:
@@ -59,6 +60,17 @@ def run_key(cluster: str, job_id: int, submit: int) -> str:
     """A run's key from Slurm's own numbers (the cluster's name, the job id, the run's submit time in
     epoch seconds): the same whichever hook or reconcile meets the run first."""
     return f"{cluster}:{int(job_id)}:{int(submit)}"
+
+
+def limit_seconds(time_limit: int | None, config: Config) -> int:
+    """A run's time limit as Slurm reports it (seconds; None: unlimited), or the configured cap: what
+    its hold covers at the start, and what a TIMEOUT pays at least at the end (the limit then)."""
+    return policy.hold_seconds(time_limit, policy.unlimited_cap(config["ledger"]["unlimited_hold_hours"]))
+
+
+def run_share(row: sqlite3.Row) -> Fraction:
+    """A held run's GPU share as the exact rational it was held at (a row of the jobs table)."""
+    return Fraction(row["gpus_num"], row["gpus_den"])
 
 
 class Settlement(NamedTuple):
@@ -242,22 +254,24 @@ class Ledger:
                 "UPDATE accounts SET rate_per_day = ?, capacity = ? WHERE name = ?", (rate_per_day, capacity, account)
             )
 
-    def set_tier(self, qos: str, rate: float) -> None:
-        """Charge multiplier for jobs of ``qos`` (e.g. prod 0.8, explore 1.5)."""
-        if not rate > 0:
-            raise UsageError(f"tier rate must be positive (got {rate})")
+    def set_tier(self, qos: str, rate: str) -> int:
+        """Charge multiplier for jobs of ``qos`` (e.g. prod 0.8, explore 1.5), read exactly from its
+        decimal text (``policy.parse_rate``); the rate kept, in parts per million."""
+        ppm = policy.parse_rate(rate)
         with self._tx():
             self.conn.execute(
-                "INSERT INTO tiers (qos, rate) VALUES (?, ?) ON CONFLICT (qos) DO UPDATE SET rate = excluded.rate",
-                (qos, rate),
-            )
+                "INSERT INTO tiers (qos, rate, rate_ppm) VALUES (?, ?, ?) ON CONFLICT (qos) DO UPDATE SET"
+                " rate = excluded.rate, rate_ppm = excluded.rate_ppm", (qos, ppm / policy.RATE_SCALE, ppm),
+            )  # fmt: skip
+        return ppm
 
     def tiers(self) -> list[sqlite3.Row]:
-        return self.conn.execute("SELECT qos, rate FROM tiers ORDER BY qos").fetchall()
+        return self.conn.execute("SELECT qos, rate_ppm FROM tiers ORDER BY qos").fetchall()
 
-    def tier_rate(self, qos: str) -> float:
-        row = self.conn.execute("SELECT rate FROM tiers WHERE qos = ?", (qos,)).fetchone()
-        return float(row["rate"]) if row else 1.0
+    def tier_rate(self, qos: str) -> int:
+        """The tier's rate in parts per million (1,000,000: a QOS without a tier pays the price)."""
+        row = self.conn.execute("SELECT rate_ppm FROM tiers WHERE qos = ?", (qos,)).fetchone()
+        return int(row["rate_ppm"]) if row else policy.RATE_SCALE
 
     def refill_all(self) -> dict[str, bool]:
         """Apply every bucket's refill (cron); accounts whose blocked state changed."""
@@ -300,16 +314,17 @@ class Ledger:
             self._refill(run.account, now)
             self._insert_run(run, amount, estimate, now, actor)
             self._move(run.account, "hold", amount, now, actor, job_key=run.key, user=run.user,
-                       reason=f"{run.hold_seconds}s x {run.gpus:g} GPU x {run.price} tok/GPU-s x {run.rate:g}")  # fmt: skip
+                       reason=f"{run.hold_seconds}s x {run.gpus} GPU x {run.price} tok/GPU-s x {policy.rate_text(run.rate_ppm)}")  # fmt: skip
             return True, self._update_block(run.account)
 
     def _insert_run(self, run: Run, amount: int, estimate: int | None, now: float, actor: str) -> None:
         self.conn.execute(
-            "INSERT INTO jobs (job_key, cluster, job_id, submit_time, restart, account, user, partition, qos, gpus, price,"
-            " rate, time_limit, hold_seconds, estimate, hold, held_at, held_by)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (run.key, run.cluster, run.job_id, run.submit, run.restart, run.account, run.user, run.partition,
-             run.qos, run.gpus, run.price, run.rate, run.time_limit, run.hold_seconds, estimate, amount, now, actor),
+            "INSERT INTO jobs (job_key, cluster, job_id, submit_time, restart, account, user, partition, qos, gpus,"
+            " gpus_num, gpus_den, price, rate, rate_ppm, time_limit, hold_seconds, estimate, hold, held_at, held_by)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run.key, run.cluster, run.job_id, run.submit, run.restart, run.account, run.user, run.partition, run.qos,
+             float(run.gpus), run.gpus.numerator, run.gpus.denominator, run.price, run.rate_ppm / policy.RATE_SCALE,
+             run.rate_ppm, run.time_limit, run.hold_seconds, estimate, amount, now, actor),
         )  # fmt: skip
 
     def run(self, key: str) -> sqlite3.Row | None:

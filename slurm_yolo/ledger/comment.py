@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .policy import rate_text
+
 PREFIX = "yolo:"
 FIELDS = ("run", "est", "hold", "charge", "refund", "price", "rate", "state", "elapsed")
 
@@ -24,7 +26,7 @@ def _value(row: Mapping[str, Any], field: str) -> str:
     if field == "est":
         return "" if row["estimate"] is None else str(row["estimate"])
     if field == "rate":
-        return f"{row['rate']:g}"
+        return rate_text(row["rate_ppm"])
     if field == "state":
         return str(row["end_state"])
     return str(row[field])

@@ -6,21 +6,28 @@ tokens per GPU-second and the QOS tier's **rate**. Both are read once, when the 
 stored with it, so a price or tier change applies to runs held after it, never to running ones. The
 time model's ``k`` predicts run times and plays no part here.
 
-Amounts are exact: GPU shares and tier rates are rationals (``Fraction``), so 37 s on 1 GPU at
-1,000,000 tokens per GPU-second and a rate of 0.8 is 29,600,000 tokens, not 29,600,001.
+Amounts are exact integers: a GPU share is a ``Fraction`` of whole numbers (shards / shards per GPU),
+a tier rate is a whole number of parts per million (an admin's rate has at most 6 decimals), and
+``tokens`` is the one rounding rule (up to the token), so 37 s on 1 GPU at 1,000,000 tokens per
+GPU-second and a rate of 0.8 is 29,600,000 tokens, not 29,600,001. yolo-sbatch's check, the ledger's
+holds and charges, and what job_submit.lua is published all come from here (the Lua script repeats
+``tokens`` in its own whole-number arithmetic; tests/test_job_submit_lua.py holds the two equal).
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import NamedTuple
 
+from ..errors import UsageError
+
 # A user's own estimate of a job's tokens (SPANK --yolo-tokens, or eff= in yolo-sbatch's comment):
 # recorded beside the hold for reports, never billed. Only plain ASCII digits, at most 18 of them.
 _ESTIMATE = re.compile(r"[0-9]{1,18}")
+RATE_SCALE = 10**6  # tier rates are kept in parts per million
+_GRES = re.compile(r"(gpu|shard)(?::[A-Za-z0-9_.\-]+)?:([0-9]{1,9})")
 REFUND_STATES = {"NODE_FAIL": "refund_node_fail", "BOOT_FAIL": "refund_node_fail", "PREEMPTED": "refund_preempted"}
 
 
@@ -32,21 +39,26 @@ class Rules(NamedTuple):
     charge_timeout_full: bool = True
 
 
-def exact(value: float | int | str) -> Fraction:
-    """A stored rate or GPU share as the rational it stands for (0.8 -> 4/5, 0.333333 -> 1/3)."""
-    return Fraction(value).limit_denominator(10**6) if isinstance(value, float) else Fraction(value)
+def share(whole: int, shards: int, shards_per_gpu: int) -> Fraction:
+    """A GPU share: whole GPUs, else shards as a share of one GPU (``shards_per_gpu`` from the admin's
+    config; 0: a shard counts as a whole GPU)."""
+    if whole:
+        return Fraction(whole)
+    return Fraction(shards, shards_per_gpu) if shards_per_gpu > 0 else Fraction(shards)
 
 
 def gpus(tres: Mapping[str, str], shards_per_gpu: int) -> Fraction:
-    """Allocated GPUs from Slurm's allocated TRES: whole GPUs, or shards as a share of one GPU
-    (``shards_per_gpu`` from the admin's config; 0: a shard counts as a whole GPU). 0 for CPU jobs."""
-    whole = _count(tres.get("gres/gpu", ""))
-    if whole:
-        return Fraction(whole)
-    shards = _count(tres.get("gres/shard", ""))
-    if shards:
-        return Fraction(shards, shards_per_gpu) if shards_per_gpu > 0 else Fraction(shards)
-    return Fraction(0)
+    """Allocated GPUs from Slurm's allocated TRES (see ``share``). 0 for CPU jobs."""
+    return share(_count(tres.get("gres/gpu", "")), _count(tres.get("gres/shard", "")), shards_per_gpu)
+
+
+def gres_share(gres: str, shards_per_gpu: int) -> Fraction:
+    """The GPUs a yolo-sbatch GRES asks for (``gpu:t4:2``, ``shard:3``), as the prolog will count them."""
+    m = _GRES.fullmatch(gres)
+    if m is None:
+        raise UsageError(f"GRES {gres!r} is not gpu[:TYPE]:N or shard[:TYPE]:N")
+    count = int(m.group(2))
+    return share(count, 0, 0) if m.group(1) == "gpu" else share(0, count, shards_per_gpu)
 
 
 def _count(text: str) -> int:
@@ -60,23 +72,53 @@ def hold_seconds(time_limit: int | None, unlimited_cap: int) -> int:
     return unlimited_cap if time_limit is None else max(0, time_limit)
 
 
-def tokens(seconds: int, gpu_share: Fraction, price: int, rate: Fraction) -> int:
-    """Tokens for ``seconds`` on ``gpu_share`` GPUs at ``price`` tokens per GPU-second and tier
-    ``rate``, rounded up to the token."""
-    return math.ceil(max(0, seconds) * gpu_share * price * rate)
+def unlimited_cap(hours: float) -> int:
+    """The configured hold of a run without a time limit (``ledger.unlimited_hold_hours``), in seconds."""
+    return int(hours * 3600)
 
 
-def charge(state: str, elapsed: int, hold: int, gpu_share: Fraction, price: int, rate: Fraction, rules: Rules) -> int:
+def parse_rate(text: str) -> int:
+    """A tier rate as an admin writes it (``0.8``, ``1.5``, ``0.001``), read exactly from its decimal
+    text into parts per million: more than 6 decimals, or anything not positive, is refused."""
+    try:
+        value = Fraction(text.strip())
+    except (ValueError, ZeroDivisionError):
+        raise UsageError(f"tier rate {text!r} is not a number (e.g. 0.8, 1.5)") from None
+    ppm = value * RATE_SCALE
+    if ppm.denominator != 1:
+        raise UsageError(f"tier rate {text!r} has more than 6 decimals")
+    if ppm <= 0:
+        raise UsageError(f"tier rate must be positive (got {text})")
+    return int(ppm)
+
+
+def rate_text(rate_ppm: int) -> str:
+    """A rate in parts per million as the decimal it stands for (800000 -> ``0.8``)."""
+    whole, frac = divmod(rate_ppm, RATE_SCALE)
+    return f"{whole}.{frac:06d}".rstrip("0").rstrip(".")
+
+
+def tokens(seconds: int, gpu_share: Fraction, price: int, rate_ppm: int) -> int:
+    """Tokens for ``seconds`` on ``gpu_share`` GPUs at ``price`` tokens per GPU-second and a tier rate
+    of ``rate_ppm`` parts per million, rounded up to the token (the only rounding anywhere)."""
+    num = max(0, seconds) * gpu_share.numerator * price * rate_ppm
+    return -(-num // (gpu_share.denominator * RATE_SCALE))
+
+
+def charge(state: str, elapsed: int, limit: int, gpu_share: Fraction, price: int, rate_ppm: int,
+           rules: Rules) -> int:  # fmt: skip
     """What a run that ended in ``state`` after ``elapsed`` seconds pays. Failures of the machine
     (NODE_FAIL, BOOT_FAIL, PREEMPTED) are refunded when the site says so; a job's own TIMEOUT pays at
-    least its whole hold; everything else pays the time it ran, past its hold too (an admin's time
-    extension or OverTimeLimit is not free)."""
+    least its ``limit``, the time limit in force when it ended (as ``hold_seconds`` reads sacct's: a
+    limit its user lowered while it ran is what it timed out at, not the longer one its hold took);
+    everything else pays the time it ran, past its hold too (an admin's time extension or
+    OverTimeLimit is not free)."""
     flag = REFUND_STATES.get(state)
     if flag and getattr(rules, flag):
         return 0
-    used = tokens(elapsed, gpu_share, price, rate)
+    used = tokens(elapsed, gpu_share, price, rate_ppm)
     if state == "TIMEOUT" and rules.charge_timeout_full:
-        return max(hold, used)
+        return max(tokens(limit, gpu_share, price, rate_ppm), used)
     return used
 
 

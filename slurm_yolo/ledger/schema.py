@@ -189,4 +189,21 @@ CREATE TABLE inbox (
 );
 CREATE INDEX inbox_due ON inbox (done_at, due_at)
 """,
+    # 6: billing in whole numbers: a run's GPU share as gpus_num / gpus_den and tier rates in parts per
+    # million (rate_ppm), which ``policy.tokens`` multiplies exactly. The REAL gpus and rate stay, as
+    # written before, for readers that show them; nothing bills from them. Old rows get the smallest
+    # denominator up to 1000 that gives their share back (shards per GPU: 0.333333 -> 1/3), and their
+    # rate rounded to the millionth (every rate an admin could set had at most 6 decimals that mattered).
+    """
+ALTER TABLE jobs ADD COLUMN gpus_num INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN gpus_den INTEGER NOT NULL DEFAULT 1 CHECK (gpus_den > 0);
+ALTER TABLE jobs ADD COLUMN rate_ppm INTEGER NOT NULL DEFAULT 1000000 CHECK (rate_ppm > 0);
+UPDATE jobs SET gpus_den = coalesce((
+    WITH RECURSIVE d(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM d WHERE n < 1000)
+    SELECT min(n) FROM d WHERE abs(jobs.gpus * n - round(jobs.gpus * n)) < 1e-9 * n), 1000000);
+UPDATE jobs SET gpus_num = CAST(round(gpus * gpus_den) AS INTEGER),
+    rate_ppm = max(1, CAST(round(rate * 1000000) AS INTEGER));
+ALTER TABLE tiers ADD COLUMN rate_ppm INTEGER NOT NULL DEFAULT 1000000 CHECK (rate_ppm > 0);
+UPDATE tiers SET rate_ppm = max(1, CAST(round(rate * 1000000) AS INTEGER))
+""",
 )

@@ -1,0 +1,169 @@
+"""The real job_submit.lua, run in Lua 5.1 (what slurmctld 22.05 embeds) with a stub ``slurm`` table:
+its worst case of a submission, and of the account's pending jobs, equals ``policy.tokens`` for the same
+request, to the token, far past 2^53 (balances, prices and rates large enough that doubles would round)."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import subprocess
+import time
+from dataclasses import replace
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import IN_CI
+
+from slurm_yolo import availability, config
+from slurm_yolo.config import Partition
+from slurm_yolo.ledger import policy
+
+LUA = shutil.which("lua5.1")
+NO_VAL, INFINITE = 4294967294, 4294967295
+CASES = 300
+
+DRIVER = """
+slurm = {SUCCESS = 0, ERROR = -1, ESLURM_ACCOUNTING_POLICY = 2050, log_user = function() end}
+dofile(arg[1])
+for i, case in ipairs(dofile(arg[2])) do
+  for _, account in ipairs({case.account .. "z", case.account .. "ok", case.account .. "no"}) do
+    slurm.jobs = {}
+    for n, job in ipairs(case.jobs) do
+      job.account = account
+      slurm.jobs[n] = job
+    end
+    local desc = {}
+    for k, v in pairs(case.desc) do desc[k] = v end
+    desc.account = account
+    print(account .. " " .. slurm_job_submit(desc, case.parts, 1000))
+  end
+end
+"""
+
+
+def lua(value: Any) -> str:
+    """A Python value as a Lua literal (ints, strings, lists, dicts of them)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "{" + ", ".join(lua(v) for v in value) + "}"
+    return "{" + ", ".join(f"[{lua(k)}] = {lua(v)}" for k, v in value.items()) + "}"
+
+
+def seconds_of(limit: int, part: dict[str, int] | None, unlimited: int) -> int:
+    """The hold's seconds as slurmctld will give the job its limit (the partition's default, else its max)."""
+    if limit in (NO_VAL, INFINITE) and part is not None:
+        limit = part["default_time"] if part["default_time"] not in (NO_VAL, INFINITE) else part["max_time"]
+    return policy.hold_seconds(None if limit in (NO_VAL, INFINITE) else limit * 60, unlimited)
+
+
+def gres(rng: random.Random, name: str, count: int) -> str:
+    return rng.choice(
+        [f"gres:{name}:{count}", f"gres/{name}:{count}", f"gres:{name}:t4:{count}", f"gres/{name}={count}"]
+    )
+
+
+def request(
+    rng: random.Random, i: int, parts: dict[str, Partition], tiers: dict[str, int], big: bool
+) -> dict[str, Any]:
+    """One random submission (and one pending job of its account), with what the policy says of them."""
+    names = rng.sample(sorted(parts), rng.choice([1, 1, 2]))
+    kind = rng.choice(["gpu", "shard"])
+    count = rng.choice([1, 2, 3, 8, 10**9 - 1] if big else [1, 2, 3, 4, 8])
+    nodes = rng.choice([1, 1, 2, 64, 99999] if big else [1, 1, 2])
+    limit = rng.choice([NO_VAL, 1, 5, 60, 1440, 527040, 4294967293] if big else [NO_VAL, 1, 5, 60, 1440])
+    qos = rng.choice([*tiers, "unknown"])
+    exclusive = rng.random() < 0.15
+    tasks, array = rng.choice(
+        [(1, ""), (10, "0-9"), (3, "1,3,5"), (50, "0-99:2%4"), (10, "[0-9]"), (1000000, "0-999999")]
+    )
+    part_list = {
+        n: {"default_time": rng.choice([NO_VAL, 30]), "max_time": rng.choice([INFINITE, 2880]), "flag_default": 0}
+        for n in parts
+    }
+    desc = {"time_limit": limit, "partition": ",".join(names), "qos": qos, "min_nodes": nodes, "max_nodes": nodes,
+            "tres_per_node": gres(rng, kind, count), "array_inx": array, "shared": 0 if exclusive else NO_VAL}  # fmt: skip
+    rate = tiers.get(qos, policy.RATE_SCALE)
+    worst = 0
+    for n in names:
+        share = policy.share(count * nodes if kind == "gpu" else 0, count * nodes, parts[n].shards_per_gpu)
+        if exclusive:
+            share = max(share, Fraction(nodes * parts[n].gpus_per_node))
+        seconds = seconds_of(limit, part_list[n], UNLIMITED)
+        worst = max(worst, policy.tokens(seconds, share, PRICES[n], rate))
+    # a pending job of the account: what it asked for over all its nodes, its QOS (none: the dearest)
+    p_kind, p_count, p_tasks = rng.choice(["gpu", "shard"]), rng.choice([1, 4, 10**9 - 1]), rng.choice([1, 7])
+    p_names, p_limit = rng.sample(sorted(parts), 2), rng.choice([NO_VAL, 10, 527040])
+    p_qos = rng.choice([*tiers, None])
+    job = {"job_state": 0, "job_id": 10_000 + i, "tres_fmt_req_str": f"cpu=1,gres/{p_kind}={p_count}",
+           "time_limit": p_limit, "partition": ",".join(p_names), "array_task_cnt": p_tasks}  # fmt: skip
+    if p_qos is not None:
+        job["qos"] = p_qos
+    p_rate = tiers.get(p_qos, policy.RATE_SCALE) if p_qos else max([policy.RATE_SCALE, *tiers.values()])
+    pending = p_tasks * max(
+        policy.tokens(seconds_of(p_limit, None, UNLIMITED),
+                      policy.share(p_count if p_kind == "gpu" else 0, p_count, parts[n].shards_per_gpu), PRICES[n], p_rate)
+        for n in p_names
+    )  # fmt: skip
+    return {"account": f"c{i}", "desc": desc, "parts": part_list, "jobs": [job], "need": worst * tasks,
+            "pending": pending}  # fmt: skip
+
+
+UNLIMITED = policy.unlimited_cap(168)
+PRICES: dict[str, int] = {}
+
+
+@pytest.mark.skipif(LUA is None and not IN_CI, reason="no lua5.1 (apt-get install lua5.1, as deploy/install does)")
+def test_lua_worst_cases_equal_the_policy(tmp_path: Path, home: Path) -> None:
+    rng = random.Random(21)
+    now = time.time()
+    cfg = config.load()
+    partitions = {
+        f"p{n}": Partition(f"p{n}", gpus_per_node=gpn, shards_per_gpu=per)
+        for n, (gpn, per) in enumerate([(1, 0), (4, 4), (8, 3), (2, 7), (8, 1000), (16, 0)])
+    }
+    cfg = replace(
+        cfg, partitions=partitions, values={**cfg.values, "ledger": {**cfg["ledger"], "unlimited_hold_hours": 168}}
+    )
+    prices = []
+    for n, name in enumerate(sorted(partitions)):
+        current = rng.choice([1, 3, 1000, 999_983, 10**12 + 7, 10**15])
+        PRICES[name] = current
+        prices += [{"id": 3 * n, "partition": name, "price": current * 2 + 1, "effective_at": now - 7200},
+                   {"id": 3 * n + 1, "partition": name, "price": current, "effective_at": now - 60},
+                   {"id": 3 * n + 2, "partition": name, "price": current * 5, "effective_at": now + 86400}]  # fmt: skip
+    tiers = {"prod": 800_000, "explore": 1_500_000, "third": 333_333, "tiny": 1, "dear": 1_000_000_007}
+    cases = [request(rng, i, partitions, tiers, big=i % 3 == 0) for i in range(CASES)]
+    accounts = [{"name": f"{c['account']}{suffix}", "balance": balance}
+                for c in cases
+                for suffix, balance in (("z", 0), ("ok", c["need"] + c["pending"]), ("no", c["need"] + c["pending"] - 1))]  # fmt: skip
+    text = availability.render(cfg, now, accounts, prices, [{"qos": q, "rate_ppm": r} for q, r in tiers.items()], [])
+    availability.path(cfg).parent.mkdir(parents=True, exist_ok=True)
+    availability.path(cfg).write_text(text)
+    script = tmp_path / "job_submit.lua"
+    script.write_text(availability.script(cfg, "yolo"))
+    (tmp_path / "cases.lua").write_text("return " + lua([{k: v for k, v in c.items() if k not in ("need", "pending")}
+                                                          for c in cases]))  # fmt: skip
+    (tmp_path / "driver.lua").write_text(DRIVER)
+    assert LUA is not None, "CI installs lua5.1 (deploy/install)"
+    out = subprocess.run([LUA, str(tmp_path / "driver.lua"), str(script), str(tmp_path / "cases.lua")],
+                         capture_output=True, text=True, check=True, timeout=120).stdout  # fmt: skip
+    results = dict(line.split(" ") for line in out.splitlines())
+    refused = {
+        line.split(" ")[1]: line.split(" ")[3:5] for line in availability.refusals_path(cfg).read_text().splitlines()
+    }
+    wrong = []
+    for c in cases:
+        a = c["account"]
+        want = [str(c["need"]), str(-c["pending"])]
+        if refused.get(a + "z") != want or results[a + "ok"] != "0" or results[a + "no"] == "0":
+            wrong.append(f"{a}: lua {refused.get(a + 'z')} {results[a + 'ok']} {results[a + 'no']}, policy {want}: {c}")
+    assert not wrong, "\n".join(wrong[:5])
+    assert max(c["need"] for c in cases) > 2**64 and any(0 < c["need"] < 2**53 for c in cases)
