@@ -111,9 +111,12 @@ def _compare(lg: ledger.Ledger, config: Config, records: list[JobRecord], commen
         if row["state"] != "settled":
             findings.append(Finding("unsettled", key, f"{rec.state} in sacct, still held ({row['hold']})"))
             continue
+        # `scontrol requeue` of a finished job makes slurmdbd rewrite that run's state as REQUEUED: the
+        # run ended as the ledger settled it, and owes what that end state owed (seen on 22.05 and 24.11)
+        state = row["end_state"] if rec.state == "REQUEUED" and row["end_state"] != "REQUEUED" else rec.state
         limit = ledger.limit_seconds(rec.time_limit, config)
-        due = policy.charge(rec.state, rec.elapsed, limit, ledger.run_share(row), row["price"], row["rate_ppm"], rules)
-        if (row["charge"], row["end_state"], row["elapsed"]) != (due, rec.state, rec.elapsed):
+        due = policy.charge(state, rec.elapsed, limit, ledger.run_share(row), row["price"], row["rate_ppm"], rules)
+        if (row["charge"], row["end_state"], row["elapsed"]) != (due, state, rec.elapsed):
             findings.append(Finding("differs", key, f"ledger {row['end_state']} {row['elapsed']} s charged "
                                     f"{row['charge']}; sacct {rec.state} {rec.elapsed} s, due {due}"))  # fmt: skip
         if config["ledger"]["admin_comment"]:

@@ -95,8 +95,9 @@ def _one_at_a_time(config: Config) -> Iterator[None]:
     """One ``sync`` at a time per ledger: racing hook children that read a block and its lifting in
     turn could otherwise lose the site's kept values (one keeps them, the other forgets them)."""
     with db.as_state_owner(config.state_dir, config["paths"]["owner"]):
-        folder = db.make_private(config.state_dir)
-    with db.locked(folder / "enforce.lock", "ledger enforce"):
+        lock = db.make_private(config.state_dir) / "enforce.lock"
+        db.create_private(lock)  # the owner's, whoever (root too) takes it
+    with db.locked(lock, "ledger enforce"):
         yield
 
 

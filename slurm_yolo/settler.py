@@ -370,6 +370,8 @@ def reconcile(config: Config, window_days: float | None = None, min_age_seconds:
             }
             runs = [r for r in runs if ledger.run_key(r.cluster, r.job_id, r.submit) not in fresh]
             settled += settle_runs(lg, runs, config, "reconcile")
+            if all(r.final and not r.start for r in runs) and runs:  # never ran: a failed hook's alert ends
+                lg.resolve_incidents(runs[0].cluster, job_id)
             out += _hold_running(lg, runs, config)
     followups.after(settled)
     out += [

@@ -16,6 +16,13 @@ from slurm_yolo import alerts
 from slurm_yolo import config as config_mod
 
 
+def refusals(home: Path) -> Path:
+    """slurmctld's refusals.log in the home's private folder (made as slurmctld's writer would)."""
+    folder = home / "private"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder / "refusals.log"
+
+
 def test_parse_refusals_keeps_well_formed_lines_only() -> None:
     text = "\n".join([
         "1796000000 vision 1001 5000 -20",  # available is negative when pending jobs promise more than the balance
@@ -54,18 +61,18 @@ def test_alerts_count_the_logs_refusals(home: Path) -> None:
     config = config_mod.load()
     now = int(time.time())
     lines = [f"{now - 60 + i} vision 1001 5000 {i}\n" for i in range(3)] + [f"{now} research 1002 5 0\n", "garbage\n"]
-    (home / "refusals.log").write_text("".join(lines))
+    (refusals(home)).write_text("".join(lines))
     assert refusal_alerts(config) == [
         alerts.Alert("refusals", "vision", "3 submissions refused in a row for lack of tokens")
     ]
-    (home / "refusals.log").write_text(f"{now - 8 * 86400} vision 1001 5000 0\n" * 5)  # older than a week
+    (refusals(home)).write_text(f"{now - 8 * 86400} vision 1001 5000 0\n" * 5)  # older than a week
     assert refusal_alerts(config) == []
 
 
 def test_a_log_past_its_bound_is_read_from_its_tail(home: Path) -> None:
     """A 1 GB log (sparse here) costs the read of its last few MiB, whose cut first line is dropped."""
     now = int(time.time())
-    with open(home / "refusals.log", "wb") as f:
+    with open(refusals(home), "wb") as f:
         f.truncate(1 << 30)
         f.seek(0, os.SEEK_END)
         f.write(b"".join(f"\n{now} vision 1001 5000 0".encode() for _ in range(4)) + b"\n")
@@ -76,7 +83,7 @@ def test_a_log_past_its_bound_is_read_from_its_tail(home: Path) -> None:
 def test_a_log_that_is_not_the_trusted_sides_file_is_not_read(home: Path, kind: str) -> None:
     """A FIFO (it would block a plain open), a link (to /dev/zero, or to a file of the log's form) or a
     file of another owner: not read, and said so, at once."""
-    log = home / "refusals.log"
+    log = refusals(home)
     good = home / "elsewhere.log"
     good.write_text(f"{int(time.time())} vision 1001 5000 0\n" * 3)
     if kind == "fifo":
@@ -95,7 +102,7 @@ def test_a_log_that_is_not_the_trusted_sides_file_is_not_read(home: Path, kind: 
 @pytest.mark.cluster
 def test_alerts_from_the_command_line_never_wait_on_a_fifo(cluster: object, home: Path) -> None:
     """`slurm-yolo alerts` answers at once with a FIFO for its log (subprocess: a hang would be killed)."""
-    os.mkfifo(home / "refusals.log")
+    os.mkfifo(refusals(home))
     res = subprocess.run([sys.executable, "-m", "slurm_yolo", "alerts", "--json"], capture_output=True, text=True, timeout=30,
                          env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)  # fmt: skip
     assert res.returncode == 1 and '"not read: not a regular file"' in res.stdout, res.stdout + res.stderr

@@ -117,3 +117,18 @@ def test_audit_finds_each_kind_of_difference(cfg: config.Config) -> None:
     by = {(f.kind, f.key.split(":")[1]) for f in found}
     assert by == {("differs", "2"), ("comment", "2"), ("unsettled", "3"), ("missing-in-ledger", "4"),
                   ("missing-in-sacct", "5")}  # fmt: skip
+
+
+def test_audit_knows_slurmdbd_rewrites_a_requeued_finished_run_as_requeued(cfg: config.Config) -> None:
+    """`scontrol requeue` of a finished job: slurmdbd shows its ended run as REQUEUED. The run owes
+    what it owed as it ended (COMPLETED: its 100 s), no finding; a real difference still shows."""
+    with ledger.writer(cfg) as lg:
+        settle(lg, 11)
+        settle(lg, 12, "NODE_FAIL", 40)  # refunded as it ended: still refunded, whatever sacct says now
+        settle(lg, 13, elapsed=90)
+        texts = {r["job_id"]: r["text"] for r in lg.unwritten_comments()}
+    sacct = [record(11, "REQUEUED"), record(12, "REQUEUED", 40), record(13, "REQUEUED")]
+    comments = {("yolo", job, SUBMIT): text for job, text in texts.items()}
+    with ledger.reader(cfg) as lg:
+        found = books._compare(lg, cfg, sacct, comments, time.time() + 60, 0)
+    assert [(f.kind, f.key.split(":")[1]) for f in found] == [("differs", "13")]

@@ -88,7 +88,7 @@ def test_plain_submissions_beyond_what_is_left_are_refused_at_submit(lean: Slurm
         assert res.returncode != 0, res.stdout
         assert (f"account vision cannot cover this job: its worst case is {day:,} tokens" in res.stderr
                 and f"the account has {day - 1:,} left" in res.stderr), res.stderr  # fmt: skip
-    refusals = [line.split() for line in (lean.state_dir / "refusals.log").read_text().splitlines()[-3:]]
+    refusals = [line.split() for line in (lean.state_dir / "private" / "refusals.log").read_text().splitlines()[-3:]]
     assert [(r[1], r[3], r[4]) for r in refusals] == [("vision", str(day), str(day - 1))] * 3  # account, need, left
     assert all(r[2].isdigit() and r[2] != "0" for r in refusals)  # alice's uid
     # two GPUs for a minute fit; it starts, holds exactly its worst case, and pays what it ran

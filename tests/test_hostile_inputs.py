@@ -61,7 +61,9 @@ def books(home: Path) -> dict[str, str]:
         lg.credit("vision", 5 * 10**9, "test", "hostile inputs")
         lg.credit("research", 10**9, "test", "hostile inputs")
     now = int(time.time())
-    (home / "refusals.log").write_text("".join(f"{now - i} vision 1001 7000000000 5000000000\n" for i in range(3)))
+    (home / "private" / "refusals.log").write_text(
+        "".join(f"{now - i} vision 1001 7000000000 5000000000\n" for i in range(3))
+    )
     return {**os.environ, "SLURM_YOLO_HOME": str(home)}
 
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sqlite3
+import subprocess
+import sys
+import tempfile
 import time
 from fractions import Fraction
 from pathlib import Path
@@ -12,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurm_yolo import admission, config, db, ledger
-from slurm_yolo.errors import UsageError
+from slurm_yolo.errors import SlurmYoloError, UsageError
 from slurm_yolo.ledger import bucket
 from slurm_yolo.ledger.schema import MIGRATIONS
 
@@ -242,3 +247,78 @@ def test_unspent_tokens_expire_first_in_first_out(cfg: config.Config) -> None:
         assert lg.expire(30) == {}  # nothing twice
         a = lg.account("acct")
         assert (a["balance"], a["expired"], a["charged"]) == (500, 900, 100) and lg.check() == []
+
+
+def test_an_admin_releases_a_hold_slurm_can_no_longer_settle(cfg: config.Config) -> None:
+    with ledger.writer(cfg) as lg:
+        lg.credit("acct", 1000, "t")
+        lg.hold(run(), 300, None, "prolog")
+        for key, charge, reason, message in [
+            (run().key, 0, " ", "needs a --reason"),
+            ("c:404:1", 0, "purged", "no run 'c:404:1'"),
+            (run().key, 301, "purged", r"between 0 and the run's hold \(300\)"),
+        ]:
+            with pytest.raises(UsageError, match=message):
+                lg.release(key, charge, "admin", reason)
+        done = lg.release(run().key, 100, "admin", "sacct purged the job")
+        assert (done.charge, done.refund, done.balance) == (100, 200, 900)
+        with pytest.raises(UsageError, match="settled already"):
+            lg.release(run().key, 0, "admin", "again")
+        assert {m["reason"] for m in lg.job_movements(1) if m["kind"] != "hold"} == {"released: sacct purged the job"}
+        assert lg.run(run().key)["end_state"] == "RELEASED" and lg.check() == []
+
+
+def test_the_books_are_private_and_users_read_a_published_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database, its -wal/-shm and the locks sit in a 0700 folder; what a user can open is a
+    copy swapped in by rename, which no writer ever opens again (alice reads it)."""
+    home = Path(tempfile.mkdtemp(dir="/var/tmp"))  # a folder alice can reach
+    home.chmod(0o755)
+    monkeypatch.setenv("SLURM_YOLO_HOME", str(home))
+    cfg = config.load()
+    with ledger.writer(cfg) as lg:
+        lg.credit("acct", 10, "t")
+    private = home / "private"
+    assert private.stat().st_mode & 0o777 == 0o700
+    assert all(p.stat().st_mode & 0o077 == 0 for p in private.iterdir())
+    copy = home / "ledger.db"
+    assert copy.stat().st_mode & 0o777 == 0o644
+    inode = copy.stat().st_ino
+    with ledger.writer(cfg) as lg:
+        lg.credit("acct", 5, "t")
+    assert copy.stat().st_ino != inode  # a new file each time: a reader's descriptor holds the old one
+    read = ("from slurm_yolo import config, ledger; lg = ledger.reader(config.load());"
+            "print(lg.balance('acct'), lg.conn.execute('PRAGMA application_id').fetchone()[0])")  # fmt: skip
+    res = subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", sys.executable, "-c", read], capture_output=True,
+                         text=True, env={**os.environ, "SLURM_YOLO_HOME": str(home)}, cwd="/tmp", check=False)  # fmt: skip
+    assert res.stdout.split() == ["15", str(db.PUBLISHED_ID)], res.stderr
+    shutil.rmtree(home)
+
+
+def test_a_ledger_of_an_earlier_release_is_moved_into_the_private_folder(cfg: config.Config, home: Path) -> None:
+    legacy = home / "ledger.db"
+    conn = sqlite3.connect(legacy, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    db.migrate(conn, MIGRATIONS)
+    conn.execute("INSERT INTO accounts (name, balance, credited, refilled_at) VALUES ('old', 42, 42, 0)")
+    conn.execute("INSERT INTO movements (at, account, kind, amount, actor) VALUES (0, 'old', 'deposit', 42, 't')")
+    held_open = open(legacy, "rb")  # noqa: SIM115 - a user's descriptor on the old file, kept across the move
+    try:
+        with ledger.writer(cfg) as lg:
+            assert lg.balance("old") == 42 and lg.check() == []
+            lg.credit("old", 1, "t")
+        assert os.stat(held_open.fileno()).st_ino != (home / "private" / "ledger.db").stat().st_ino
+        assert not (home / "ledger.db-wal").exists() and not (home / "ledger.db-shm").exists()
+    finally:
+        held_open.close()
+        conn.close()
+    with ledger.reader(cfg) as lg:
+        assert lg.balance("old") == 43
+
+
+def test_a_lock_file_is_waited_for_within_a_bound(home: Path) -> None:
+    lock = db.make_private(home) / "publish.lock"
+    with db.locked(lock, "first"):
+        start = time.monotonic()
+        with pytest.raises(SlurmYoloError, match="stayed locked for 0 s"), db.locked(lock, "second", seconds=0.2):
+            pass
+        assert time.monotonic() - start < 5

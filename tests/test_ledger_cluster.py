@@ -323,7 +323,7 @@ def test_a_hostile_usage_file_neither_blocks_nor_feeds_the_controller(funded: Sl
     job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", "-D", str(work), user="alice",
                         script=f"{make} yolo-usage-$SLURM_JOB_ID.jsonl")  # fmt: skip
     assert_billed(funded, job, 60, 1, "t4", "COMPLETED")
-    log = funded.state_dir / "hooks.log"
+    log = funded.state_dir / "private" / "hooks.log"
 
     def feedback_done() -> dict | None:
         for line in log.read_text().splitlines():
@@ -414,9 +414,7 @@ def test_users_cannot_write_the_ledger(funded: Slurm) -> None:
 def test_hundreds_of_concurrent_hooks_with_kills_keep_the_books(cluster: Slurm, home: Path) -> None:
     """250 real prolog/epilog invocations (duplicated, shuffled, 10% killed -9) on real held jobs."""
     text = cluster.config_path.read_text()
-    (home / "config.toml").write_text(
-        text.replace('prolog_errors = "open"', 'prolog_errors = "open"\nenforce = false\nadmin_comment = false')
-    )
+    (home / "config.toml").write_text(text.replace("[ledger]\n", "[ledger]\nenforce = false\nadmin_comment = false\n"))
     jobs = [cluster.sbatch("-p", "a100", "--gres=gpu:a100:1", "--hold", "-t", "5") for _ in range(50)]
     try:
         events = [(j, "prolog") for j in jobs for _ in range(3)] + [(j, "epilog") for j in jobs for _ in range(2)]
@@ -445,3 +443,82 @@ def test_hundreds_of_concurrent_hooks_with_kills_keep_the_books(cluster: Slurm, 
         assert len({m["job_key"] for m in holds}) == len(holds) >= 40  # each run held once
         assert all(m["amount"] == 300 * 1_000_000 for m in holds)  # 5 min x 1 GPU x the default price
     print(json.dumps({"invocations": len(procs), "killed": killed, "runs": len(holds)}))
+
+
+# alice opens every file and folder she can under the cluster's slurm-yolo tree, and takes every lock
+# she can on each: an exclusive flock (shared where refused), and a POSIX lock over the whole file (a
+# read lock on what she can only read, as one on a byte of ledger.db-shm once stopped every writer).
+LOCKER = r"""
+import fcntl, os, sys, time
+held = []
+for top, dirs, files in os.walk(sys.argv[1]):
+    for path in [top] + [os.path.join(top, n) for n in files]:
+        fd = None
+        for mode in (os.O_RDWR, os.O_RDONLY):
+            try:
+                fd = os.open(path, mode | os.O_NONBLOCK | os.O_NOCTTY)
+                break
+            except OSError:
+                continue
+        if fd is None:
+            continue
+        got = []
+        for how, name in ((fcntl.LOCK_EX, "flock-ex"), (fcntl.LOCK_SH, "flock-sh")):
+            try:
+                fcntl.flock(fd, how | fcntl.LOCK_NB)
+                got.append(name)
+                break
+            except OSError:
+                pass
+        for how, name in ((fcntl.LOCK_EX, "posix-write"), (fcntl.LOCK_SH, "posix-read")):
+            try:
+                fcntl.lockf(fd, how | fcntl.LOCK_NB, 0, 0)
+                got.append(name)
+                break
+            except OSError:
+                pass
+        held.append((path, got, fd))
+with open(sys.argv[2] + ".tmp", "w") as f:
+    f.write("\n".join(f"{p} {' '.join(g)}" for p, g, _ in held))
+os.rename(sys.argv[2] + ".tmp", sys.argv[2])
+time.sleep(3600)
+"""
+
+
+@pytest.fixture
+def alice_locks(funded: Slurm) -> Iterator[dict[str, list[str]]]:
+    """alice holding every lock she can on the cluster's slurm-yolo state (until the test ends)."""
+    ready = _hostile_dir(funded, "locks") / "held"
+    proc = subprocess.Popen(["/usr/sbin/runuser", "-u", "alice", "--", "/usr/bin/python3", "-c", LOCKER,
+                             str(funded.state_dir), str(ready)], cwd="/tmp")  # fmt: skip
+    try:
+        poll("alice's locks", lambda: ready.exists() or proc.poll() is not None, timeout=60)
+        assert proc.poll() is None
+        yield {line.split(" ")[0]: line.split(" ")[1:] for line in ready.read_text().splitlines()}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_no_lock_a_user_can_take_freezes_the_books(funded: Slurm, alice_locks: dict[str, list[str]]) -> None:
+    """alice locks all she can open under the state folder; nothing she holds is on the write path:
+    root's deposit goes through, her GPU job is held and charged its elapsed time to the token, and
+    so is the run she starts again by requeueing her finished job (a requeue passes no admission)."""
+    state = funded.state_dir
+    assert str(state / "ledger.db") in alice_locks and alice_locks[str(state / "ledger.db")]  # the published copy
+    assert not [p for p in alice_locks if p.startswith(str(state / "private"))]  # the books: out of her reach
+    with funded.ledger() as lg:
+        before = lg.balance("vision")
+    res = funded.cli("ledger", "deposit", "vision", "1000", "--reason", "tests: while alice holds locks")
+    assert res.returncode == 0
+    job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "2", script="sleep 3", user="alice")
+    first = assert_billed(funded, job, 120, 1, "t4", "COMPLETED")
+    funded.cmd("scontrol", "requeue", str(job), user="alice")
+    skip_requeue_delay(job, funded)
+    second = assert_billed(funded, job, 120, 1, "t4", "COMPLETED", run=1, timeout=240)
+    ran = [int(r["ElapsedRaw"]) for r in funded.ended(job, 2)]
+    with funded.ledger() as lg:
+        after = lg.balance("vision")
+        assert lg.check() == []
+    assert (first["charge"], second["charge"]) == (ran[0] * PRICE["t4"], ran[1] * PRICE["t4"])
+    assert after == before + 1000 - ran[0] * PRICE["t4"] - ran[1] * PRICE["t4"]

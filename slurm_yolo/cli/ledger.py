@@ -304,6 +304,23 @@ def reconcile(window_days: float | None, min_age: float, as_json: bool) -> None:
 
 
 @ledger_group.command()
+@click.argument("key")
+@click.option("--charge", default="0", show_default=True, help="What the run pays (e.g. 120M); the rest is refunded.")
+@click.option("--reason", required=True, help="Why (kept with the movements).")
+@library_errors
+def release(key: str, charge: str, reason: str) -> None:
+    """End the hold of run KEY (cluster:job:submit, as `ledger audit` lists it) that Slurm's records can
+    no longer settle: charge --charge of it and refund the rest, recorded as movements with --reason."""
+    config = load_config()
+    with ledger.writer(config) as lg:
+        done = lg.release(key, admission.parse_tokens(charge), _actor(), reason)
+    outcome = enforcement.sync(config, [done.account])
+    click.echo(f"{key}: released, charged {fmt_tokens(done.charge)}, refunded {fmt_tokens(done.refund)}, "
+               f"{done.account} balance {fmt_tokens(done.balance)}")  # fmt: skip
+    _fail_unconverged(outcome)
+
+
+@ledger_group.command()
 @click.option("--account", "accounts", multiple=True, help="Only these accounts (default: all).")
 @library_errors
 def enforce(accounts: tuple[str, ...]) -> None:

@@ -169,8 +169,11 @@ class Ledger:
         with _WRITE_TURN:
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as e:  # busy past db.BUSY_TIMEOUT_MS: another writer holds it
-                raise SlurmYoloError(f"the ledger is busy: {e} after {db.BUSY_TIMEOUT_MS // 1000} s") from None
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e):
+                    raise
+                # busy past db.BUSY_TIMEOUT_MS: another writer (root or the SlurmUser) holds it
+                raise SlurmYoloError(f"the ledger stayed busy for {db.BUSY_TIMEOUT_MS // 1000} s: {e}") from None
             try:
                 yield self.conn
                 self.conn.execute("COMMIT")
@@ -421,6 +424,14 @@ class Ledger:
                 (time.time(), cluster, job_id, event, error[:500]),
             )
 
+    def resolve_incidents(self, cluster: str, job_id: int) -> None:
+        """The job's hook failures are over: it ended without a run to bill (cancelled before it ran)."""
+        with self._tx():
+            self.conn.execute(
+                "UPDATE incidents SET resolved_at = ? WHERE resolved_at IS NULL AND cluster IN (?, '') AND job_id = ?",
+                (time.time(), cluster, job_id),
+            )
+
     def open_incidents(self) -> list[sqlite3.Row]:
         return self.conn.execute("SELECT * FROM incidents WHERE resolved_at IS NULL ORDER BY at").fetchall()
 
@@ -444,9 +455,28 @@ class Ledger:
         with self._tx():
             self.conn.execute("DELETE FROM site_limits WHERE cluster = ? AND account = ?", (cluster, account))
 
-    def settle(self, key: str, charge: int, end_state: str, elapsed: int, actor: str) -> Settlement | None:
+    def release(self, key: str, charge: int, actor: str, reason: str) -> Settlement:
+        """An admin's end for a hold that Slurm's records can no longer settle (purged from sacct, a
+        run sacct never showed): charge ``charge`` (0: release it all), refund the rest, with why."""
+        if not reason.strip():
+            raise UsageError("a release needs a --reason (it stays with the movements)")
+        row = self.run(key)
+        if row is None:
+            raise UsageError(f"no run {key!r} in the ledger (ledger audit lists the open holds)")
+        if row["state"] != "held":
+            raise UsageError(f"run {key} is settled already ({row['end_state']}, charged {row['charge']})")
+        if not 0 <= charge <= row["hold"]:
+            raise UsageError(f"a release charges between 0 and the run's hold ({row['hold']}), not {charge}")
+        done = self.settle(key, charge, "RELEASED", 0, actor, reason=f"released: {reason.strip()}")
+        if done is None:  # settled meanwhile (its epilog, the settler)
+            raise UsageError(f"run {key} was settled meanwhile")
+        return done
+
+    def settle(self, key: str, charge: int, end_state: str, elapsed: int, actor: str,
+               reason: str = "") -> Settlement | None:  # fmt: skip
         """Charge ``charge`` and refund the rest of the hold, once; None if already settled. A charge
-        past the hold (a run that outlived its limit) takes the rest from the balance ("overrun")."""
+        past the hold (a run that outlived its limit) takes the rest from the balance ("overrun").
+        ``reason``: kept with the movements (default: the end state)."""
         now = time.time()
         with self._tx():
             row = self.conn.execute("SELECT * FROM jobs WHERE job_key = ?", (key,)).fetchone()
@@ -455,7 +485,7 @@ class Ledger:
             charge = max(0, charge)
             from_hold = min(charge, row["hold"])
             refund = row["hold"] - from_hold
-            who = {"job_key": key, "user": row["user"], "reason": end_state}
+            who = {"job_key": key, "user": row["user"], "reason": reason or end_state}
             self._move(row["account"], "charge", from_hold, now, actor, **who)
             self._move(row["account"], "refund", refund, now, actor, **who)
             if charge > from_hold:
