@@ -13,6 +13,7 @@ it is one error line, never a hang.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import sqlite3
@@ -45,11 +46,12 @@ def make_private(state_dir: Path) -> Path:
     SlurmUser: ``as_state_owner``); its path."""
     folder = private_dir(state_dir)
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if folder.stat().st_mode & 0o077:
+    if folder.stat().st_mode & 0o777 != 0o700:  # whatever the umask of the moment (hookd's socket: 0o177)
         folder.chmod(0o700)
     for entry in os.scandir(folder):  # files an earlier release (or umask) left open to others
-        if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mode & 0o077:
-            os.chmod(entry.path, 0o600)
+        with contextlib.suppress(FileNotFoundError):  # another writer's temporary file, gone meanwhile
+            if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mode & 0o077:
+                os.chmod(entry.path, 0o600)
     return folder
 
 

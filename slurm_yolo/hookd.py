@@ -148,12 +148,12 @@ class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         self.config = config  # read once, at start: never chosen by a request
         bin_dir = Path(config["slurm"]["bin_dir"])
         self.jobs: Batched[JobRecord] = Batched(partial(commands.current_runs, bin_dir=bin_dir), missing=None)
-        self.settler = Settler(config, Worker(config))
         old = os.umask(0o177)  # the socket: the SlurmUser (and root) only
         try:
             super().__init__(str(path), _Handler)
         finally:
             os.umask(old)
+        self.settler = Settler(config, Worker(config))  # after: its files must not get the socket's umask
 
     def close(self) -> None:
         Path(self.server_address).unlink(missing_ok=True)  # type: ignore[arg-type]  # clients fall back now

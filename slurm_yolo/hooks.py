@@ -17,6 +17,7 @@ never from a transitional state: the settler (``settler``) keeps its inbox row u
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 import time
 from collections.abc import Mapping
@@ -184,7 +185,7 @@ def main(event: str, query: subprocess.Popen[str] | None = None, env: Mapping[st
                   else epilog(env, config, settler, query))  # fmt: skip
         return True
     except Exception as e:  # noqa: BLE001 - never let our failure become Slurm's requeue loop
-        error = f"{type(e).__name__}: {e}"
+        error = f"{type(e).__name__}: {e}" + (f" ({e.sqlite_errorname})" if isinstance(e, sqlite3.Error) else "")
         log_event(config, {"event": event, "job": env.get("SLURM_JOB_ID"), "alert": error})
         _record_incident(config, env, event, error)
         if event == "prolog" and settler is None and env.get("SLURM_JOB_ID", "").isdigit():
