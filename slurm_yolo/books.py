@@ -30,7 +30,7 @@ MAX_AUDIT_BYTES = 16 << 20
 
 
 class Finding(NamedTuple):
-    kind: str  # missing-in-ledger, unsettled, missing-in-sacct, differs, comment, books
+    kind: str  # missing-in-ledger, unsettled, missing-in-sacct, differs, comment, books, unread (a day sacct did not answer)
     key: str  # the run (cluster:job:submit), or the account for the ledger's own invariants
     detail: str
 
@@ -44,18 +44,26 @@ def write_comments(config: Config, limit: int = 1000) -> tuple[int, list[str]]:
         return 0, []
     with lg:
         queued = [(r["cluster"], r["job_id"], r["text"]) for r in lg.unwritten_comments(limit)]
-    written, failed = 0, []
+    if not queued:
+        return 0, []
     bin_dir = Path(config["slurm"]["bin_dir"])
-    for cluster, job_id, text in queued:
-        error = ""
-        try:
-            commands.set_admin_comment(job_id, cluster, text, bin_dir=bin_dir)
-        except SlurmYoloError as e:
-            error = str(e)
-            failed.append(f"{cluster}:{job_id}: {error}")
-        with ledger.writer(config) as w:
+    try:  # one sacct call for the whole batch: each job's own name (an array task's, a hetjob component's)
+        targets = commands.comment_targets(sorted({job for _, job, _ in queued}), bin_dir=bin_dir)
+    except SlurmYoloError as e:
+        return 0, [f"{len(queued)} AdminComment(s) left queued: {e}"]
+    written, failed = 0, []
+    with ledger.writer(config, publish=False) as w:  # comments move no token: nothing to publish
+        for cluster, job_id, text in queued:
+            error = "sacct does not show the job yet" if job_id not in targets else ""
+            try:
+                if not error:
+                    commands.set_admin_comment(job_id, targets[job_id], cluster, text, bin_dir=bin_dir)
+            except SlurmYoloError as e:
+                error = str(e)
+            if error:
+                failed.append(f"{cluster}:{job_id}: {error}")
             w.comment_done(cluster, job_id, text, error)
-        written += not error
+            written += not error
     return written, failed
 
 
@@ -66,8 +74,18 @@ def audit(config: Config, window_days: float, min_age: float) -> list[Finding]:
     since = now - window_days * 86400
     bin_dir = Path(config["slurm"]["bin_dir"])
     with_comments = bool(config["ledger"]["admin_comment"])
-    records = commands.runs_since(since, bin_dir=bin_dir)
-    comments = commands.admin_comments(since=since, bin_dir=bin_dir) if with_comments else {}
+    records: list[JobRecord] = []
+    comments: dict[tuple[str, int, int], str] = {}
+    unread: list[Finding] = []
+    for start, end in commands.days(since, now):  # a day at a time: one that times out spares the rest
+        try:
+            day = commands.runs_since(start, bin_dir=bin_dir, until=end)
+            if with_comments:
+                comments |= commands.admin_comments(since=start, until=end, bin_dir=bin_dir)
+        except SlurmYoloError as e:
+            unread.append(Finding("unread", time.strftime("%Y-%m-%dT%H:%M", time.localtime(start)), str(e)))
+            continue
+        records += [r for r in day if r.final or r.start]  # what can be billed: runs that started
     lg = ledger.reader(config)
     if lg is None:
         return [Finding("books", "-", f"no ledger at {ledger.db_path(config)}")]
@@ -81,7 +99,12 @@ def audit(config: Config, window_days: float, min_age: float) -> list[Finding]:
             records += [r for runs in commands.job_runs(chunk, bin_dir=bin_dir).values() for r in runs]
             if with_comments:
                 comments |= commands.admin_comments(chunk, bin_dir=bin_dir)
-        return _compare(lg, config, records, comments, now - min_age, since)
+        return unread + _compare(lg, config, _unique(records), comments, now - min_age, since)
+
+
+def _unique(records: list[JobRecord]) -> list[JobRecord]:
+    """One record per run: a run active over two days is in both days' answers."""
+    return list({(r.cluster, r.job_id, r.submit): r for r in records}.values())
 
 
 def _held_between(lg: ledger.Ledger, since: float, before: float) -> list[Any]:

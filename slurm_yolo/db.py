@@ -28,6 +28,7 @@ from .errors import SlurmYoloError
 BUSY_TIMEOUT_MS = 20_000  # the longest a writer waits for another (only root and the SlurmUser can be one)
 LOCK_SECONDS = 20.0  # the longest a lock file is waited for
 PRIVATE = "private"  # STATE/private: the databases and locks, the SlurmUser's alone
+LEGACY_LOCKS = ("availability.lock", "enforce.lock")  # kept in STATE itself by earlier releases
 PUBLISHED_ID = 0x5959_5055  # PRAGMA application_id of a published copy ("YYPU"): never taken for the books
 
 
@@ -48,6 +49,8 @@ def make_private(state_dir: Path) -> Path:
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     if folder.stat().st_mode & 0o777 != 0o700:  # whatever the umask of the moment (hookd's socket: 0o177)
         folder.chmod(0o700)
+    for name in LEGACY_LOCKS:  # an earlier release's, in reach of users: no writer takes them now
+        (state_dir / name).unlink(missing_ok=True)
     for entry in os.scandir(folder):  # files an earlier release (or umask) left open to others
         with contextlib.suppress(FileNotFoundError):  # another writer's temporary file, gone meanwhile
             if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mode & 0o077:
@@ -56,7 +59,9 @@ def make_private(state_dir: Path) -> Path:
 
 
 def create_private(path: Path) -> None:
-    """Create ``path`` mode 0600 if it is missing (SQLite gives -wal and -shm the database's mode)."""
+    """Create ``path`` mode 0600 if it is missing (SQLite gives -wal and -shm the database's mode).
+    Never on a database this process may have open: closing any descriptor of a file drops every
+    POSIX lock the process holds on it, SQLite's included, and two writers then corrupt the file."""
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
 
 
@@ -188,10 +193,11 @@ def connect_write(path: Path, migrations: Sequence[str], wal: bool = False) -> s
                 return _idle[path].pop()
     try:
         make_private(path.parent.parent)
-        if not os.path.exists(path):
+        if not os.path.exists(path):  # made once, under a lock: see create_private
             with locked(path.parent / "adopt.lock", f"moving {published(path)} into {path.parent}"):
                 adopt_legacy(path)
-        create_private(path)
+                if not os.path.exists(path):
+                    create_private(path)
         conn = sqlite3.connect(
             path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=_idle is None
         )

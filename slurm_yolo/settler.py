@@ -337,19 +337,34 @@ class Settler:
             self._wake.wait(timeout=min(60.0, max(0.05, nxt - time.time())) if nxt is not None else 60.0)
 
 
+class Reconciled(NamedTuple):
+    done: list[dict[str, object]]  # runs settled or held
+    unread: list[str]  # the days sacct did not answer for (the rest were reconciled)
+
+
 def reconcile(config: Config, window_days: float | None = None, min_age_seconds: float = 0.0,
-              followups: Followups | None = None) -> list[dict[str, object]]:  # fmt: skip
+              followups: Followups | None = None) -> Reconciled:  # fmt: skip
     """Cron's settler: every open inbox row, then what the hooks missed, from sacct: settle every
     ended GPU run of the last ``window_days`` (``ledger.reconcile_days``) that the ledger has not
     settled, holding first those never held, and those of older holds still open; hold the running
-    GPU runs that no prolog held. Runs held less than ``min_age_seconds`` ago are left to their epilog."""
+    GPU runs that no prolog held. Runs held less than ``min_age_seconds`` ago are left to their
+    epilog. sacct is asked a day at a time: a day it does not answer is reported, the rest done."""
     followups = followups or Followups(config)
     out = settle_due(config, followups)
     bin_dir = _bin_dir(config)
     now = time.time()
     window = config["ledger"]["reconcile_days"] if window_days is None else window_days
+    by_run: dict[tuple[int, int], JobRecord] = {}
+    unread = []
+    for start, end in commands.days(now - window * 86400, now):
+        try:
+            day = commands.runs_since(start, bin_dir=bin_dir, until=end)
+        except SlurmYoloError as e:
+            unread.append(f"{time.strftime('%Y-%m-%dT%H:%M', time.localtime(start))}: {e}")
+            continue
+        by_run.update({(r.job_id, r.submit): r for r in day if r.start or r.final})  # what can be billed
     by_job: dict[int, list[JobRecord]] = {}
-    for rec in commands.runs_since(now - window * 86400, bin_dir=bin_dir):
+    for rec in by_run.values():
         by_job.setdefault(rec.job_id, []).append(rec)
     reader = ledger.reader(config)
     if reader is not None:
@@ -378,7 +393,7 @@ def reconcile(config: Config, window_days: float | None = None, min_age_seconds:
         {"key": done.key, "state": rec.state, "charge": done.charge, "refund": done.refund} for rec, _, done in settled
     ]
     followups.comments()  # those an earlier run could not write (slurmdbd was down)
-    return out
+    return Reconciled(out, unread)
 
 
 def _hold_running(lg: ledger.Ledger, runs: list[JobRecord], config: Config) -> list[dict[str, object]]:

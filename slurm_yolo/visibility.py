@@ -5,8 +5,10 @@ account's coordinators see it (and its sub-accounts, which sacctmgr lists with i
 ``PrivateData`` holds ``accounts`` or ``usage``, other users see only the accounts they have an
 association with; without it anyone sees any account, as Slurm shows ``sshare`` to all.
 
-This is the CLI's courtesy, not a secret: ledger.db is world-readable, since every user's yolo-sbatch
-reads balances from it on the login nodes.
+This is the CLI's courtesy, not a secret: the ledger's published copy is world-readable, since every
+user's yolo-sbatch reads balances from it on the login nodes. When slurmdbd does not answer (an
+outage), a user is treated as holding no coordinator or operator role and no association, says so
+(``Viewer.unreached``), and sees what the rule shows without them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .config import Config
-from .errors import UsageError
+from .errors import SlurmError, UsageError
 from .slurm import commands
 
 PRIVATE = frozenset({"accounts", "usage"})  # the PrivateData that hide other accounts
@@ -34,6 +36,7 @@ class Viewer(NamedTuple):
     private_data: frozenset[str] = frozenset()
     coordinated: frozenset[str] = frozenset()
     associated: frozenset[str] = frozenset()
+    unreached: str = ""  # what could not be asked (slurmdbd down), for the command to say
 
 
 def is_admin(v: Viewer) -> bool:
@@ -82,11 +85,17 @@ def viewer(config: Config) -> Viewer:
     if is_admin(v):
         return v
     bin_dir = Path(config["slurm"]["bin_dir"])
-    level, coordinated = commands.admin_level_and_coordinated(v.user, bin_dir)
-    v = v._replace(admin_level=level, coordinated=coordinated)
+    try:
+        level, coordinated = commands.admin_level_and_coordinated(v.user, bin_dir)
+        v = v._replace(admin_level=level, coordinated=coordinated)
+    except SlurmError as e:
+        v = v._replace(unreached=f"slurmdbd did not answer ({e})")
     if is_admin(v):
         return v
     v = v._replace(private_data=commands.private_data(bin_dir))
-    if v.private_data & PRIVATE:
-        v = v._replace(associated=frozenset(commands.accounts_of(v.user, bin_dir)))
+    if v.private_data & PRIVATE and not v.unreached:
+        try:
+            v = v._replace(associated=frozenset(commands.accounts_of(v.user, bin_dir)))
+        except SlurmError as e:
+            v = v._replace(unreached=f"slurmdbd did not answer ({e})")
     return v

@@ -220,6 +220,8 @@ def test_an_epilog_without_slurmdbd_leaves_the_run_held_for_reconcile(
         time.sleep(5)  # the epilog has given up asking sacct by now
         (row,) = cluster.runs(job)
         assert row["state"] == "held"
+        res = cluster.cli("ledger", "balance", user="alice")  # a read says what it could not reach, shows the rest
+        assert "warning: slurmdbd did not answer" in res.stderr and "vision: balance" in res.stdout
     finally:
         subprocess.run([str(REPO / "deploy" / "minicluster"), "up", "22.05"], check=True)
     rec = cluster.ended(job)[0]

@@ -132,3 +132,26 @@ def test_audit_knows_slurmdbd_rewrites_a_requeued_finished_run_as_requeued(cfg: 
     with ledger.reader(cfg) as lg:
         found = books._compare(lg, cfg, sacct, comments, time.time() + 60, 0)
     assert [(f.kind, f.key.split(":")[1]) for f in found] == [("differs", "13")]
+
+
+def test_sweeps_ask_sacct_a_day_at_a_time_and_one_failing_day_spares_the_rest(home: Path) -> None:
+    """A week is seven sacct calls; the one sacct fails (here: the oldest day) is reported, the other
+    days are read, and the ledger's own checks still run."""
+    from slurm_yolo.slurm import commands
+
+    assert commands.days(0, 2.5 * 86400) == [(0, 86400), (86400, 172800), (172800, 216000)]
+    fake = home / "bin"
+    fake.mkdir()
+    calls = home / "calls"
+    oldest = time.strftime("%Y-%m-%dT%H", time.localtime(time.time() - 7 * 86400))
+    (fake / "sacct").write_text(
+        f'#!/bin/sh\necho "$@" >> {calls}\ncase "$*" in *"-S {oldest}"*) exit 1;; esac\nexit 0\n'
+    )
+    (fake / "sacct").chmod(0o755)
+    (home / "config.toml").write_text(f'[slurm]\nbin_dir = "{fake}"\n')
+    cfg = config.load()
+    with ledger.writer(cfg) as lg:
+        lg.credit("vision", 10, "test")
+    found = books.audit(cfg, 7, 0)
+    assert [f.kind for f in found] == ["unread"]
+    assert len(calls.read_text().splitlines()) == 7 + 6  # each day's runs, and the comments of the six read

@@ -28,6 +28,7 @@ from conftest import PRICE, VENV_BIN, Slurm, fund, poll, skip_requeue_delay
 from slurm_yolo import calibration, ledger
 from slurm_yolo import config as config_mod
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
+from slurm_yolo.ledger import comment
 
 pytestmark = pytest.mark.cluster
 UNLIMITED_HOLD = 168 * 3600  # ledger.unlimited_hold_hours in deploy/config.toml
@@ -111,6 +112,33 @@ def test_array_tasks_are_held_and_settled_each(funded: Slurm) -> None:
                                                                       "JobIDRaw").stdout.split()) == 4 and ids)  # fmt: skip
     for task in ids:
         assert_billed(funded, int(task), 60, Fraction(1, 4), "a100", "COMPLETED")
+
+
+def test_each_array_task_and_hetjob_component_gets_its_own_admin_comment(funded: Slurm) -> None:
+    """sacctmgr's `jobid=ID` of an array's own id reaches every task (of a hetjob leader, every
+    component): each run's AdminComment must carry its own numbers, and the audit find nothing."""
+    array = funded.sbatch("-p", "a100", "--array=0-2", "--gres=shard:a100:1", "-t", "1", script="sleep 1")
+    het = funded.cmd("sbatch", "--parsable", "-o", "/dev/null", "-p", "t4", "--gres=gpu:t4:1", "-t", "1", ":", "-p", "a100",
+                     "--gres=gpu:a100:1", "-t", "2", input="#!/bin/bash\nsleep 1\n").stdout.strip()  # fmt: skip
+    ids = poll("5 runs in sacct", lambda: len(ids := funded.cmd("sacct", "-X", "-n", "-P", "-j", f"{array},{het}", "-o",
+                                                               "JobIDRaw").stdout.split()) == 5 and ids)  # fmt: skip
+    rows = {int(j): funded.settled(int(j))[0] for j in ids}
+    for job, row in rows.items():  # each charged its own elapsed time, at its own share
+        state, ran = elapsed(funded, job)
+        share = 1 if job in (int(het), int(het) + 1) else Fraction(1, 4)  # the hetjob's components: whole GPUs
+        assert (row["end_state"], row["charge"]) == (state, tokens(ran, share, row["partition"]))
+
+    def comments() -> dict[int, dict[str, str]] | None:
+        out = funded.cmd("sacct", "-X", "-n", "-P", "-j", ",".join(ids), "-o", "JobIDRaw,AdminComment").stdout
+        found = {int(line.split("|", 1)[0]): line.split("|", 1)[1] for line in out.splitlines() if "|" in line}
+        parsed = {job: next(iter(comment.parse(text).values()), {}) for job, text in found.items()}
+        done = all(parsed.get(job, {}).get("charge") == str(row["charge"]) for job, row in rows.items())
+        return parsed if done else None
+
+    poll("every run's own AdminComment", comments, timeout=120)
+    findings = json.loads(funded.cli("ledger", "audit", "--window-days", "0.05", "--min-age", "0", "--json",
+                                     check=False).stdout)  # fmt: skip
+    assert not [f for f in findings if f["key"].split(":")[1:2] and f["key"].split(":")[1] in ids], findings
 
 
 def test_cancel_while_pending_moves_nothing(funded: Slurm) -> None:

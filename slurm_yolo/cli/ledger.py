@@ -83,6 +83,8 @@ def balance(account: str | None, as_json: bool) -> None:
     """Balance, held, charged and quota of ACCOUNT, or of every account you may see (Slurm's PrivateData rule)."""
     config = load_config()
     viewer = visibility.viewer(config)
+    if viewer.unreached:
+        click.echo(f"warning: {viewer.unreached}: showing the accounts Slurm's rule shows without it", err=True)
     if account:
         visibility.require(viewer, account)
     with _read(config) as lg:
@@ -289,10 +291,18 @@ def reconcile(window_days: float | None, min_age: float, as_json: bool) -> None:
     from .. import settler
 
     config = load_config()
-    done = settler.reconcile(config, window_days, min_age)
+    done, unread = settler.reconcile(config, window_days, min_age)
     if as_json:
         echo_json(done)
-        return
+    else:
+        _print_reconciled(done)
+    for day in unread:
+        click.echo(f"Error: sacct did not answer for the day from {day}; the other days were reconciled", err=True)
+    if unread:
+        click.get_current_context().exit(1)
+
+
+def _print_reconciled(done: list[dict[str, object]]) -> None:
     for d in done:
         if d["state"] == "RUNNING":
             click.echo(f"{d['key']}: running without a hold, held {fmt_tokens(float(str(d['hold'])))}")

@@ -42,28 +42,66 @@ def job_runs(job_ids: list[int], bin_dir: Path | None = None) -> dict[int, list[
     return found
 
 
-def runs_since(since: float, bin_dir: Path | None = None, timeout: float = 120.0) -> list[JobRecord]:
-    """Every run of every user's jobs that was active since ``since`` (epoch seconds)."""
-    res = run(queries.sacct_argv(since=int(since)), bin_dir=bin_dir, time_format=queries.TIME_FORMAT, timeout=timeout)
+DAY = 86400.0
+
+
+def days(since: float, until: float) -> list[tuple[float, float]]:
+    """``[since, until]`` cut into windows of a day at most, oldest first: the sweeps (reconcile,
+    audit) ask sacct for one at a time, so one slow day neither times out the rest nor holds a
+    week of every user's jobs in memory."""
+    out, start = [], since
+    while start < until:
+        out.append((start, min(start + DAY, until)))
+        start += DAY
+    return out
+
+
+def runs_since(since: float, bin_dir: Path | None = None, timeout: float = 60.0,
+               until: float | None = None) -> list[JobRecord]:  # fmt: skip
+    """Every run of every user's jobs that was active between ``since`` and ``until`` (None: now)."""
+    argv = queries.sacct_argv(since=int(since), until=None if until is None else int(until) + 1)
+    res = run(argv, bin_dir=bin_dir, time_format=queries.TIME_FORMAT, timeout=timeout)
     return from_sacct(res.stdout)
 
 
 def admin_comments(job_ids: list[int] | None = None, since: float | None = None, bin_dir: Path | None = None,
-                   timeout: float = 120.0) -> dict[tuple[str, int, int], str]:  # fmt: skip
-    """The AdminComment of every run of the given jobs, or of every job active since ``since``, by
-    (cluster, job id, submit epoch)."""
-    argv = queries.comments_argv(job_ids, None if since is None else int(since))
+                   timeout: float = 60.0, until: float | None = None) -> dict[tuple[str, int, int], str]:  # fmt: skip
+    """The AdminComment of every run of the given jobs, or of every job active between ``since`` and
+    ``until`` (None: now), by (cluster, job id, submit epoch)."""
+    argv = queries.comments_argv(
+        job_ids, None if since is None else int(since), None if until is None else int(until) + 1
+    )
     res = run(argv, bin_dir=bin_dir, time_format=queries.TIME_FORMAT, timeout=timeout)
     return comments_from_sacct(res.stdout)
 
 
-def set_admin_comment(job_id: int, cluster: str, text: str, bin_dir: Path | None = None) -> None:
-    """Write a finished job's AdminComment in slurmdbd (its newest run's record); raises unless
-    sacctmgr says it modified that job (slurmdbd down, or the job not recorded yet)."""
-    res = run(["sacctmgr", "-i", "modify", "job", "where", f"jobid={int(job_id)}", f"cluster={cluster}", "set",
+_OWN_ID = re.compile(r"[0-9]{1,18}([_+][0-9]{1,18})?")
+
+
+def comment_targets(job_ids: list[int], bin_dir: Path | None = None) -> dict[int, str]:
+    """How sacctmgr names each job's own record: an array's own id (the task that keeps the array's
+    record) as ``ARRAY_TASK`` and a hetjob's leader as ``LEADER+0``, since ``jobid=ID`` there modifies
+    every task or component (seen on 22.05 and 24.11); any other job by its raw id. From sacct's
+    JobID, which slurmdbd writes; jobs sacct does not show are left out."""
+    if not job_ids:
+        return {}
+    rows = sacct_rows(["-j", queries.job_list(job_ids)], ["JobIDRaw", "JobID"], bin_dir=bin_dir)
+    wanted = set(job_ids)
+    return {int(raw): own for raw, own in rows if raw.isdigit() and int(raw) in wanted and _OWN_ID.fullmatch(own)}
+
+
+def set_admin_comment(job_id: int, target: str, cluster: str, text: str, bin_dir: Path | None = None) -> None:
+    """Write a finished job's AdminComment in slurmdbd (its newest run's record) through its own name
+    (``comment_targets``); raises unless sacctmgr says it modified that job, and that job alone
+    (slurmdbd down, the job not recorded yet, or a name that reaches other tasks)."""
+    if not _OWN_ID.fullmatch(target):
+        raise SlurmError(f"job {job_id}: {target!r} is not a job id sacctmgr can take")
+    res = run(["sacctmgr", "-i", "modify", "job", "where", f"jobid={target}", f"cluster={cluster}", "set",
                f"AdminComment={text}"], bin_dir=bin_dir)  # fmt: skip
-    if not any(line.split()[:1] == [str(int(job_id))] for line in res.stdout.splitlines()):
-        raise SlurmError(f"sacctmgr modified no job {job_id} on {cluster}: {res.stdout.strip() or res.stderr.strip()}")
+    modified = [line.split()[0] for line in res.stdout.splitlines() if line.split()[1:2] == ["submitted"]]
+    if set(modified) != {str(int(job_id))}:
+        raise SlurmError(f"sacctmgr modified {modified or 'no job'} for job {job_id} on {cluster}: "
+                         f"{res.stdout.strip() or res.stderr.strip()}")  # fmt: skip
 
 
 SACCT_FIELDS = [

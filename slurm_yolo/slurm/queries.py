@@ -33,10 +33,11 @@ def squeue_argv(job_ids: list[int]) -> list[str]:
     return ["squeue", "-h", "--states=all", "-j", job_list(job_ids), "-O", ",".join(f"{f}:|" for f in SQUEUE_FIELDS)]
 
 
-def sacct_argv(job_ids: list[int] | None = None, since: int | None = None) -> list[str]:
-    """Every run (``-D``) of the given jobs, or of every job of every user active since ``since``."""
-    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since or 0))  # sacct reads local time
-    select = ["-j", job_list(job_ids)] if job_ids else ["-a", "-S", start, "-E", "now"]
+def sacct_argv(job_ids: list[int] | None = None, since: int | None = None, until: int | None = None) -> list[str]:
+    """Every run (``-D``) of the given jobs, or of every job of every user active between ``since``
+    and ``until`` (None: now)."""
+    start, end = (time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t or 0)) for t in (since, until))  # local time
+    select = ["-j", job_list(job_ids)] if job_ids else ["-a", "-S", start, "-E", "now" if until is None else end]
     return ["sacct", "-X", "-D", "-n", "-P", *select, "-o", ",".join(SACCT_FIELDS)]
 
 
@@ -45,6 +46,6 @@ def sacct_argv(job_ids: list[int] | None = None, since: int | None = None) -> li
 COMMENT_FIELDS = ("JobIDRaw", "Cluster", "Submit", "AdminComment")
 
 
-def comments_argv(job_ids: list[int] | None = None, since: int | None = None) -> list[str]:
-    argv = sacct_argv(job_ids, since)
+def comments_argv(job_ids: list[int] | None = None, since: int | None = None, until: int | None = None) -> list[str]:
+    argv = sacct_argv(job_ids, since, until)
     return [*argv[:-1], ",".join(COMMENT_FIELDS)]
