@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from conftest import IN_CI
 
-from slurm_yolo import availability, config
+from slurm_yolo import availability, config, db
 from slurm_yolo.config import Partition
 from slurm_yolo.ledger import policy
 
@@ -147,6 +147,7 @@ def test_lua_worst_cases_equal_the_policy(tmp_path: Path, home: Path) -> None:
     text = availability.render(cfg, now, accounts, prices, [{"qos": q, "rate_ppm": r} for q, r in tiers.items()], [])
     availability.path(cfg).parent.mkdir(parents=True, exist_ok=True)
     availability.path(cfg).write_text(text)
+    db.make_private(cfg.state_dir)  # where slurmctld appends refusals.log (the ledger's writers make it)
     script = tmp_path / "job_submit.lua"
     script.write_text(availability.script(cfg, "yolo"))
     (tmp_path / "cases.lua").write_text("return " + lua([{k: v for k, v in c.items() if k not in ("need", "pending")}
