@@ -134,14 +134,17 @@ def _compare(lg: ledger.Ledger, config: Config, records: list[JobRecord], commen
         if row["state"] != "settled":
             findings.append(Finding("unsettled", key, f"{rec.state} in sacct, still held ({row['hold']})"))
             continue
-        # `scontrol requeue` of a finished job makes slurmdbd rewrite that run's state as REQUEUED: the
-        # run ended as the ledger settled it, and owes what that end state owed (seen on 22.05 and 24.11)
-        state = row["end_state"] if rec.state == "REQUEUED" and row["end_state"] != "REQUEUED" else rec.state
+        # `scontrol requeue` of a finished job makes slurmdbd rewrite that run as REQUEUED, its elapsed
+        # stretched to the requeue (seen on 22.05 and 24.11): the run ended as the ledger settled it from
+        # sacct's final record then, and owes what that end state and elapsed time owed
+        state, ran = rec.state, rec.elapsed
+        if rec.state == "REQUEUED" and row["end_state"] != "REQUEUED":
+            state, ran = row["end_state"], row["elapsed"]
         limit = ledger.limit_seconds(rec.time_limit, config)
-        due = policy.charge(state, rec.elapsed, limit, ledger.run_share(row), row["price"], row["rate_ppm"], rules)
-        if (row["charge"], row["end_state"], row["elapsed"]) != (due, state, rec.elapsed):
+        due = policy.charge(state, ran, limit, ledger.run_share(row), row["price"], row["rate_ppm"], rules)
+        if (row["charge"], row["end_state"], row["elapsed"]) != (due, state, ran):
             findings.append(Finding("differs", key, f"ledger {row['end_state']} {row['elapsed']} s charged "
-                                    f"{row['charge']}; sacct {rec.state} {rec.elapsed} s, due {due}"))  # fmt: skip
+                                    f"{row['charge']}; sacct {rec.state} {ran} s, due {due}"))  # fmt: skip
         if config["ledger"]["admin_comment"]:
             entries = recorded.get((rec.cluster, rec.job_id), {})
             entry = entries.get(rec.submit, entries.get(0) if len(entries) == 1 else None)  # 0: before runs were named

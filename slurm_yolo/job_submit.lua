@@ -422,6 +422,10 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
     end
   end
   local limit, was = job_desc.time_limit, job_rec.time_limit
+  if limit == 0 then  -- a run with limit 0 holds nothing while slurmctld takes its time to end it
+    slurm.log_user("slurm-yolo: a submitted job's time limit cannot be set to 0: cancel it instead")
+    return slurm.ESLURM_ACCESS_DENIED or slurm.ERROR
+  end
   if limit ~= nil and limit ~= NO_VAL and (was == nil or was == NO_VAL or limit > was) then
     slurm.log_user("slurm-yolo: a submitted job's time limit can only be lowered (its budget was checked" ..
                    " at submission): cancel and resubmit")

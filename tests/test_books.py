@@ -120,14 +120,17 @@ def test_audit_finds_each_kind_of_difference(cfg: config.Config) -> None:
 
 
 def test_audit_knows_slurmdbd_rewrites_a_requeued_finished_run_as_requeued(cfg: config.Config) -> None:
-    """`scontrol requeue` of a finished job: slurmdbd shows its ended run as REQUEUED. The run owes
-    what it owed as it ended (COMPLETED: its 100 s), no finding; a real difference still shows."""
+    """`scontrol requeue` of a finished job: slurmdbd shows its ended run as REQUEUED, its elapsed
+    stretched to the requeue. The run owes what it owed as it ended (COMPLETED: its 100 s), no
+    finding; a ledger whose own numbers disagree still shows."""
     with ledger.writer(cfg) as lg:
         settle(lg, 11)
         settle(lg, 12, "NODE_FAIL", 40)  # refunded as it ended: still refunded, whatever sacct says now
-        settle(lg, 13, elapsed=90)
+        r = run(13)
+        lg.hold(r, 600 * 3000, None, "test")
+        lg.settle(r.key, 1, "COMPLETED", 100, "test")  # charged 1 token for 100 s: wrong on its own terms
         texts = {r["job_id"]: r["text"] for r in lg.unwritten_comments()}
-    sacct = [record(11, "REQUEUED"), record(12, "REQUEUED", 40), record(13, "REQUEUED")]
+    sacct = [record(11, "REQUEUED", 130), record(12, "REQUEUED", 170), record(13, "REQUEUED", 130)]
     comments = {("yolo", job, SUBMIT): text for job, text in texts.items()}
     with ledger.reader(cfg) as lg:
         found = books._compare(lg, cfg, sacct, comments, time.time() + 60, 0)

@@ -67,7 +67,7 @@ def test_slurm_unreadable_is_value_error(text: str) -> None:
 
 
 def test_records_keep_their_field_meanings() -> None:
-    assert records.duration("365-00:00:00") is None  # 24.11's stand-in for no limit
+    assert records.duration("365-00:00:00") == 365 * DAY  # held as the year it may run, never as no limit
     assert records.duration("UNLIMITED") is None
     assert records.duration("1-00:00:00") == DAY
     with pytest.raises(ValueError):

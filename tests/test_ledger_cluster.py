@@ -310,21 +310,27 @@ def test_an_admin_time_extension_is_charged_past_the_hold(funded: Slurm) -> None
 
 
 def test_time_limits_a_user_sets_are_billed_exactly(funded: Slurm) -> None:
-    """Past a year (squeue prints INVALID), lowered to 0 while pending or running: each run is held
-    from its real limit and charged the time it ran."""
+    """Past a year (squeue prints INVALID), exactly the year slurmctld gives a job without a limit, and
+    set to 0 while pending or running (refused: such a run would hold nothing while slurmctld takes
+    its time to end it): each run is held from its real limit and charged the time it ran."""
     shard = ("-p", "t4", "--gres=shard:t4:1")
     long_job = funded.sbatch(*shard, "-t", "400-00:00:00", script="sleep 2", user="alice")
-    pending = funded.sbatch(*shard, "-t", "5", "--hold", script="sleep 60", user="alice")
-    funded.cmd("scontrol", "update", f"jobid={pending}", "TimeLimit=0", user="alice")
+    year_job = funded.sbatch(*shard, "-t", "365-00:00:00", script="sleep 2", user="alice")
+    pending = funded.sbatch(*shard, "-t", "5", "--hold", script="sleep 2", user="alice")
+    refused = funded.cmd("scontrol", "update", f"jobid={pending}", "TimeLimit=0", user="alice", check=False)
+    assert refused.returncode != 0
     funded.cmd("scontrol", "release", str(pending), user="alice")
     running = funded.sbatch(*shard, "-t", "2", script="sleep 60", user="alice")
     wait_running(funded, running)
-    funded.cmd("scontrol", "update", f"jobid={running}", "TimeLimit=0", user="alice")
+    refused = funded.cmd("scontrol", "update", f"jobid={running}", "TimeLimit=0", user="alice", check=False)
+    assert refused.returncode != 0
+    funded.cmd("scancel", str(running), user="alice")
     row = funded.settled(long_job)[0]  # held at its limit, or at a year and a day while sacct lagged the prolog
     assert row["hold"] in (tokens(400 * 86400, Fraction(1, 4), "t4"), tokens(366 * 86400, Fraction(1, 4), "t4"))
     assert_billed(funded, long_job, row["hold_seconds"], Fraction(1, 4), "t4", "COMPLETED")
-    assert_billed(funded, pending, 0, Fraction(1, 4), "t4", timeout=180)
-    assert_billed(funded, running, 120, Fraction(1, 4), "t4", "TIMEOUT", timeout=180)
+    assert_billed(funded, year_job, 365 * 86400, Fraction(1, 4), "t4", "COMPLETED")
+    assert_billed(funded, pending, 300, Fraction(1, 4), "t4", "COMPLETED", timeout=180)
+    assert_billed(funded, running, 120, Fraction(1, 4), "t4", "CANCELLED", timeout=180)
 
 
 def test_forged_spank_and_comment_values_in_the_hooks_environment(funded: Slurm) -> None:

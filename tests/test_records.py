@@ -55,7 +55,7 @@ SQ = "{id}|billing=1,cpu=1,gres/gpu=2,mem=256M,node=1|{limit}|1764489615|1764489
         ("5", 300),
         ("0:00", 0),
         ("364-23:59:59", 364 * 86400 + 86399),
-        ("365-00:00:00", None),  # slurmctld's year for "no limit"
+        ("365-00:00:00", 365 * 86400),  # slurmctld's year for "no limit": held as the year it may run
         ("INVALID", records.PAST_A_YEAR),
     ],  # squeue's word for -t 400-0: sacct has it
 )
@@ -88,7 +88,7 @@ def test_sacct_states_and_limits() -> None:
                       SA.format(id=6, state="RUNNING", limit="Partition_Limit"), SA.format(id=7, state="RUNNING", limit="525600"),
                       SA.format(id=8, state="TIMEOUT", limit="576000"), SA.format(id=9, state="TIMEOUT", limit="")])  # fmt: skip
     a, b, c, d, e, f = records.from_sacct(text)
-    assert d.time_limit is None  # 365 days: slurmctld's stand-in for no limit
+    assert d.time_limit == 365 * 86400  # slurmctld's stand-in for no limit, held as the year it may run
     assert e.time_limit == 400 * 86400 and f.time_limit == 0  # -t 400-0; TimeLimit=0 prints nothing
     assert (a.state, a.final, a.time_limit, a.elapsed, a.start) == ("REQUEUED", True, 120, 24, 1764489616)
     assert (b.state, b.final, b.time_limit) == ("CANCELLED", True, None)

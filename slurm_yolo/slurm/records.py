@@ -76,22 +76,17 @@ def tres(text: str) -> dict[str, str]:
 
 
 # slurmctld gives a job with no time limit (an INFINITE partition) a limit of exactly 365 days when it
-# starts: what squeue and sacct print for it from then on. That value is taken as no limit (a job
-# that asked for exactly 365 days is held like an unlimited one); every other value is its limit.
-INFINITE_STANDIN = 365 * 86400
+# starts: what squeue and sacct print for it from then on. That value is held as the 365 days it may
+# run, never as no limit: a job that asked for exactly 365 days is told from no job's (native
+# admission gives every GPU job a limit), and holding less than it may run would overdraw.
 # squeue prints INVALID for a limit past a year (-t 400-0): only sacct knows it exactly.
 PAST_A_YEAR = -1
 
 
-def _limit(seconds: int) -> int | None:
-    return None if seconds == INFINITE_STANDIN else seconds
-
-
 def duration(text: str) -> int | None:
     """A Slurm duration (``[D-]HH:MM:SS`` and its shorter forms: ``durations.slurm``) as seconds;
-    None for UNLIMITED and for the year 24.11 prints for it; ValueError for anything else."""
-    seconds = durations.slurm(text)
-    return None if seconds is None else _limit(seconds)
+    None for UNLIMITED; ValueError for anything else."""
+    return durations.slurm(text)
 
 
 def _squeue_limit(text: str) -> int | None:
@@ -104,7 +99,7 @@ def _minutes(text: str) -> int | None:
     0 (``scontrol update TimeLimit=0``)."""
     if text in ("UNLIMITED", "Partition_Limit", "INFINITE"):
         return None
-    return _limit(_int(text) * 60) if text else 0
+    return _int(text) * 60 if text else 0
 
 
 def _fields(line: str, names: tuple[str, ...], trailing: bool) -> dict[str, str]:
