@@ -120,10 +120,12 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def handle(self) -> None:
         sock: socket.socket = self.request
+        sock.settimeout(READ_TIMEOUT_SECONDS)
         if peer_uid(sock) not in (0, os.geteuid()):
+            with contextlib.suppress(ValueError, OSError):  # read first (bounded): a peer still sending
+                _read_request(sock)  # to a closed socket gets an error instead of the answer
             _answer(sock, "error: permission denied\n")
             return
-        sock.settimeout(READ_TIMEOUT_SECONDS)
         try:
             event, env = parse_request(_read_request(sock))
         except (ValueError, OSError) as e:

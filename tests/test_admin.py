@@ -266,7 +266,7 @@ def test_a_failed_prolog_is_an_alert_until_its_run_is_settled(cluster: Slurm, sy
     hooks = [a for a in json.loads(res.stdout) if a["kind"] == "hook" and a["subject"].endswith(f":{job}")]
     assert hooks and "prolog failed" in hooks[0]["message"]
     # fail closed: a prolog that could not hold cancels its job, which never runs unheld
-    poll("the job cancelled", lambda: cluster.cmd("sacct", "-X", "-n", "-j", str(job), "-o", "State").stdout.split()[:1]
+    poll("the job cancelled", lambda: cluster.cmd("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "State").stdout.split()[:1]
          == ["CANCELLED"])  # fmt: skip
     cluster.cli("ledger", "reconcile")  # a job that ended without running holds nothing: the alert ends
     res = CliRunner().invoke(admin, ["alerts", "--json"])
