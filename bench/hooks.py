@@ -1,9 +1,10 @@
 """Prolog/epilog wall time per invocation (p50, p99), alone and 50 at once, replayed on real jobs.
 
 Two ways a site can run the hooks, measured in the same run:
-- ``hookd``: slurm.conf's ``slurm-yolo-hook`` client, served by the resident ``slurm-yolo hookd``
-  (what deploy/minicluster wires); the epilog answers once its settlement is queued, so the time
-  until the ledger shows the run settled is printed too;
+- ``hookd``: slurm.conf's ``slurm-yolo-hook`` client, served by a resident ``slurm-yolo hookd`` of the
+  round's own (what deploy/minicluster wires, on the round's ledger: hookd reads its config once);
+  the epilog answers once its event is in the inbox, so the time until the settler shows the run
+  settled in the ledger is printed too;
 - ``python``: the Python hooks alone (what the client falls back on when hookd is not running).
 Baseline in the same run: the prolog's own Slurm query alone (``squeue -O`` of the job's record).
 Each round replays onto a ledger of its own, so every hold and settlement is a first one.
@@ -26,7 +27,6 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
-from slurm_yolo import config as config_mod
 from slurm_yolo.slurm import commands, queries
 
 BIN = Path(sys.executable).parent
@@ -45,20 +45,26 @@ def _quantiles(xs: list[float]) -> tuple[float, float]:
     return statistics.median(xs) * 1000, xs[min(len(xs) - 1, int(0.99 * len(xs)))] * 1000
 
 
-def _hookd_answers() -> bool:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        try:
-            s.connect(config_mod.load()["hookd"]["socket"])
-            return True
-        except OSError:
-            return False
+def _start_hookd(home: str) -> subprocess.Popen[bytes]:
+    """The round's own hookd (as root: it becomes the SlurmUser), once its socket answers."""
+    env = {"SLURM_YOLO_CONFIG": f"{home}/config.toml", "SLURM_YOLO_HOME": home, "PATH": "/usr/bin:/bin"}
+    proc = subprocess.Popen([str(BIN / "slurm-yolo"), "hookd"], env=env, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            try:
+                s.connect(f"{home}/hookd.sock")
+                return proc
+            except OSError:
+                time.sleep(0.05)
+    raise SystemExit(f"bench hooks: hookd did not start on {home}/hookd.sock")
 
 
 def _settle_delays(home: str, starts: dict[int, float], timeout: float = 60) -> list[float]:
     """Seconds from each epilog's start until the ledger shows its run settled."""
     deadline = time.monotonic() + timeout
     while True:
-        with sqlite3.connect(f"file:{home}/ledger.db?mode=ro", uri=True) as conn:
+        with sqlite3.connect(f"file:{home}/private/ledger.db?mode=ro", uri=True) as conn:
             rows = conn.execute("SELECT job_id, settled_at FROM jobs WHERE settled_at IS NOT NULL").fetchall()
         done = {j: at for j, at in rows if j in starts}
         if len(done) == len(starts) or time.monotonic() > deadline:
@@ -80,7 +86,7 @@ def _home(base: str, name: str, config_text: str) -> str:
     """A ledger of its own for one round, owned by the SlurmUser (hookd writes it)."""
     home = os.path.join(base, name)
     os.mkdir(home, 0o755)
-    Path(home, "config.toml").write_text(config_text)
+    Path(home, "config.toml").write_text(config_text + f'\n[hookd]\nsocket = "{home}/hookd.sock"\n')
     shutil.chown(home, "slurm", "slurm")
     return home
 
@@ -93,10 +99,10 @@ def main(jobs: int = 50) -> dict[str, float]:
         Path(base).chmod(0o755)
         parts = {j: p for p in ("a100", "t4") for j in _finished_jobs(p, jobs // 2)}
         variants = {"python": lambda hook: [str(BIN / f"slurm-yolo-{hook}")]}
-        if CLIENT.exists() and _hookd_answers():
+        if CLIENT.exists():
             variants = {"hookd": lambda hook: [str(CLIENT), hook], **variants}
         else:
-            print("hookd: not running (deploy/minicluster up starts it): only the Python hooks are measured")
+            print(f"hookd: no {CLIENT} (deploy/install builds it): only the Python hooks are measured")
         results: dict[str, list[tuple[float, float, int]]] = {}
         settle: dict[str, list[float]] = {}
         envs = [{"SLURM_JOB_ID": str(j), "SLURM_JOB_ACCOUNT": "vision", "SLURM_JOB_USER": "root", "SLURM_CLUSTER_NAME": "yolo",
@@ -108,7 +114,10 @@ def main(jobs: int = 50) -> dict[str, float]:
         for variant, argv in variants.items():
             for round_name in ("alone", f"x{jobs}"):
                 home = _home(base, f"{variant}-{round_name}", config_text)
-                round_envs = [{**e, "SLURM_YOLO_HOME": home} for e in envs]
+                round_envs = [
+                    {**e, "SLURM_YOLO_HOME": home, "SLURM_YOLO_HOOKD_SOCKET": f"{home}/hookd.sock"} for e in envs
+                ]
+                server = _start_hookd(home) if variant == "hookd" else None
                 for hook in ("prolog", "epilog"):
                     call = partial(_timed, argv(hook))
                     if round_name == "alone":
@@ -120,7 +129,10 @@ def main(jobs: int = 50) -> dict[str, float]:
                 if variant == "hookd":
                     starts = {int(e["SLURM_JOB_ID"]): at for e, (at, _, _) in zip(round_envs, timed, strict=True)}
                     settle[f"{variant} epilog {round_name}"] = _settle_delays(home, starts)
-                log = Path(home, "hooks.log")
+                if server is not None:
+                    server.terminate()
+                    server.wait(timeout=60)
+                log = Path(home, "private", "hooks.log")
                 alerts += log.read_text().count('"alert"') if log.exists() else 0
         errors = sum(rc != 0 for runs in results.values() for _, _, rc in runs)
     b50, b99 = _quantiles(base_times)
