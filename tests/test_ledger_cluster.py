@@ -355,7 +355,7 @@ def test_a_hostile_usage_file_neither_blocks_nor_feeds_the_controller(funded: Sl
     make = {"symlink to /dev/zero": "ln -s /dev/zero", "fifo": "mkfifo", "1 GB": "truncate -s 1G"}[kind]
     before = calibration.load(funded.config(), "t4").model.k
     job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", "-D", str(work), user="alice",
-                        script=f"{make} yolo-usage-$SLURM_JOB_ID.jsonl")  # fmt: skip
+                        script=f"{make} yolo-usage-$SLURM_JOB_ID.jsonl; sleep 2")  # fmt: skip  # ran: the file is read
     assert_billed(funded, job, 60, 1, "t4", "COMPLETED")
     log = funded.state_dir / "private" / "hooks.log"
 
@@ -366,14 +366,8 @@ def test_a_hostile_usage_file_neither_blocks_nor_feeds_the_controller(funded: Sl
                 return rec
         return None
 
-    rec = poll("the feedback's verdict", feedback_done, timeout=60)
+    rec = poll("the feedback's verdict", feedback_done, timeout=60)  # the settler's worker read it, unblocked
     assert rec.get("result") == "no usable usage records", rec
-    mine = f"feedback --job {job} --partition t4 --cluster {funded.name} "  # job ids repeat across the clusters
-    poll(
-        "the feedback process gone",
-        lambda: subprocess.run(["pgrep", "-f", mine], capture_output=True).returncode == 1,
-        20,
-    )
     assert calibration.load(funded.config(), "t4").model.k == before
 
 
@@ -547,10 +541,11 @@ def test_no_lock_a_user_can_take_freezes_the_books(funded: Slurm, alice_locks: d
     assert res.returncode == 0
     job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "2", script="sleep 3", user="alice")
     first = assert_billed(funded, job, 120, 1, "t4", "COMPLETED")
+    ran = [elapsed(funded, job)[1]]  # before the requeue: slurmdbd then stretches it to the requeue
     funded.cmd("scontrol", "requeue", str(job), user="alice")
     skip_requeue_delay(job, funded)
     second = assert_billed(funded, job, 120, 1, "t4", "COMPLETED", run=1, timeout=240)
-    ran = [int(r["ElapsedRaw"]) for r in funded.ended(job, 2)]
+    ran.append(int(funded.ended(job, 2)[1]["ElapsedRaw"]))
     with funded.ledger() as lg:
         after = lg.balance("vision")
         assert lg.check() == []
