@@ -52,7 +52,7 @@ def make_private(state_dir: Path) -> Path:
     for name in LEGACY_LOCKS:  # an earlier release's, in reach of users: no writer takes them now
         (state_dir / name).unlink(missing_ok=True)
     for entry in os.scandir(folder):  # files an earlier release (or umask) left open to others
-        with contextlib.suppress(FileNotFoundError):  # another writer's temporary file, gone meanwhile
+        with contextlib.suppress(OSError):  # gone meanwhile (a temporary file), or not ours: never a writer's failure
             if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mode & 0o077:
                 os.chmod(entry.path, 0o600)
     return folder

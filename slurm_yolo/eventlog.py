@@ -20,12 +20,15 @@ def log_path(config: Config) -> Path:
     return db.private_dir(config.state_dir) / "hooks.log"
 
 
-def log_event(config: Config, record: dict[str, object]) -> None:
-    """Append one JSON line to hooks.log (stderr if the private folder is not writable)."""
+def log_event(config: Config, record: dict[str, object], name: str = "hooks.log") -> None:
+    """Append one JSON line to a log in the private folder (``hooks.log``; the watchdog's), as the
+    state's owner and mode 0600 (stderr if the private folder is not writable)."""
     try:
         line = (json.dumps({"at": time.time(), **record}) + "\n").encode()
         with db.as_state_owner(config.state_dir, config["paths"]["owner"]):
-            fd = os.open(log_path(config), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = os.open(
+                db.make_private(config.state_dir) / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
+            )
         try:
             os.write(fd, line)
         finally:

@@ -368,10 +368,11 @@ def reconcile(config: Config, window_days: float | None = None, min_age_seconds:
         by_job.setdefault(rec.job_id, []).append(rec)
     reader = ledger.reader(config)
     if reader is not None:
-        with reader:
-            older = {row["job_id"] for row in reader.stale_holds(now)} - set(by_job)
-        if older:
-            by_job.update(commands.job_runs(sorted(older), bin_dir=bin_dir))
+        with reader:  # older holds still open, and jobs whose hooks failed: by id, whenever they ran
+            older = {row["job_id"] for row in reader.stale_holds(now)}
+            older |= {row["job_id"] for row in reader.open_incidents() if row["job_id"]}
+        if older - set(by_job):
+            by_job.update(commands.job_runs(sorted(older - set(by_job)), bin_dir=bin_dir))
     settled: list[Settled] = []
     with ledger.writer(config) as lg:
         for job_id in sorted(by_job):
@@ -385,7 +386,7 @@ def reconcile(config: Config, window_days: float | None = None, min_age_seconds:
             }
             runs = [r for r in runs if ledger.run_key(r.cluster, r.job_id, r.submit) not in fresh]
             settled += settle_runs(lg, runs, config, "reconcile")
-            if all(r.final and not r.start for r in runs) and runs:  # never ran: a failed hook's alert ends
+            if all(r.final and not r.tres for r in runs):  # never allocated (a cancelled pending job): its alert ends
                 lg.resolve_incidents(runs[0].cluster, job_id)
             out += _hold_running(lg, runs, config)
     followups.after(settled)

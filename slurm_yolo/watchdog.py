@@ -7,14 +7,13 @@ settles it by the ledger's usual cause rules.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import db
 from .config import Config
+from .eventlog import log_event
 from .parse.records import USAGE_NAME
 from .progress import expand_pattern
 from .slurm import commands, parsers
@@ -73,9 +72,5 @@ def act(config: Config, zombies: list[Zombie], dry_run: bool = False) -> list[Zo
                 commands.requeue(z.target, bin_dir=bin_dir)
             else:
                 commands.cancel(z.target, bin_dir=bin_dir)
-            try:
-                with open(db.private_dir(config.state_dir) / "watchdog.log", "a") as f:
-                    f.write(json.dumps({"at": time.time(), "reason": reason, "pid": os.getpid(), **asdict(z)}) + "\n")
-            except OSError:
-                pass
+            log_event(config, {"reason": reason, "pid": os.getpid(), **asdict(z)}, name="watchdog.log")
     return zombies
