@@ -30,7 +30,7 @@ _REFUSAL = re.compile(r"(\d{1,12}) (\S{1,200}) (\d{1,10}) (-?\d{1,20}) (-?\d{1,2
 
 @dataclass(frozen=True)
 class Alert:
-    kind: str  # budget, hook, refusals, k-drift, prediction
+    kind: str  # budget, hook, books, audit, refusals, k-drift, prediction, slurmdbd
     subject: str
     message: str
 
@@ -99,9 +99,10 @@ def refusal_streaks(refusals: Iterable[Refusal], last_charge: Mapping[str, float
 
 
 def check(config: Config, budget_share: float = 0.8, refusals: int = 3, drift: float = 0.3, error_bound: float = 0.5,
-          predictions: list[tuple[int, str, float, float]] | None = None) -> list[Alert]:  # fmt: skip
-    """All current alerts. ``predictions`` are recent (job, partition, predicted s, actual s)."""
-    alerts = []
+          predictions: list[tuple[int, str, float, float]] | None = None, unreached: str = "") -> list[Alert]:  # fmt: skip
+    """All current alerts. ``predictions`` are recent (job, partition, predicted s, actual s);
+    ``unreached``: why sacct gave none (slurmdbd down), itself an alert."""
+    alerts = [Alert("slurmdbd", "sacct", f"did not answer: {unreached} (no prediction alerts)")] if unreached else []
     last_charge: dict[str, float] = {}
     lg = ledger.reader(config)
     if lg:

@@ -13,5 +13,10 @@ class SlurmError(SlurmYoloError):
     """A Slurm command failed; the message carries its own one-line reason."""
 
 
+class UnreachableError(SlurmError):
+    """A Slurm daemon did not answer (slurmdbd or slurmctld down, or too slow): unlike a refusal of
+    what was asked, reads can show what they have without it and say so."""
+
+
 class QuotaError(SlurmYoloError):
     """The account's tokens cannot cover the job."""

@@ -222,6 +222,13 @@ def test_an_epilog_without_slurmdbd_leaves_the_run_held_for_reconcile(
         assert row["state"] == "held"
         res = cluster.cli("ledger", "balance", user="alice")  # a read says what it could not reach, shows the rest
         assert "warning: slurmdbd did not answer" in res.stderr and "vision: balance" in res.stdout
+        res = cluster.cli("report", "--view", "budgets", "--view", "usage")
+        assert "warning: sacct did not answer" in res.stderr and "vision" in res.stdout
+        res = cluster.cli("alerts", "--json", check=False)
+        assert res.returncode == 1 and "slurmdbd" in {a["kind"] for a in json.loads(res.stdout)}, res.stderr
+        watched = cluster.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="sleep 3")
+        res = cluster.cli("watch", str(watched), "--interval", "0.5")  # slurmctld alone follows it to its end
+        assert res.stdout.splitlines()[-1].startswith("COMPLETED"), res.stdout
     finally:
         subprocess.run([str(REPO / "deploy" / "minicluster"), "up", "22.05"], check=True)
     rec = cluster.ended(job)[0]

@@ -10,6 +10,7 @@ import click
 from .. import alerts as alerts_mod
 from .. import recalibrate as recal_mod
 from .. import visibility
+from ..errors import UnreachableError
 from ..timemodel import describe
 from . import echo_json, library_errors, load_config
 
@@ -60,9 +61,15 @@ def report(views: tuple[str, ...], as_csv: bool, as_json: bool, html_file: Path 
     config = load_config()
     viewer = visibility.viewer(config)
     f = report_mod.Filters(**{k: v for k, v in filters.items() if v is not None})  # type: ignore[arg-type]
-    saved = report_mod.read_saved(sacct_file.read_text(), delimiter) if sacct_file else None
+    if sacct_file:
+        rows, unreached = report_mod.read_saved(sacct_file.read_text(), delimiter), ""
+    else:
+        rows, unreached = report_mod.fetch_or_unreached(config, f)
+    for missing in (viewer.unreached, unreached and f"sacct did not answer ({unreached}): no runs in the job views"):
+        if missing:
+            click.echo(f"warning: {missing}", err=True)
     visible = partial(visibility.visible, viewer)
-    runs = report_mod.jobs(config, f, saved, visible)
+    runs = report_mod.jobs(config, f, rows, visible)
     tables = report_mod.build(config, f, views or report_mod.VIEWS, visible=visible, df=runs)
     if html_file:
         html_file.write_text(output.html_page(tables, report_mod.series(config, f, runs, tables)))
@@ -127,7 +134,11 @@ def alerts(
 
     config = load_config()
     visibility.require_admin(visibility.viewer(config), "slurm-yolo alerts")
-    found = alerts_mod.check(config, budget_share, refusals, drift, error_bound, recent_predictions(config))
+    try:
+        predictions, unreached = recent_predictions(config), ""
+    except UnreachableError as e:
+        predictions, unreached = [], str(e)
+    found = alerts_mod.check(config, budget_share, refusals, drift, error_bound, predictions, unreached)
     if as_json:
         echo_json(alerts_mod.to_dicts(found))
     else:

@@ -23,6 +23,7 @@ import pandas as pd
 
 from .. import calibration, ledger
 from ..config import Config
+from ..errors import UnreachableError
 from ..parse import read_text
 from ..parse.records import iter_records
 from ..slurm import commands, parsers
@@ -52,6 +53,15 @@ def fetch_sacct(config: Config, f: Filters) -> list[list[str]]:
         if value:
             select += [flag, value]
     return commands.sacct_rows(select, FIELDS, bin_dir=Path(config["slurm"]["bin_dir"]), timeout=300)
+
+
+def fetch_or_unreached(config: Config, f: Filters) -> tuple[list[list[str]], str]:
+    """``fetch_sacct``'s rows, or none and why when slurmdbd does not answer: the views the ledger
+    alone makes (budgets, k) still show, and the caller says what is missing."""
+    try:
+        return fetch_sacct(config, f), ""
+    except UnreachableError as e:
+        return [], str(e)
 
 
 def read_saved(text: str, delimiter: str = "|") -> list[list[str]]:

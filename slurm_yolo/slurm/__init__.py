@@ -11,9 +11,19 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
-from ..errors import SlurmError
+from ..errors import SlurmError, UnreachableError
 
 BIN_DIR = Path("/usr/bin")
+# What Slurm's clients print when slurmdbd or slurmctld does not answer (22.05 and 24.11), as opposed
+# to a refusal of the request itself.
+UNREACHABLE = (
+    "Connection refused",
+    "Problem talking to the database",
+    "persistent connection",
+    "Unable to contact slurm controller",
+    "Socket timed out",
+    "Transport endpoint is not connected",
+)
 
 
 class Result(NamedTuple):
@@ -22,6 +32,7 @@ class Result(NamedTuple):
     argv: tuple[str, ...]
     stdout: str
     stderr: str
+    returncode: int = 0
 
 
 def _binary(name: str, bin_dir: Path | None) -> str:
@@ -38,9 +49,11 @@ def run(
     timeout: float = 30.0,
     bin_dir: Path | None = None,
     time_format: str = "standard",
+    check: bool = True,
 ) -> Result:
-    """Run a Slurm command; a failure raises SlurmError with Slurm's own reason. ``time_format``:
-    how it prints times (the money path asks for epoch seconds, ``%s``)."""
+    """Run a Slurm command; a failure raises SlurmError with Slurm's own reason (UnreachableError when
+    a daemon did not answer; with ``check`` False only then, and the caller reads the rest of the
+    result itself). ``time_format``: how it prints times (the money path asks for epoch seconds, ``%s``)."""
     import subprocess  # offline dry runs never call Slurm: keep their start-up light
 
     full = [_binary(argv[0], bin_dir), *argv[1:]]
@@ -50,13 +63,16 @@ def run(
     except FileNotFoundError:
         raise SlurmError(f"{argv[0]}: command not found (is Slurm installed?)") from None
     except subprocess.TimeoutExpired:
-        raise SlurmError(f"{argv[0]}: no answer from Slurm within {timeout:.0f}s") from None
+        raise UnreachableError(f"{argv[0]}: no answer from Slurm within {timeout:.0f}s") from None
     if proc.returncode != 0:
-        lines = [ln.strip() for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
+        text = proc.stderr or proc.stdout
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         ours = [ln for ln in lines if "slurm-yolo:" in ln]  # job_submit.lua's reason beats Slurm's generic last line
         reason = (ours or lines)[-1] if lines else f"exit code {proc.returncode}"
-        raise SlurmError(f"{argv[0]} failed: {reason}")
-    return Result(argv=tuple(full), stdout=proc.stdout, stderr=proc.stderr)
+        unreachable = any(marker in text for marker in UNREACHABLE)
+        if unreachable or check:
+            raise (UnreachableError if unreachable else SlurmError)(f"{argv[0]} failed: {reason}")
+    return Result(argv=tuple(full), stdout=proc.stdout, stderr=proc.stderr, returncode=proc.returncode)
 
 
 # A child that sleeps, then becomes the command (execv: no shell, argv passed through untouched).
