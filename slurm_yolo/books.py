@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from . import db, ledger
 from .config import Config
-from .errors import SlurmYoloError
+from .errors import SlurmYoloError, UnreachableError
 from .ledger import comment, policy
 from .slurm import commands
 from .slurm.records import JobRecord
@@ -51,20 +51,33 @@ def write_comments(config: Config, limit: int = 1000) -> tuple[int, list[str]]:
         targets = commands.comment_targets(sorted({job for _, job, _ in queued}), bin_dir=bin_dir)
     except SlurmYoloError as e:
         return 0, [f"{len(queued)} AdminComment(s) left queued: {e}"]
-    written, failed = 0, []
+    batch = [commands.AdminComment(job, targets[job], cluster, text) for cluster, job, text in queued if job in targets]
+    errors = {(cluster, job): "sacct does not show the job yet" for cluster, job, _ in queued if job not in targets}
+    try:  # one sacctmgr for the batch; what it cannot confirm, one sacctmgr apiece, checked exactly
+        outcomes = commands.set_admin_comments(batch, bin_dir=bin_dir)
+        retry = [c for c, error in zip(batch, outcomes, strict=True) if error]
+    except UnreachableError as e:  # slurmdbd down: each alone would fail the same way
+        outcomes, retry = [str(e)] * len(batch), []
+    except SlurmYoloError as e:
+        outcomes, retry = [str(e)] * len(batch), batch
+    errors |= {(c.cluster, c.job_id): error for c, error in zip(batch, outcomes, strict=True)}
+    errors |= _one_by_one(retry, bin_dir)
     with ledger.writer(config, publish=False) as w:  # comments move no token: nothing to publish
-        for cluster, job_id, text in queued:
-            error = "sacct does not show the job yet" if job_id not in targets else ""
-            try:
-                if not error:
-                    commands.set_admin_comment(job_id, targets[job_id], cluster, text, bin_dir=bin_dir)
-            except SlurmYoloError as e:
-                error = str(e)
-            if error:
-                failed.append(f"{cluster}:{job_id}: {error}")
-            w.comment_done(cluster, job_id, text, error)
-            written += not error
-    return written, failed
+        w.comments_done((cluster, job, text, errors[cluster, job]) for cluster, job, text in queued)
+    failed = [f"{cluster}:{job}: {errors[cluster, job]}" for cluster, job, _ in queued if errors[cluster, job]]
+    return len(queued) - len(failed), failed
+
+
+def _one_by_one(comments: list[commands.AdminComment], bin_dir: Path) -> dict[tuple[str, int], str]:
+    """Each comment with a sacctmgr of its own, which must name that job and no other."""
+    errors = {}
+    for c in comments:
+        try:
+            commands.set_admin_comment(c.job_id, c.target, c.cluster, c.text, bin_dir=bin_dir)
+            errors[c.cluster, c.job_id] = ""
+        except SlurmYoloError as e:
+            errors[c.cluster, c.job_id] = str(e)
+    return errors
 
 
 def audit(config: Config, window_days: float, min_age: float) -> list[Finding]:

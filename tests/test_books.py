@@ -12,6 +12,7 @@ import pytest
 
 from slurm_yolo import availability, books, config, ledger
 from slurm_yolo.ledger import comment
+from slurm_yolo.slurm import commands
 from slurm_yolo.slurm.records import JobRecord, comments_from_sacct
 
 SUBMIT = 1_796_000_000
@@ -158,3 +159,25 @@ def test_sweeps_ask_sacct_a_day_at_a_time_and_one_failing_day_spares_the_rest(ho
     found = books.audit(cfg, 7, 0)
     assert [f.kind for f in found] == ["unread"]
     assert len(calls.read_text().splitlines()) == 7 + 6  # each day's runs, and the comments of the six read
+
+
+@pytest.mark.parametrize(
+    "target, cluster, text",
+    [
+        ("12", "yolo", "yolo:run=1,charge=5\nmodify job where jobid=13 set AdminComment=free"),  # a second command
+        ("12", "yolo", "yolo:run=1 charge=5"),  # a space: another word
+        ("12", "yolo", 'yolo:run=1,"charge=5"'),
+        ("12 13", "yolo", "yolo:run=1"),
+        ("12", "yolo where jobid=13", "yolo:run=1"),
+        ("12", "", "yolo:run=1"),
+    ],
+)
+def test_a_comment_that_could_change_sacctmgr_s_line_is_never_sent(tmp_path: Path, target: str, cluster: str,
+                                                                   text: str) -> None:  # fmt: skip
+    """sacctmgr reads the batch's commands one per line: what could add a line or a word is refused
+    before sacctmgr starts (a sacctmgr in ``bin_dir`` that would leave a mark shows it never ran)."""
+    (tmp_path / "sacctmgr").write_text(f"#!/bin/sh\ntouch {tmp_path}/ran\n")
+    (tmp_path / "sacctmgr").chmod(0o755)
+    out = commands.set_admin_comments([commands.AdminComment(12, target, cluster, text)], bin_dir=tmp_path)
+    assert out == ["job 12: not a comment sacctmgr can take on one line"]
+    assert not (tmp_path / "ran").exists()

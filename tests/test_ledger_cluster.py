@@ -15,9 +15,11 @@ import os
 import random
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import datetime
 from fractions import Fraction
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from slurm_yolo import calibration, ledger
 from slurm_yolo import config as config_mod
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
 from slurm_yolo.ledger import comment
+from slurm_yolo.slurm import commands
 
 pytestmark = pytest.mark.cluster
 UNLIMITED_HOLD = 168 * 3600  # ledger.unlimited_hold_hours in deploy/config.toml
@@ -551,3 +554,84 @@ def test_no_lock_a_user_can_take_freezes_the_books(funded: Slurm, alice_locks: d
         assert lg.check() == []
     assert (first["charge"], second["charge"]) == (ran[0] * PRICE["t4"], ran[1] * PRICE["t4"])
     assert after == before + 1000 - ran[0] * PRICE["t4"] - ran[1] * PRICE["t4"]
+
+
+def _hookd_descendants(slurm: Slurm) -> list[str]:
+    """The processes under this cluster's hookd (its own root: the host's, or the 24.11 chroot)."""
+    procs: dict[int, tuple[int, str, str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                procs[int(entry.name)] = (ppid, cmd, os.readlink(entry / "root"))
+            except OSError:
+                continue
+    hookd = {pid for pid, (_, cmd, root) in procs.items() if " hookd" in cmd and root == str(slurm.root)}
+    out = []
+    for ppid, cmd, _ in procs.values():
+        while ppid > 1 and ppid not in hookd and ppid in procs:
+            ppid = procs[ppid][0]
+        if ppid in hookd:
+            out.append(cmd)
+    return out
+
+
+def test_a_big_array_is_held_settled_and_commented_with_few_children(funded: Slurm) -> None:
+    """Defect 7: an array's every task is held and settled once at its own elapsed time, every
+    AdminComment lands within 2 minutes of the array's end (one sacctmgr for a batch), and hookd
+    never runs more than a few children at once (no detached child per settlement)."""
+    tasks = 120
+    most: list[str] = []
+    stop = False
+
+    def sample() -> None:
+        nonlocal most
+        while not stop:
+            now = _hookd_descendants(funded)
+            most = now if len(now) > len(most) else most
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=sample, daemon=True)
+    watcher.start()
+    try:
+        array = funded.sbatch(
+            "-p", "a100", f"--array=0-{tasks - 1}", "--gres=shard:a100:1", "-t", "1", script="sleep 1"
+        )
+        ids = poll(f"{tasks} runs in sacct", lambda: len(ids := funded.cmd("sacct", "-X", "-n", "-P", "-j", str(array), "-o",
+                                                                           "JobIDRaw").stdout.split()) == tasks and ids, 300)  # fmt: skip
+        for job in ids:
+            assert_billed(funded, int(job), 60, Fraction(1, 4), "a100", "COMPLETED", timeout=300)
+
+        def commented() -> list[list[str]] | None:
+            out = funded.cmd("sacct", "-X", "-n", "-P", "-j", str(array), "-o", "JobIDRaw,End,AdminComment").stdout
+            rows = [line.split("|", 2) for line in out.splitlines()]
+            return rows if all(r[2].lower().startswith("yolo:") for r in rows) else None
+
+        rows = poll("every AdminComment", commented, 300)
+        landed = time.time() - max(datetime.fromisoformat(r[1]).timestamp() for r in rows)  # sacct's local time
+    finally:
+        stop = True
+        watcher.join()
+    assert landed <= 120, f"the last AdminComment landed {landed:.0f} s after the array's end"
+    assert len(most) <= 3, most
+    for job, _, text in rows:  # each task's own numbers
+        (run,) = comment.parse(text).values()
+        assert run["charge"] == str(funded.settled(int(job))[0]["charge"])
+    findings = json.loads(funded.cli("ledger", "audit", "--window-days", "0.05", "--min-age", "0", "--json",
+                                     check=False).stdout)  # fmt: skip
+    assert not [f for f in findings if f["key"].split(":")[1:2] and f["key"].split(":")[1] in ids], findings
+
+
+def test_one_sacctmgr_writes_a_batch_of_comments_and_names_each_job(slurm: Slurm) -> None:
+    """The batch's sacctmgr exits 1 when any line modified nothing (a job slurmdbd has no record of):
+    the others land all the same, and only that one is reported for a sacctmgr of its own."""
+    jobs = [slurm.sbatch("-p", "t4", "-t", "1", script="true") for _ in range(3)]
+    for job in jobs:
+        slurm.ended(job)
+    batch = [commands.AdminComment(job, str(job), slurm.name, f"yolo:run=1,charge={job}") for job in jobs]
+    unknown = commands.AdminComment(99_999_999, "99999999", slurm.name, "yolo:run=1,charge=7")
+    out = commands.set_admin_comments([batch[0], unknown, *batch[1:]], bin_dir=slurm.bin_dir)
+    assert out == ["", "sacctmgr named job 99999999 0 time(s)", "", ""]
+    text = slurm.cmd("sacct", "-X", "-n", "-P", "-j", ",".join(map(str, jobs)), "-o", "JobIDRaw,AdminComment").stdout
+    assert sorted(text.split()) == sorted(f"{job}|yolo:run=1,charge={job}" for job in jobs)

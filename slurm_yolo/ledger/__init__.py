@@ -17,7 +17,7 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from fractions import Fraction
 from pathlib import Path
@@ -391,10 +391,12 @@ class Ledger:
             )
             return int(cur.lastrowid or 0)
 
-    def due(self, now: float, limit: int) -> list[sqlite3.Row]:
-        """Inbox rows to work on now, oldest first (``now`` = inf: every open row)."""
+    def due(self, now: float, limit: int, job: tuple[str, int] | None = None) -> list[sqlite3.Row]:
+        """Inbox rows to work on now, oldest first (``now`` = inf: every open row), of one (cluster,
+        job) when ``job`` says which."""
+        mine, args = ("AND cluster = ? AND job_id = ?", job) if job else ("", ())
         return self.conn.execute(
-            "SELECT * FROM inbox WHERE done_at IS NULL AND due_at <= ? ORDER BY id LIMIT ?", (now, limit)
+            f"SELECT * FROM inbox WHERE done_at IS NULL AND due_at <= ? {mine} ORDER BY id LIMIT ?", (now, *args, limit)
         ).fetchall()
 
     def inbox_open(self) -> int:
@@ -530,17 +532,23 @@ class Ledger:
     def comment_done(self, cluster: str, job_id: int, text: str, error: str = "") -> None:
         """Mark a comment written (``error`` empty), or count a failed attempt; a comment re-queued
         meanwhile (another run settled) stays to be written."""
+        self.comments_done([(cluster, job_id, text, error)])
+
+    def comments_done(self, outcomes: Iterable[tuple[str, int, str, str]]) -> None:
+        """``comment_done`` for a batch (cluster, job id, text, error), in one transaction."""
+        now = time.time()
         with self._tx():
-            if error:
-                self.conn.execute(
-                    "UPDATE admin_comments SET attempts = attempts + 1, error = ? WHERE cluster = ? AND job_id = ?"
-                    " AND text = ? AND written_at IS NULL", (error[:500], cluster, job_id, text),
-                )  # fmt: skip
-            else:
-                self.conn.execute(
-                    "UPDATE admin_comments SET written_at = ? WHERE cluster = ? AND job_id = ? AND text = ?",
-                    (time.time(), cluster, job_id, text),
-                )
+            for cluster, job_id, text, error in outcomes:
+                if error:
+                    self.conn.execute(
+                        "UPDATE admin_comments SET attempts = attempts + 1, error = ? WHERE cluster = ? AND job_id = ?"
+                        " AND text = ? AND written_at IS NULL", (error[:500], cluster, job_id, text),
+                    )  # fmt: skip
+                else:
+                    self.conn.execute(
+                        "UPDATE admin_comments SET written_at = ? WHERE cluster = ? AND job_id = ? AND text = ?",
+                        (now, cluster, job_id, text),
+                    )
 
     # --- reads ----------------------------------------------------------------------------------
 

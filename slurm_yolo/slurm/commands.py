@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 import secrets
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from ..errors import SlurmError, UsageError
 from . import parsers, queries, run
@@ -104,6 +106,49 @@ def set_admin_comment(job_id: int, target: str, cluster: str, text: str, bin_dir
                          f"{res.stdout.strip() or res.stderr.strip()}")  # fmt: skip
 
 
+_COMMENT_TEXT = re.compile(r"[A-Za-z0-9_:=,;.+-]{1,2000}")  # what the ledger writes (``ledger.comment``)
+
+
+class AdminComment(NamedTuple):
+    """One finished job's AdminComment to write: its own name (``comment_targets``) and cluster."""
+
+    job_id: int
+    target: str
+    cluster: str
+    text: str
+
+
+def set_admin_comments(comments: Sequence[AdminComment], bin_dir: Path | None = None) -> list[str]:
+    """Write many finished jobs' AdminComments with one sacctmgr, which reads its commands from stdin,
+    one per line: one process and one slurmdbd connection for the whole batch instead of one apiece.
+    Each comment's outcome, in order: "" when sacctmgr's output names its job exactly once and no job
+    outside the batch, else why not (``set_admin_comment`` then tries it alone and checks it exactly).
+    A comment that could change the command line (not a job's own name, a cluster that is not a plain
+    name, text the ledger does not write: a space, a quote, a newline) is refused before anything is sent."""
+    safe = [bool(_OWN_ID.fullmatch(c.target) and PLAIN_NAME.fullmatch(c.cluster) and _COMMENT_TEXT.fullmatch(c.text))
+            for c in comments]  # fmt: skip
+    lines = [f"modify job where jobid={c.target} cluster={c.cluster} set AdminComment={c.text}\n"
+             for c, ok in zip(comments, safe, strict=True) if ok]  # fmt: skip
+    named: Counter[str] = Counter()
+    if lines:
+        # sacctmgr exits 1 when any line modified nothing (a job slurmdbd has no record of yet): each
+        # comment's outcome is in what it printed
+        res = run(["sacctmgr", "-i"], input="".join(lines), bin_dir=bin_dir, timeout=30.0 + 0.2 * len(lines),
+                  check=False)  # fmt: skip
+        named.update(line.split()[0] for line in res.stdout.splitlines() if line.split()[1:2] == ["submitted"])
+    stray = sorted(set(named) - {str(c.job_id) for c, ok in zip(comments, safe, strict=True) if ok})
+    out = []
+    for c, ok in zip(comments, safe, strict=True):
+        count = named[str(c.job_id)]
+        if not ok:
+            out.append(f"job {c.job_id}: not a comment sacctmgr can take on one line")
+        elif count != 1 or stray:
+            out.append(f"sacctmgr named job {c.job_id} {count} time(s)" + (f", and {stray[:5]} too" if stray else ""))
+        else:
+            out.append("")
+    return out
+
+
 SACCT_FIELDS = [
     "JobIDRaw", "JobName", "Account", "User", "Partition", "QOS", "State", "ExitCode", "Submit", "Start",
     "End", "ElapsedRaw", "TimelimitRaw", "AllocTRES", "Comment", "AdminComment",
@@ -199,9 +244,11 @@ def running_jobs(bin_dir: Path | None = None) -> list[dict[str, str]]:
 
 
 def job_state(job_id: int, bin_dir: Path | None = None) -> str:
-    """The job's state: from squeue while Slurm holds it, else from sacct (``CANCELLED by 0`` -> ``CANCELLED``)."""
+    """The job's state: from squeue while slurmctld holds it (``-t all``: also for MinJobAge after its
+    end, so a slurmdbd outage does not hide how it ended), else from sacct (``CANCELLED by 0`` ->
+    ``CANCELLED``)."""
     try:
-        res = run(["squeue", "-h", "-j", str(int(job_id)), "-o", "%T"], bin_dir=bin_dir)
+        res = run(["squeue", "-h", "-t", "all", "-j", str(int(job_id)), "-o", "%T"], bin_dir=bin_dir)
         if res.stdout.strip():
             return res.stdout.strip().split()[0]
     except SlurmError:
