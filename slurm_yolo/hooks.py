@@ -120,8 +120,9 @@ def epilog(env: Mapping[str, str], config: Config, settler: Settler | None = Non
            query: subprocess.Popen[str] | None = None) -> dict[str, object]:  # fmt: skip
     """Record the end of a run in the inbox (durably: hookd answers after this), for the settler to
     charge what each ended run of the job used and refund the rest of its hold, exactly once. In a
-    hook process of its own (hookd down), settle now if sacct has the end within a few seconds; the
-    row otherwise waits for hookd's settler or cron's ``ledger reconcile``."""
+    hook process of its own (hookd down), settle this job's rows now if sacct has the end within a
+    few seconds (other jobs' rows are hookd's or cron's: a burst of hooks would each take them all);
+    the row otherwise waits for hookd's settler or cron's ``ledger reconcile``."""
     job_id = int(env["SLURM_JOB_ID"])
     cluster = cluster_of(env)
     estimate = policy.user_estimate(env.get("SPANK_YOLO_TOKENS"), env.get("SLURM_JOB_COMMENT"))
@@ -137,7 +138,9 @@ def epilog(env: Mapping[str, str], config: Config, settler: Settler | None = Non
     settled: list[dict[str, object]] = []
     lookup = _first_answer(query, config, job_id)
     while True:
-        settled += settler_mod.settle_due(config, settler_mod.Followups(config), time.time(), lookup)
+        settled += settler_mod.settle_due(
+            config, settler_mod.Followups(config), time.time(), lookup, job=(cluster, job_id)
+        )
         lookup = None
         with ledger.writer(config, publish=False) as lg:
             left = lg.conn.execute("SELECT due_at FROM inbox WHERE id = ? AND done_at IS NULL", (row,)).fetchone()
@@ -174,6 +177,7 @@ def main(event: str, query: subprocess.Popen[str] | None = None, env: Mapping[st
     prolog's ``record`` and the settler). True when it did its work; a failure is logged and recorded
     as an incident, and the caller still exits 0 (Slurm would requeue the job forever). A prolog that
     could not hold fails closed: its job is cancelled (in hookd, the client's own retry decides)."""
+    started = time.perf_counter()
     env = dict(os.environ) if env is None else env
     try:
         config = config or load(env=env)
@@ -181,8 +185,8 @@ def main(event: str, query: subprocess.Popen[str] | None = None, env: Mapping[st
         print(f"slurm-yolo {event}: config: {e}", file=sys.stderr)
         return False
     try:
-        log_event(config, prolog(env, config, settler, query, record) if event == "prolog"
-                  else epilog(env, config, settler, query))  # fmt: skip
+        done = prolog(env, config, settler, query, record) if event == "prolog" else epilog(env, config, settler, query)
+        log_event(config, {**done, "ms": round((time.perf_counter() - started) * 1000, 1)})  # bench array reads it
         return True
     except Exception as e:  # noqa: BLE001 - never let our failure become Slurm's requeue loop
         error = f"{type(e).__name__}: {e}" + (f" ({e.sqlite_errorname})" if isinstance(e, sqlite3.Error) else "")

@@ -229,12 +229,13 @@ class Worker(Followups):
 
 
 def settle_due(config: Config, followups: Followups, now: float | None = None, lookup: RunsLookup | None = None,
-               publish: bool = True) -> list[dict[str, object]]:  # fmt: skip
-    """One batch: the inbox rows due at ``now`` (None: every open row), settled from one sacct call
-    for all their jobs; each row done, or due again later. What was settled."""
+               publish: bool = True, job: tuple[str, int] | None = None) -> list[dict[str, object]]:  # fmt: skip
+    """One batch: the inbox rows due at ``now`` (None: every open row; only one (cluster, job)'s when
+    ``job`` says which: a hook's own), settled from one sacct call for all their jobs; each row done,
+    or due again later. What was settled."""
     at = time.time()
     with ledger.writer(config, publish=False) as lg:
-        rows = lg.due(math.inf if now is None else now, BATCH)
+        rows = lg.due(math.inf if now is None else now, BATCH, job)
     if not rows:
         return []
     by_job: dict[tuple[str, int], list[sqlite3.Row]] = {}
