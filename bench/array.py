@@ -6,6 +6,7 @@ of ``TASKS // 5`` tasks (what a user submits next runs while the first one's set
 and AdminComments are still being done):
 
 - ``off``: the cluster brought up without PrologSlurmctld/EpilogSlurmctld (job_submit.lua stays);
+- ``true-epilog``: EpilogSlurmctld=/bin/true alone (Slurm's own cost of having one);
 - ``on``: brought up as deploy/minicluster wires it (the C client served by hookd).
 
 Printed: each array's makespan (first submit to last end, from sacct) and the ``on``/``off`` ratio;
@@ -15,6 +16,12 @@ sacct's), every AdminComment in sacct and how long after the array's end the las
 2 min), ``ledger audit`` findings on these jobs (target 0), ``ledger check`` clean, and the most
 processes slurm-yolo had at any moment besides hookd itself (hookd's descendants: sacct, sacctmgr,
 scancel; and any other ``slurm-yolo`` process), sampled every 0.2 s (target: a few).
+
+Every round runs with ``SchedulerParameters=bf_interval=1``: with any EpilogSlurmctld at all (even
+``/bin/true``), Slurm 22.05 starts what a job's end freed only at its next scheduling pass, not at
+the end (40 one-second tasks: 12 s without an epilog, 41 s with ``/bin/true`` at the bundled
+cluster's ``bf_interval=5``; 10 and 11 s at 1), so the ``true-epilog`` round shows what Slurm's own
+epilog handling costs, apart from slurm-yolo's.
 
 The runs are billed to an account of their own, ``bench`` (made here, with a deposit), so the
 bundled cluster's test accounts keep their balances. ``BENCH_ARRAY_TASKS`` sets the size (default
@@ -50,13 +57,23 @@ def _cmd(*argv: str, env: dict[str, str] | None = None, check: bool = True) -> s
     return res.stdout
 
 
-def _up(hooks: bool) -> None:
-    env = dict(os.environ)
-    for name in ("MINICLUSTER_PROLOG_SLURMCTLD", "MINICLUSTER_EPILOG_SLURMCTLD"):
-        if hooks:
-            env.pop(name, None)
-        else:
-            env[name] = ""  # set and empty: no hook
+ROUNDS = {  # round: (PrologSlurmctld, EpilogSlurmctld); None: deploy/minicluster's own (the hooks)
+    "off": ("", ""),  # set and empty: none
+    "true-epilog": ("", "/bin/true"),  # what any EpilogSlurmctld costs in Slurm itself
+    "on": (None, None),
+}
+SCHEDULER = "bf_interval=1"  # every round: see the module docstring
+
+
+def _up(round_name: str | None) -> None:
+    """The 22.05 cluster as the round wants it (None: as deploy/minicluster brings it up by default)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MINICLUSTER_")}
+    if round_name is not None:
+        env["MINICLUSTER_SCHEDULER_PARAMETERS"] = SCHEDULER
+        for name, value in zip(("MINICLUSTER_PROLOG_SLURMCTLD", "MINICLUSTER_EPILOG_SLURMCTLD"), ROUNDS[round_name],
+                               strict=True):  # fmt: skip
+            if value is not None:
+                env[name] = value
     _cmd(str(REPO / "deploy" / "minicluster"), "up", "22.05", env=env)
 
 
@@ -103,10 +120,10 @@ class _Children(threading.Thread):
         super().__init__(daemon=True)
         self.most = 0
         self.what = ""
-        self._stop = threading.Event()
+        self._done = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.wait(0.2):
+        while not self._done.wait(0.2):
             procs = {}
             for entry in os.scandir("/proc"):
                 if entry.name.isdigit():
@@ -119,7 +136,7 @@ class _Children(threading.Thread):
             hookd = {pid for pid, (_, cmd) in procs.items() if "bin/slurm-yolo hookd" in cmd}  # 22.05's
             ours = set()
             for pid, (_, cmd) in procs.items():
-                if pid in hookd or pid == os.getpid():
+                if pid in hookd or pid == os.getpid() or " hookd" in cmd:  # the 24.11 cluster's too
                     continue
                 parent = procs[pid][0]
                 while parent > 1 and parent not in hookd and parent in procs:
@@ -130,7 +147,7 @@ class _Children(threading.Thread):
                 self.most, self.what = len(ours), "; ".join(sorted(procs[p][1][:60] for p in ours))
 
     def stop(self) -> None:
-        self._stop.set()
+        self._done.set()
         self.join()
 
 
@@ -181,26 +198,30 @@ def main() -> dict[str, float]:
     config = config_mod.load(config_path, env={"SLURM_YOLO_CONFIG": str(config_path)})
     out: dict[str, float] = {}
     try:
-        _up(hooks=True)
+        _up(None)
         _account(config_path)
         spans: dict[str, tuple[float, float]] = {}
-        for hooks in (False, True):
-            _up(hooks)
-            name = "on" if hooks else "off"
+        for name in ROUNDS:
+            _up(name)
             since = time.time()
             watcher = _Children()
             watcher.start()
             first, rows = _array(tasks)
-            _, next_rows = _array(max(1, tasks // 5))
+            nxt, next_rows = _array(max(1, tasks // 5))
             spans[name] = (_makespan(rows), _makespan(next_rows))
-            if not hooks:
+            if name != "on":
                 watcher.stop()
                 continue
             end = max(int(r["End"]) for r in rows)
             landed, missing = _comments_landed(first, end, timeout=600)
+            _comments_landed(nxt, end, timeout=600)  # the audit below wants the next array's too
             watcher.stop()
             jobs = [int(r["JobIDRaw"]) for r in rows + next_rows]
+            deadline = time.time() + 300  # the next array's last runs may still be settling
             held = _ledger_rows(config, jobs)
+            while sum(r["state"] == "settled" for r in held) < len(jobs) and time.time() < deadline:
+                time.sleep(1)
+                held = _ledger_rows(config, jobs)
             settled = [r for r in held if r["state"] == "settled"]
             ms = sorted(_hook_ms(config, since))
             audit = _cli(
@@ -214,16 +235,20 @@ def main() -> dict[str, float]:
                   f" ({len({r['job_key'] for r in held})} distinct) [{'met' if len(settled) == len(jobs) == len(held) else 'MISSED'}]")  # fmt: skip
             print(f"AdminComments: the last of {tasks} in sacct {landed:.0f} s after the array's end, {missing} missing"
                   f" [{'met' if not missing and landed <= COMMENT_TARGET_S else 'MISSED'}]")  # fmt: skip
-            print(f"ledger audit: {len(ours)} finding(s) on these jobs [{'met' if not ours else 'MISSED'}]")
+            kinds = sorted({f["kind"] for f in ours})
+            print(
+                f"ledger audit: {len(ours)} finding(s) on these jobs {kinds or ''} [{'met' if not ours else 'MISSED'}]"
+            )
             print(f"ledger check: {check or 'clean'}")
             print(f"most processes at once besides hookd: {watcher.most} ({watcher.what or 'none'})")
             out |= {"hook_p99_ms": p99, "comments_s": landed, "children": watcher.most}
         for i, what in enumerate((f"array of {tasks}", f"next array of {max(1, tasks // 5)}")):
-            off, on = spans["off"][i], spans["on"][i]
-            print(f"{what}: makespan {on:.0f} s with the hooks, {off:.0f} s without ({on / off:.2f}x)")
+            off, true, on = (spans[name][i] for name in ROUNDS)
+            print(f"{what}: makespan {on:.0f} s with the hooks, {off:.0f} s without ({on / off:.2f}x);"
+                  f" {true:.0f} s with EpilogSlurmctld=/bin/true ({true / off:.2f}x)")  # fmt: skip
             out[f"makespan_ratio_{i}"] = on / off
     finally:
-        _up(hooks=True)
+        _up(None)
     return out
 
 

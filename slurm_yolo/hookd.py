@@ -25,6 +25,7 @@ import socketserver
 import struct
 import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from functools import partial
@@ -119,6 +120,7 @@ class _Handler(socketserver.BaseRequestHandler):
     server: Server
 
     def handle(self) -> None:
+        started = time.perf_counter()
         sock: socket.socket = self.request
         sock.settimeout(READ_TIMEOUT_SECONDS)
         if peer_uid(sock) not in (0, os.geteuid()):
@@ -135,7 +137,7 @@ class _Handler(socketserver.BaseRequestHandler):
         record = server.jobs.get(int(env["SLURM_JOB_ID"])) if event == "prolog" else None
         # "ok" only once the hold, or the epilog's inbox row, is committed: otherwise the client runs
         # the Python hook itself, which tries again and, failing too, cancels the job (fail closed).
-        done = hooks.main(event, env=env, record=record, config=server.config, settler=server.settler)
+        done = hooks.main(event, env=env, record=record, config=server.config, settler=server.settler, started=started)
         _answer(sock, "ok\n" if done else f"error: the {event} was not recorded (see hooks.log)\n")
 
 

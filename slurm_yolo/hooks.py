@@ -172,12 +172,14 @@ def _collect(query: subprocess.Popen[str] | None, config: Config) -> str:
 
 
 def main(event: str, query: subprocess.Popen[str] | None = None, env: Mapping[str, str] | None = None,
-         record: JobRecord | None = None, config: Config | None = None, settler: Settler | None = None) -> bool:  # fmt: skip
+         record: JobRecord | None = None, config: Config | None = None, settler: Settler | None = None,
+         started: float | None = None) -> bool:  # fmt: skip
     """A hook invocation (in its own process, or in hookd with the hook's ``env``, hookd's config, the
     prolog's ``record`` and the settler). True when it did its work; a failure is logged and recorded
     as an incident, and the caller still exits 0 (Slurm would requeue the job forever). A prolog that
-    could not hold fails closed: its job is cancelled (in hookd, the client's own retry decides)."""
-    started = time.perf_counter()
+    could not hold fails closed: its job is cancelled (in hookd, the client's own retry decides).
+    ``started``: when the request came in (``time.perf_counter``), for the time logged."""
+    started = time.perf_counter() if started is None else started
     env = dict(os.environ) if env is None else env
     try:
         config = config or load(env=env)
