@@ -521,13 +521,13 @@ def alice_locks(funded: Slurm) -> Iterator[dict[str, list[str]]]:
     """alice holding every lock she can on the cluster's slurm-yolo state (until the test ends)."""
     ready = _hostile_dir(funded, "locks") / "held"
     proc = subprocess.Popen(["/usr/sbin/runuser", "-u", "alice", "--", "/usr/bin/python3", "-c", LOCKER,
-                             str(funded.state_dir), str(ready)], cwd="/tmp")  # fmt: skip
+                             str(funded.state_dir), str(ready)], cwd="/tmp", start_new_session=True)  # fmt: skip
     try:
         poll("alice's locks", lambda: ready.exists() or proc.poll() is not None, timeout=60)
         assert proc.poll() is None
         yield {line.split(" ")[0]: line.split(" ")[1:] for line in ready.read_text().splitlines()}
     finally:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)  # runuser and alice's python under it (runuser waits for its child)
         proc.wait()
 
 
