@@ -107,8 +107,7 @@ def check(config: Config, budget_share: float = 0.8, refusals: int = 3, drift: f
     lg = ledger.reader(config)
     if lg:
         try:
-            for r in lg.conn.execute("SELECT account, max(at) FROM movements WHERE kind = 'charge' GROUP BY account"):
-                last_charge[r[0]] = r[1]
+            last_charge.update(lg.last_charges())
             for a in lg.accounts():
                 if a["credited"] > 0 and a["charged"] + a["held"] >= budget_share * a["credited"]:
                     used = (a["charged"] + a["held"]) / a["credited"]

@@ -16,7 +16,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from . import db, ledger
 from .config import Config
@@ -106,7 +106,7 @@ def audit(config: Config, window_days: float, min_age: float) -> list[Finding]:
         # sacct's window leaves out runs that ended the second they started: ask for those by id
         known = {ledger.run_key(r.cluster, r.job_id, r.submit) for r in records}
         missing = sorted(
-            {row["job_id"] for row in _held_between(lg, since, now - min_age) if row["job_key"] not in known}
+            {row["job_id"] for row in lg.held_between(since, now - min_age) if row["job_key"] not in known}
         )
         for chunk in (missing[i : i + 500] for i in range(0, len(missing), 500)):
             records += [r for runs in commands.job_runs(chunk, bin_dir=bin_dir).values() for r in runs]
@@ -118,12 +118,6 @@ def audit(config: Config, window_days: float, min_age: float) -> list[Finding]:
 def _unique(records: list[JobRecord]) -> list[JobRecord]:
     """One record per run: a run active over two days is in both days' answers."""
     return list({(r.cluster, r.job_id, r.submit): r for r in records}.values())
-
-
-def _held_between(lg: ledger.Ledger, since: float, before: float) -> list[Any]:
-    return lg.conn.execute(
-        "SELECT job_key, job_id FROM jobs WHERE held_at >= ? AND held_at < ?", (since, before)
-    ).fetchall()
 
 
 def _compare(lg: ledger.Ledger, config: Config, records: list[JobRecord], comments: dict[tuple[str, int, int], str],
@@ -167,7 +161,7 @@ def _compare(lg: ledger.Ledger, config: Config, records: list[JobRecord], commen
                 findings.append(Finding("comment", key, "no AdminComment for this run in sacct"))
             elif {k: entry.get(k, "") for k in want} != want:
                 findings.append(Finding("comment", key, f"AdminComment says {entry}, ledger {want}"))
-    for row in _held_between(lg, since, settled_before):
+    for row in lg.held_between(since, settled_before):
         if row["job_key"] not in seen:
             findings.append(Finding("missing-in-sacct", row["job_key"], "held in the ledger, no such run in sacct"))
     findings += [Finding("books", "-", problem) for problem in lg.check()]

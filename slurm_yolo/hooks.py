@@ -143,12 +143,12 @@ def epilog(env: Mapping[str, str], config: Config, settler: Settler | None = Non
         )
         lookup = None
         with ledger.writer(config, publish=False) as lg:
-            left = lg.conn.execute("SELECT due_at FROM inbox WHERE id = ? AND done_at IS NULL", (row,)).fetchone()
-        if left is None:
+            due = lg.inbox_row_due(row)
+        if due is None:
             return {"event": "epilog", "job": job_id, "settled": settled}
-        if left["due_at"] - time.time() > deadline - time.monotonic():
+        if due - time.time() > deadline - time.monotonic():
             return {"event": "epilog", "job": job_id, "left": "held: settled once sacct has its end"}
-        time.sleep(max(0.0, left["due_at"] - time.time()))
+        time.sleep(max(0.0, due - time.time()))
 
 
 def _first_answer(query: subprocess.Popen[str] | None, config: Config, job_id: int) -> settler_mod.RunsLookup | None:

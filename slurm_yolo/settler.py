@@ -329,7 +329,7 @@ class Settler:
                 dirty, self._dirty = self._dirty, False
                 settled = settle_due(self.config, self.followups, time.time(), self.lookup, publish=False)
                 with ledger.writer(self.config, publish=False) as lg:
-                    nxt = lg.conn.execute("SELECT min(due_at) FROM inbox WHERE done_at IS NULL").fetchone()[0]
+                    nxt = lg.next_due()
                     if dirty or settled:
                         ledger.publish_from(lg, self.config)
             except Exception as e:  # noqa: BLE001 - the rows stay in the inbox; the next round retries them

@@ -434,6 +434,49 @@ class Ledger:
                 (time.time(), cluster, job_id),
             )
 
+    def next_due(self) -> float | None:
+        """When the inbox's next open row falls due (None: no open row)."""
+        at = self.conn.execute("SELECT min(due_at) FROM inbox WHERE done_at IS NULL").fetchone()[0]
+        return None if at is None else float(at)
+
+    def inbox_row_due(self, row_id: int) -> float | None:
+        """When the inbox row falls due again (None: done)."""
+        row = self.conn.execute("SELECT due_at FROM inbox WHERE id = ? AND done_at IS NULL", (row_id,)).fetchone()
+        return None if row is None else float(row["due_at"])
+
+    def held_between(self, since: float, before: float) -> list[sqlite3.Row]:
+        """(job_key, job_id) of the runs held in [since, before)."""
+        return self.conn.execute(
+            "SELECT job_key, job_id FROM jobs WHERE held_at >= ? AND held_at < ?", (since, before)
+        ).fetchall()
+
+    def last_charges(self) -> dict[str, float]:
+        """When each account was last charged."""
+        rows = self.conn.execute("SELECT account, max(at) FROM movements WHERE kind = 'charge' GROUP BY account")
+        return {r[0]: float(r[1]) for r in rows}
+
+    def billed_runs(self) -> list[sqlite3.Row]:
+        """Every run's job id, submit time, what it was held and billed at, and its estimate (reports)."""
+        return self.conn.execute(
+            "SELECT job_id, submit_time, hold, charge, refund, price, estimate FROM jobs"
+        ).fetchall()
+
+    def charged_since(self, since: float) -> dict[str, int]:
+        """Per account, what was charged (overruns included) since ``since``."""
+        rows = self.conn.execute(
+            "SELECT account, sum(amount) FROM movements WHERE kind IN ('charge', 'overrun') AND at >= ?"
+            " GROUP BY account", (since,),
+        )  # fmt: skip
+        return {r[0]: int(r[1]) for r in rows}
+
+    def movements_since(self, since: float, accounts: list[str]) -> list[sqlite3.Row]:
+        """(account, at, kind, amount) of the accounts' movements since ``since``."""
+        marks = ",".join("?" * len(accounts))
+        return self.conn.execute(
+            f"SELECT account, at, kind, amount FROM movements WHERE at >= ? AND account IN ({marks})",
+            (since, *accounts),
+        ).fetchall()
+
     def open_incidents(self) -> list[sqlite3.Row]:
         return self.conn.execute("SELECT * FROM incidents WHERE resolved_at IS NULL ORDER BY at").fetchall()
 

@@ -14,7 +14,7 @@ import math
 import pwd
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -111,7 +111,8 @@ def ledger_runs(config: Config) -> pd.DataFrame:
     if lg is None:
         return pd.DataFrame(columns=["job_id", "submit", *BILLED])
     try:
-        runs = pd.read_sql_query(f"SELECT job_id, submit_time, {', '.join(BILLED)}, estimate FROM jobs", lg.conn)
+        runs = pd.DataFrame([dict(r) for r in lg.billed_runs()],
+                            columns=["job_id", "submit_time", *BILLED, "estimate"])  # fmt: skip
     finally:
         lg.close()
     runs["submit"] = pd.to_datetime([_local(v) for v in runs.pop("submit_time")])
@@ -252,12 +253,11 @@ def budgets(config: Config, days: float = 7.0) -> pd.DataFrame:
     if lg is None:
         return pd.DataFrame(columns=BUDGET_COLUMNS)
     try:
-        accounts = pd.read_sql_query(
-            "SELECT name AS account, balance, held, charged, rate_per_day, capacity FROM accounts", lg.conn
-        )
-        burn = pd.read_sql_query(
-            "SELECT account, sum(amount) AS charged_recent FROM movements WHERE kind IN ('charge', 'overrun')"
-            " AND at >= strftime('%s', 'now') - ? GROUP BY account", lg.conn, params=(days * 86400,))  # fmt: skip
+        cols = ["balance", "held", "charged", "rate_per_day", "capacity"]
+        accounts = pd.DataFrame([{"account": a["name"], **{c: a[c] for c in cols}} for a in lg.accounts()],
+                                columns=["account", *cols])  # fmt: skip
+        charged = lg.charged_since(time.time() - days * 86400)
+        burn = pd.DataFrame({"account": list(charged), "charged_recent": list(charged.values())})
     finally:
         lg.close()
     out = accounts.merge(burn, how="left", on="account")
@@ -273,7 +273,7 @@ BALANCE_SIGN = {"deposit": 1, "refill": 1, "adjustment": 1, "hold": -1, "charge"
                 "overrun": -1}  # fmt: skip
 
 
-def balance_history(movements: pd.DataFrame, balances: dict[str, float], start: float, now: float) -> pd.DataFrame:
+def balance_history(movements: pd.DataFrame, balances: Mapping[str, float], start: float, now: float) -> pd.DataFrame:
     """Each account's balance after every movement since ``start`` (epoch seconds), from its
     balance now walked back through them, with a point at ``start`` and one at ``now`` (pure)."""
     rows = []
@@ -376,13 +376,12 @@ def balances(config: Config, accounts: list[str], start: float, now: float) -> p
             lg.close()
         return pd.DataFrame(columns=["account", "at", "balance"])
     try:
-        marks = ",".join("?" * len(accounts))
-        moves = pd.read_sql_query(f"SELECT account, at, kind, amount FROM movements WHERE at >= ? AND account IN ({marks})",
-                                  lg.conn, params=(start, *accounts))  # fmt: skip
-        now_rows = lg.conn.execute(f"SELECT name, balance FROM accounts WHERE name IN ({marks})", accounts).fetchall()
+        moves = pd.DataFrame([dict(r) for r in lg.movements_since(start, accounts)],
+                             columns=["account", "at", "kind", "amount"])  # fmt: skip
+        now_balances = {name: lg.balance(name) for name in accounts}
     finally:
         lg.close()
-    return balance_history(moves, {r["name"]: r["balance"] for r in now_rows}, start, now)
+    return balance_history(moves, now_balances, start, now)
 
 
 def series(config: Config, f: Filters, df: pd.DataFrame, views: dict[str, pd.DataFrame],
