@@ -24,7 +24,9 @@ cluster's ``bf_interval=5``; 10 and 11 s at 1), so the ``true-epilog`` round sho
 epilog handling costs, apart from slurm-yolo's.
 
 The runs are billed to an account of their own, ``bench`` (made here, with a deposit), so the
-bundled cluster's test accounts keep their balances. ``BENCH_ARRAY_TASKS`` sets the size (default
+bundled cluster's test accounts keep their balances; at the end ``ledger reconcile`` bills the runs
+of the rounds without hooks, as cron would (its time is printed), and the audit of every bench job
+follows. ``BENCH_ARRAY_TASKS`` sets the size (default
 1000: about 20 minutes in all on 2 cores). The cluster is brought up with its hooks again at the end.
 """
 
@@ -201,6 +203,7 @@ def main() -> dict[str, float]:
         _up(None)
         _account(config_path)
         spans: dict[str, tuple[float, float]] = {}
+        bench_jobs: set[int] = set()
         for name in ROUNDS:
             _up(name)
             since = time.time()
@@ -209,6 +212,7 @@ def main() -> dict[str, float]:
             first, rows = _array(tasks)
             nxt, next_rows = _array(max(1, tasks // 5))
             spans[name] = (_makespan(rows), _makespan(next_rows))
+            bench_jobs |= {int(r["JobIDRaw"]) for r in rows + next_rows}
             if name != "on":
                 watcher.stop()
                 continue
@@ -242,6 +246,14 @@ def main() -> dict[str, float]:
             print(f"ledger check: {check or 'clean'}")
             print(f"most processes at once besides hookd: {watcher.most} ({watcher.what or 'none'})")
             out |= {"hook_p99_ms": p99, "comments_s": landed, "children": watcher.most}
+        # What the rounds without hooks left (runs no prolog held) is cron's: reconcile holds and
+        # settles them on `bench`, as on a site that ran without its hooks for a while.
+        started = time.monotonic()
+        _cli(config_path, "ledger", "reconcile", "--window-days", "0.2")
+        audit = _cli(config_path, "ledger", "audit", "--window-days", "0.2", "--min-age", "0", "--json", check=False)
+        ours = [f for f in json.loads(audit or "[]") if _job_of(f["key"]) in bench_jobs]
+        print(f"ledger reconcile of the rounds without hooks: {time.monotonic() - started:.0f} s;"
+              f" then {len(ours)} audit finding(s) on the bench's jobs")  # fmt: skip
         for i, what in enumerate((f"array of {tasks}", f"next array of {max(1, tasks // 5)}")):
             off, true, on = (spans[name][i] for name in ROUNDS)
             print(f"{what}: makespan {on:.0f} s with the hooks, {off:.0f} s without ({on / off:.2f}x);"

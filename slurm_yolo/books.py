@@ -35,29 +35,56 @@ class Finding(NamedTuple):
     detail: str
 
 
-def write_comments(config: Config, limit: int = 1000) -> tuple[int, list[str]]:
-    """Write every queued AdminComment; how many landed, and one line per comment that did not."""
+CHUNK = 50  # AdminComments per sacctmgr: slurmdbd takes about 0.25 s apiece here; a chunk is what a timeout loses
+
+
+class Written(NamedTuple):
+    written: int
+    failed: list[str]  # one line per comment that did not land
+    left: int  # comments still queued after this pass
+
+
+def write_comments(config: Config, limit: int | None = None) -> Written:
+    """Write the queued AdminComments (the first ``limit``; None: all), oldest and least tried first,
+    a chunk per sacctmgr; a chunk slurmdbd does not answer ends the pass (the rest stay queued)."""
     if not config["ledger"]["admin_comment"]:
-        return 0, []
+        return Written(0, [], 0)
     lg = ledger.reader(config)
     if lg is None:
-        return 0, []
+        return Written(0, [], 0)
     with lg:
         queued = [(r["cluster"], r["job_id"], r["text"]) for r in lg.unwritten_comments(limit)]
-    if not queued:
-        return 0, []
+    written, failed = 0, list[str]()
+    for at in range(0, len(queued), CHUNK):
+        done, lost, down = _write_chunk(config, queued[at : at + CHUNK])
+        written, failed = written + done, failed + lost
+        if down:  # the rest stay queued, untried
+            break
+    lg = ledger.reader(config)
+    left = 0
+    if lg is not None:
+        with lg:
+            left = len(lg.unwritten_comments(None))
+    return Written(written, failed, left)
+
+
+def _write_chunk(config: Config, queued: list[tuple[str, int, str]]) -> tuple[int, list[str], bool]:
+    """One sacctmgr for the chunk (one sacct first: each job's own name); what it cannot confirm,
+    one sacctmgr apiece, checked exactly. How many landed, why the others did not, and whether
+    slurmdbd did not answer."""
     bin_dir = Path(config["slurm"]["bin_dir"])
-    try:  # one sacct call for the whole batch: each job's own name (an array task's, a hetjob component's)
+    try:  # an array task's own name, a hetjob component's
         targets = commands.comment_targets(sorted({job for _, job, _ in queued}), bin_dir=bin_dir)
     except SlurmYoloError as e:
-        return 0, [f"{len(queued)} AdminComment(s) left queued: {e}"]
+        return 0, [f"{len(queued)} AdminComment(s) left queued: {e}"], True
     batch = [commands.AdminComment(job, targets[job], cluster, text) for cluster, job, text in queued if job in targets]
     errors = {(cluster, job): "sacct does not show the job yet" for cluster, job, _ in queued if job not in targets}
-    try:  # one sacctmgr for the batch; what it cannot confirm, one sacctmgr apiece, checked exactly
+    down = False
+    try:
         outcomes = commands.set_admin_comments(batch, bin_dir=bin_dir)
         retry = [c for c, error in zip(batch, outcomes, strict=True) if error]
-    except UnreachableError as e:  # slurmdbd down: each alone would fail the same way
-        outcomes, retry = [str(e)] * len(batch), []
+    except UnreachableError as e:  # slurmdbd down or too slow: each alone would fail the same way
+        outcomes, retry, down = [str(e)] * len(batch), [], True
     except SlurmYoloError as e:
         outcomes, retry = [str(e)] * len(batch), batch
     errors |= {(c.cluster, c.job_id): error for c, error in zip(batch, outcomes, strict=True)}
@@ -65,7 +92,7 @@ def write_comments(config: Config, limit: int = 1000) -> tuple[int, list[str]]:
     with ledger.writer(config, publish=False) as w:  # comments move no token: nothing to publish
         w.comments_done((cluster, job, text, errors[cluster, job]) for cluster, job, text in queued)
     failed = [f"{cluster}:{job}: {errors[cluster, job]}" for cluster, job, _ in queued if errors[cluster, job]]
-    return len(queued) - len(failed), failed
+    return len(queued) - len(failed), failed, down
 
 
 def _one_by_one(comments: list[commands.AdminComment], bin_dir: Path) -> dict[tuple[str, int], str]:

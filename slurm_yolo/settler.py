@@ -211,9 +211,19 @@ class Worker(Followups):
             self._work.put((0.0, self._comments_now))
 
     def _comments_now(self) -> None:
+        """One chunk, then to the back of the queue while more are left and the chunk wrote some:
+        enforcement and feedback asked for meanwhile do not wait behind a backlog."""
         with self._lock:
             self._comments = False
-        super().comments()
+        if not self.config["ledger"]["admin_comment"]:
+            return
+        done = None
+        try:
+            done = books.write_comments(self.config, limit=books.CHUNK)
+        except Exception as e:  # noqa: BLE001 - side work never undoes a settlement; cron repeats it
+            log_event(self.config, {"event": "comments", "alert": f"{type(e).__name__}: {e}"})
+        if done is not None and done.written and done.left:
+            self.comments()
 
     def feedback(self, job: FeedbackJob) -> None:
         self._work.put((0.0, lambda: Followups.feedback(self, job)))

@@ -372,11 +372,11 @@ def comments() -> None:
     and cron: a comment stays queued until sacctmgr takes it)."""
     config = load_config()
     visibility.require_admin(visibility.viewer(config), "slurm-yolo ledger comments")
-    written, failed = books.write_comments(config)
-    for line in failed:
+    done = books.write_comments(config)
+    for line in done.failed:
         click.echo(f"Error: {line}", err=True)
-    click.echo(f"{written} AdminComment(s) written, {len(failed)} still queued")
-    if failed:
+    click.echo(f"{done.written} AdminComment(s) written, {done.left} still queued")
+    if done.failed:
         raise SystemExit(1)
 
 

@@ -566,10 +566,12 @@ class Ledger:
         with self._tx():
             self._queue_comment(cluster, job_id, time.time())
 
-    def unwritten_comments(self, limit: int = 1000) -> list[sqlite3.Row]:
-        """AdminComments sacctmgr has not taken yet, oldest first."""
+    def unwritten_comments(self, limit: int | None = None) -> list[sqlite3.Row]:
+        """AdminComments sacctmgr has not taken yet (the first ``limit``; None: all), least tried and
+        oldest first: one that keeps failing does not stand before the others."""
         return self.conn.execute(
-            "SELECT * FROM admin_comments WHERE written_at IS NULL ORDER BY queued_at LIMIT ?", (limit,)
+            "SELECT * FROM admin_comments WHERE written_at IS NULL ORDER BY attempts, queued_at LIMIT ?",
+            (-1 if limit is None else limit,),
         ).fetchall()
 
     def comment_done(self, cluster: str, job_id: int, text: str, error: str = "") -> None:
