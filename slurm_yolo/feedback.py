@@ -23,7 +23,8 @@ asked-versus-applied (``moves`` in calibration.db), for the next refit to weigh 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+from dataclasses import astuple, dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -73,7 +74,8 @@ def sample_from_usage(path: Path, key: str, owner: int | None = None, elapsed: i
     done = parsed.epochs_completed
     passes = done if w.val_passes >= w.epochs else (1 if done >= w.epochs else 0)
     seconds = sum(e.seconds or 0.0 for e in parsed.per_epoch)
-    if seconds <= 0:
+    numbers = [v for v in (*astuple(w), seconds) if isinstance(v, (int, float))]
+    if seconds <= 0 or not all(math.isfinite(v) for v in numbers):  # NaN or inf in the user's records
         return None
     one_run = not any(r.get("kind") in ("resume", "requeue") for r in records)
     total = float(elapsed) if elapsed and one_run and elapsed >= seconds else None

@@ -182,11 +182,12 @@ class Followups:
 
 class Worker(Followups):
     """hookd's followups: one thread does them in turn (at most one Slurm command at a time, however
-    many runs end at once); enforcement and AdminComments asked for meanwhile are merged."""
+    many runs end at once); enforcement and AdminComments asked for meanwhile are merged. A prolog's
+    cancel of its over-budget job does not wait in that queue (``cancel_after``)."""
 
     def __init__(self, config: Config) -> None:
         super().__init__(config)
-        self._work: queue.Queue[tuple[float, Callable[[], None]]] = queue.Queue()
+        self._work: queue.Queue[Callable[[], None]] = queue.Queue()
         self._accounts: set[str] = set()
         self._comments = False
         self._lock = threading.Lock()
@@ -197,7 +198,7 @@ class Worker(Followups):
             new = set(accounts) - self._accounts
             self._accounts |= new
         if new:
-            self._work.put((0.0, self._enforce_now))
+            self._work.put(self._enforce_now)
 
     def _enforce_now(self) -> None:
         with self._lock:
@@ -208,7 +209,7 @@ class Worker(Followups):
         with self._lock:
             asked, self._comments = self._comments, True
         if not asked:
-            self._work.put((0.0, self._comments_now))
+            self._work.put(self._comments_now)
 
     def _comments_now(self) -> None:
         """One chunk, then to the back of the queue while more are left and the chunk wrote some:
@@ -226,16 +227,18 @@ class Worker(Followups):
             self.comments()
 
     def feedback(self, job: FeedbackJob) -> None:
-        self._work.put((0.0, lambda: Followups.feedback(self, job)))
+        self._work.put(lambda: Followups.feedback(self, job))
 
     def cancel_after(self, target: str, seconds: float) -> None:
-        self._work.put((time.monotonic() + seconds, lambda: Followups.cancel(self, target)))
+        """A prolog's cancel of its own over-budget job, on a timer of its own: never behind a backlog
+        of AdminComments or feedback in the worker's queue (the job runs, and bills, meanwhile)."""
+        timer = threading.Timer(seconds, Followups.cancel, (self, target))
+        timer.daemon = True
+        timer.start()
 
     def _serve(self) -> None:
         while True:
-            not_before, step = self._work.get()
-            time.sleep(max(0.0, not_before - time.monotonic()))
-            step()
+            self._work.get()()
 
 
 def settle_due(config: Config, followups: Followups, now: float | None = None, lookup: RunsLookup | None = None,

@@ -129,3 +129,14 @@ def test_without_a_uid_nothing_moves(tmp_path: Path) -> None:
     cfg = config_mod.load()
     fb = feedback.job_feedback(cfg, PART, 1, forged(tmp_path, 1, 1e-6), "c", None, 4)
     assert fb is not None and not fb.applied and "no job uid" in fb.reason and model(cfg).k == 1.0
+
+
+@pytest.mark.parametrize("seconds", [float("nan"), float("inf")])
+def test_a_record_of_nan_or_infinite_seconds_is_no_sample(tmp_path: Path, seconds: float) -> None:
+    """json.dumps writes NaN and Infinity, and Python reads them back: such a record is not a sample
+    (it would make k NaN), and nothing is recorded."""
+    cfg = config_mod.load()
+    assert feed(cfg, tmp_path, 1, seconds, elapsed=4) is None
+    assert model(cfg).n == 0 and model(cfg).k == 1.0
+    with calibration.Store(cfg) as store:
+        assert store.samples(PART) == []
