@@ -152,10 +152,13 @@ class Slurm(NamedTuple):
         return poll(f"job {job}: {count} run(s) settled on {self.release}", find, timeout)
 
     def sacct(self, job: int) -> list[dict[str, str]]:
-        """slurmdbd's own record of each run, read here without slurm-yolo's parsers: the test's facts."""
-        fields = ["Submit", "State", "ElapsedRaw", "AllocTRES", "TimelimitRaw", "End"]
+        """slurmdbd's own record of each run, read here without slurm-yolo's parsers: the test's facts.
+        Only the job's own rows: ``-j`` of an array's last task (whose raw id is the array's) lists
+        every task."""
+        fields = ["JobIDRaw", "Submit", "State", "ElapsedRaw", "AllocTRES", "TimelimitRaw", "End"]
         res = self.cmd("sacct", "-X", "-D", "-n", "-P", "-j", str(job), "-o", ",".join(fields))
-        return [dict(zip(fields, line.split("|"), strict=True)) for line in res.stdout.splitlines() if line.strip()]
+        rows = [dict(zip(fields, line.split("|"), strict=True)) for line in res.stdout.splitlines() if line.strip()]
+        return [r for r in rows if r["JobIDRaw"] == str(job)]
 
     def ended(self, job: int, count: int = 1, timeout: float = 120) -> list[dict[str, str]]:
         """sacct's records of the job's first ``count`` runs, once all have ended."""

@@ -567,7 +567,8 @@ def _hookd_descendants(slurm: Slurm) -> list[str]:
                 procs[int(entry.name)] = (ppid, cmd, os.readlink(entry / "root"))
             except OSError:
                 continue
-    hookd = {pid for pid, (_, cmd, root) in procs.items() if " hookd" in cmd and root == str(slurm.root)}
+    hookd = {pid for pid, (_, cmd, root) in procs.items()
+             if cmd.split()[-1:] == ["hookd"] and "slurm" in cmd and root == str(slurm.root)}  # fmt: skip
     out = []
     for ppid, cmd, _ in procs.values():
         while ppid > 1 and ppid not in hookd and ppid in procs:
