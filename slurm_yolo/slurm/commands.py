@@ -248,9 +248,11 @@ def job_state(job_id: int, bin_dir: Path | None = None) -> str:
     end, so a slurmdbd outage does not hide how it ended), else from sacct (``CANCELLED by 0`` ->
     ``CANCELLED``)."""
     try:
-        res = run(["squeue", "-h", "-t", "all", "-j", str(int(job_id)), "-o", "%T"], bin_dir=bin_dir)
-        if res.stdout.strip():
-            return res.stdout.strip().split()[0]
+        res = run(["squeue", "-h", "-t", "all", "-j", str(int(job_id)), "-o", "%A %T"], bin_dir=bin_dir)
+        # the job's own line: -j of an array's last task (whose raw id is the array's) lists every task
+        own = [line.split()[1] for line in res.stdout.splitlines() if line.split()[:1] == [str(int(job_id))]]
+        if own:
+            return own[0]
     except SlurmError:
         pass  # squeue fails for jobs it no longer knows
     # The state alone, a word slurmdbd sets: one line per run of a requeued job, the last is current.
