@@ -61,11 +61,10 @@ def write_comments(config: Config, limit: int | None = None) -> Written:
         if down:  # the rest stay queued, untried
             break
     lg = ledger.reader(config)
-    left = 0
-    if lg is not None:
-        with lg:
-            left = len(lg.unwritten_comments(None))
-    return Written(written, failed, left)
+    if lg is None:
+        return Written(written, failed, 0)
+    with lg:
+        return Written(written, failed, lg.unwritten_count())
 
 
 def _write_chunk(config: Config, queued: list[tuple[str, int, str]]) -> tuple[int, list[str], bool]:

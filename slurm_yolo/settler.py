@@ -216,14 +216,9 @@ class Worker(Followups):
         enforcement and feedback asked for meanwhile do not wait behind a backlog."""
         with self._lock:
             self._comments = False
-        if not self.config["ledger"]["admin_comment"]:
-            return
-        done = None
-        try:
-            done = books.write_comments(self.config, limit=books.CHUNK)
-        except Exception as e:  # noqa: BLE001 - side work never undoes a settlement; cron repeats it
-            log_event(self.config, {"event": "comments", "alert": f"{type(e).__name__}: {e}"})
-        if done is not None and done.written and done.left:
+        done: list[books.Written] = []
+        self._guard("comments", lambda: done.append(books.write_comments(self.config, limit=books.CHUNK)))
+        if done and done[0].written and done[0].left:
             self.comments()
 
     def feedback(self, job: FeedbackJob) -> None:

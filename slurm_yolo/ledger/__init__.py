@@ -574,6 +574,9 @@ class Ledger:
             (-1 if limit is None else limit,),
         ).fetchall()
 
+    def unwritten_count(self) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM admin_comments WHERE written_at IS NULL").fetchone()[0])
+
     def comment_done(self, cluster: str, job_id: int, text: str, error: str = "") -> None:
         """Mark a comment written (``error`` empty), or count a failed attempt; a comment re-queued
         meanwhile (another run settled) stays to be written."""

@@ -88,7 +88,7 @@ def write_textfile(config: Config, directory: Path) -> Path:
     if lg is not None:
         with lg:
             incidents = len(lg.open_incidents())
-            queued = len(lg.unwritten_comments())
+            queued = lg.unwritten_count()
     audit = books.last(config)
     findings = float(len(audit.findings)) if audit else float("nan")
     directory.mkdir(parents=True, exist_ok=True)
