@@ -322,7 +322,7 @@ class Ledger:
 
     def _insert_run(self, run: Run, amount: int, estimate: int | None, now: float, actor: str) -> None:
         self.conn.execute(
-            "INSERT INTO jobs (job_key, cluster, job_id, submit_time, restart, account, user, partition, qos, gpus,"
+            "INSERT INTO jobs (job_key, cluster, job_id, submit_time, restart, account, user, `partition`, qos, gpus,"
             " gpus_num, gpus_den, price, rate, rate_ppm, time_limit, hold_seconds, estimate, hold, held_at, held_by)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (run.key, run.cluster, run.job_id, run.submit, run.restart, run.account, run.user, run.partition, run.qos,
@@ -364,20 +364,20 @@ class Ledger:
         now = time.time()
         with self._tx():
             self.conn.execute(
-                "INSERT INTO prices (partition, price, effective_at, set_at, actor, reason) VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO prices (`partition`, price, effective_at, set_at, actor, reason) VALUES (?, ?, ?, ?, ?, ?)",
                 (partition, price, max(effective_at, now), now, actor, reason),
             )
 
     def price_at(self, partition: str, at: float, default: int) -> int:
         """The partition's price at ``at`` (the newest version in effect then), else ``default``."""
         row = self.conn.execute(
-            "SELECT price FROM prices WHERE partition = ? AND effective_at <= ? ORDER BY effective_at DESC, id DESC"
+            "SELECT price FROM prices WHERE `partition` = ? AND effective_at <= ? ORDER BY effective_at DESC, id DESC"
             " LIMIT 1", (partition, at),
         ).fetchone()  # fmt: skip
         return int(row["price"]) if row else default
 
     def prices(self) -> list[sqlite3.Row]:
-        return self.conn.execute("SELECT * FROM prices ORDER BY partition, effective_at, id").fetchall()
+        return self.conn.execute("SELECT * FROM prices ORDER BY `partition`, effective_at, id").fetchall()
 
     # --- the settler's inbox: epilog events hookd acknowledged, until their runs are settled -------
 
