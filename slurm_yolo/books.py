@@ -127,7 +127,7 @@ def audit(config: Config, window_days: float, min_age: float) -> list[Finding]:
         records += [r for r in day if r.final or r.start]  # what can be billed: runs that started
     lg = ledger.reader(config)
     if lg is None:
-        return [Finding("books", "-", f"no ledger at {ledger.db_path(config)}")]
+        return [Finding("books", "-", f"no ledger at {ledger.where(config)}")]
     with lg:
         # sacct's window leaves out runs that ended the second they started: ask for those by id
         known = {ledger.run_key(r.cluster, r.job_id, r.submit) for r in records}

@@ -181,7 +181,7 @@ class Store:
         """Publish what changed (still as the state's owner), then let go."""
         try:
             if self.conn.total_changes:
-                db.publish_copy(self.conn, db_path(self.config))
+                db.publish_copy(db.backup_into(self.conn), db_path(self.config))
         finally:
             self.conn.close()
             self._stack.close()

@@ -69,6 +69,12 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "gpu_share": 0.5,
     },
     "ledger": {
+        # Where the books are: "sqlite" (a file in state_dir, one controller) or "mariadb" (the site's
+        # server: backup controllers, several clusters on one budget; `slurm-yolo ledger migrate`).
+        "backend": "sqlite",
+        # The MariaDB option file ([client] host or socket, port, user, password, database), readable
+        # by the SlurmUser alone (mode 600); used with backend = "mariadb".
+        "mariadb_options": "/etc/slurm-yolo/ledger.cnf",
         # Accepted and ignored, so that an older site config still loads: a prolog that cannot record
         # its hold always cancels its job (fail closed); "open" let GPU runs go unheld.
         "prolog_errors": "cancel",
@@ -234,6 +240,8 @@ def load(path: Path | None = None, env: Mapping[str, str] = os.environ) -> Confi
         sources["paths.state_dir"] = "env SLURM_YOLO_HOME"
     if values["watchdog"]["action"] not in ("requeue", "cancel"):
         raise UsageError("config watchdog.action: must be 'requeue' or 'cancel'")
+    if values["ledger"]["backend"] not in ("sqlite", "mariadb"):
+        raise UsageError("config ledger.backend: must be 'sqlite' or 'mariadb'")
     if values["ledger"]["prolog_errors"] not in ("open", "cancel"):
         raise UsageError("config ledger.prolog_errors: must be 'open' or 'cancel'")
     if values["estimate"]["default_priority"] not in PRIORITIES:

@@ -19,9 +19,10 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from .errors import SlurmYoloError
 
@@ -30,6 +31,7 @@ LOCK_SECONDS = 20.0  # the longest a lock file is waited for
 PRIVATE = "private"  # STATE/private: the databases and locks, the SlurmUser's alone
 LEGACY_LOCKS = ("availability.lock", "enforce.lock")  # kept in STATE itself by earlier releases
 PUBLISHED_ID = 0x5959_5055  # PRAGMA application_id of a published copy ("YYPU"): never taken for the books
+MOVED_ID = 0x5959_4D56  # of books moved to the site's MariaDB ("YYMV", ``ledger.transfer``): written no more
 
 
 def private_dir(state_dir: Path) -> Path:
@@ -84,16 +86,17 @@ def locked(path: Path, what: str, seconds: float = LOCK_SECONDS) -> Iterator[Non
         os.close(fd)
 
 
-def publish_copy(conn: sqlite3.Connection, path: Path) -> None:
-    """Publish a consistent snapshot of ``conn``'s database at ``published(path)``, world-readable,
-    swapped in with a rename (a reader keeps the inode it opened; no writer opens it again)."""
+def publish_copy(snapshot: Callable[[Path], None], path: Path) -> None:
+    """Publish a consistent snapshot of the books at ``published(path)``, world-readable, swapped in
+    with a rename (a reader keeps the inode it opened; no writer opens it again). ``snapshot(tmp)``
+    writes the copy as a new SQLite file (``backup_into``, or a MariaDB ledger's rows)."""
     target = published(path)
     tmp = path.with_name(f".{path.name}.publish.{os.getpid()}.{threading.get_ident()}")
     tmp.unlink(missing_ok=True)
     try:
+        snapshot(tmp)
         copy = sqlite3.connect(tmp, isolation_level=None)
         try:
-            conn.backup(copy)
             copy.execute("PRAGMA journal_mode = DELETE")
             copy.execute(f"PRAGMA application_id = {PUBLISHED_ID}")
         finally:
@@ -102,6 +105,19 @@ def publish_copy(conn: sqlite3.Connection, path: Path) -> None:
         os.replace(tmp, target)  # across folders of one file system: atomic
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def backup_into(conn: sqlite3.Connection) -> Callable[[Path], None]:
+    """A ``publish_copy`` snapshot of the SQLite database ``conn``: SQLite's online backup."""
+
+    def write(path: Path) -> None:
+        copy = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.backup(copy)
+        finally:
+            copy.close()
+
+    return write
 
 
 def adopt_legacy(path: Path) -> None:
@@ -172,25 +188,39 @@ def reuse_connections() -> None:
     _idle = {}
 
 
-_idle: dict[Path, list[sqlite3.Connection]] | None = None  # reusable writer connections, by path
+_idle: dict[str, list[Any]] | None = None  # reusable writer connections (SQLite's, MariaDB's), by where they go
 _idle_lock = threading.Lock()
+
+
+def idle(key: str) -> Any | None:
+    """A kept writer connection to ``key`` (a database's path, a MariaDB option file), if any."""
+    if _idle is None:
+        return None
+    with _idle_lock:
+        return _idle[key].pop() if _idle.get(key) else None
+
+
+def keep(key: str, conn: Any) -> bool:
+    """Keep ``conn`` for the next writer to ``key`` when reusing (and it is not inside a
+    transaction); whether it was kept."""
+    if _idle is None or conn.in_transaction:
+        return False
+    with _idle_lock:
+        _idle.setdefault(key, []).append(conn)
+    return True
 
 
 def release(path: Path, conn: sqlite3.Connection) -> None:
     """Done with a ``connect_write`` connection: kept for the next writer when reusing, else closed."""
-    if _idle is not None and not conn.in_transaction:
-        with _idle_lock:
-            _idle.setdefault(path, []).append(conn)
-        return
-    conn.close()
+    if not keep(str(path), conn):
+        conn.close()
 
 
 def connect_write(path: Path, migrations: Sequence[str], wal: bool = False) -> sqlite3.Connection:
     """A read-write connection with the schema brought up to date (numbered migrations)."""
-    if _idle is not None:
-        with _idle_lock:
-            if _idle.get(path):
-                return _idle[path].pop()
+    kept = idle(str(path))
+    if kept is not None:
+        return kept  # type: ignore[no-any-return]
     try:
         make_private(path.parent.parent)
         if not os.path.exists(path):  # made once, under a lock: see create_private
@@ -206,6 +236,7 @@ def connect_write(path: Path, migrations: Sequence[str], wal: bool = False) -> s
         if wal:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")  # a commit (a hold, an inbox row) survives power loss too
+        refuse_moved(conn, path)
         migrate(conn, migrations)
     except (OSError, sqlite3.Error) as e:
         raise SlurmYoloError(f"cannot open {path} for writing: {e}") from None
@@ -233,6 +264,17 @@ def connect_read(path: Path) -> sqlite3.Connection | None:
         except sqlite3.Error as e:
             last = e
     raise SlurmYoloError(f"cannot read {path}: {last}")
+
+
+def refuse_moved(conn: sqlite3.Connection, path: Path | str) -> None:
+    """One error line, never a write, for books that were moved to MariaDB (``mark_moved``)."""
+    if conn.execute("PRAGMA application_id").fetchone()[0] == MOVED_ID:
+        raise SlurmYoloError(f'{path}: these books were moved to MariaDB; set ledger.backend = "mariadb"')
+
+
+def mark_moved(conn: sqlite3.Connection) -> None:
+    """Mark the books of ``conn`` (in its write transaction) as moved: no writer opens them again."""
+    conn.execute(f"PRAGMA application_id = {MOVED_ID}")
 
 
 def migrate(conn: sqlite3.Connection, migrations: Sequence[str]) -> None:

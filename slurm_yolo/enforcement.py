@@ -12,7 +12,6 @@ configured commands talk to, since one slurmdbd may serve several clusters.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -79,8 +78,8 @@ def sync(config: Config, accounts: list[str] | None) -> Outcome:
     """Converge the Slurm limits of these accounts (``None``: every account) on the ledger's state."""
     if not config["ledger"]["enforce"] or accounts == []:
         return Outcome("", [], [])
-    if not os.path.exists(ledger.db_path(config)):
-        raise UsageError(f"no ledger yet at {ledger.db_path(config)}")
+    if not ledger.exists(config):
+        raise UsageError(f"no ledger yet at {ledger.where(config)}")
     bin_dir = Path(config["slurm"]["bin_dir"])
     cluster = commands.cluster_name(bin_dir)
     with _one_at_a_time(config):

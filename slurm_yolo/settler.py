@@ -33,7 +33,7 @@ from .slurm import commands
 from .slurm.records import JobRecord
 
 if TYPE_CHECKING:
-    import sqlite3
+    from .ledger import store
 
 RunsLookup = Callable[[list[int]], dict[int, list[JobRecord]]]
 
@@ -65,7 +65,7 @@ def billable_run(lg: ledger.Ledger, record: JobRecord, cluster: str, config: Con
     return run, policy.tokens(seconds, share, price, rate)
 
 
-Settled = tuple[JobRecord, "sqlite3.Row", ledger.Settlement]
+Settled = tuple[JobRecord, "store.Row", ledger.Settlement]
 
 
 def settle_runs(lg: ledger.Ledger, runs: list[JobRecord], config: Config, actor: str, cluster: str = "",
@@ -246,7 +246,7 @@ def settle_due(config: Config, followups: Followups, now: float | None = None, l
         rows = lg.due(math.inf if now is None else now, BATCH, job)
     if not rows:
         return []
-    by_job: dict[tuple[str, int], list[sqlite3.Row]] = {}
+    by_job: dict[tuple[str, int], list[store.Row]] = {}
     for row in rows:
         by_job.setdefault((row["cluster"], row["job_id"]), []).append(row)
     try:  # no ledger lock is held across a Slurm call
@@ -278,7 +278,7 @@ def settle_due(config: Config, followups: Followups, now: float | None = None, l
     return out
 
 
-def _wait_more(lg: ledger.Ledger, cluster: str, job_id: int, rows: list[sqlite3.Row], at: float,
+def _wait_more(lg: ledger.Ledger, cluster: str, job_id: int, rows: list[store.Row], at: float,
                config: Config) -> None:  # fmt: skip
     """sacct has no final record yet: ask again later; an incident once the run is late, and the row
     given up past the reconcile window (the hold stays, visible, for the audit and an admin)."""

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
@@ -25,6 +26,8 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 # Written by deploy/minicluster, and by nothing else: one file per bundled cluster (release).
 MARKERS = Path("/var/lib/slurm-yolo-cluster/clusters")
 RELEASES = ("22.05", "24.11")
+BACKENDS = ("sqlite", "mariadb")
+MYSQL_SOCKET = Path("/run/mysqld/mysqld.sock")
 VENV_BIN = Path("/opt/slurm-yolo/venv/bin")
 FONT = (
     next(iter(sorted(Path("/usr/share/fonts/truetype").rglob("*.ttf"))), None)
@@ -51,6 +54,40 @@ def site_config(home: Path) -> Path:
     text = text.replace('python = "/opt/slurm-yolo/venv/bin/python"', f'python = "{sys.executable}"')
     target.write_text(text)
     return target
+
+
+def mysql(statement: str) -> None:
+    """A statement as MariaDB's root on the bundled 22.05 cluster's server (the one its slurmdbd uses)."""
+    subprocess.run(["mysql", "--protocol=socket", "-e", statement], check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture
+def mariadb_options(tmp_path: Path) -> Iterator[Path]:
+    """An option file for a database and user of the test's own on the bundled MariaDB (mode 600, as
+    a site keeps the ledger's credentials), both dropped afterwards."""
+    if not (MARKERS / "22.05.json").is_file():
+        _missing("the bundled cluster's MariaDB is not up (deploy/minicluster up)")
+    name, password = f"yolo_test_{secrets.token_hex(4)}", secrets.token_hex(16)
+    mysql(f"CREATE DATABASE {name}; CREATE USER '{name}'@'localhost' IDENTIFIED BY '{password}';"
+          f" GRANT ALL ON {name}.* TO '{name}'@'localhost'")  # fmt: skip
+    path = tmp_path / "ledger.cnf"
+    path.write_text(f"[client]\nuser={name}\npassword={password}\ndatabase={name}\nsocket={MYSQL_SOCKET}\n")
+    path.chmod(0o600)
+    try:
+        yield path
+    finally:
+        mysql(f"DROP DATABASE {name}; DROP USER '{name}'@'localhost'")
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, home: Path) -> str:
+    """Each ledger backend in turn: the test's own config (in its home) keeps the books in SQLite, or
+    on the bundled MariaDB in a database of its own."""
+    if request.param == "mariadb":
+        options = request.getfixturevalue("mariadb_options")
+        with (home / "config.toml").open("a") as f:
+            f.write(f'\n[ledger]\nbackend = "mariadb"\nmariadb_options = "{options}"\n')
+    return str(request.param)
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,14 @@ def run(job_id: int = 1, submit: int = 1_764_460_800, account: str = "acct", qos
 
 
 @pytest.fixture
-def cfg() -> config.Config:
+def cfg(backend: str) -> config.Config:
+    """The test's config, on each backend in turn (``conftest.backend``)."""
+    return config.load()
+
+
+@pytest.fixture
+def sqlite_cfg() -> config.Config:
+    """The test's config on SQLite (what only the SQLite file has: its migrations, its folders)."""
     return config.load()
 
 
@@ -90,12 +97,12 @@ def test_prices_are_versioned_and_never_retroactive(cfg: config.Config) -> None:
         assert [r["price"] for r in lg.prices()] == [2_000_000, 3_000_000]
 
 
-def test_version_1_ledger_migrates_with_its_runs(cfg: config.Config) -> None:
+def test_version_1_ledger_migrates_with_its_runs(sqlite_cfg: config.Config) -> None:
     """A ledger written by the previous release keeps its accounts, movements and open holds."""
     from slurm_yolo import db
     from slurm_yolo.ledger.schema import MIGRATIONS
 
-    path = ledger.db_path(cfg)
+    path = ledger.db_path(sqlite_cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = db.connect_write(path, MIGRATIONS[:1], wal=True)
     conn.execute("INSERT INTO accounts (name, balance, held, credited, refilled_at) VALUES ('a', 700, 300, 1000, 0)")
@@ -111,7 +118,7 @@ def test_version_1_ledger_migrates_with_its_runs(cfg: config.Config) -> None:
         time.mktime(time.strptime("2026-11-30T00:00:00", "%Y-%m-%dT%H:%M:%S"))
     )  # local time, as Slurm printed it
     key = ledger.run_key("c", 9, submit)
-    with ledger.writer(cfg) as lg:
+    with ledger.writer(sqlite_cfg) as lg:
         row = lg.run(key)
         assert row is not None and (row["submit_time"], row["price"], row["rate_ppm"], row["hold_seconds"]) == (
             submit,
@@ -154,9 +161,9 @@ def test_tiers(cfg: config.Config) -> None:
         assert [tuple(r) for r in lg.tiers()] == [("yolo-prod", 800_000)]
 
 
-def test_migration_keeps_old_runs_and_tiers_exact(cfg: config.Config) -> None:
+def test_migration_keeps_old_runs_and_tiers_exact(sqlite_cfg: config.Config) -> None:
     """Runs and tiers written before the whole-number columns get them from their REAL values."""
-    path = ledger.db_path(cfg)
+    path = ledger.db_path(sqlite_cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path, isolation_level=None)
     db.migrate(conn, MIGRATIONS[:4])
@@ -168,7 +175,7 @@ def test_migration_keeps_old_runs_and_tiers_exact(cfg: config.Config) -> None:
             " 1, 0)", (f"c:{job}:1", job, gpus, rate),
         )  # fmt: skip
     conn.close()
-    with ledger.writer(cfg) as lg:
+    with ledger.writer(sqlite_cfg) as lg:
         runs = [(ledger.run_share(r), r["rate_ppm"]) for r in lg.conn.execute("SELECT * FROM jobs ORDER BY job_id")]
         assert runs == [(2, 800_000), (Fraction(1, 2), 1_500_000), (Fraction(1, 3), 1_000_000),
                         (Fraction(3, 4), 1_000)]  # fmt: skip
@@ -189,12 +196,12 @@ def test_movements_are_parameterised(cfg: config.Config) -> None:
         assert lg.account(evil)["balance"] == 10 and lg.check() == []
 
 
-def test_readers_see_a_ledger_they_cannot_write(cfg: config.Config, home: Path) -> None:
-    with ledger.writer(cfg) as lg:
+def test_readers_see_a_ledger_they_cannot_write(sqlite_cfg: config.Config, home: Path) -> None:
+    with ledger.writer(sqlite_cfg) as lg:
         lg.credit("acct", 10, "t")
-    ro = ledger.reader(cfg)
+    ro = ledger.reader(sqlite_cfg)
     assert ro is not None and ro.account("acct")["balance"] == 10
-    with pytest.raises(sqlite3.OperationalError):
+    with pytest.raises(SlurmYoloError, match="readonly"):
         ro.credit("acct", 1, "t")
 
 
@@ -294,7 +301,7 @@ def test_the_books_are_private_and_users_read_a_published_copy(monkeypatch: pyte
     shutil.rmtree(home)
 
 
-def test_a_ledger_of_an_earlier_release_is_moved_into_the_private_folder(cfg: config.Config, home: Path) -> None:
+def test_a_ledger_of_an_earlier_release_is_moved_into_the_private_folder(sqlite_cfg: config.Config, home: Path) -> None:
     legacy = home / "ledger.db"
     conn = sqlite3.connect(legacy, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
@@ -303,7 +310,7 @@ def test_a_ledger_of_an_earlier_release_is_moved_into_the_private_folder(cfg: co
     conn.execute("INSERT INTO movements (at, account, kind, amount, actor) VALUES (0, 'old', 'deposit', 42, 't')")
     held_open = open(legacy, "rb")  # noqa: SIM115 - a user's descriptor on the old file, kept across the move
     try:
-        with ledger.writer(cfg) as lg:
+        with ledger.writer(sqlite_cfg) as lg:
             assert lg.balance("old") == 42 and lg.check() == []
             lg.credit("old", 1, "t")
         assert os.stat(held_open.fileno()).st_ino != (home / "private" / "ledger.db").stat().st_ino
@@ -311,7 +318,7 @@ def test_a_ledger_of_an_earlier_release_is_moved_into_the_private_folder(cfg: co
     finally:
         held_open.close()
         conn.close()
-    with ledger.reader(cfg) as lg:
+    with ledger.reader(sqlite_cfg) as lg:
         assert lg.balance("old") == 43
 
 

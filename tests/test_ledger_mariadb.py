@@ -1,42 +1,27 @@
-"""The ledger's operations on a real MariaDB (the bundled 22.05 cluster's server, the one slurmdbd
-uses), in a database and user of the test's own, dropped afterwards: the same invariants as on
-SQLite, and writers racing on separate connections hold a run once and move every token exactly."""
+"""The ledger on a real MariaDB: writers racing on their own connections (two controllers, two
+clusters), a server killed and restarted in the middle of settlements, the move from SQLite, the
+credentials' file, and the published copy users read. (Every operation's own tests run on both
+backends in test_ledger.py.)"""
 
 from __future__ import annotations
 
-import secrets
+import os
+import shutil
+import signal
 import subprocess
+import sys
+import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
-from slurm_yolo import ledger
-from slurm_yolo.ledger import mariadb
-
-MARKER = Path("/var/lib/slurm-yolo-cluster/clusters/22.05.json")  # the bundled cluster's MariaDB only
-
-
-def _sql(statement: str) -> None:
-    subprocess.run(["mysql", "--protocol=socket", "-e", statement], check=True, capture_output=True, timeout=60)
-
-
-@pytest.fixture
-def option_file(tmp_path: Path) -> Iterator[str]:
-    if not MARKER.exists():
-        pytest.skip("the bundled cluster's MariaDB is not up (deploy/minicluster up)")
-    name, password = f"yolo_test_{secrets.token_hex(4)}", secrets.token_hex(16)
-    _sql(f"CREATE DATABASE {name}; CREATE USER '{name}'@'localhost' IDENTIFIED BY '{password}';"
-         f" GRANT ALL ON {name}.* TO '{name}'@'localhost'")  # fmt: skip
-    path = tmp_path / "ledger.cnf"
-    path.write_text(f"[client]\nuser={name}\npassword={password}\ndatabase={name}\nsocket=/run/mysqld/mysqld.sock\n")
-    path.chmod(0o600)
-    try:
-        yield str(path)
-    finally:
-        _sql(f"DROP DATABASE {name}; DROP USER '{name}'@'localhost'")
+from slurm_yolo import config, ledger
+from slurm_yolo.errors import SlurmYoloError, UsageError
+from slurm_yolo.ledger import mariadb, transfer
 
 
 def run(job_id: int, account: str = "acct") -> ledger.Run:
@@ -44,33 +29,15 @@ def run(job_id: int, account: str = "acct") -> ledger.Run:
                       1_000_000)  # fmt: skip
 
 
-def test_hold_settle_once_and_the_books_balance(option_file: str) -> None:
-    lg = ledger.Ledger(mariadb.connect(option_file))  # type: ignore[arg-type]
-    lg.credit("acct", 1000, "t")
-    assert lg.hold(run(1), 300, 250, "prolog") == (True, None)
-    assert lg.hold(run(1), 300, 250, "prolog") == (False, None)  # a repeated prolog
-    s = lg.settle(run(1).key, 120, "COMPLETED", 60, "epilog")
-    assert s is not None and (s.charge, s.refund, s.balance) == (120, 180, 880)
-    assert lg.settle(run(1).key, 120, "COMPLETED", 60, "epilog") is None  # a repeated epilog
-    lg.set_tier("yolo-prod", "0.8")
-    lg.set_tier("yolo-prod", "0.9")  # an upsert
-    assert lg.tier_rate("yolo-prod") == 900_000
-    lg.set_price("a100", 7, 0.0, "admin")
-    assert lg.price_at("a100", 2e9, 1) == 7
-    a = lg.account("acct")
-    assert a is not None and (a["balance"], a["held"], a["charged"], a["credited"]) == (880, 0, 120, 1000)
-    assert lg.check() == []
-
-
-def test_writers_racing_on_their_own_connections_move_every_token_once(option_file: str) -> None:
+def test_writers_racing_on_their_own_connections_move_every_token_once(mariadb_options: Path) -> None:
     """20 threads, each its own connection (as prologs on two controllers would be), hold 10 runs
     twice each and settle them: each run held once, the totals exact."""
-    setup = ledger.Ledger(mariadb.connect(option_file))  # type: ignore[arg-type]
+    setup = ledger.Ledger(mariadb.connect(mariadb_options))
     setup.credit("acct", 100_000, "t")
     held: list[bool] = []
 
     def worker(job: int) -> None:
-        lg = ledger.Ledger(mariadb.connect(option_file))  # type: ignore[arg-type]
+        lg = ledger.Ledger(mariadb.connect(mariadb_options))
         try:
             got, _ = lg.hold(run(job), 1000, None, "prolog")
             held.append(got)
@@ -87,3 +54,201 @@ def test_writers_racing_on_their_own_connections_move_every_token_once(option_fi
     a = setup.account("acct")
     assert a is not None and (a["balance"], a["held"], a["charged"]) == (100_000 - 10 * 400, 0, 10 * 400)
     assert setup.check() == []
+
+
+def test_the_credentials_file_must_be_its_owners_alone(mariadb_options: Path) -> None:
+    mariadb_options.chmod(0o640)
+    with pytest.raises(SlurmYoloError, match="only its owner can read"):
+        mariadb.connect(mariadb_options)
+
+
+class Server:
+    """A MariaDB server of the test's own (its own data folder, socket and no TCP port), which the
+    test may kill outright and start again, as a site's server crashes and comes back."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.socket = folder / "mysqld.sock"
+        self.proc: subprocess.Popen[bytes] | None = None
+        shutil.chown(folder, "mysql", "mysql")
+        subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={folder / 'data'}", "--user=mysql",
+                        "--skip-test-db", "--auth-root-authentication-method=normal"],
+                       check=True, capture_output=True, timeout=120)  # fmt: skip
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["/usr/sbin/mariadbd", "--no-defaults", f"--datadir={self.folder / 'data'}", f"--socket={self.socket}",
+             "--skip-networking", "--user=mysql", f"--pid-file={self.folder / 'pid'}",
+             "--innodb-flush-log-at-trx-commit=1", f"--log-error={self.folder / 'error.log'}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while subprocess.run(["mysqladmin", f"--socket={self.socket}", "-uroot", "ping"],
+                             capture_output=True).returncode != 0:  # fmt: skip
+            assert time.monotonic() < deadline, (self.folder / "error.log").read_text()[-2000:]
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def sql(self, statement: str) -> None:
+        subprocess.run(["mysql", f"--socket={self.socket}", "-uroot", "-e", statement], check=True, timeout=60)
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    if not shutil.which("mariadb-install-db"):
+        pytest.skip("no MariaDB server here (deploy/install installs it)")
+    folder = Path(tempfile.mkdtemp(dir="/var/tmp"))  # one the server's own user (mysql) can enter
+    try:
+        s = Server(folder)
+        s.start()
+        try:
+            yield s
+        finally:
+            s.kill()
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_a_server_killed_in_the_middle_of_50_settlements_loses_and_doubles_nothing(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """50 runs held, then settled one by one while the server is killed (SIGKILL: whatever was in
+    flight, a COMMIT included) and started again, twice. Every run ends settled once, and the totals
+    are what 50 charges of 400 from holds of 1000 make, computed here."""
+    server.sql("CREATE DATABASE books; CREATE USER 'ledger'@'localhost' IDENTIFIED BY 'pw';"
+               " GRANT ALL ON books.* TO 'ledger'@'localhost'")  # fmt: skip
+    options = tmp_path / "ledger.cnf"
+    options.write_text(f"[client]\nuser=ledger\npassword=pw\ndatabase=books\nsocket={server.socket}\n")
+    options.chmod(0o600)
+    lg = ledger.Ledger(mariadb.connect(options))
+    lg.credit("acct", 1_000_000, "t")
+    for job in range(50):
+        lg.hold(run(job), 1000, None, "prolog")
+    outcomes: list[object] = []
+    retried: list[BaseException] = []
+    retryable = mariadb.Connection.retryable
+
+    def counted(self: mariadb.Connection, error: BaseException, started: float) -> bool:
+        again = retryable(self, error, started)
+        if again:
+            retried.append(error)
+        return again
+
+    monkeypatch.setattr(mariadb.Connection, "retryable", counted)
+
+    def settle_all() -> None:
+        writer = ledger.Ledger(mariadb.connect(options))
+        for job in range(50):
+            outcomes.append(writer.settle(run(job).key, 400, "COMPLETED", 100, "epilog"))
+            time.sleep(0.02)
+
+    t = threading.Thread(target=settle_all)
+    t.start()
+    for pause in (0.25, 0.5):
+        time.sleep(pause)
+        server.kill()
+        time.sleep(0.5)
+        server.start()
+    t.join(timeout=300)
+    assert not t.is_alive()
+    check = ledger.Ledger(mariadb.connect(options))
+    assert [r["state"] for r in check.conn.execute("SELECT state FROM jobs")] == ["settled"] * 50
+    charges = check.conn.execute("SELECT job_key, count(*) FROM movements WHERE kind = 'charge' GROUP BY job_key")
+    assert sorted(n for _, n in charges) == [1] * 50
+    a = check.account("acct")
+    assert a is not None and (a["balance"], a["held"], a["charged"]) == (1_000_000 - 50 * 400, 0, 50 * 400)
+    assert check.check() == []
+    assert all(o is not None for o in outcomes)  # each settle call saw its own run settled by itself
+    assert retried  # the kills did land in the middle of transactions
+
+
+def test_the_books_move_from_sqlite_checked_and_the_old_file_is_written_no_more(mariadb_options: Path,
+                                                                                home: Path) -> None:  # fmt: skip
+    cfg = config.load()
+    with ledger.writer(cfg) as lg:
+        lg.credit("acct", 10_000, "t")
+        lg.credit("other", 500, "t")
+        lg.hold(run(1), 1000, 900, "prolog")
+        lg.hold(run(2), 1000, None, "prolog")
+        lg.settle(run(2).key, 250, "COMPLETED", 60, "epilog")
+        lg.set_tier("yolo-prod", "0.8")
+        lg.set_price("a100", 3000, 0.0, "admin")
+    done = transfer.to_mariadb(cfg, mariadb_options)
+    assert (done.accounts, done.rows["movements"], done.rows["jobs"]) == (2, 6, 2)  # 2 deposits, 2 holds, a charge and its refund
+    with pytest.raises(SlurmYoloError, match="moved to MariaDB"), ledger.writer(cfg) as lg:
+        lg.credit("acct", 1, "t")
+    with pytest.raises(SlurmYoloError, match="moved to MariaDB"):
+        transfer.to_mariadb(cfg, mariadb_options)
+    (home / "config.toml").write_text(f'[ledger]\nbackend = "mariadb"\nmariadb_options = "{mariadb_options}"\n')
+    cfg = config.load()
+    with ledger.writer(cfg) as lg:
+        a = lg.account("acct")
+        assert a is not None and (a["balance"], a["held"], a["charged"]) == (10_000 - 1000 - 250, 1000, 250)
+        assert lg.tier_rate("yolo-prod") == 800_000 and lg.price_at("a100", 2e9, 1) == 3000
+        s = lg.settle(run(1).key, 600, "COMPLETED", 60, "epilog")  # the open hold settles on the new books
+        assert s is not None and (s.charge, s.refund, s.balance) == (600, 400, 10_000 - 250 - 600)
+        assert lg.check() == []
+
+
+def test_a_move_into_books_that_are_not_empty_is_refused(mariadb_options: Path, home: Path) -> None:
+    (home / "config.toml").write_text(f'[ledger]\nbackend = "mariadb"\nmariadb_options = "{mariadb_options}"\n')
+    with ledger.writer(config.load()) as lg:
+        lg.credit("acct", 5, "t")
+    (home / "config.toml").unlink()
+    with ledger.writer(config.load()) as lg:
+        lg.credit("acct", 10, "t")
+    with pytest.raises(UsageError, match="has accounts already"):
+        transfer.to_mariadb(config.load(), mariadb_options)
+    with ledger.writer(config.load()) as lg:  # the SQLite books are not marked: the move did not happen
+        assert lg.balance("acct") == 10
+
+
+def test_users_read_a_published_copy_of_the_mariadb_books(mariadb_options: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Users never get the database's credentials: what alice reads is a SQLite copy published after
+    each write, with the same numbers."""
+    home = Path(tempfile.mkdtemp(dir="/var/tmp"))  # a folder alice can reach
+    home.chmod(0o755)
+    monkeypatch.setenv("SLURM_YOLO_HOME", str(home))
+    (home / "config.toml").write_text(f'[ledger]\nbackend = "mariadb"\nmariadb_options = "{mariadb_options}"\n')
+    try:
+        with ledger.writer(config.load()) as lg:
+            lg.credit("acct", 777, "t")
+            lg.hold(run(1), 100, None, "prolog")
+        assert (home / "ledger.db").stat().st_mode & 0o777 == 0o644
+        code = "from slurm_yolo import config, ledger; lg = ledger.reader(config.load()); print(lg.balance('acct'), len(lg.runs(1)))"
+        res = subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", sys.executable, "-c", code], capture_output=True,
+                             text=True, env={**os.environ, "SLURM_YOLO_HOME": str(home)}, cwd="/tmp", timeout=60)  # fmt: skip
+        assert res.stdout.split() == ["677", "1"], res.stderr
+    finally:
+        shutil.rmtree(home)
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_a_commit_whose_answer_is_lost_is_looked_up_not_guessed(mariadb_options: Path, kept: bool) -> None:
+    """The connection drops as COMMIT is sent: after the server kept the transaction (``kept``) or
+    before. The ledger finds its commit marker, or runs the transaction again: one charge either way."""
+    import pymysql
+
+    lg = ledger.Ledger(mariadb.connect(mariadb_options))
+    lg.credit("acct", 10_000, "t")
+    lg.hold(run(1), 1000, None, "prolog")
+    raw = lg.conn._conn  # type: ignore[attr-defined]  # the PyMySQL connection under the ledger's
+    real = raw.commit
+
+    def lost_answer() -> None:
+        if kept:
+            real()
+        raw.close()  # without COMMIT, the server rolls the transaction back
+        raise pymysql.err.OperationalError(2013, "Lost connection to server during query")
+
+    raw.commit = lost_answer
+    s = lg.settle(run(1).key, 400, "COMPLETED", 60, "epilog")
+    assert s is not None and (s.charge, s.refund, s.balance) == (400, 600, 10_000 - 400)
+    assert lg.conn._conn is not raw  # type: ignore[attr-defined]  # it reconnected
+    charges = lg.conn.execute("SELECT count(*) FROM movements WHERE kind = 'charge'").fetchone()[0]
+    assert charges == 1 and lg.check() == []

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import getpass
 import os
-import sqlite3
 import time
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from .. import admission, availability, books, enforcement, ledger, visibility
 from ..config import Config
 from ..errors import UsageError
 from ..estimate import fmt_tokens
-from ..ledger import policy
+from ..ledger import policy, store
 from ..slurm import commands
 from . import echo_json, library_errors, load_config
 
@@ -27,11 +26,11 @@ def _read(config: Config) -> ledger.Ledger:
     """The ledger read-only (a context manager), or a clear error when there is none yet."""
     lg = ledger.reader(config)
     if lg is None:
-        raise UsageError(f"no ledger yet at {ledger.db_path(config)}")
+        raise UsageError(f"no ledger yet at {ledger.where(config)}")
     return lg
 
 
-def _entry(lg: ledger.Ledger, account: str) -> sqlite3.Row:
+def _entry(lg: ledger.Ledger, account: str) -> store.Row:
     """ACCOUNT's ledger row, or one error line: an account the ledger never saw is not an empty answer."""
     row = lg.account(account)
     if row is None:
@@ -48,7 +47,7 @@ def _fail_unconverged(outcome: enforcement.Outcome) -> None:
         click.get_current_context().exit(1)
 
 
-def _row(a: sqlite3.Row) -> dict[str, object]:
+def _row(a: store.Row) -> dict[str, object]:
     return {k: a[k] for k in a.keys()}  # noqa: SIM118 - a Row is no dict: iterating it gives values
 
 
@@ -352,6 +351,25 @@ def publish() -> None:
     config = load_config()
     ledger.publish(config)
     click.echo(f"published {availability.path(config)}")
+
+
+@ledger_group.command()
+@click.option("--to", "backend", type=click.Choice(["mariadb"]), required=True, help="Where the books go.")
+@click.option("--options", "options", type=click.Path(path_type=Path), required=True,
+              help="The MariaDB option file of the ledger's database (mode 600, the SlurmUser's).")  # fmt: skip
+@library_errors
+def migrate(backend: str, options: Path) -> None:
+    """Move the books from the SQLite file to the site's MariaDB: copied while no hook can write,
+    checked (ledger check on both, every account's totals equal), then kept; the SQLite file is
+    marked so that no writer uses it again. Then set ledger.backend and restart hookd."""
+    from ..ledger import transfer
+
+    config = load_config()
+    done = transfer.to_mariadb(config, options)
+    copied = ", ".join(f"{n} {table}" for table, n in sorted(done.rows.items()) if n)
+    click.echo(f"copied and checked: {copied or 'no rows'}; ledger check clean on both, balances equal")
+    click.echo(f"now set, in {config.path or 'the config'}: [ledger] backend = \"{backend}\","
+               f" mariadb_options = \"{options}\"; then restart slurm-yolo-hookd")  # fmt: skip
 
 
 @ledger_group.command("admission-script")

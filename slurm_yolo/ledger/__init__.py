@@ -13,25 +13,27 @@ whatever order or number of prolog/epilog invocations Slurm produces.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from fractions import Fraction
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from .. import availability, db
 from ..config import Config
 from ..errors import SlurmYoloError, UsageError
-from . import bucket, comment, policy
+from . import bucket, comment, mariadb, policy, store
 from .schema import MIGRATIONS
 
 CREDITS = ("deposit", "refill", "adjustment")
 KINDS = (*CREDITS, "hold", "charge", "refund", "expiry", "overrun")
 _WRITE_TURN = threading.Lock()
+T = TypeVar("T")
 
 
 class Run(NamedTuple):
@@ -68,7 +70,7 @@ def limit_seconds(time_limit: int | None, config: Config) -> int:
     return policy.hold_seconds(time_limit, policy.unlimited_cap(config["ledger"]["unlimited_hold_hours"]))
 
 
-def run_share(row: sqlite3.Row) -> Fraction:
+def run_share(row: store.Row) -> Fraction:
     """A held run's GPU share as the exact rational it was held at (a row of the jobs table)."""
     return Fraction(row["gpus_num"], row["gpus_den"])
 
@@ -98,24 +100,56 @@ def parse_when(text: str) -> float:
 
 
 def db_path(config: Config) -> Path:
-    """The books: in the SlurmUser's private folder, never openable by users (``db``)."""
+    """The SQLite books: in the SlurmUser's private folder, never openable by users (``db``). With the
+    MariaDB backend, the published copy users read is still ``db.published`` of this path."""
     return db.private_dir(config.state_dir) / "ledger.db"
+
+
+def on_mariadb(config: Config) -> bool:
+    """Whether the books are on the site's MariaDB (``ledger.backend``) rather than the SQLite file."""
+    return config["ledger"]["backend"] == "mariadb"
+
+
+def options_path(config: Config) -> Path:
+    """The MariaDB option file with the ledger's database and credentials (the SlurmUser's alone)."""
+    return Path(config["ledger"]["mariadb_options"])
+
+
+def where(config: Config) -> str:
+    """Where the books are, for messages."""
+    return f"MariaDB ({options_path(config)})" if on_mariadb(config) else str(db_path(config))
+
+
+def exists(config: Config) -> bool:
+    """Whether there are books yet (a MariaDB ledger makes its schema on first use: always)."""
+    return on_mariadb(config) or db_path(config).exists()
+
+
+def _store(config: Config) -> store.Store:
+    """A writer's connection to the books, reused within a long-lived server (``db.reuse_connections``)."""
+    if on_mariadb(config):
+        key = str(options_path(config))
+        conn: mariadb.Connection = db.idle(key) or mariadb.connect(options_path(config))
+        conn.pool_key = key
+        return conn
+    path = db_path(config)
+    raw = db.connect_write(db.writable(path, config["paths"]["owner"]), MIGRATIONS, wal=True)
+    return store.SqliteStore(raw, on_close=lambda c: db.release(path, c))
 
 
 @contextmanager
 def writer(config: Config, publish: bool = True) -> Iterator[Ledger]:
     """A read-write ledger (as the state's owner: see ``db.as_state_owner``). ``publish``: once it
     has written, publish what readers see (hookd publishes once per batch instead)."""
-    path = db_path(config)
     with db.as_state_owner(config.state_dir, config["paths"]["owner"]):
-        conn = db.connect_write(db.writable(path, config["paths"]["owner"]), MIGRATIONS, wal=True)
+        conn = _store(config)
         try:
             lg = Ledger(conn)
             yield lg
             if lg.wrote and publish:
                 publish_from(lg, config)
         finally:
-            db.release(path, conn)
+            conn.close()
 
 
 def publish_from(lg: Ledger, config: Config) -> None:
@@ -124,10 +158,11 @@ def publish_from(lg: Ledger, config: Config) -> None:
     last ones (the admission file's stamp makes admission count every run started since as unheld:
     stale, never generous), and says so."""
     try:
+        db.make_private(config.state_dir)
         with db.locked(db.private_dir(config.state_dir) / "publish.lock", "publishing the ledger"):
             availability.publish(config, lambda now: availability.render(config, now, lg.accounts(), lg.prices(),
                                                                          lg.tiers(), lg.held_jobs()))  # fmt: skip
-            db.publish_copy(lg.conn, db_path(config))
+            db.publish_copy(lg.conn.snapshot, db_path(config))
     except (OSError, sqlite3.Error, SlurmYoloError) as e:
         print(f"slurm-yolo: the ledger's published copies not updated: {e}", file=sys.stderr)
 
@@ -139,18 +174,20 @@ def publish(config: Config) -> None:
 
 
 def reader(config: Config) -> Ledger | None:
-    """A read-only ledger for any user: the books themselves for root and the SlurmUser, the
-    published copy for everyone else (None when there is neither yet)."""
+    """A read-only ledger for any user: the books themselves for root and the SlurmUser (who can
+    read the MariaDB option file, or enter the private folder), the published copy for everyone
+    else (None when there is neither yet)."""
+    if on_mariadb(config) and os.access(options_path(config), os.R_OK):
+        return Ledger(mariadb.connect(options_path(config)))
     conn = db.connect_read(db_path(config))
-    return Ledger(conn) if conn else None
+    return Ledger(store.SqliteStore(conn)) if conn else None
 
 
 class Ledger:
     """Ledger operations; writes are short ``BEGIN IMMEDIATE`` transactions."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: store.Store) -> None:
         self.conn = conn
-        self.conn.row_factory = sqlite3.Row
         self.wrote = False  # a transaction committed: the admission file is out of date
 
     def close(self) -> None:
@@ -162,30 +199,36 @@ class Ledger:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        # Threads of one process (hookd) take turns here rather than in SQLite's busy handler,
-        # whose back-off sleeps (up to 100 ms each) would dominate 50 hooks at once.
+    def _atomic(self, body: Callable[[], T]) -> T:
+        """Run ``body`` (the ledger's statements) as one write transaction, again from the start when
+        the store lost it to a deadlock or a dropped connection (``store.Store.retryable``): a body
+        reads what it writes from, so a second run decides afresh (a run already held is not held
+        again). Its result, once the transaction is durable."""
+        # Threads of one process (hookd) take turns here rather than in the store's own waiting
+        # (SQLite's busy handler sleeps up to 100 ms at a time; 50 hooks at once would feel it).
         with _WRITE_TURN:
-            try:
-                self.conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as e:
-                if "locked" not in str(e) and "busy" not in str(e):
+            started = time.monotonic()
+            while True:
+                try:
+                    self.conn.begin()
+                    try:
+                        result = body()
+                        self.conn.commit()
+                    except BaseException:
+                        self.conn.rollback()
+                        raise
+                except Exception as e:
+                    if self.conn.retryable(e, started):
+                        continue
+                    if isinstance(e, sqlite3.Error) or type(e).__module__.startswith("pymysql"):
+                        raise SlurmYoloError(f"the ledger could not write: {e}") from e
                     raise
-                # busy past db.BUSY_TIMEOUT_MS: another writer (root or the SlurmUser) holds it
-                raise SlurmYoloError(f"the ledger stayed busy for {db.BUSY_TIMEOUT_MS // 1000} s: {e}") from None
-            try:
-                yield self.conn
-                self.conn.execute("COMMIT")
                 self.wrote = True
-            except BaseException:
-                if self.conn.in_transaction:
-                    self.conn.execute("ROLLBACK")
-                raise
+                return result
 
     # --- movements (called inside a transaction) -------------------------------------------------
 
-    def _account(self, name: str, now: float, create: bool = True) -> sqlite3.Row:
+    def _account(self, name: str, now: float, create: bool = True) -> store.Row:
         row = self.conn.execute("SELECT * FROM accounts WHERE name = ?", (name,)).fetchone()
         if row is None:
             if not create:
@@ -241,34 +284,43 @@ class Ledger:
         if kind == "deposit" and amount <= 0:
             raise UsageError(f"a deposit must be positive (got {amount})")
         now = time.time()
-        with self._tx():
+
+        def body() -> Any:
             self._refill(account, now)
             self._move(account, kind, amount, now, actor, reason=reason)
             return self._update_block(account)
+
+        return self._atomic(body)
 
     def set_quota(self, account: str, rate_per_day: int, capacity: int, actor: str) -> None:
         """The account's bucket: ``rate_per_day`` tokens a day, up to ``capacity``."""
         if rate_per_day < 0 or capacity < 0:
             raise UsageError("rate and capacity must not be negative")
         now = time.time()
-        with self._tx():
+
+        def body() -> Any:
             self._refill(account, now)  # earned at the old rate first
             self.conn.execute(
                 "UPDATE accounts SET rate_per_day = ?, capacity = ? WHERE name = ?", (rate_per_day, capacity, account)
             )
 
+        self._atomic(body)
+
     def set_tier(self, qos: str, rate: str) -> int:
         """Charge multiplier for jobs of ``qos`` (e.g. prod 0.8, explore 1.5), read exactly from its
         decimal text (``policy.parse_rate``); the rate kept, in parts per million."""
         ppm = policy.parse_rate(rate)
-        with self._tx():
+
+        def body() -> Any:
             self.conn.execute(
                 "INSERT INTO tiers (qos, rate, rate_ppm) VALUES (?, ?, ?) ON CONFLICT (qos) DO UPDATE SET"
                 " rate = excluded.rate, rate_ppm = excluded.rate_ppm", (qos, ppm / policy.RATE_SCALE, ppm),
             )  # fmt: skip
+
+        self._atomic(body)
         return ppm
 
-    def tiers(self) -> list[sqlite3.Row]:
+    def tiers(self) -> list[store.Row]:
         return self.conn.execute("SELECT qos, rate_ppm FROM tiers ORDER BY qos").fetchall()
 
     def tier_rate(self, qos: str) -> int:
@@ -279,13 +331,17 @@ class Ledger:
     def refill_all(self) -> dict[str, bool]:
         """Apply every bucket's refill (cron); accounts whose blocked state changed."""
         now = time.time()
-        changed = {}
-        with self._tx():
+        changed: dict[str, bool] = {}
+
+        def body() -> Any:
+            changed.clear()  # a transaction run again starts over
             for (name,) in self.conn.execute("SELECT name FROM accounts").fetchall():
                 self._refill(name, now)
                 state = self._update_block(name)
                 if state is not None:
                     changed[name] = state
+
+        self._atomic(body)
         return changed
 
     def expire(self, days: float) -> dict[str, int]:
@@ -294,8 +350,10 @@ class Ledger:
         expired."""
         now = time.time()
         cutoff = now - days * 86400
-        out = {}
-        with self._tx():
+        out: dict[str, int] = {}
+
+        def body() -> Any:
+            out.clear()  # a transaction run again starts over
             for a in self.conn.execute("SELECT * FROM accounts").fetchall():
                 old = self.conn.execute(
                     "SELECT coalesce(sum(amount), 0) FROM movements WHERE account = ? AND kind IN"
@@ -306,12 +364,15 @@ class Ledger:
                     self._move(a["name"], "expiry", stale, now, "expiry", reason=f"unspent for {days:g} days")
                     self._update_block(a["name"])
                     out[a["name"]] = stale
+
+        self._atomic(body)
         return out
 
     def hold(self, run: Run, amount: int, estimate: int | None, actor: str) -> tuple[bool, bool | None]:
         """Hold ``amount`` for this run unless it is held already: (held now, new blocked state)."""
         now = time.time()
-        with self._tx():
+
+        def body() -> Any:
             if self.conn.execute("SELECT 1 FROM jobs WHERE job_key = ?", (run.key,)).fetchone():
                 return False, None
             self._refill(run.account, now)
@@ -319,6 +380,8 @@ class Ledger:
             self._move(run.account, "hold", amount, now, actor, job_key=run.key, user=run.user,
                        reason=f"{run.hold_seconds}s x {run.gpus} GPU x {run.price} tok/GPU-s x {policy.rate_text(run.rate_ppm)}")  # fmt: skip
             return True, self._update_block(run.account)
+
+        return self._atomic(body)
 
     def _insert_run(self, run: Run, amount: int, estimate: int | None, now: float, actor: str) -> None:
         self.conn.execute(
@@ -330,10 +393,10 @@ class Ledger:
              run.rate_ppm, run.time_limit, run.hold_seconds, estimate, amount, now, actor),
         )  # fmt: skip
 
-    def run(self, key: str) -> sqlite3.Row | None:
+    def run(self, key: str) -> store.Row | None:
         return self.conn.execute("SELECT * FROM jobs WHERE job_key = ?", (key,)).fetchone()
 
-    def held_runs(self, cluster: str, job_id: int) -> list[sqlite3.Row]:
+    def held_runs(self, cluster: str, job_id: int) -> list[store.Row]:
         """The job's runs still holding tokens."""
         return self.conn.execute(
             "SELECT * FROM jobs WHERE cluster = ? AND job_id = ? AND state = 'held'", (cluster, job_id)
@@ -346,7 +409,7 @@ class Ledger:
             for r in self.conn.execute("SELECT DISTINCT cluster, job_id FROM jobs WHERE state = 'held'")
         ]
 
-    def stale_holds(self, older_than: float) -> list[sqlite3.Row]:
+    def stale_holds(self, older_than: float) -> list[store.Row]:
         """Runs held since before ``older_than`` (epoch seconds) and still not settled."""
         return self.conn.execute(
             "SELECT * FROM jobs WHERE state = 'held' AND held_at < ? ORDER BY held_at", (older_than,)
@@ -362,11 +425,14 @@ class Ledger:
         if not partition or not partition.isprintable():
             raise UsageError("a price needs a plain partition name")
         now = time.time()
-        with self._tx():
+
+        def body() -> Any:
             self.conn.execute(
                 "INSERT INTO prices (`partition`, price, effective_at, set_at, actor, reason) VALUES (?, ?, ?, ?, ?, ?)",
                 (partition, price, max(effective_at, now), now, actor, reason),
             )
+
+        self._atomic(body)
 
     def price_at(self, partition: str, at: float, default: int) -> int:
         """The partition's price at ``at`` (the newest version in effect then), else ``default``."""
@@ -376,7 +442,7 @@ class Ledger:
         ).fetchone()  # fmt: skip
         return int(row["price"]) if row else default
 
-    def prices(self) -> list[sqlite3.Row]:
+    def prices(self) -> list[store.Row]:
         return self.conn.execute("SELECT * FROM prices ORDER BY `partition`, effective_at, id").fetchall()
 
     # --- the settler's inbox: epilog events hookd acknowledged, until their runs are settled -------
@@ -384,14 +450,17 @@ class Ledger:
     def receive(self, cluster: str, job_id: int, event: str, facts: Mapping[str, str]) -> int:
         """Record an event durably (committed before hookd answers); its row id."""
         now = time.time()
-        with self._tx():
+
+        def body() -> Any:
             cur = self.conn.execute(
                 "INSERT INTO inbox (cluster, job_id, event, facts, received_at, due_at) VALUES (?, ?, ?, ?, ?, ?)",
                 (cluster, job_id, event, json.dumps(dict(facts), sort_keys=True), now, now),
             )
             return int(cur.lastrowid or 0)
 
-    def due(self, now: float, limit: int, job: tuple[str, int] | None = None) -> list[sqlite3.Row]:
+        return self._atomic(body)
+
+    def due(self, now: float, limit: int, job: tuple[str, int] | None = None) -> list[store.Row]:
         """Inbox rows to work on now, oldest first (``now`` = inf: every open row), of one (cluster,
         job) when ``job`` says which."""
         mine, args = ("AND cluster = ? AND job_id = ?", job) if job else ("", ())
@@ -406,7 +475,8 @@ class Ledger:
         """Rows done (``due_at`` None), or to be tried again at ``due_at``, with what happened."""
         now = time.time()
         marks = ",".join("?" * len(ids))
-        with self._tx():
+
+        def body() -> Any:
             if due_at is None:
                 self.conn.execute(
                     f"UPDATE inbox SET done_at = ?, outcome = ? WHERE id IN ({marks})", (now, outcome, *ids)
@@ -417,22 +487,29 @@ class Ledger:
                     (due_at, outcome, *ids),
                 )
 
+        self._atomic(body)
+
     # --- incidents (a hook that failed: visible until its runs are settled) -----------------------
 
     def record_incident(self, cluster: str, job_id: int, event: str, error: str) -> None:
-        with self._tx():
+        def body() -> Any:
             self.conn.execute(
                 "INSERT INTO incidents (at, cluster, job_id, event, error) VALUES (?, ?, ?, ?, ?)",
                 (time.time(), cluster, job_id, event, error[:500]),
             )
 
+        self._atomic(body)
+
     def resolve_incidents(self, cluster: str, job_id: int) -> None:
         """The job's hook failures are over: it ended without a run to bill (cancelled before it ran)."""
-        with self._tx():
+
+        def body() -> Any:
             self.conn.execute(
                 "UPDATE incidents SET resolved_at = ? WHERE resolved_at IS NULL AND cluster IN (?, '') AND job_id = ?",
                 (time.time(), cluster, job_id),
             )
+
+        self._atomic(body)
 
     def next_due(self) -> float | None:
         """When the inbox's next open row falls due (None: no open row)."""
@@ -444,7 +521,7 @@ class Ledger:
         row = self.conn.execute("SELECT due_at FROM inbox WHERE id = ? AND done_at IS NULL", (row_id,)).fetchone()
         return None if row is None else float(row["due_at"])
 
-    def held_between(self, since: float, before: float) -> list[sqlite3.Row]:
+    def held_between(self, since: float, before: float) -> list[store.Row]:
         """(job_key, job_id) of the runs held in [since, before)."""
         return self.conn.execute(
             "SELECT job_key, job_id FROM jobs WHERE held_at >= ? AND held_at < ?", (since, before)
@@ -455,7 +532,7 @@ class Ledger:
         rows = self.conn.execute("SELECT account, max(at) FROM movements WHERE kind = 'charge' GROUP BY account")
         return {r[0]: float(r[1]) for r in rows}
 
-    def billed_runs(self) -> list[sqlite3.Row]:
+    def billed_runs(self) -> list[store.Row]:
         """Every run's job id, submit time, what it was held and billed at, and its estimate (reports)."""
         return self.conn.execute(
             "SELECT job_id, submit_time, hold, charge, refund, price, estimate FROM jobs"
@@ -469,7 +546,7 @@ class Ledger:
         )  # fmt: skip
         return {r[0]: int(r[1]) for r in rows}
 
-    def movements_since(self, since: float, accounts: list[str]) -> list[sqlite3.Row]:
+    def movements_since(self, since: float, accounts: list[str]) -> list[store.Row]:
         """(account, at, kind, amount) of the accounts' movements since ``since``."""
         marks = ",".join("?" * len(accounts))
         return self.conn.execute(
@@ -477,7 +554,7 @@ class Ledger:
             (since, *accounts),
         ).fetchall()
 
-    def open_incidents(self) -> list[sqlite3.Row]:
+    def open_incidents(self) -> list[store.Row]:
         return self.conn.execute("SELECT * FROM incidents WHERE resolved_at IS NULL ORDER BY at").fetchall()
 
     # --- the site's own Slurm limits, kept while a block replaces them (``enforcement``) ----------
@@ -488,7 +565,7 @@ class Ledger:
         return {r["account"]: r["grp_tres_run_mins"] for r in rows}
 
     def keep_site_limits(self, cluster: str, account: str, grp_tres_run_mins: str) -> None:
-        with self._tx():
+        def body() -> Any:
             self.conn.execute(
                 "INSERT INTO site_limits (cluster, account, grp_tres_run_mins, kept_at) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT (cluster, account) DO UPDATE SET grp_tres_run_mins = excluded.grp_tres_run_mins,"
@@ -496,9 +573,13 @@ class Ledger:
                 (cluster, account, grp_tres_run_mins, time.time()),
             )
 
+        self._atomic(body)
+
     def forget_site_limits(self, cluster: str, account: str) -> None:
-        with self._tx():
+        def body() -> Any:
             self.conn.execute("DELETE FROM site_limits WHERE cluster = ? AND account = ?", (cluster, account))
+
+        self._atomic(body)
 
     def release(self, key: str, charge: int, actor: str, reason: str) -> Settlement:
         """An admin's end for a hold that Slurm's records can no longer settle (purged from sacct, a
@@ -523,11 +604,12 @@ class Ledger:
         past the hold (a run that outlived its limit) takes the rest from the balance ("overrun").
         ``reason``: kept with the movements (default: the end state)."""
         now = time.time()
-        with self._tx():
+        charge = max(0, charge)
+
+        def body() -> Any:
             row = self.conn.execute("SELECT * FROM jobs WHERE job_key = ?", (key,)).fetchone()
             if row is None or row["state"] != "held":
                 return None
-            charge = max(0, charge)
             from_hold = min(charge, row["hold"])
             refund = row["hold"] - from_hold
             who = {"job_key": key, "user": row["user"], "reason": reason or end_state}
@@ -549,6 +631,8 @@ class Ledger:
             balance = self.conn.execute("SELECT balance FROM accounts WHERE name = ?", (row["account"],)).fetchone()[0]
             return Settlement(key, row["account"], row["hold"], charge, refund, balance, blocked)
 
+        return self._atomic(body)
+
     # --- AdminComments (the books in sacct), queued with the settlement until sacctmgr takes them ---
 
     def _queue_comment(self, cluster: str, job_id: int, now: float) -> None:
@@ -563,15 +647,18 @@ class Ledger:
 
     def requeue_comment(self, cluster: str, job_id: int) -> None:
         """Queue the job's AdminComment again (the audit found sacct without it: written, then lost)."""
-        with self._tx():
+
+        def body() -> Any:
             self._queue_comment(cluster, job_id, time.time())
 
-    def unwritten_comments(self, limit: int | None = None) -> list[sqlite3.Row]:
+        self._atomic(body)
+
+    def unwritten_comments(self, limit: int | None = None) -> list[store.Row]:
         """AdminComments sacctmgr has not taken yet (the first ``limit``; None: all), least tried and
         oldest first: one that keeps failing does not stand before the others."""
         return self.conn.execute(
             "SELECT * FROM admin_comments WHERE written_at IS NULL ORDER BY attempts, queued_at LIMIT ?",
-            (-1 if limit is None else limit,),
+            (2**62 if limit is None else limit,),
         ).fetchall()
 
     def unwritten_count(self) -> int:
@@ -585,7 +672,9 @@ class Ledger:
     def comments_done(self, outcomes: Iterable[tuple[str, int, str, str]]) -> None:
         """``comment_done`` for a batch (cluster, job id, text, error), in one transaction."""
         now = time.time()
-        with self._tx():
+        outcomes = list(outcomes)  # read again if the transaction runs again
+
+        def body() -> Any:
             for cluster, job_id, text, error in outcomes:
                 if error:
                     self.conn.execute(
@@ -598,9 +687,11 @@ class Ledger:
                         (now, cluster, job_id, text),
                     )
 
+        self._atomic(body)
+
     # --- reads ----------------------------------------------------------------------------------
 
-    def account(self, name: str) -> sqlite3.Row | None:
+    def account(self, name: str) -> store.Row | None:
         return self.conn.execute("SELECT * FROM accounts WHERE name = ?", (name,)).fetchone()
 
     def balance(self, name: str) -> int:
@@ -608,24 +699,24 @@ class Ledger:
         row = self.account(name)
         return int(row["balance"]) if row else 0
 
-    def accounts(self) -> list[sqlite3.Row]:
+    def accounts(self) -> list[store.Row]:
         return self.conn.execute("SELECT * FROM accounts ORDER BY name").fetchall()
 
-    def history(self, account: str, limit: int = 50) -> list[sqlite3.Row]:
+    def history(self, account: str, limit: int = 50) -> list[store.Row]:
         return self.conn.execute(
             "SELECT * FROM movements WHERE account = ? ORDER BY id DESC LIMIT ?", (account, limit)
         ).fetchall()
 
-    def movements(self) -> list[sqlite3.Row]:
+    def movements(self) -> list[store.Row]:
         return self.conn.execute("SELECT * FROM movements ORDER BY id").fetchall()
 
-    def job_movements(self, job_id: int) -> list[sqlite3.Row]:
+    def job_movements(self, job_id: int) -> list[store.Row]:
         return self.conn.execute(
             "SELECT m.* FROM movements m JOIN jobs j ON m.job_key = j.job_key WHERE j.job_id = ? ORDER BY m.id",
             (job_id,),
         ).fetchall()
 
-    def runs(self, job_id: int) -> list[sqlite3.Row]:
+    def runs(self, job_id: int) -> list[store.Row]:
         return self.conn.execute("SELECT * FROM jobs WHERE job_id = ? ORDER BY held_at", (job_id,)).fetchall()
 
     def check(self) -> list[str]:

@@ -1,29 +1,60 @@
-"""The ledger on a site's MariaDB (or MySQL) server, behind the connection the ledger already uses.
+"""The ledger on a site's MariaDB (or MySQL, or a Galera cluster of either): the second ``store.Store``.
 
 ``Ledger`` speaks the SQL SQLite takes, with ``?`` and ``:name`` parameters and identifiers MariaDB
 reserves in backticks (SQLite takes those too). ``Connection`` wraps a PyMySQL connection so the same
 statements run there: parameters become PyMySQL's ``%s``/``%(name)s``, an upsert's ``ON CONFLICT (...)
-DO UPDATE SET c = excluded.c`` becomes ``ON DUPLICATE KEY UPDATE c = VALUES(c)``, and ``BEGIN
-IMMEDIATE`` (SQLite: one writer at a time) becomes a transaction that first locks the one row of
-``ledger_turn``: writers take turns on a row lock, which Galera certifies like any other write (no
-table locks, no ``GET_LOCK``, which Galera does not replicate), so every read-then-write of the ledger
-sees what the writer before it committed, as on SQLite.
+DO UPDATE SET c = excluded.c`` becomes ``ON DUPLICATE KEY UPDATE c = VALUES(c)``.
+
+Writers take turns as on SQLite: ``begin`` locks the one row of ``ledger_turn``, so every
+read-then-write of the ledger sees what the writer before it committed, on any controller of any
+cluster. A row lock is what Galera certifies like any other write (no table locks, no ``GET_LOCK``,
+which Galera does not replicate); two writers on two Galera nodes then meet as a deadlock error at
+commit, which the ledger answers by running the transaction again (``retryable``).
+
+A dropped connection is the other thing worth a second try, with one trap: a COMMIT whose answer was
+lost may or may not have happened. Every transaction therefore writes a marker row (``commits``, a
+random token) before it commits; ``commit`` that loses its answer reconnects and looks for its
+marker: found, the transaction is durable and ``commit`` returns; missing, nothing of it was kept,
+and the error goes back to the ledger, which runs it again. Reads outside a transaction are retried
+on a new connection, as they change nothing.
 
 The schema is the SQLite one at its latest version, in MariaDB's types (``SCHEMA``): every table has a
-primary key, amounts are BIGINT (exact, as SQLite's INTEGER), and no code relies on the order of
-auto-increment ids across servers.
+primary key, amounts are BIGINT (exact, as SQLite's INTEGER; sums come back as whole ``int``), and no
+code relies on the order of auto-increment ids across servers.
 """
 
 from __future__ import annotations
 
+import contextlib
+import random
 import re
+import secrets
+import sqlite3
+import stat
+import time
 from collections.abc import Iterator, Mapping, Sequence
+from decimal import Decimal
+from pathlib import Path
 from typing import Any
+
+from .. import db
+from ..errors import SlurmYoloError
+from .schema import MIGRATIONS
+
+RETRY_SECONDS = 60.0  # how long a transaction is tried again through deadlocks and a server's restart
+TRANSIENT = frozenset({
+    1205,  # lock wait timeout
+    1213,  # deadlock (on Galera: a conflict with a writer on another node)
+    1047, 1180, 1927,  # Galera node not ready; commit failed (certification); connection killed
+    1053,  # server shutdown in progress
+    2003, 2006, 2013, 2014,  # cannot connect; server gone; connection lost; out of sync
+})  # fmt: skip
 
 SCHEMA_VERSION = 6  # the SQLite migrations this schema matches (``schema.MIGRATIONS``)
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS ledger_turn (id INT PRIMARY KEY, n BIGINT NOT NULL DEFAULT 0)""",
     """INSERT IGNORE INTO ledger_turn (id, n) VALUES (1, 0)""",
+    """CREATE TABLE IF NOT EXISTS commits (token CHAR(32) PRIMARY KEY, at DOUBLE NOT NULL) ENGINE=InnoDB""",
     """CREATE TABLE IF NOT EXISTS schema_version (id INT PRIMARY KEY, version INT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS accounts (
     name VARCHAR(190) PRIMARY KEY,
@@ -47,7 +78,7 @@ SCHEMA = (
     job_key VARCHAR(190),
     user VARCHAR(190),
     actor VARCHAR(190) NOT NULL,
-    reason TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT '',
     KEY movements_account (account, at),
     KEY movements_job (job_key)
 ) ENGINE=InnoDB""",
@@ -95,7 +126,7 @@ SCHEMA = (
     effective_at DOUBLE NOT NULL,
     set_at DOUBLE NOT NULL,
     actor VARCHAR(190) NOT NULL,
-    reason TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT '',
     KEY prices_partition (`partition`, effective_at)
 ) ENGINE=InnoDB""",
     """CREATE TABLE IF NOT EXISTS incidents (
@@ -104,7 +135,7 @@ SCHEMA = (
     cluster VARCHAR(64) NOT NULL,
     job_id BIGINT NOT NULL,
     event VARCHAR(16) NOT NULL,
-    error TEXT NOT NULL,
+    error TEXT NOT NULL DEFAULT '',
     resolved_at DOUBLE,
     KEY incidents_open (resolved_at, cluster, job_id)
 ) ENGINE=InnoDB""",
@@ -122,7 +153,7 @@ SCHEMA = (
     queued_at DOUBLE NOT NULL,
     written_at DOUBLE,
     attempts INT NOT NULL DEFAULT 0,
-    error TEXT NOT NULL,
+    error TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (cluster, job_id),
     KEY admin_comments_unwritten (written_at)
 ) ENGINE=InnoDB""",
@@ -136,7 +167,7 @@ SCHEMA = (
     due_at DOUBLE NOT NULL,
     attempts INT NOT NULL DEFAULT 0,
     done_at DOUBLE,
-    outcome TEXT NOT NULL,
+    outcome TEXT NOT NULL DEFAULT '',
     KEY inbox_due (done_at, due_at)
 ) ENGINE=InnoDB""",
     f"""INSERT IGNORE INTO schema_version (id, version) VALUES (1, {SCHEMA_VERSION})""",
@@ -145,6 +176,7 @@ SCHEMA = (
 _UPSERT = re.compile(r"\bON CONFLICT\s*\([^)]*\)\s*DO UPDATE SET\b", re.IGNORECASE)
 _EXCLUDED = re.compile(r"\bexcluded\.(\w+)", re.IGNORECASE)
 _NAMED = re.compile(r":([A-Za-z_]\w*)")
+_ready: set[str] = set()  # option files whose database has the schema (made once per process)
 
 
 def translate(sql: str) -> str:
@@ -158,30 +190,36 @@ def translate(sql: str) -> str:
     return out
 
 
-class Row(Mapping[str, Any]):
-    """A result row read by column name or position, like ``sqlite3.Row``."""
+def _value(v: Any) -> Any:
+    """MariaDB's sums of BIGINT come back DECIMAL: the ledger's amounts are whole numbers."""
+    return int(v) if isinstance(v, Decimal) and v == v.to_integral_value() else v
+
+
+class Row:
+    """A result row as ``sqlite3.Row`` is one: read by column name or position, iterated as its
+    values, ``dict(row)`` by its ``keys``."""
 
     __slots__ = ("_names", "_values")
 
     def __init__(self, names: Sequence[str], values: Sequence[Any]) -> None:
         self._names = tuple(names)
-        self._values = tuple(values)
+        self._values = tuple(_value(v) for v in values)
 
-    def __getitem__(self, key: str | int) -> Any:  # type: ignore[override]
+    def __getitem__(self, key: str | int) -> Any:
         if isinstance(key, int):
             return self._values[key]
         try:
             return self._values[self._names.index(key)]
         except ValueError:
-            raise KeyError(key) from None
+            raise IndexError(f"No item with that key: {key}") from None
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names)
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._values)
 
     def __len__(self) -> int:
-        return len(self._names)
+        return len(self._values)
 
-    def keys(self) -> Any:
+    def keys(self) -> list[str]:
         return list(self._names)
 
 
@@ -189,60 +227,178 @@ class Cursor:
     """What the ledger reads of a cursor: rows, the new row's id."""
 
     def __init__(self, cursor: Any) -> None:
-        self._cursor = cursor
         self._names = [d[0] for d in cursor.description] if cursor.description else []
-        self.lastrowid = getattr(cursor, "lastrowid", None)  # none before a statement ran
+        self._rows = list(cursor.fetchall()) if cursor.description else []
+        self.lastrowid: int | None = getattr(cursor, "lastrowid", None)
         self.rowcount = cursor.rowcount
 
     def fetchone(self) -> Row | None:
-        row = self._cursor.fetchone()
-        return None if row is None else Row(self._names, row)
+        return Row(self._names, self._rows.pop(0)) if self._rows else None
 
     def fetchall(self) -> list[Row]:
-        return [Row(self._names, row) for row in self._cursor.fetchall()]
+        rows, self._rows = self._rows, []
+        return [Row(self._names, r) for r in rows]
 
     def __iter__(self) -> Iterator[Row]:
         return iter(self.fetchall())
 
 
-class Connection:
-    """A PyMySQL connection that runs the ledger's statements (``translate``) with SQLite's
-    transaction words: ``BEGIN IMMEDIATE`` waits for the writers' turn (``ledger_turn``)."""
-
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
-        self.in_transaction = False
-        self.row_factory: object = None  # the ledger sets sqlite3.Row; rows here are always ``Row``
-
-    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> Cursor:
-        word = sql.strip().upper()
-        cursor = self._conn.cursor()
-        if word in ("BEGIN IMMEDIATE", "BEGIN"):
-            self._conn.begin()
-            self.in_transaction = True
-            cursor.execute("UPDATE ledger_turn SET n = n + 1 WHERE id = 1")  # the writers' turn, until commit
-        elif word == "COMMIT":
-            self._conn.commit()
-            self.in_transaction = False
-        elif word == "ROLLBACK":
-            self._conn.rollback()
-            self.in_transaction = False
-        else:
-            cursor.execute(translate(sql), params if isinstance(params, Mapping) else tuple(params))
-        return Cursor(cursor)
-
-    def close(self) -> None:
-        self._conn.close()
+def check_options(path: Path) -> Path:
+    """The option file with the ledger's credentials, refused unless only its owner can read it."""
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise SlurmYoloError(f"the ledger's MariaDB option file {path}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o077:
+        raise SlurmYoloError(
+            f"the ledger's MariaDB option file {path} must be a file only its owner can read (chmod 600)"
+        )
+    return path
 
 
-def connect(option_file: str, database: str | None = None) -> Connection:
-    """A connection from a MySQL option file (``[client]`` host, port, user, password, database;
-    readable by the SlurmUser alone), with the schema made if it is missing."""
+def _errors() -> tuple[type[Exception], ...]:
+    """What a PyMySQL connection raises (imported when the MariaDB backend is used, not before)."""
     import pymysql
 
-    conn = pymysql.connect(read_default_file=option_file, database=database, autocommit=True, charset="utf8mb4")
-    wrapped = Connection(conn)
-    cursor = conn.cursor()
-    for statement in SCHEMA:
-        cursor.execute(statement)
-    return wrapped
+    return (pymysql.err.MySQLError, OSError)
+
+
+def _is_transient(error: BaseException) -> bool:
+    import pymysql
+
+    if isinstance(error, pymysql.err.InterfaceError):  # the connection is closed
+        return True
+    code = error.args[0] if isinstance(error, pymysql.err.MySQLError) and error.args else None
+    return isinstance(code, int) and code in TRANSIENT
+
+
+class Connection:
+    """A PyMySQL connection that runs the ledger's statements (``translate``) as a ``store.Store``."""
+
+    def __init__(self, options: Path) -> None:
+        self.options = options
+        self.pool_key: str | None = None  # set: ``close`` keeps it for the next writer (``db.keep``)
+        self.in_transaction = False
+        self._conn: Any = None
+        self._connect(time.monotonic())
+
+    def _connect(self, started: float) -> None:
+        """(Re)connect, through a server's restart for up to RETRY_SECONDS from ``started``."""
+        import pymysql
+
+        while True:
+            try:
+                conn = pymysql.connect(read_default_file=str(self.options), autocommit=True, charset="utf8mb4",
+                                       connect_timeout=10, read_timeout=120, write_timeout=120)  # fmt: skip
+                with conn.cursor() as c:
+                    c.execute("SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'")
+                    c.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                    if str(self.options) not in _ready:
+                        for statement in SCHEMA:
+                            c.execute(statement)
+                        _ready.add(str(self.options))
+                self._conn = conn
+                return
+            except pymysql.err.MySQLError as e:
+                if not _is_transient(e) or time.monotonic() - started > RETRY_SECONDS:
+                    raise SlurmYoloError(f"the ledger's database ({self.options}) is unreachable: {e}") from None
+                time.sleep(min(2.0, 0.1 + random.random() * 0.5))
+
+    def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = (), /) -> Cursor:
+        args = params if isinstance(params, Mapping) else tuple(params)
+        started = time.monotonic()
+        while True:
+            try:
+                with self._conn.cursor() as c:
+                    c.execute(translate(sql), args)
+                    return Cursor(c)
+            except _errors() as e:
+                if self.in_transaction or not _is_transient(e) or time.monotonic() - started > RETRY_SECONDS:
+                    raise  # in a transaction, the ledger runs the whole of it again
+                self._reconnect(started)
+
+    def _reconnect(self, started: float) -> None:
+        with contextlib.suppress(*_errors()):  # already gone
+            self._conn.close()
+        self._connect(started)
+
+    def begin(self) -> None:
+        self._conn.begin()
+        self.in_transaction = True
+        with self._conn.cursor() as c:
+            c.execute("UPDATE ledger_turn SET n = n + 1 WHERE id = 1")  # the writers' turn, until commit
+
+    def commit(self) -> None:
+        token = secrets.token_hex(16)
+        with self._conn.cursor() as c:
+            c.execute("INSERT INTO commits (token, at) VALUES (%s, %s)", (token, time.time()))
+            if random.random() < 0.01:  # markers are looked for only right after their commit
+                c.execute("DELETE FROM commits WHERE at < %s LIMIT 1000", (time.time() - 86400,))
+        try:
+            self._conn.commit()
+        except _errors() as e:
+            self.in_transaction = False
+            if not _is_transient(e):
+                raise
+            self._reconnect(time.monotonic())
+            with self._conn.cursor() as c:
+                c.execute("SELECT 1 FROM commits WHERE token = %s", (token,))
+                if c.fetchone() is None:
+                    raise  # not kept: the ledger runs the transaction again
+            return
+        self.in_transaction = False
+
+    def rollback(self) -> None:
+        self.in_transaction = False
+        with contextlib.suppress(*_errors()):  # a lost connection: the server rolled it back already
+            self._conn.rollback()
+
+    def retryable(self, error: BaseException, started: float) -> bool:
+        if not _is_transient(error) or time.monotonic() - started > RETRY_SECONDS:
+            return False
+        time.sleep(random.random() * 0.05)  # two deadlocked writers: not in step again
+        self._reconnect(started)
+        return True
+
+    def insert_many(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """Insert ``rows`` into ``table`` (a copy of the books: ``transfer``), in batches."""
+        sql = f"INSERT INTO `{table}` ({', '.join(f'`{c}`' for c in columns)}) VALUES ({', '.join(['%s'] * len(columns))})"
+        with self._conn.cursor() as c:
+            for at in range(0, len(rows), 500):
+                c.executemany(sql, rows[at : at + 500])
+
+    def snapshot(self, path: Path) -> None:
+        """The books as a new SQLite file (the published copy users read): the SQLite schema at its
+        latest version, then each table's rows, read in one consistent snapshot."""
+        copy = sqlite3.connect(path, isolation_level=None)
+        try:
+            db.migrate(copy, MIGRATIONS)
+            copy.execute("BEGIN")
+            with self._conn.cursor() as c:
+                c.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+                try:
+                    for (table,) in copy.execute(
+                        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'"
+                    ).fetchall():
+                        columns = [r[1] for r in copy.execute(f"PRAGMA table_info({table})")]
+                        c.execute(f"SELECT {', '.join(f'`{col}`' for col in columns)} FROM `{table}`")
+                        marks = ", ".join("?" * len(columns))
+                        copy.executemany(f"INSERT INTO {table} VALUES ({marks})",
+                                         ([_value(v) for v in row] for row in c.fetchall()))  # fmt: skip
+                finally:
+                    c.execute("COMMIT")
+            copy.execute("COMMIT")
+        finally:
+            copy.close()
+
+    def close(self) -> None:
+        if self.pool_key is not None and db.keep(self.pool_key, self):
+            return
+        with contextlib.suppress(*_errors()):  # closed by the server already
+            self._conn.close()
+
+
+def connect(options: Path) -> Connection:
+    """A connection from a MySQL option file (``[client]`` host, port or socket, user, password,
+    database; readable by its owner alone: ``check_options``), with the schema made if it is missing."""
+    return Connection(check_options(options))
