@@ -15,7 +15,6 @@ sacct for what no hook reported (a failed prolog, an epilog slurmctld never ran)
 from __future__ import annotations
 
 import json
-import math
 import queue
 import threading
 import time
@@ -243,7 +242,7 @@ def settle_due(config: Config, followups: Followups, now: float | None = None, l
     or due again later. What was settled."""
     at = time.time()
     with ledger.writer(config, publish=False) as lg:
-        rows = lg.due(math.inf if now is None else now, BATCH, job)
+        rows = lg.due(now, BATCH, job)
     if not rows:
         return []
     by_job: dict[tuple[str, int], list[store.Row]] = {}

@@ -178,7 +178,11 @@ def test_the_books_move_from_sqlite_checked_and_the_old_file_is_written_no_more(
         lg.set_tier("yolo-prod", "0.8")
         lg.set_price("a100", 3000, 0.0, "admin")
     done = transfer.to_mariadb(cfg, mariadb_options)
-    assert (done.accounts, done.rows["movements"], done.rows["jobs"]) == (2, 6, 2)  # 2 deposits, 2 holds, a charge and its refund
+    assert (done.accounts, done.rows["movements"], done.rows["jobs"]) == (
+        2,
+        6,
+        2,
+    )  # 2 deposits, 2 holds, a charge and its refund
     with pytest.raises(SlurmYoloError, match="moved to MariaDB"), ledger.writer(cfg) as lg:
         lg.credit("acct", 1, "t")
     with pytest.raises(SlurmYoloError, match="moved to MariaDB"):
@@ -252,3 +256,27 @@ def test_a_commit_whose_answer_is_lost_is_looked_up_not_guessed(mariadb_options:
     assert lg.conn._conn is not raw  # type: ignore[attr-defined]  # it reconnected
     charges = lg.conn.execute("SELECT count(*) FROM movements WHERE kind = 'charge'").fetchone()[0]
     assert charges == 1 and lg.check() == []
+
+
+def test_the_move_is_one_command_and_a_bad_one_changes_nothing(mariadb_options: Path, home: Path) -> None:
+    from click.testing import CliRunner
+
+    from slurm_yolo.cli.admin import main as admin
+
+    with ledger.writer(config.load()) as lg:
+        lg.credit("acct", 1234, "t")
+    loose = mariadb_options.with_name("loose.cnf")
+    loose.write_text(mariadb_options.read_text())
+    loose.chmod(0o644)
+    for options, why in ((home / "none.cnf", "No such file"), (loose, "only its owner can read")):
+        res = CliRunner().invoke(admin, ["ledger", "migrate", "--to", "mariadb", "--options", str(options)])
+        assert res.exit_code == 1 and res.output.startswith("Error: ") and why in res.output, res.output
+        assert len(res.output.strip().splitlines()) == 1
+    with ledger.writer(config.load()) as lg:  # not moved
+        lg.credit("acct", 1, "t")
+    res = CliRunner().invoke(admin, ["ledger", "migrate", "--to", "mariadb", "--options", str(mariadb_options)])
+    assert res.exit_code == 0, res.output
+    assert "1 accounts, 2 movements" in res.output and 'backend = "mariadb"' in res.output
+    (home / "config.toml").write_text(f'[ledger]\nbackend = "mariadb"\nmariadb_options = "{mariadb_options}"\n')
+    res = CliRunner().invoke(admin, ["ledger", "balance", "acct", "--json"])
+    assert res.exit_code == 0 and '"balance": 1235' in res.output, res.output

@@ -460,12 +460,13 @@ class Ledger:
 
         return self._atomic(body)
 
-    def due(self, now: float, limit: int, job: tuple[str, int] | None = None) -> list[store.Row]:
-        """Inbox rows to work on now, oldest first (``now`` = inf: every open row), of one (cluster,
+    def due(self, now: float | None, limit: int, job: tuple[str, int] | None = None) -> list[store.Row]:
+        """Inbox rows to work on now, oldest first (``now`` None: every open row), of one (cluster,
         job) when ``job`` says which."""
-        mine, args = ("AND cluster = ? AND job_id = ?", job) if job else ("", ())
+        when, args = ("AND due_at <= ?", [now]) if now is not None else ("", [])
+        mine = "AND cluster = ? AND job_id = ?" if job else ""
         return self.conn.execute(
-            f"SELECT * FROM inbox WHERE done_at IS NULL AND due_at <= ? {mine} ORDER BY id LIMIT ?", (now, *args, limit)
+            f"SELECT * FROM inbox WHERE done_at IS NULL {when} {mine} ORDER BY id LIMIT ?", (*args, *(job or ()), limit)
         ).fetchall()
 
     def inbox_open(self) -> int:

@@ -26,6 +26,7 @@ code relies on the order of auto-increment ids across servers.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import re
 import secrets
@@ -249,6 +250,8 @@ def check_options(path: Path) -> Path:
         st = path.stat()
     except OSError as e:
         raise SlurmYoloError(f"the ledger's MariaDB option file {path}: {e.strerror}") from None
+    if not os.access(path, os.R_OK):  # PyMySQL would go on without it, as this user
+        raise SlurmYoloError(f"permission denied: the ledger is written only by root or the SlurmUser ({path})")
     if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o077:
         raise SlurmYoloError(
             f"the ledger's MariaDB option file {path} must be a file only its owner can read (chmod 600)"
