@@ -260,6 +260,7 @@ def connect_read(path: Path) -> sqlite3.Connection | None:
             conn = sqlite3.connect(uri + suffix, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
             conn.row_factory = sqlite3.Row
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            refuse_moved(conn, path)  # the books are elsewhere now: never a reading of the old ones
             return conn
         except sqlite3.Error as e:
             last = e

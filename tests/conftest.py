@@ -73,6 +73,7 @@ def mariadb_options(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "ledger.cnf"
     path.write_text(f"[client]\nuser={name}\npassword={password}\ndatabase={name}\nsocket={MYSQL_SOCKET}\n")
     path.chmod(0o600)
+    shutil.chown(path, "slurm", "slurm")  # the SlurmUser's (paths.owner), as a site keeps it
     try:
         yield path
     finally:

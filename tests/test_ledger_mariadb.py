@@ -23,6 +23,8 @@ from slurm_yolo import config, ledger
 from slurm_yolo.errors import SlurmYoloError, UsageError
 from slurm_yolo.ledger import mariadb, transfer
 
+OWNER = "slurm"  # paths.owner: the SlurmUser, whose option file it is
+
 
 def run(job_id: int, account: str = "acct") -> ledger.Run:
     return ledger.Run("c", job_id, 100, 0, account, "alice", "a100", "normal", Fraction(1, 4), 600, 600, 3000,
@@ -32,12 +34,12 @@ def run(job_id: int, account: str = "acct") -> ledger.Run:
 def test_writers_racing_on_their_own_connections_move_every_token_once(mariadb_options: Path) -> None:
     """20 threads, each its own connection (as prologs on two controllers would be), hold 10 runs
     twice each and settle them: each run held once, the totals exact."""
-    setup = ledger.Ledger(mariadb.connect(mariadb_options))
+    setup = ledger.Ledger(mariadb.connect(mariadb_options, OWNER))
     setup.credit("acct", 100_000, "t")
     held: list[bool] = []
 
     def worker(job: int) -> None:
-        lg = ledger.Ledger(mariadb.connect(mariadb_options))
+        lg = ledger.Ledger(mariadb.connect(mariadb_options, OWNER))
         try:
             got, _ = lg.hold(run(job), 1000, None, "prolog")
             held.append(got)
@@ -56,10 +58,14 @@ def test_writers_racing_on_their_own_connections_move_every_token_once(mariadb_o
     assert setup.check() == []
 
 
-def test_the_credentials_file_must_be_its_owners_alone(mariadb_options: Path) -> None:
+def test_the_credentials_file_must_be_the_slurmusers_alone(mariadb_options: Path) -> None:
     mariadb_options.chmod(0o640)
-    with pytest.raises(SlurmYoloError, match="only its owner can read"):
-        mariadb.connect(mariadb_options)
+    with pytest.raises(SlurmYoloError, match=r"must be the SlurmUser's alone: chown slurm .*; chmod 600"):
+        mariadb.connect(mariadb_options, OWNER)
+    mariadb_options.chmod(0o600)
+    shutil.chown(mariadb_options, "root", "root")  # root's: the SlurmUser's hookd could not read it
+    with pytest.raises(SlurmYoloError, match="must be the SlurmUser's alone"):
+        mariadb.connect(mariadb_options, OWNER)
 
 
 class Server:
@@ -124,7 +130,8 @@ def test_a_server_killed_in_the_middle_of_50_settlements_loses_and_doubles_nothi
     options = tmp_path / "ledger.cnf"
     options.write_text(f"[client]\nuser=ledger\npassword=pw\ndatabase=books\nsocket={server.socket}\n")
     options.chmod(0o600)
-    lg = ledger.Ledger(mariadb.connect(options))
+    shutil.chown(options, OWNER, OWNER)
+    lg = ledger.Ledger(mariadb.connect(options, OWNER))
     lg.credit("acct", 1_000_000, "t")
     for job in range(50):
         lg.hold(run(job), 1000, None, "prolog")
@@ -141,7 +148,7 @@ def test_a_server_killed_in_the_middle_of_50_settlements_loses_and_doubles_nothi
     monkeypatch.setattr(mariadb.Connection, "retryable", counted)
 
     def settle_all() -> None:
-        writer = ledger.Ledger(mariadb.connect(options))
+        writer = ledger.Ledger(mariadb.connect(options, OWNER))
         for job in range(50):
             outcomes.append(writer.settle(run(job).key, 400, "COMPLETED", 100, "epilog"))
             time.sleep(0.02)
@@ -155,7 +162,7 @@ def test_a_server_killed_in_the_middle_of_50_settlements_loses_and_doubles_nothi
         server.start()
     t.join(timeout=300)
     assert not t.is_alive()
-    check = ledger.Ledger(mariadb.connect(options))
+    check = ledger.Ledger(mariadb.connect(options, OWNER))
     assert [r["state"] for r in check.conn.execute("SELECT state FROM jobs")] == ["settled"] * 50
     charges = check.conn.execute("SELECT job_key, count(*) FROM movements WHERE kind = 'charge' GROUP BY job_key")
     assert sorted(n for _, n in charges) == [1] * 50
@@ -187,6 +194,8 @@ def test_the_books_move_from_sqlite_checked_and_the_old_file_is_written_no_more(
         lg.credit("acct", 1, "t")
     with pytest.raises(SlurmYoloError, match="moved to MariaDB"):
         transfer.to_mariadb(cfg, mariadb_options)
+    with pytest.raises(SlurmYoloError, match="moved to MariaDB"):  # root never reads the retired books
+        ledger.reader(cfg)
     (home / "config.toml").write_text(f'[ledger]\nbackend = "mariadb"\nmariadb_options = "{mariadb_options}"\n')
     cfg = config.load()
     with ledger.writer(cfg) as lg:
@@ -205,7 +214,7 @@ def test_a_move_into_books_that_are_not_empty_is_refused(mariadb_options: Path, 
     (home / "config.toml").unlink()
     with ledger.writer(config.load()) as lg:
         lg.credit("acct", 10, "t")
-    with pytest.raises(UsageError, match="has accounts already"):
+    with pytest.raises(UsageError, match="has accounts already: the move takes only a new, empty database"):
         transfer.to_mariadb(config.load(), mariadb_options)
     with ledger.writer(config.load()) as lg:  # the SQLite books are not marked: the move did not happen
         assert lg.balance("acct") == 10
@@ -238,7 +247,7 @@ def test_a_commit_whose_answer_is_lost_is_looked_up_not_guessed(mariadb_options:
     before. The ledger finds its commit marker, or runs the transaction again: one charge either way."""
     import pymysql
 
-    lg = ledger.Ledger(mariadb.connect(mariadb_options))
+    lg = ledger.Ledger(mariadb.connect(mariadb_options, OWNER))
     lg.credit("acct", 10_000, "t")
     lg.hold(run(1), 1000, None, "prolog")
     raw = lg.conn._conn  # type: ignore[attr-defined]  # the PyMySQL connection under the ledger's
@@ -268,7 +277,8 @@ def test_the_move_is_one_command_and_a_bad_one_changes_nothing(mariadb_options: 
     loose = mariadb_options.with_name("loose.cnf")
     loose.write_text(mariadb_options.read_text())
     loose.chmod(0o644)
-    for options, why in ((home / "none.cnf", "No such file"), (loose, "only its owner can read")):
+    shutil.chown(loose, OWNER, OWNER)
+    for options, why in ((home / "none.cnf", "No such file"), (loose, "must be the SlurmUser's alone")):
         res = CliRunner().invoke(admin, ["ledger", "migrate", "--to", "mariadb", "--options", str(options)])
         assert res.exit_code == 1 and res.output.startswith("Error: ") and why in res.output, res.output
         assert len(res.output.strip().splitlines()) == 1
@@ -276,7 +286,8 @@ def test_the_move_is_one_command_and_a_bad_one_changes_nothing(mariadb_options: 
         lg.credit("acct", 1, "t")
     res = CliRunner().invoke(admin, ["ledger", "migrate", "--to", "mariadb", "--options", str(mariadb_options)])
     assert res.exit_code == 0, res.output
-    assert "1 accounts, 2 movements" in res.output and 'backend = "mariadb"' in res.output
+    assert "accounts 1, movements 2" in res.output
+    assert res.output.splitlines()[-2:] == ['backend = "mariadb"', f'mariadb_options = "{mariadb_options}"']
     (home / "config.toml").write_text(f'[ledger]\nbackend = "mariadb"\nmariadb_options = "{mariadb_options}"\n')
     res = CliRunner().invoke(admin, ["ledger", "balance", "acct", "--json"])
     assert res.exit_code == 0 and '"balance": 1235' in res.output, res.output

@@ -355,21 +355,24 @@ def publish() -> None:
 
 @ledger_group.command()
 @click.option("--to", "backend", type=click.Choice(["mariadb"]), required=True, help="Where the books go.")
-@click.option("--options", "options", type=click.Path(path_type=Path), required=True,
-              help="The MariaDB option file of the ledger's database (mode 600, the SlurmUser's).")  # fmt: skip
+@click.option("--options", "options", type=click.Path(path_type=Path, resolve_path=True, readable=False),
+              required=True, help="The MariaDB option file of the ledger's database (the SlurmUser's, mode 600).")  # fmt: skip
 @library_errors
 def migrate(backend: str, options: Path) -> None:
-    """Move the books from the SQLite file to the site's MariaDB: copied while no hook can write,
-    checked (ledger check on both, every account's totals equal), then kept; the SQLite file is
-    marked so that no writer uses it again. Then set ledger.backend and restart hookd."""
+    """Move the books from the SQLite file to the site's MariaDB (a new, empty database): copied
+    while no hook can write, checked (ledger check on both, every account's totals equal), then
+    kept; the SQLite file is marked so that no writer or reader uses it again. Then set
+    ledger.backend and ledger.mariadb_options on every controller and restart hookd."""
+    from ..config import config_path
     from ..ledger import transfer
 
     config = load_config()
     done = transfer.to_mariadb(config, options)
-    copied = ", ".join(f"{n} {table}" for table, n in sorted(done.rows.items()) if n)
-    click.echo(f"copied and checked: {copied or 'no rows'}; ledger check clean on both, balances equal")
-    click.echo(f"now set, in {config.path or 'the config'}: [ledger] backend = \"{backend}\","
-               f" mariadb_options = \"{options}\"; then restart slurm-yolo-hookd")  # fmt: skip
+    copied = ", ".join(f"{table} {n}" for table, n in sorted(done.rows.items()) if n)
+    click.echo(f"copied and checked ({copied}): ledger check clean on both sides, every account's totals equal")
+    click.echo(f"{ledger.db_path(config)} is retired: it refuses every reader and writer from now on")
+    click.echo(f"now put under [ledger] in {config.path or config_path()}, then restart slurm-yolo-hookd:")
+    click.echo(f'backend = "{backend}"\nmariadb_options = "{options}"')
 
 
 @ledger_group.command("admission-script")

@@ -125,11 +125,22 @@ def exists(config: Config) -> bool:
     return on_mariadb(config) or db_path(config).exists()
 
 
+def is_keeper(config: Config) -> bool:
+    """Whether this process keeps the books (root or the SlurmUser): it reads them where they are,
+    and a problem there is its error; everyone else reads the published copy."""
+    import pwd
+
+    try:
+        return os.geteuid() in (0, pwd.getpwnam(config["paths"]["owner"]).pw_uid)
+    except KeyError:
+        return os.geteuid() == 0
+
+
 def _store(config: Config) -> store.Store:
     """A writer's connection to the books, reused within a long-lived server (``db.reuse_connections``)."""
     if on_mariadb(config):
         key = str(options_path(config))
-        conn: mariadb.Connection = db.idle(key) or mariadb.connect(options_path(config))
+        conn: mariadb.Connection = db.idle(key) or mariadb.connect(options_path(config), config["paths"]["owner"])
         conn.pool_key = key
         return conn
     path = db_path(config)
@@ -177,8 +188,8 @@ def reader(config: Config) -> Ledger | None:
     """A read-only ledger for any user: the books themselves for root and the SlurmUser (who can
     read the MariaDB option file, or enter the private folder), the published copy for everyone
     else (None when there is neither yet)."""
-    if on_mariadb(config) and os.access(options_path(config), os.R_OK):
-        return Ledger(mariadb.connect(options_path(config)))
+    if on_mariadb(config) and is_keeper(config):
+        return Ledger(mariadb.connect(options_path(config), config["paths"]["owner"]))
     conn = db.connect_read(db_path(config))
     return Ledger(store.SqliteStore(conn)) if conn else None
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import random
 import re
 import secrets
@@ -244,19 +245,48 @@ class Cursor:
         return iter(self.fetchall())
 
 
-def check_options(path: Path) -> Path:
-    """The option file with the ledger's credentials, refused unless only its owner can read it."""
+def check_options(path: Path, owner: str) -> Path:
+    """The option file with the ledger's credentials: a file of the SlurmUser (``owner``, who writes
+    the books: root writes as that user too) that nobody else can read; else one line saying what
+    to do. PyMySQL would go on without a file it cannot read, as whoever runs it."""
+    if not path.is_absolute():
+        raise SlurmYoloError(f"the ledger's MariaDB option file {path}: give an absolute path")
     try:
         st = path.stat()
     except OSError as e:
         raise SlurmYoloError(f"the ledger's MariaDB option file {path}: {e.strerror}") from None
-    if not os.access(path, os.R_OK):  # PyMySQL would go on without it, as this user
-        raise SlurmYoloError(f"permission denied: the ledger is written only by root or the SlurmUser ({path})")
-    if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o077:
+    if not stat.S_ISREG(st.st_mode):
+        raise SlurmYoloError(f"the ledger's MariaDB option file {path} is not a file")
+    try:
+        owner_uid = pwd.getpwnam(owner).pw_uid
+    except KeyError:
+        raise SlurmYoloError(f"paths.owner {owner!r} is not a user on this host") from None
+    if os.geteuid() not in (0, owner_uid):
         raise SlurmYoloError(
-            f"the ledger's MariaDB option file {path} must be a file only its owner can read (chmod 600)"
+            f"permission denied: the ledger is read and written only by root or the SlurmUser ({owner})"
         )
+    if st.st_uid != owner_uid or st.st_mode & 0o077:
+        raise SlurmYoloError(f"the ledger's MariaDB option file {path} must be the SlurmUser's alone:"
+                             f" chown {owner} {path}; chmod 600 {path}")  # fmt: skip
     return path
+
+
+def _why(error: Exception, options: Path) -> str:
+    """One line for a connection the server refused: what is wrong, and where to fix it."""
+    code = error.args[0] if error.args else None
+    text = error.args[1] if len(error.args) > 1 else str(error)
+    fix = {
+        1044: "the user may not use that database (GRANT ALL ON db.* TO the user)",
+        1045: "the server refused the user or password",
+        1046: "no database = line under [client]",
+        1049: "no such database",
+        1142: "the user lacks a privilege it needs (it makes its own tables: GRANT ALL ON db.* TO the user)",
+        1698: "the server refused the user (no user = and password = under [client]?)",
+        2002: "no server at that socket",
+        2003: "no server at that host and port",
+        2005: "unknown host",
+    }.get(code if isinstance(code, int) else -1, "")
+    return f"the ledger's MariaDB ({options}): {fix + ': ' if fix else ''}{text}"
 
 
 def _errors() -> tuple[type[Exception], ...]:
@@ -283,11 +313,17 @@ class Connection:
         self.pool_key: str | None = None  # set: ``close`` keeps it for the next writer (``db.keep``)
         self.in_transaction = False
         self._conn: Any = None
-        self._connect(time.monotonic())
+        self._connect(time.monotonic(), db.LOCK_SECONDS)  # a first connection waits no longer than a lock
 
-    def _connect(self, started: float) -> None:
-        """(Re)connect, through a server's restart for up to RETRY_SECONDS from ``started``."""
-        import pymysql
+    def _connect(self, started: float, patience: float = RETRY_SECONDS) -> None:
+        """(Re)connect, through a server's restart, for up to ``patience`` seconds from ``started``."""
+        try:
+            import pymysql
+        except ImportError:
+            raise SlurmYoloError(
+                "ledger.backend = \"mariadb\" needs PyMySQL: pip install 'slurm-yolo[mariadb]'"
+                " (or Debian's python3-pymysql)"
+            ) from None
 
         while True:
             try:
@@ -303,8 +339,8 @@ class Connection:
                 self._conn = conn
                 return
             except pymysql.err.MySQLError as e:
-                if not _is_transient(e) or time.monotonic() - started > RETRY_SECONDS:
-                    raise SlurmYoloError(f"the ledger's database ({self.options}) is unreachable: {e}") from None
+                if not _is_transient(e) or time.monotonic() - started > patience:
+                    raise SlurmYoloError(_why(e, self.options)) from None
                 time.sleep(min(2.0, 0.1 + random.random() * 0.5))
 
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = (), /) -> Cursor:
@@ -401,7 +437,7 @@ class Connection:
             self._conn.close()
 
 
-def connect(options: Path) -> Connection:
+def connect(options: Path, owner: str) -> Connection:
     """A connection from a MySQL option file (``[client]`` host, port or socket, user, password,
-    database; readable by its owner alone: ``check_options``), with the schema made if it is missing."""
-    return Connection(check_options(options))
+    database; the SlurmUser's (``owner``) alone: ``check_options``), with the schema made if it is missing."""
+    return Connection(check_options(options, owner))

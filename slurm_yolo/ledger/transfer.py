@@ -20,7 +20,7 @@ from . import Ledger, db_path, mariadb, on_mariadb, store
 from .schema import MIGRATIONS
 
 TOTALS = ("balance", "held", "charged", "expired", "credited", "rate_per_day", "capacity", "blocked")
-BOOKS = ("accounts", "movements", "jobs")  # a target holding any of these is somebody's books already
+BOOKS = ("accounts", "movements", "jobs")  # a source without any of these has nothing to move
 
 
 class Transferred(NamedTuple):
@@ -32,14 +32,15 @@ def to_mariadb(config: Config, options: Path) -> Transferred:
     """Copy the SQLite books of ``config`` into the (empty) MariaDB ledger of ``options``, check them,
     keep them, and mark the SQLite file as moved; what was copied."""
     if on_mariadb(config):
-        raise UsageError("the ledger is on MariaDB already (ledger.backend)")
+        raise UsageError(f"ledger.backend is \"mariadb\" in {config.path or 'the config'} already: run the move with"
+                         " the SQLite config, and switch it afterwards")  # fmt: skip
     path = db_path(config)
-    if not path.exists():
-        raise UsageError(f"no SQLite ledger at {path} to move")
-    target = mariadb.connect(options)
+    if not path.exists() and not db.published(path).is_file():
+        raise UsageError(f"no SQLite ledger at {path} to move (a new site: just set ledger.backend)")
+    target = mariadb.connect(options, config["paths"]["owner"])
     try:
         with db.as_state_owner(config.state_dir, config["paths"]["owner"]):
-            source = store.SqliteStore(db.connect_write(path, MIGRATIONS, wal=True))
+            source = store.SqliteStore(db.connect_write(path, MIGRATIONS, wal=True))  # adopts an earlier layout's
         try:
             source.begin()  # the writers' lock, until the copy is kept and the file marked
             try:
@@ -57,11 +58,14 @@ def to_mariadb(config: Config, options: Path) -> Transferred:
 
 
 def _copy(source: store.SqliteStore, target: mariadb.Connection, options: Path) -> Transferred:
-    for table in BOOKS:
-        if target.execute(f"SELECT EXISTS (SELECT 1 FROM `{table}`)").fetchall()[0][0]:
-            raise UsageError(f"the MariaDB ledger of {options} has {table} already: it takes only an empty database")
     tables = [r[0] for r in source.execute("SELECT name FROM sqlite_master WHERE type = 'table'"
                                            " AND name NOT LIKE 'sqlite%' ORDER BY name")]  # fmt: skip
+    if not any(source.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0] for table in BOOKS):
+        raise UsageError("the SQLite ledger has no books to move (a new site: just set ledger.backend)")
+    for table in tables:
+        if target.execute(f"SELECT EXISTS (SELECT 1 FROM `{table}`)").fetchall()[0][0]:
+            raise UsageError(f"the MariaDB ledger of {options} has {table} already: the move takes only a new,"
+                             " empty database")  # fmt: skip
     rows: dict[str, int] = {}
     target.begin()
     try:
