@@ -210,6 +210,18 @@ def keep(key: str, conn: Any) -> bool:
     return True
 
 
+def close_idle() -> None:
+    """Close every kept connection and keep no more (a server's last act: a MariaDB socket left to
+    the interpreter's exit is closed after the modules it needs are gone, and says so on stderr)."""
+    global _idle
+    with _idle_lock:
+        kept = [conn for conns in (_idle or {}).values() for conn in conns]
+        _idle = None  # closing one must not keep it again
+    for conn in kept:
+        with contextlib.suppress(Exception):  # a connection its server dropped already
+            conn.close()
+
+
 def release(path: Path, conn: sqlite3.Connection) -> None:
     """Done with a ``connect_write`` connection: kept for the next writer when reusing, else closed."""
     if not keep(str(path), conn):

@@ -215,3 +215,4 @@ def serve(config: Config) -> None:
         server.serve_forever(poll_interval=0.5)
     finally:
         server.close()
+        db.close_idle()
