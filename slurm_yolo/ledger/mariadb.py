@@ -48,6 +48,7 @@ TRANSIENT = frozenset({
     1205,  # lock wait timeout
     1213,  # deadlock (on Galera: a conflict with a writer on another node)
     1047, 1180, 1927,  # Galera node not ready; commit failed (certification); connection killed
+    1040,  # too many connections (a flood of them: waited out within the patience, then fail closed)
     1053,  # server shutdown in progress
     2003, 2006, 2013, 2014,  # cannot connect; server gone; connection lost; out of sync
 })  # fmt: skip
