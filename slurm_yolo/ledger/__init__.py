@@ -122,7 +122,7 @@ def where(config: Config) -> str:
 
 def exists(config: Config) -> bool:
     """Whether there are books yet (a MariaDB ledger makes its schema on first use: always)."""
-    return on_mariadb(config) or db_path(config).exists()
+    return on_mariadb(config) or os.path.exists(db_path(config))  # os.path: False where a user may not look
 
 
 def is_keeper(config: Config) -> bool:

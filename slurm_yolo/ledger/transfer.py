@@ -16,7 +16,7 @@ from typing import NamedTuple
 from .. import db
 from ..config import Config
 from ..errors import UsageError
-from . import Ledger, db_path, mariadb, on_mariadb, store
+from . import Ledger, db_path, is_keeper, mariadb, on_mariadb, store
 from .schema import MIGRATIONS
 
 TOTALS = ("balance", "held", "charged", "expired", "credited", "rate_per_day", "capacity", "blocked")
@@ -34,6 +34,10 @@ def to_mariadb(config: Config, options: Path) -> Transferred:
     if on_mariadb(config):
         raise UsageError(f"ledger.backend is \"mariadb\" in {config.path or 'the config'} already: run the move with"
                          " the SQLite config, and switch it afterwards")  # fmt: skip
+    if not is_keeper(config):
+        raise UsageError(
+            f"permission denied: the books are moved by root or the SlurmUser ({config['paths']['owner']})"
+        )
     path = db_path(config)
     if not path.exists() and not db.published(path).is_file():
         raise UsageError(f"no SQLite ledger at {path} to move (a new site: just set ledger.backend)")
