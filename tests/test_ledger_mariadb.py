@@ -151,12 +151,14 @@ def test_a_server_killed_in_the_middle_of_50_settlements_loses_and_doubles_nothi
         writer = ledger.Ledger(mariadb.connect(options, OWNER))
         for job in range(50):
             outcomes.append(writer.settle(run(job).key, 400, "COMPLETED", 100, "epilog"))
-            time.sleep(0.02)
+            time.sleep(0.05)
 
     t = threading.Thread(target=settle_all)
     t.start()
-    for pause in (0.25, 0.5):
-        time.sleep(pause)
+    for settled in (10, 30):  # while settlements go on: the next one meets a dead connection
+        deadline = time.monotonic() + 120
+        while len(outcomes) < settled and time.monotonic() < deadline:
+            time.sleep(0.005)
         server.kill()
         time.sleep(0.5)
         server.start()
