@@ -57,6 +57,13 @@ def records(folder: Path, job: int) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def feedback_logged(job: int) -> bool:
+    """hookd logged the job's feedback (whatever it moved)."""
+    log = config_mod.load().state_dir / "private" / "hooks.log"
+    events = (json.loads(line) for line in log.read_text().splitlines() if line.startswith("{"))
+    return any(e.get("event") == "feedback" and e.get("job") == job for e in events)
+
+
 def history_entry(partition: str, source: str) -> calibration.TimeModel | None:
     return next((h.model for h in calibration.history(config_mod.load(), partition) if h.source == source), None)
 
@@ -71,6 +78,9 @@ def test_job_feedback_moves_k_and_the_next_estimate(job_dir: Path, dataset: Path
     assert commands.wait_for_end(first, timeout=30) == "COMPLETED"
     s1 = sample_from_usage(job_dir / f"yolo-usage-{first}.jsonl", "x")
     assert s1 is not None and s1.workload.epochs == 2
+    # The first job's own feedback (hookd's, after its epilog) lands first: after the baseline below
+    # (an admin's save, a new budget window) it would spend root's share of the window's moves.
+    poll(f"job {first}'s feedback", lambda: feedback_logged(first), timeout=90)
     # Start t4 from this machine's own measurement, so the next identical job is no outlier.
     cfg = config_mod.load()
     with calibration.Store(cfg) as store:
