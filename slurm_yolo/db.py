@@ -173,6 +173,17 @@ def as_state_owner(state_dir: Path, owner: str) -> Iterator[None]:
         os.umask(old_umask)
 
 
+def is_keeper(owner: str) -> bool:
+    """Whether this process keeps the books: root, or the SlurmUser ``owner`` (a name unknown here:
+    root alone)."""
+    import pwd
+
+    try:
+        return os.geteuid() in (0, pwd.getpwnam(owner).pw_uid)
+    except KeyError:
+        return os.geteuid() == 0
+
+
 def writable(path: Path, owner: str) -> Path:
     """``path``, or a one-line refusal when this user may not write it."""
     target = path if os.path.exists(path) else path.parent  # os.path: False, not an error, where it may not look

@@ -128,12 +128,7 @@ def exists(config: Config) -> bool:
 def is_keeper(config: Config) -> bool:
     """Whether this process keeps the books (root or the SlurmUser): it reads them where they are,
     and a problem there is its error; everyone else reads the published copy."""
-    import pwd
-
-    try:
-        return os.geteuid() in (0, pwd.getpwnam(config["paths"]["owner"]).pw_uid)
-    except KeyError:
-        return os.geteuid() == 0
+    return db.is_keeper(config["paths"]["owner"])
 
 
 def _store(config: Config) -> store.Store:

@@ -26,7 +26,6 @@ code relies on the order of auto-increment ids across servers.
 from __future__ import annotations
 
 import contextlib
-import os
 import pwd
 import random
 import re
@@ -262,7 +261,7 @@ def check_options(path: Path, owner: str) -> Path:
         owner_uid = pwd.getpwnam(owner).pw_uid
     except KeyError:
         raise SlurmYoloError(f"paths.owner {owner!r} is not a user on this host") from None
-    if os.geteuid() not in (0, owner_uid):
+    if not db.is_keeper(owner):
         raise SlurmYoloError(
             f"permission denied: the ledger is read and written only by root or the SlurmUser ({owner})"
         )
