@@ -53,7 +53,8 @@ def write_comments(config: Config, limit: int | None = None) -> Written:
     if lg is None:
         return Written(0, [], 0)
     with lg:
-        queued = [(r["cluster"], r["job_id"], r["text"]) for r in lg.unwritten_comments(limit)]
+        home = commands.home_cluster(Path(config["slurm"]["bin_dir"]))  # sacctmgr writes its own cluster's
+        queued = [(r["cluster"], r["job_id"], r["text"]) for r in lg.unwritten_comments(limit, home)]
     written, failed = 0, list[str]()
     for at in range(0, len(queued), CHUNK):
         done, lost, down = _write_chunk(config, queued[at : at + CHUNK])
@@ -64,7 +65,7 @@ def write_comments(config: Config, limit: int | None = None) -> Written:
     if lg is None:
         return Written(written, failed, 0)
     with lg:
-        return Written(written, failed, lg.unwritten_count())
+        return Written(written, failed, lg.unwritten_count(home))
 
 
 def _write_chunk(config: Config, queued: list[tuple[str, int, str]]) -> tuple[int, list[str], bool]:
@@ -112,6 +113,7 @@ def audit(config: Config, window_days: float, min_age: float) -> list[Finding]:
     now = time.time()
     since = now - window_days * 86400
     bin_dir = Path(config["slurm"]["bin_dir"])
+    home = commands.home_cluster(bin_dir)  # its own runs: other clusters may share the ledger
     with_comments = bool(config["ledger"]["admin_comment"])
     records: list[JobRecord] = []
     comments: dict[tuple[str, int, int], str] = {}
@@ -132,13 +134,13 @@ def audit(config: Config, window_days: float, min_age: float) -> list[Finding]:
         # sacct's window leaves out runs that ended the second they started: ask for those by id
         known = {ledger.run_key(r.cluster, r.job_id, r.submit) for r in records}
         missing = sorted(
-            {row["job_id"] for row in lg.held_between(since, now - min_age) if row["job_key"] not in known}
+            {row["job_id"] for row in lg.held_between(since, now - min_age, home) if row["job_key"] not in known}
         )
         for chunk in (missing[i : i + 500] for i in range(0, len(missing), 500)):
             records += [r for runs in commands.job_runs(chunk, bin_dir=bin_dir).values() for r in runs]
             if with_comments:
                 comments |= commands.admin_comments(chunk, bin_dir=bin_dir)
-        return unread + _compare(lg, config, _unique(records), comments, now - min_age, since)
+        return unread + _compare(lg, config, _unique(records), comments, now - min_age, since, home)
 
 
 def _unique(records: list[JobRecord]) -> list[JobRecord]:
@@ -147,7 +149,7 @@ def _unique(records: list[JobRecord]) -> list[JobRecord]:
 
 
 def _compare(lg: ledger.Ledger, config: Config, records: list[JobRecord], comments: dict[tuple[str, int, int], str],
-             settled_before: float, since: float) -> list[Finding]:  # fmt: skip
+             settled_before: float, since: float, home: str) -> list[Finding]:  # fmt: skip
     findings: list[Finding] = []
     recorded: dict[tuple[str, int], dict[int, dict[str, str]]] = {}
     for (cluster, job_id, _), text in comments.items():
@@ -187,7 +189,7 @@ def _compare(lg: ledger.Ledger, config: Config, records: list[JobRecord], commen
                 findings.append(Finding("comment", key, "no AdminComment for this run in sacct"))
             elif {k: entry.get(k, "") for k in want} != want:
                 findings.append(Finding("comment", key, f"AdminComment says {entry}, ledger {want}"))
-    for row in lg.held_between(since, settled_before):
+    for row in lg.held_between(since, settled_before, home):
         if row["job_key"] not in seen:
             findings.append(Finding("missing-in-sacct", row["job_key"], "held in the ledger, no such run in sacct"))
     findings += [Finding("books", "-", problem) for problem in lg.check()]

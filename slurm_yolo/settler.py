@@ -242,7 +242,7 @@ def settle_due(config: Config, followups: Followups, now: float | None = None, l
     or due again later. What was settled."""
     at = time.time()
     with ledger.writer(config, publish=False) as lg:
-        rows = lg.due(now, BATCH, job)
+        rows = lg.due(now, BATCH, job, cluster=None if job else commands.home_cluster(_bin_dir(config)))
     if not rows:
         return []
     by_job: dict[tuple[str, int], list[store.Row]] = {}
@@ -336,7 +336,7 @@ class Settler:
                 dirty, self._dirty = self._dirty, False
                 settled = settle_due(self.config, self.followups, time.time(), self.lookup, publish=False)
                 with ledger.writer(self.config, publish=False) as lg:
-                    nxt = lg.next_due()
+                    nxt = lg.next_due(commands.home_cluster(_bin_dir(self.config)))
                     if dirty or settled:
                         ledger.publish_from(lg, self.config)
             except Exception as e:  # noqa: BLE001 - the rows stay in the inbox; the next round retries them
@@ -377,8 +377,9 @@ def reconcile(config: Config, window_days: float | None = None, min_age_seconds:
     reader = ledger.reader(config)
     if reader is not None:
         with reader:  # older holds still open, and jobs whose hooks failed: by id, whenever they ran
-            older = {row["job_id"] for row in reader.stale_holds(now)}
-            older |= {row["job_id"] for row in reader.open_incidents() if row["job_id"]}
+            home = commands.home_cluster(bin_dir)
+            older = {row["job_id"] for row in reader.stale_holds(now, home)}
+            older |= {row["job_id"] for row in reader.open_incidents(home) if row["job_id"]}
         if older - set(by_job):
             by_job.update(commands.job_runs(sorted(older - set(by_job)), bin_dir=bin_dir))
     settled: list[Settled] = []

@@ -110,11 +110,12 @@ def test_audit_finds_each_kind_of_difference(cfg: config.Config) -> None:
         settle(lg, 2, elapsed=90)  # sacct says it ran 100 s
         lg.hold(run(3), 1_800_000, None, "test")  # sacct has its end; the ledger still holds it
         settle(lg, 5)  # sacct never heard of it
-        texts = {r["job_id"]: r["text"] for r in lg.unwritten_comments()}
+        lg.hold(run(6)._replace(cluster="other"), 1000, None, "test")  # another cluster's, on one shared ledger
+        texts = {r["job_id"]: r["text"] for r in lg.unwritten_comments(cluster="yolo")}
     sacct = [record(1), record(2), record(3), record(4)]  # 4: a run the ledger never held
     comments = {("yolo", 1, SUBMIT): texts[1], ("yolo", 2, SUBMIT): ""}
     with ledger.reader(cfg) as lg:
-        found = books._compare(lg, cfg, sacct, comments, time.time() + 60, 0)
+        found = books._compare(lg, cfg, sacct, comments, time.time() + 60, 0, "yolo")
     by = {(f.kind, f.key.split(":")[1]) for f in found}
     assert by == {("differs", "2"), ("comment", "2"), ("unsettled", "3"), ("missing-in-ledger", "4"),
                   ("missing-in-sacct", "5")}  # fmt: skip
@@ -134,7 +135,7 @@ def test_audit_knows_slurmdbd_rewrites_a_requeued_finished_run_as_requeued(cfg: 
     sacct = [record(11, "REQUEUED", 130), record(12, "REQUEUED", 170), record(13, "REQUEUED", 130)]
     comments = {("yolo", job, SUBMIT): text for job, text in texts.items()}
     with ledger.reader(cfg) as lg:
-        found = books._compare(lg, cfg, sacct, comments, time.time() + 60, 0)
+        found = books._compare(lg, cfg, sacct, comments, time.time() + 60, 0, "yolo")
     assert [(f.kind, f.key.split(":")[1]) for f in found] == [("differs", "13")]
 
 

@@ -329,3 +329,28 @@ def test_a_lock_file_is_waited_for_within_a_bound(home: Path) -> None:
         with pytest.raises(SlurmYoloError, match="stayed locked for 0 s"), db.locked(lock, "second", seconds=0.2):
             pass
         assert time.monotonic() - start < 5
+
+
+def test_each_cluster_reads_its_own_rows_of_a_shared_ledger(cfg: config.Config) -> None:
+    """Two clusters on one ledger: each one's settler, reconcile and audit read their own inbox,
+    holds, incidents and AdminComments (an incident of no known cluster is everyone's)."""
+    with ledger.writer(cfg) as lg:
+        lg.credit("acct", 10_000, "t")
+        for cluster in ("yolo", "yolo2411"):
+            r = run(7)._replace(cluster=cluster)
+            lg.hold(r, 100, None, "prolog")
+            lg.receive(cluster, 7, "epilog", {"state": "COMPLETED"})
+            lg.record_incident(cluster, 7, "prolog", "boom")
+        lg.record_incident("", 8, "prolog", "no cluster known")
+        lg.hold(run(9)._replace(cluster="yolo2411"), 100, None, "prolog")
+        lg.settle(run(9)._replace(cluster="yolo2411").key, 50, "COMPLETED", 5, "epilog")
+        for cluster in ("yolo", "yolo2411"):
+            assert {r["cluster"] for r in lg.due(None, 10, cluster=cluster)} == {cluster}
+            assert {r["cluster"] for r in lg.stale_holds(time.time() + 1, cluster)} == {cluster}
+            assert {r["cluster"] for r in lg.open_incidents(cluster)} == {cluster, ""}
+            assert {r["job_key"].split(":")[0] for r in lg.held_between(0, time.time() + 1, cluster)} == {cluster}
+        assert len(lg.held_between(0, time.time() + 1, "yolo")) == 1
+        assert len(lg.held_between(0, time.time() + 1)) == 3
+        assert lg.next_due("nowhere") is None and lg.next_due("yolo") is not None
+        assert [r["job_id"] for r in lg.unwritten_comments(cluster="yolo2411")] == [9]
+        assert lg.unwritten_count("yolo") == 0 and lg.unwritten_count() == 1

@@ -189,6 +189,15 @@ def reader(config: Config) -> Ledger | None:
     return Ledger(store.SqliteStore(conn)) if conn else None
 
 
+def _of(cluster: str | None, unknown: bool = False) -> tuple[str, tuple[str, ...]]:
+    """The SQL that keeps the rows of one cluster (None: every cluster; ``unknown``: with the rows of
+    no known cluster): several clusters' runs share one MariaDB ledger, and each cluster's settler,
+    reconcile and audit ask its own Slurm about its own runs only."""
+    if cluster is None:
+        return "", ()
+    return ("AND cluster IN (?, '')", (cluster,)) if unknown else ("AND cluster = ?", (cluster,))
+
+
 class Ledger:
     """Ledger operations; writes are short ``BEGIN IMMEDIATE`` transactions."""
 
@@ -415,10 +424,12 @@ class Ledger:
             for r in self.conn.execute("SELECT DISTINCT cluster, job_id FROM jobs WHERE state = 'held'")
         ]
 
-    def stale_holds(self, older_than: float) -> list[store.Row]:
-        """Runs held since before ``older_than`` (epoch seconds) and still not settled."""
+    def stale_holds(self, older_than: float, cluster: str | None = None) -> list[store.Row]:
+        """Runs (of ``cluster``; None: of every cluster) held since before ``older_than`` (epoch
+        seconds) and still not settled."""
+        of, args = _of(cluster)
         return self.conn.execute(
-            "SELECT * FROM jobs WHERE state = 'held' AND held_at < ? ORDER BY held_at", (older_than,)
+            f"SELECT * FROM jobs WHERE state = 'held' AND held_at < ? {of} ORDER BY held_at", (older_than, *args)
         ).fetchall()
 
     # --- prices (admin-set, versioned) -----------------------------------------------------------
@@ -466,13 +477,14 @@ class Ledger:
 
         return self._atomic(body)
 
-    def due(self, now: float | None, limit: int, job: tuple[str, int] | None = None) -> list[store.Row]:
+    def due(self, now: float | None, limit: int, job: tuple[str, int] | None = None,
+            cluster: str | None = None) -> list[store.Row]:  # fmt: skip
         """Inbox rows to work on now, oldest first (``now`` None: every open row), of one (cluster,
-        job) when ``job`` says which."""
+        job) when ``job`` says which, else of ``cluster`` (None: of every cluster)."""
         when, args = ("AND due_at <= ?", [now]) if now is not None else ("", [])
-        mine = "AND cluster = ? AND job_id = ?" if job else ""
+        of, more = ("AND cluster = ? AND job_id = ?", job) if job else _of(cluster)
         return self.conn.execute(
-            f"SELECT * FROM inbox WHERE done_at IS NULL {when} {mine} ORDER BY id LIMIT ?", (*args, *(job or ()), limit)
+            f"SELECT * FROM inbox WHERE done_at IS NULL {when} {of} ORDER BY id LIMIT ?", (*args, *more, limit)
         ).fetchall()
 
     def inbox_open(self) -> int:
@@ -518,9 +530,10 @@ class Ledger:
 
         self._atomic(body)
 
-    def next_due(self) -> float | None:
-        """When the inbox's next open row falls due (None: no open row)."""
-        at = self.conn.execute("SELECT min(due_at) FROM inbox WHERE done_at IS NULL").fetchone()[0]
+    def next_due(self, cluster: str | None = None) -> float | None:
+        """When the inbox's next open row (of ``cluster``; None: of any) falls due (None: no open row)."""
+        of, args = _of(cluster)
+        at = self.conn.execute(f"SELECT min(due_at) FROM inbox WHERE done_at IS NULL {of}", args).fetchone()[0]
         return None if at is None else float(at)
 
     def inbox_row_due(self, row_id: int) -> float | None:
@@ -528,10 +541,11 @@ class Ledger:
         row = self.conn.execute("SELECT due_at FROM inbox WHERE id = ? AND done_at IS NULL", (row_id,)).fetchone()
         return None if row is None else float(row["due_at"])
 
-    def held_between(self, since: float, before: float) -> list[store.Row]:
-        """(job_key, job_id) of the runs held in [since, before)."""
+    def held_between(self, since: float, before: float, cluster: str | None = None) -> list[store.Row]:
+        """(job_key, job_id) of the runs (of ``cluster``; None: of every cluster) held in [since, before)."""
+        of, args = _of(cluster)
         return self.conn.execute(
-            "SELECT job_key, job_id FROM jobs WHERE held_at >= ? AND held_at < ?", (since, before)
+            f"SELECT job_key, job_id FROM jobs WHERE held_at >= ? AND held_at < ? {of}", (since, before, *args)
         ).fetchall()
 
     def last_charges(self) -> dict[str, float]:
@@ -561,8 +575,10 @@ class Ledger:
             (since, *accounts),
         ).fetchall()
 
-    def open_incidents(self) -> list[store.Row]:
-        return self.conn.execute("SELECT * FROM incidents WHERE resolved_at IS NULL ORDER BY at").fetchall()
+    def open_incidents(self, cluster: str | None = None) -> list[store.Row]:
+        """Hook failures not yet over, of ``cluster`` (and those of no known cluster; None: of every cluster)."""
+        of, args = _of(cluster, unknown=True)
+        return self.conn.execute(f"SELECT * FROM incidents WHERE resolved_at IS NULL {of} ORDER BY at", args).fetchall()
 
     # --- the site's own Slurm limits, kept while a block replaces them (``enforcement``) ----------
 
@@ -660,16 +676,20 @@ class Ledger:
 
         self._atomic(body)
 
-    def unwritten_comments(self, limit: int | None = None) -> list[store.Row]:
-        """AdminComments sacctmgr has not taken yet (the first ``limit``; None: all), least tried and
-        oldest first: one that keeps failing does not stand before the others."""
+    def unwritten_comments(self, limit: int | None = None, cluster: str | None = None) -> list[store.Row]:
+        """AdminComments sacctmgr has not taken yet (the first ``limit``; None: all), of ``cluster``
+        (None: of every cluster), least tried and oldest first: one that keeps failing does not stand
+        before the others."""
+        of, args = _of(cluster)
         return self.conn.execute(
-            "SELECT * FROM admin_comments WHERE written_at IS NULL ORDER BY attempts, queued_at LIMIT ?",
-            (2**62 if limit is None else limit,),
+            f"SELECT * FROM admin_comments WHERE written_at IS NULL {of} ORDER BY attempts, queued_at LIMIT ?",
+            (*args, 2**62 if limit is None else limit),
         ).fetchall()
 
-    def unwritten_count(self) -> int:
-        return int(self.conn.execute("SELECT count(*) FROM admin_comments WHERE written_at IS NULL").fetchone()[0])
+    def unwritten_count(self, cluster: str | None = None) -> int:
+        of, args = _of(cluster)
+        return int(self.conn.execute(f"SELECT count(*) FROM admin_comments WHERE written_at IS NULL {of}", args)
+                   .fetchone()[0])  # fmt: skip
 
     def comment_done(self, cluster: str, job_id: int, text: str, error: str = "") -> None:
         """Mark a comment written (``error`` empty), or count a failed attempt; a comment re-queued

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import secrets
 import time
@@ -322,6 +323,13 @@ def cluster_name(bin_dir: Path | None = None) -> str:
         return plain_name(parsers.cluster_name(res.stdout))
     except ValueError as e:
         raise SlurmError(str(e)) from None
+
+
+@functools.lru_cache(maxsize=8)
+def home_cluster(bin_dir: Path) -> str:
+    """``cluster_name``, asked once per process (a failure is asked again): the cluster whose runs
+    this controller settles, reconciles and audits when several share one ledger."""
+    return cluster_name(bin_dir)
 
 
 def account_run_mins(cluster: str, accounts: list[str], bin_dir: Path | None = None) -> dict[str, dict[str, int]]:
