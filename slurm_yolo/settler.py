@@ -39,6 +39,7 @@ RunsLookup = Callable[[list[int]], dict[int, list[JobRecord]]]
 RETRY_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)  # before asking sacct again, by attempt
 LATE_SECONDS = 900.0  # a run this late in sacct is an incident (the row is still tried)
 BATCH = 500  # inbox rows a batch takes at most
+SHARED_POLL_SECONDS = 2.0  # how stale the admission file may go behind another controller's or cluster's write
 
 
 def _bin_dir(config: Config) -> Path:
@@ -313,6 +314,7 @@ class Settler:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._dirty = True  # publish once at start: what an earlier server left
+        self._published: int | None = None  # the ledger's version (``Ledger.version``) last published
         self.thread = threading.Thread(target=self._serve, name="settler", daemon=True)
         self.thread.start()
 
@@ -337,12 +339,15 @@ class Settler:
                 settled = settle_due(self.config, self.followups, time.time(), self.lookup, publish=False)
                 with ledger.writer(self.config, publish=False) as lg:
                     nxt = lg.next_due(commands.home_cluster(_bin_dir(self.config)))
-                    if dirty or settled:
+                    version = lg.version()
+                    if dirty or settled or version != self._published:  # another cluster's or controller's write too
                         ledger.publish_from(lg, self.config)
+                        self._published = version
             except Exception as e:  # noqa: BLE001 - the rows stay in the inbox; the next round retries them
                 log_event(self.config, {"event": "settler", "alert": f"{type(e).__name__}: {e}"})
-                nxt = time.time() + 5
-            self._wake.wait(timeout=min(60.0, max(0.05, nxt - time.time())) if nxt is not None else 60.0)
+                nxt, version = time.time() + 5, None
+            longest = 60.0 if version is None else SHARED_POLL_SECONDS  # a shared ledger is looked at often
+            self._wake.wait(timeout=min(longest, max(0.05, nxt - time.time())) if nxt is not None else longest)
 
 
 class Reconciled(NamedTuple):

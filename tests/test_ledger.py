@@ -354,3 +354,16 @@ def test_each_cluster_reads_its_own_rows_of_a_shared_ledger(cfg: config.Config) 
         assert lg.next_due("nowhere") is None and lg.next_due("yolo") is not None
         assert [r["job_id"] for r in lg.unwritten_comments(cluster="yolo2411")] == [9]
         assert lg.unwritten_count("yolo") == 0 and lg.unwritten_count() == 1
+
+
+def test_every_write_moves_a_shared_ledgers_version(cfg: config.Config, backend: str) -> None:
+    """What tells a controller that another one (or another cluster) wrote: MariaDB's version moves
+    with every write transaction; SQLite, one controller's file, has none."""
+    with ledger.writer(cfg) as lg:
+        before = lg.version()
+        lg.credit("acct", 5, "t")
+        after = lg.version()
+    if backend == "sqlite":
+        assert before is None and after is None
+    else:
+        assert before is not None and after is not None and after > before

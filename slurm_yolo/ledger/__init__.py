@@ -208,6 +208,10 @@ class Ledger:
     def close(self) -> None:
         self.conn.close()
 
+    def version(self) -> int | None:
+        """A number every write transaction changes, whoever wrote (None: only this host writes: SQLite)."""
+        return self.conn.version()
+
     def __enter__(self) -> Ledger:
         return self
 

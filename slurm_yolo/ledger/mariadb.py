@@ -399,6 +399,10 @@ class Connection:
         self._reconnect(started)
         return True
 
+    def version(self) -> int | None:
+        """The writers' turn counter: every write transaction, on any controller or cluster, moves it."""
+        return int(self.execute("SELECT n FROM ledger_turn WHERE id = 1").fetchall()[0][0])
+
     def insert_many(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         """Insert ``rows`` into ``table`` (a copy of the books: ``transfer``), in batches."""
         sql = f"INSERT INTO `{table}` ({', '.join(f'`{c}`' for c in columns)}) VALUES ({', '.join(['%s'] * len(columns))})"

@@ -54,6 +54,9 @@ class Store(Protocol):
         """Whether ``error`` lost the transaction begun at ``started`` (monotonic seconds) to a cause
         that running it again can cure; the store is ready for that when it says so."""
 
+    def version(self) -> int | None:
+        """A number every write transaction of any writer changes (None: the store has none)."""
+
     def snapshot(self, path: Path) -> None:
         """Write a consistent copy of the books to a new SQLite file at ``path`` (what users read)."""
 
@@ -95,6 +98,9 @@ class SqliteStore:
     def rollback(self) -> None:
         if self.raw.in_transaction:
             self.raw.execute("ROLLBACK")
+
+    def version(self) -> int | None:
+        return None  # one controller's file: its own writers publish after each write
 
     def retryable(self, error: BaseException, started: float) -> bool:
         return False  # SQLite waits for its lock itself (busy_timeout); nothing else is worth a second try
