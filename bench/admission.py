@@ -2,6 +2,11 @@
 cluster through slurm-yolo's job_submit.lua, as a ratio to the same sbatch through a job_submit.lua
 that admits everything (plain sbatch: the plugin's own call costs microseconds), in the same run.
 
+On a ledger several clusters share (the bundled clusters' default: one MariaDB ledger), each GPU
+submission that passes the script's own check also asks the ledger, through the hook client and
+hookd (``slurm_yolo.shared_admission``): that round trip is in the figure, and the line says which
+ledger the cluster is on.
+
 Measured with the account's queue empty and with 500 of its GPU jobs pending (the script walks
 slurmctld's job list). Submissions alternate between the two scripts so drift in the machine's load
 falls on both; slurmctld reloads job_submit.lua when its file changes. The bundled cluster only (its
@@ -16,6 +21,8 @@ import statistics
 import subprocess
 import time
 from pathlib import Path
+
+from slurm_yolo import config
 
 MARKER = Path("/var/lib/slurm-yolo-cluster/clusters/22.05.json")
 SCRIPT = Path("/etc/slurm/job_submit.lua")
@@ -60,6 +67,9 @@ def main() -> None:
         print("admission: skipped (no bundled 22.05 cluster: deploy/minicluster up)")
         return
     assert json.loads(MARKER.read_text())["conf_dir"] == "/etc/slurm"
+    marker = json.loads(MARKER.read_text())
+    backend = config.load(Path(marker["config"]), env={"SLURM_YOLO_CONFIG": marker["config"]})["ledger"]["backend"]
+    ledger_kind = "shared MariaDB ledger" if backend == "mariadb" else "its own SQLite ledger"
     real = SCRIPT.read_text()
     jobs: list[int] = []
     try:
@@ -67,7 +77,7 @@ def main() -> None:
             for _ in range(backlog - len(jobs)):
                 jobs.append(_sbatch())
             plain, admitted = _measure(real, jobs)
-            print(f"admission ({label}): plain sbatch {plain:.1f} ms, with admission {admitted:.1f} ms, "
+            print(f"admission ({label}, {ledger_kind}): plain sbatch {plain:.1f} ms, with admission {admitted:.1f} ms, "
                   f"ratio {admitted / plain:.2f} (target <= 1.5)")  # fmt: skip
     finally:
         SCRIPT.write_text(real)

@@ -49,8 +49,9 @@ def check(config: Config, plan: Plan, account: str | None) -> str | None:
         row = lg.account(name)
         if row is None:
             return None
-        rate = lg.tier_rate(plan.qos)
-        price = lg.price_at(plan.partition, time.time(), int(config["ledger"]["default_price"]))
+        cluster = commands.home_cluster(bin_dir) if lg.has_cluster_prices() else ""  # a Slurm call, only if needed
+        rate = lg.tier_rate(plan.qos, cluster)
+        price = lg.price_at(plan.partition, time.time(), int(config["ledger"]["default_price"]), cluster)
     finally:
         lg.close()
     share = policy.gres_share(plan.gres, config.partition(plan.partition).shards_per_gpu)

@@ -36,7 +36,7 @@ FILE_NAME = "availability"
 REFUSALS_NAME = "refusals.log"  # appended by the Lua script (as the SlurmUser), read by ``alerts``
 VERSION = 3  # 3: rates in parts per million (whole numbers, like every other number here)
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
-_PATH = re.compile(r"/[^\x00-\x1f\x7f\"\\]*")
+_PATH = re.compile(r"/[^\x00-\x1f\x7f\"'\\]*")  # also no ': the hook client's path goes into a shell word
 
 
 def path(config: Config) -> Path:
@@ -48,35 +48,46 @@ def refusals_path(config: Config) -> Path:
     return db.private_dir(config.state_dir) / REFUSALS_NAME
 
 
-def price_versions(prices: Iterable[Any], now: float) -> dict[str, list[tuple[int, int]]]:
-    """Per partition, (effective_at, price) of the version in effect at ``now`` and of each version
-    scheduled after it (rows of the ledger's prices table): the script picks the one in effect when
-    it runs, as the prolog will when the job starts."""
-    current: dict[str, tuple[float, int, int]] = {}
-    later: dict[str, list[tuple[int, int]]] = {}
+PriceKey = tuple[str, str]  # (cluster, partition); cluster '': every cluster without prices of its own
+
+
+def price_versions(prices: Iterable[Any], now: float) -> dict[PriceKey, list[tuple[int, int]]]:
+    """Per (cluster, partition), (effective_at, price) of the version in effect at ``now`` and of each
+    version scheduled after it (rows of the ledger's prices table): the script picks the one in
+    effect when it runs, as the prolog will when the job starts."""
+    current: dict[PriceKey, tuple[float, int, int]] = {}
+    later: dict[PriceKey, list[tuple[int, int]]] = {}
     for row in prices:
-        name, at, price = str(row["partition"]), float(row["effective_at"]), int(row["price"])
+        key, at, price = (str(row["cluster"]), str(row["partition"])), float(row["effective_at"]), int(row["price"])
         if at > now:
-            later.setdefault(name, []).append((int(at) + 1, price))  # whole seconds, never early
-        elif name not in current or (at, int(row["id"])) >= current[name][:2]:
-            current[name] = (at, int(row["id"]), price)
-    return {name: sorted(([(0, current[name][2])] if name in current else []) + later.get(name, []))
-            for name in current.keys() | later.keys()}  # fmt: skip
+            later.setdefault(key, []).append((int(at) + 1, price))  # whole seconds, never early
+        elif key not in current or (at, int(row["id"])) >= current[key][:2]:
+            current[key] = (at, int(row["id"]), price)
+    return {key: sorted(([(0, current[key][2])] if key in current else []) + later.get(key, []))
+            for key in current.keys() | later.keys()}  # fmt: skip
+
+
+def _plain(*names: str) -> bool:
+    """Names that cannot break a line; a cluster may be '' (every cluster)."""
+    return all(_NAME.fullmatch(n) for n in names[:1]) and all(n == "" or _NAME.fullmatch(n) for n in names[1:])
 
 
 def render(config: Config, now: float, accounts: Iterable[Any], prices: Iterable[Any], tiers: Iterable[Any],
            held: Iterable[tuple[str, int]]) -> str:  # fmt: skip
     """The file's text (pure) from the ledger's accounts, prices and tiers rows, and the (cluster, job
-    id) of every run it holds now."""
+    id) of every run it holds now. A price or rate of one cluster of a shared ledger ends with that
+    cluster's name; the script of that cluster prefers it to the one of every cluster."""
     led = config["ledger"]
     lines = [f"slurm-yolo-availability {VERSION}", f"stamp {int(now)}",
              f"unlimited {policy.unlimited_cap(led['unlimited_hold_hours'])}", f"default_price {int(led['default_price'])}"]  # fmt: skip
-    rates = {str(row["qos"]): int(row["rate_ppm"]) for row in tiers}
+    rates = {(str(row["qos"]), str(row["cluster"])): int(row["rate_ppm"]) for row in tiers}
+    if led.get("backend") == "mariadb":
+        lines.append("shared 1")  # several clusters may share it: the script asks the ledger too
     lines.append(f"maxrate {max([policy.RATE_SCALE, *rates.values()])}")
-    for name, versions in sorted(price_versions(prices, now).items()):
-        if _NAME.fullmatch(name):
-            lines += [f"price {name} {price} {at}" for at, price in versions]
-    lines += [f"rate {q} {r}" for q, r in sorted(rates.items()) if _NAME.fullmatch(q)]
+    for (cluster, name), versions in sorted(price_versions(prices, now).items()):
+        if _plain(name, cluster):
+            lines += [f"price {name} {price} {at} {cluster}".rstrip() for at, price in versions]
+    lines += [f"rate {q} {r} {c}".rstrip() for (q, c), r in sorted(rates.items()) if _plain(q, c)]
     lines += [f"shards {p.name} {p.shards_per_gpu}" for p in config.partitions.values() if _NAME.fullmatch(p.name)]
     lines += [f"gpus {p.name} {p.gpus_per_node}" for p in config.partitions.values() if _NAME.fullmatch(p.name)]
     lines += [f"account {a['name']} {int(a['balance'])}" for a in accounts if _NAME.fullmatch(str(a["name"]))]
@@ -108,9 +119,11 @@ def script(config: Config, cluster: str) -> str:
         raise UsageError(f"paths.owner {owner!r} is not a user on this host") from None
     if not _NAME.fullmatch(cluster):
         raise UsageError(f"cluster name {cluster!r} is not a plain name")
-    for p in (path(config), refusals_path(config)):
+    client, socket = config["hookd"]["client"], config["hookd"]["socket"]
+    for p in (path(config), refusals_path(config), client, socket):
         if not _PATH.fullmatch(str(p)):
             raise UsageError(f"{p}: a path with quotes, backslashes or control characters cannot go into Lua")
     text = (Path(__file__).with_name("job_submit.lua")).read_text()
     return (text.replace("@AVAILABILITY@", str(path(config))).replace("@REFUSALS@", str(refusals_path(config)))
-            .replace("@SLURM_UID@", str(uid)).replace("@CLUSTER@", cluster))  # fmt: skip
+            .replace("@SLURM_UID@", str(uid)).replace("@CLUSTER@", cluster)
+            .replace("@HOOK_CLIENT@", str(client)).replace("@HOOKD_SOCKET@", str(socket)))  # fmt: skip

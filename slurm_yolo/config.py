@@ -99,6 +99,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         # The resident hook server (slurm-yolo hookd) and its client slurm-yolo-hook, whose build
         # bakes in the same default path.
         "socket": "/run/slurm-yolo/hookd.sock",
+        "client": "/opt/slurm-yolo/bin/slurm-yolo-hook",  # job_submit.lua asks a shared ledger through it
         "workers": 32,  # accepted and ignored, for older configs: one settler thread settles in batches
     },
     "watchdog": {

@@ -6,7 +6,8 @@ slurm.conf points PrologSlurmctld and EpilogSlurmctld at the C client ``slurm-yo
 
 - a prolog is answered once its hold is in the ledger (the job starts with its tokens held);
 - an epilog is answered once its event is in the ledger's inbox (committed: a kill -9 right after
-  the answer loses nothing). The settler thread (``settler``) settles it from sacct's final record,
+  the answer loses nothing);
+- on a ledger several clusters share, job_submit.lua asks whether a job fits (``shared_admission``). The settler thread (``settler``) settles it from sacct's final record,
   in batches, while slurmctld goes on; rows left by a killed server are settled at the next start.
 
 When the server does not answer, the client runs the Python hooks itself, so nothing depends on it.
@@ -32,7 +33,7 @@ from functools import partial
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from . import db, hooks
+from . import db, hooks, shared_admission
 from .config import Config
 from .errors import SlurmYoloError
 from .settler import Settler, Worker
@@ -129,7 +130,11 @@ class _Handler(socketserver.BaseRequestHandler):
             _answer(sock, "error: permission denied\n")
             return
         try:
-            event, env = parse_request(_read_request(sock))
+            data = _read_request(sock)
+            if data.startswith(shared_admission.EVENT.encode() + b"\0"):
+                self._admit(sock, data)
+                return
+            event, env = parse_request(data)
         except (ValueError, OSError) as e:
             _answer(sock, f"error: {e}\n")
             return
@@ -139,6 +144,14 @@ class _Handler(socketserver.BaseRequestHandler):
         # the Python hook itself, which tries again and, failing too, cancels the job (fail closed).
         done = hooks.main(event, env=env, record=record, config=server.config, settler=server.settler, started=started)
         _answer(sock, "ok\n" if done else f"error: the {event} was not recorded (see hooks.log)\n")
+
+    def _admit(self, sock: socket.socket, data: bytes) -> None:
+        """A job_submit.lua's question on a shared ledger (``shared_admission``): its answer line."""
+        request = shared_admission.parse([f for f in data.decode("utf-8", "surrogateescape").split("\0")[1:] if f])
+        try:
+            _answer(sock, shared_admission.answer(self.server.config, request))
+        except SlurmYoloError as e:
+            _answer(sock, f"error: {str(e).splitlines()[0][:300]}\n")
 
 
 class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):

@@ -9,6 +9,11 @@ hold) exceeds what the account has left:
          - worst cases of the account's pending GPU jobs (slurmctld's own job list)
          - worst cases of its running GPU jobs the ledger holds nothing for (just started, or a failed prolog)
 
+On a ledger several clusters share (the MariaDB backend), what one cluster's slurmctld sees is not
+enough: the script asks the ledger itself through the hook client (`slurm-yolo-hook admit`, answered
+by hookd in one ledger turn with every cluster's admissions, against the balance as it is now:
+slurm_yolo/shared_admission.py), and no answer is a refusal.
+
 The ledger publishes balances, prices (with their scheduled changes), tier rates and the jobs it
 holds runs of to AVAILABILITY, a small text file it rewrites atomically after every write; this
 script never writes the ledger. Installed by `slurm-yolo ledger admission-script >
@@ -26,6 +31,8 @@ numbers (time limits, nodes, tasks, array indices) are below 2^53, and shards pe
 local AVAILABILITY = "@AVAILABILITY@"
 local REFUSALS = "@REFUSALS@"
 local CLUSTER = "@CLUSTER@"
+local HOOK_CLIENT = "@HOOK_CLIENT@"  -- asked on a shared ledger (ask_ledger)
+local HOOKD_SOCKET = "@HOOKD_SOCKET@"
 
 local NO_VAL, INFINITE, NO_VAL16 = 4294967294, 4294967295, 65534
 local PENDING, RUNNING = 0, 1
@@ -159,31 +166,36 @@ end
 
 local ZERO, ONE, MILLION = big(0), big(1), big(1000000)
 
--- The published state: {stamp, unlimited, default_price, maxrate, price{partition: {{from, price}...}},
--- rate{}, shards{}, account{}, held{job id: true}}.
+-- The published state: {stamp, unlimited, shared, default_price, maxrate, price{partition: {{from, price}...}},
+-- own_price{} (this cluster's), rate{} (this cluster's where it has one), shards{}, account{}, held{job id: true}}.
 local function read_state()
   local f = io.open(AVAILABILITY, "r")
   if not f then return nil end
-  local s = {price = {}, rate = {}, shards = {}, gpus = {}, account = {}, held = {}, maxrate = MILLION}
+  local s = {price = {}, own_price = {}, rate = {}, shards = {}, gpus = {}, account = {}, held = {}, maxrate = MILLION}
+  local own_rate = {}
   local ok = false
   for line in f:lines() do
-    local key, a, b, c = line:match("^(%S+) (%S+) ?(%S*) ?(%S*)$")
+    local key, a, b, c, d = line:match("^(%S+) (%S+) ?(%S*) ?(%S*) ?(%S*)$")
     if key == "slurm-yolo-availability" then ok = (a == "3")
     elseif key == "stamp" then s.stamp = tonumber(a)
     elseif key == "unlimited" then s.unlimited = tonumber(a)
+    elseif key == "shared" then s.shared = (a == "1")
     elseif key == "default_price" then s.default_price = big(a)
     elseif key == "maxrate" then s.maxrate = big(a) or s.maxrate
-    elseif key == "price" and big(b) then
-      s.price[a] = s.price[a] or {}
-      table.insert(s.price[a], {tonumber(c) or 0, big(b)})
+    elseif key == "price" and big(b) and (d == "" or d == CLUSTER) then  -- d: this cluster's own price
+      local list = d == "" and s.price or s.own_price
+      list[a] = list[a] or {}
+      table.insert(list[a], {tonumber(c) or 0, big(b)})
     elseif key == "held" and a == CLUSTER then s.held[tonumber(b) or -1] = true
-    elseif key == "rate" then s.rate[a] = big(b)
+    elseif key == "rate" and c == CLUSTER then own_rate[a] = big(b)
+    elseif key == "rate" and c == "" then s.rate[a] = big(b)
     elseif key == "shards" then s.shards[a] = tonumber(b)
     elseif key == "gpus" then s.gpus[a] = tonumber(b)
     elseif key == "account" then s.account[a] = big(b)
     end
   end
   f:close()
+  for qos, rate in pairs(own_rate) do s.rate[qos] = rate end  -- this cluster's rate before every cluster's
   if not (ok and s.stamp and s.unlimited and s.default_price) then return nil end
   return s
 end
@@ -218,13 +230,17 @@ local function rate_text(ppm)  -- policy.rate_text: 800000 -> "0.8"
   return frac == "" and whole or whole .. "." .. frac
 end
 
--- The partition's price in effect now (versions in time order), as its prolog would hold it.
+-- The partition's price in effect now (versions in time order), as its prolog would hold it: this
+-- cluster's own, where one is in effect, else every cluster's, else the default.
 local function price_of(state, partition)
-  local now, price = os.time(), state.default_price
+  local now, price, own = os.time(), state.default_price, nil
   for _, v in ipairs(state.price[partition] or {}) do
     if v[1] <= now then price = v[2] end
   end
-  return price
+  for _, v in ipairs(state.own_price[partition] or {}) do
+    if v[1] <= now then own = v[2] end
+  end
+  return own or price
 end
 
 -- policy.tokens: ceil(seconds x share x price x rate_ppm / 10^6), exactly (ceil(ceil(n / a) / b)
@@ -315,26 +331,21 @@ end
 -- twice (here and in slurm.jobs) for up to two seconds: conservative, never generous.
 local recent = {}
 
-local function recently_admitted(account)
-  local now, total, keep = os.time(), ZERO, {}
+-- Per account, what its pending GPU jobs and its running ones the ledger holds nothing for yet (just
+-- started, or their prolog failed) may still hold, with the admissions of the last two seconds.
+local function committed(state)
+  local now, totals, keep = os.time(), {}, {}
   for _, r in ipairs(recent) do
     if r.t >= now - 1 then
       keep[#keep + 1] = r
-      if r.account == account then total = add(total, r.need) end
+      totals[r.account] = add(totals[r.account] or ZERO, r.need)
     end
   end
   recent = keep
-  return total
-end
-
--- What the account's pending GPU jobs, and its running ones the ledger holds nothing for yet (just
--- started, or their prolog failed), may still hold.
-local function committed(state, account)
-  local total = recently_admitted(account)
   for _, job in pairs(slurm.jobs or {}) do
     local st = (job.job_state or -1) % 256
     local unheld = st == RUNNING and not state.held[job.job_id]
-    if job.account == account and (st == PENDING or unheld) then
+    if job.account and (st == PENDING or unheld) then
       local tasks = big(st == PENDING and math.max(job.array_task_cnt or 1, 1) or 1)
       local g, s = gres_units(job.tres_fmt_req_str)  -- what it asked for, over all its nodes
       if not (is_zero(g) and is_zero(s)) then
@@ -344,11 +355,31 @@ local function committed(state, account)
           worst = max_big(worst, tokens(seconds_of(state, job.time_limit, nil), share(state, name, g, s),
                                         price_of(state, name), rate))
         end
-        total = add(total, mul(worst, tasks))
+        totals[job.account] = add(totals[job.account] or ZERO, mul(worst, tasks))
       end
     end
   end
-  return total
+  return totals
+end
+
+local function plain(name)  -- a name as Slurm makes them: safe on a command line as it is
+  return type(name) == "string" and #name <= 190 and name:match("^[%w_.%-]+$") ~= nil
+end
+
+-- On a ledger several clusters share, the ledger's own word (slurm_yolo/shared_admission.py): this
+-- cluster's commitments go there, and the job fits only against every cluster's. The answer line:
+-- "ok", "refused BALANCE HERE ELSEWHERE" or "error: ..." (nil: no answer at all).
+local function ask_ledger(account, need, totals)
+  local args = {"admit", CLUSTER, account, text(need)}
+  for name, total in pairs(totals) do
+    if plain(name) and not is_zero(total) then args[#args + 1] = name .. "=" .. text(total) end
+  end
+  local p = io.popen("SLURM_YOLO_HOOKD_SOCKET='" .. HOOKD_SOCKET .. "' '" .. HOOK_CLIENT .. "' " ..
+                     table.concat(args, " ") .. " 2>&1", "r")
+  if not p then return nil end
+  local line = p:read("*l")
+  p:close()
+  return line
 end
 
 -- One line per refusal for `slurm-yolo alerts`; the account as Slurm could ever name one (anything
@@ -391,16 +422,32 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   end
   local need = mul(worst, big(tasks))
   local account = job_desc.account or job_desc.default_account or ""
-  local balance = state.account[account] or ZERO
-  local pending = committed(state, account)
-  local left = add(balance, neg(pending))
-  if cmp(need, left) > 0 then
+  local totals = committed(state)
+  local balance, pending, elsewhere = state.account[account] or ZERO, totals[account] or ZERO, nil
+  local line  -- the shared ledger's answer
+  if state.shared and not plain(account) then  -- no account Slurm could have: nothing to spend
+    balance, elsewhere = ZERO, ZERO
+  elseif state.shared then  -- the ledger decides, with every cluster's commitments and its own balance
+    line = ask_ledger(account, need, totals)
+    local b, here, there = tostring(line or ""):match("^refused (%-?%d+) (%d+) (%d+)$")
+    if b then
+      balance, pending, elsewhere = big(b), big(here), big(there)
+    elseif line ~= "ok" then
+      slurm.log_user("slurm-yolo: the shared token ledger did not answer (" .. tostring(line or "no answer"):sub(1, 200) ..
+                     "): GPU jobs cannot be admitted; tell your admin")
+      return slurm.ERROR
+    end
+  end
+  local left = add(add(balance, neg(pending)), neg(elsewhere or ZERO))
+  if line ~= "ok" and cmp(need, left) > 0 then  -- "ok": the ledger's balance is fresher than the published one
     note_refusal(account, submit_uid or -1, need, left)
+    local where = elsewhere and string.format(
+      " across the clusters that share its budget (balance %s, minus %s for its pending and starting GPU jobs" ..
+      " here and %s for those on the other clusters)", fmt(balance), fmt(pending), fmt(elsewhere))
+      or string.format(" (balance %s, minus %s for its pending and starting GPU jobs)", fmt(balance), fmt(pending))
     slurm.log_user(string.format(
-      "slurm-yolo: account %s cannot cover this job: its worst case is %s tokens (%s%s), " ..
-      "the account has %s left (balance %s, minus %s for its pending and starting GPU jobs)",
-      account, fmt(need), why, tasks > 1 and string.format(" x %d array tasks", tasks) or "",
-      fmt(left), fmt(balance), fmt(pending)))
+      "slurm-yolo: account %s cannot cover this job: its worst case is %s tokens (%s%s), the account has %s left%s",
+      account, fmt(need), why, tasks > 1 and string.format(" x %d array tasks", tasks) or "", fmt(left), where))
     return slurm.ESLURM_ACCOUNTING_POLICY or slurm.ERROR
   end
   recent[#recent + 1] = {t = os.time(), account = account, need = need}

@@ -39,6 +39,9 @@ RunsLookup = Callable[[list[int]], dict[int, list[JobRecord]]]
 RETRY_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)  # before asking sacct again, by attempt
 LATE_SECONDS = 900.0  # a run this late in sacct is an incident (the row is still tried)
 BATCH = 500  # inbox rows a batch takes at most
+COMMITMENT_GRACE_SECONDS = (
+    5.0  # an admission's count outlives slurmctld's job list refresh (1 s) and its recent window (2 s)
+)
 SHARED_POLL_SECONDS = 2.0  # how stale the admission file may go behind another controller's or cluster's write
 
 
@@ -53,13 +56,13 @@ def rules(config: Config) -> policy.Rules:
 def billable_run(lg: ledger.Ledger, record: JobRecord, cluster: str, config: Config, at: float,
                  restart: int) -> tuple[ledger.Run, int] | None:  # fmt: skip
     """The run and what it holds: its time limit (or the configured cap) x its GPUs x the partition's
-    price at ``at`` x its QOS tier's rate. None for a run without GPUs (not metered)."""
+    price at ``at`` x its QOS tier's rate (``cluster``'s own, where it has them). None for a run without GPUs (not metered)."""
     share = policy.gpus(record.tres, config.partition(record.partition).shards_per_gpu)
     if not share:
         return None
     seconds = ledger.limit_seconds(record.time_limit, config)
-    price = lg.price_at(record.partition, at, int(config["ledger"]["default_price"]))
-    rate = lg.tier_rate(record.qos)
+    price = lg.price_at(record.partition, at, int(config["ledger"]["default_price"]), cluster)
+    rate = lg.tier_rate(record.qos, cluster)
     run = ledger.Run(cluster, record.job_id, record.submit, restart, record.account, record.user, record.partition,
                      record.qos, share, record.time_limit, seconds, price, rate)  # fmt: skip
     return run, policy.tokens(seconds, share, price, rate)
@@ -331,6 +334,26 @@ class Settler:
         self._wake.set()
         self.thread.join(timeout=60)
 
+    def _expire_commitments(self, lg: ledger.Ledger) -> None:
+        """On a shared ledger, what this cluster's last admission counted for an account whose jobs
+        here have all started or gone since would be counted by the other clusters until this one's
+        next admission: it goes once Slurm shows none of the account's jobs pending here. Rows of
+        the last few seconds stay (slurmctld's job list, which admission reads, may be a second old)."""
+        cluster = commands.home_cluster(_bin_dir(self.config))
+        before = time.time() - COMMITMENT_GRACE_SECONDS
+        counted = {str(r["account"]) for r in lg.commitments(cluster) if float(r["counted_at"]) < before}
+        if counted:
+            lg.forget_commitments(cluster, counted - commands.pending_accounts(_bin_dir(self.config)), before)
+
+    def _follow_blocks(self, lg: ledger.Ledger) -> None:
+        """On a shared ledger, another cluster's deposit or charge can fund or dry an account: this
+        cluster's Slurm limits follow (``enforcement``) for each account whose block the ledger and
+        this cluster disagree on (blocked, and no block kept here; or a block kept here, and funded)."""
+        blocked = {str(r["name"]) for r in lg.accounts() if r["blocked"]}
+        kept = set(lg.site_limits(commands.home_cluster(_bin_dir(self.config))))
+        if blocked ^ kept:
+            self.followups.enforce(blocked ^ kept)
+
     def _serve(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()
@@ -343,6 +366,10 @@ class Settler:
                     if dirty or settled or version != self._published:  # another cluster's or controller's write too
                         ledger.publish_from(lg, self.config)
                         self._published = version
+                        if version is not None:
+                            self._follow_blocks(lg)
+                    if version is not None:
+                        self._expire_commitments(lg)
             except Exception as e:  # noqa: BLE001 - the rows stay in the inbox; the next round retries them
                 log_event(self.config, {"event": "settler", "alert": f"{type(e).__name__}: {e}"})
                 nxt, version = time.time() + 5, None

@@ -10,6 +10,9 @@
  *
  * It always exits 0: a failing PrologSlurmctld makes Slurm requeue the job forever.
  *
+ * `slurm-yolo-hook admit ...` is job_submit.lua's question on a ledger several clusters share (see
+ * admit() below and slurm_yolo/shared_admission.py).
+ *
  * The event comes from SLURM_SCRIPT_CONTEXT (prolog_slurmctld / epilog_slurmctld), or from the
  * first argument ("prolog" / "epilog") when run by hand. SLURM_YOLO_HOOKD_SOCKET overrides the
  * socket path baked in at build time (slurmctld passes no such variable; tests and benchmarks do).
@@ -31,6 +34,7 @@
 #define PYTHON_HOOKS "/opt/slurm-yolo/venv/bin"
 #endif
 #define REPLY_TIMEOUT_MS 30000
+#define ADMIT_TIMEOUT_MS 15000 /* slurmctld waits on it, its job lock held */
 #define MAX_REQUEST (1 << 20)
 
 extern char **environ;
@@ -82,25 +86,21 @@ static int send_all(int fd, const char *buf, size_t len)
 	return 0;
 }
 
-/* 0 when the server answered "ok". */
-static int forward(const char *ev)
+/* Send a request, read the answer (NUL-terminated) into reply: its length, or -1 when there is none. */
+static ssize_t ask(const char *req, size_t len, char *reply, size_t cap, int timeout_ms)
 {
-	static char req[MAX_REQUEST];
 	const char *path = getenv("SLURM_YOLO_HOOKD_SOCKET");
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
 	struct pollfd pfd;
-	char reply[64];
-	size_t len, got = 0;
-	int fd, rc = -1;
+	size_t got = 0;
+	ssize_t rc = -1;
+	int fd;
 
 	if (!path || !*path)
 		path = HOOKD_SOCKET;
 	if (strlen(path) >= sizeof(addr.sun_path))
 		return -1;
 	strcpy(addr.sun_path, path);
-	len = build_request(ev, req, sizeof(req));
-	if (!len)
-		return -1;
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -1;
@@ -108,15 +108,15 @@ static int forward(const char *ev)
 		goto out;
 	pfd.fd = fd;
 	pfd.events = POLLIN;
-	while (got < sizeof(reply) - 1) {
+	while (got < cap - 1) {
 		ssize_t n;
-		int ready = poll(&pfd, 1, REPLY_TIMEOUT_MS);
+		int ready = poll(&pfd, 1, timeout_ms);
 
 		if (ready < 0 && errno == EINTR)
 			continue;
 		if (ready <= 0)
 			goto out;
-		n = read(fd, reply + got, sizeof(reply) - 1 - got);
+		n = read(fd, reply + got, cap - 1 - got);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
@@ -124,19 +124,69 @@ static int forward(const char *ev)
 		got += (size_t)n;
 	}
 	reply[got] = '\0';
-	if (!strcmp(reply, "ok\n"))
-		rc = 0;
-	else if (got)
-		fprintf(stderr, "slurm-yolo-hook: hookd: %s", reply);
+	rc = (ssize_t)got;
 out:
 	close(fd);
 	return rc;
 }
 
+/* 0 when the server answered "ok". */
+static int forward(const char *ev)
+{
+	static char req[MAX_REQUEST];
+	char reply[512];
+	size_t len = build_request(ev, req, sizeof(req));
+	ssize_t got;
+
+	if (!len)
+		return -1;
+	got = ask(req, len, reply, sizeof(reply), REPLY_TIMEOUT_MS);
+	if (got > 0 && !strcmp(reply, "ok\n"))
+		return 0;
+	if (got > 0)
+		fprintf(stderr, "slurm-yolo-hook: hookd: %s", reply);
+	return -1;
+}
+
+/*
+ * `slurm-yolo-hook admit CLUSTER ACCOUNT NEED [ACCOUNT=TOKENS ...]`: job_submit.lua's question on a
+ * ledger several clusters share. Prints hookd's answer line ("ok", "refused ...", "error: ...") and
+ * exits 0 only on "ok"; no answer is a refusal (there is no Python fallback: slurmctld waits).
+ */
+static int admit(int argc, char **argv)
+{
+	static char req[MAX_REQUEST];
+	char reply[512];
+	size_t len = 0;
+	ssize_t got;
+
+	for (int i = 1; i < argc; i++) {
+		size_t n = strlen(argv[i]) + 1;
+
+		if (len + n > sizeof(req)) {
+			puts("error: the question is too large");
+			return 2;
+		}
+		memcpy(req + len, argv[i], n);
+		len += n;
+	}
+	got = ask(req, len, reply, sizeof(reply), ADMIT_TIMEOUT_MS);
+	if (got <= 0) {
+		puts("error: hookd did not answer");
+		return 2;
+	}
+	fputs(reply, stdout);
+	return strcmp(reply, "ok\n") ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
-	const char *ev = event_of(argc, argv);
+	const char *ev;
 	char path[4096];
+
+	if (argc > 1 && !strcmp(argv[1], "admit"))
+		return admit(argc, argv);
+	ev = event_of(argc, argv);
 
 	if (!ev) {
 		fprintf(stderr, "slurm-yolo-hook: cannot tell prolog from epilog (no SLURM_SCRIPT_CONTEXT, no argument)\n");

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -177,8 +178,8 @@ class Slurm(NamedTuple):
         return lg
 
     def runs(self, job: int) -> list[dict[str, Any]]:
-        with self.ledger() as lg:
-            return [dict(r) for r in lg.runs(job)]
+        with self.ledger() as lg:  # the other cluster's job of that number may share the ledger
+            return [dict(r) for r in lg.runs(job, self.name)]
 
     def settled(self, job: int, count: int = 1, timeout: float = 90) -> list[dict[str, Any]]:
         """The job's first ``count`` runs once all are settled, oldest first."""
@@ -209,6 +210,14 @@ class Slurm(NamedTuple):
             return rows if len(ended) >= count and len(rows) >= count else None
 
         return poll(f"job {job}: {count} run(s) ended in sacct on {self.release}", find, timeout)
+
+
+def own_ledger_config(slurm: Slurm) -> str:
+    """The cluster's config text for a test's own state folder (SLURM_YOLO_HOME): its own SQLite
+    ledger there, never the cluster's books (which may be the shared MariaDB ledger), and no Slurm
+    limits or AdminComments written from it."""
+    text = re.sub(r"(?m)^(backend|mariadb_options) = .*\n", "", slurm.config_path.read_text())
+    return text.replace("[ledger]\n", "[ledger]\nenforce = false\nadmin_comment = false\n")
 
 
 def cluster_of_release(release: str) -> Slurm:

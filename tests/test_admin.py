@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import REPO, Slurm, poll
+from conftest import REPO, Slurm, own_ledger_config, poll
 
 from slurm_yolo import config as config_mod
 from slurm_yolo import ledger
@@ -42,7 +42,7 @@ def settled(cfg: config_mod.Config, job: int, timeout: float = 60) -> None:
         lg = ledger.reader(cfg)
         assert lg is not None
         try:
-            if any(r["state"] == "settled" for r in lg.runs(job)):
+            if any(r["state"] == "settled" for r in lg.runs(job, commands.cluster_name())):
                 return
         finally:
             lg.close()
@@ -89,7 +89,7 @@ def test_report_numbers_match_sacct_and_the_ledger(system: config_mod.Config, se
     lg = ledger.reader(system)
     assert lg is not None
     try:
-        charge = {j: sum(r["charge"] for r in lg.runs(j)) for j in jobs}
+        charge = {j: sum(r["charge"] for r in lg.runs(j, commands.cluster_name())) for j in jobs}
     finally:
         lg.close()
     for part, mine in (("t4", [jobs[0], jobs[2], jobs[4]]), ("a100", [jobs[1], jobs[3]])):
@@ -246,9 +246,7 @@ def test_reconcile_holds_and_settles_runs_no_prolog_held(cluster: Slurm, home: P
     GPU run in sacct, holds it at the price of its start and settles it, exactly."""
     job = cluster.sbatch("-p", "a100", "--gres=shard:a100:2", "-t", "1", script="sleep 1")
     rec = cluster.ended(job)[0]
-    (home / "config.toml").write_text(
-        cluster.config_path.read_text().replace("[ledger]\n", "[ledger]\nenforce = false\nadmin_comment = false\n")
-    )
+    (home / "config.toml").write_text(own_ledger_config(cluster))
     env = {k: v for k, v in os.environ.items() if k != "SLURM_YOLO_CONFIG"} | {"SLURM_YOLO_HOME": str(home)}
     cfg = config_mod.load(home / "config.toml", env={"SLURM_YOLO_HOME": str(home)})
 

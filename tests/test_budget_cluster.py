@@ -311,6 +311,6 @@ def test_chaos_over_200_jobs_leaves_sacct_and_the_ledger_in_agreement(lean: Slur
     assert json.loads(res.stdout) == []
     with lean.ledger() as lg:
         assert lg.check() == []
-        settled = [r for j in jobs for r in lg.runs(j)]
+        settled = [r for j in jobs for r in lg.runs(j, lean.name)]
     assert all(r["state"] == "settled" for r in settled)
     assert {r["job_id"] for r in settled} == set(jobs)  # every job started a GPU run and paid for it

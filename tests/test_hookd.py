@@ -297,3 +297,44 @@ def test_kill_9_right_after_50_acknowledged_epilogs_loses_none(cluster: None, st
         assert lg.inbox_open() == 0 and lg.check() == []
         charges = lg.conn.execute("SELECT job_key, count(*) FROM movements WHERE kind = 'charge' GROUP BY job_key")
         assert sorted(n for _, n in charges) == [1] * 50
+
+
+def admit(state: Path, *args: str, user: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The hook client's admission question, as job_submit.lua asks it (or as ``user``)."""
+    argv = [str(CLIENT), "admit", *args]
+    if user:
+        argv = ["/usr/sbin/runuser", "-u", user, "--", *argv]
+    return subprocess.run(argv, env={"SLURM_YOLO_HOOKD_SOCKET": str(state / "hookd.sock")}, capture_output=True,
+                          text=True, cwd="/tmp", timeout=60, check=False)  # fmt: skip
+
+
+def test_admission_on_a_shared_ledger_through_hookd(hookd: subprocess.Popen[bytes], state: Path) -> None:
+    """job_submit.lua's question (``slurm-yolo-hook admit``): answered by the ledger in one turn, each
+    cluster's commitments counted against the others'; malformed or foreign questions change nothing."""
+    cfg = config_mod.load(state / "config.toml", env={"SLURM_YOLO_HOME": str(state)})
+    with ledger.writer(cfg) as lg:
+        lg.credit("vision", 1_000, "test")
+    res = admit(state, "east", "vision", "600")
+    assert (res.returncode, res.stdout) == (0, "ok\n")
+    res = admit(state, "west", "vision", "401", "research=5")
+    assert (res.returncode, res.stdout) == (1, "refused 1000 0 600\n")  # 600 + 401 > 1000
+    res = admit(state, "west", "vision", "400", "research=5")
+    assert (res.returncode, res.stdout) == (0, "ok\n")
+    for bad in (["east", "vision"], ["east", "vis ion", "1"], ["east", "vision", "-5"], ["east", "vision", "1e3"],
+                ["east", "vision", "1", "x=1", "x=2"], ["east';rm -rf /;'", "vision", "1"], ["east", "vision", "1", "=1"],
+                ["east", "vision", "9" * 40]):  # fmt: skip
+        res = admit(state, *bad)
+        assert res.returncode == 1 and res.stdout.startswith("error: "), (bad, res.stdout)
+    res = admit(state, "east", "vision", "1", user="alice")  # the socket is the SlurmUser's
+    assert (res.returncode, res.stdout) == (2, "error: hookd did not answer\n")
+    (state / "hookd.sock").chmod(0o666)  # opened to everyone, hookd still checks who asks
+    res = admit(state, "east", "vision", "1", user="alice")
+    assert (res.returncode, res.stdout) == (1, "error: permission denied\n")
+    with ledger.reader(cfg) as lg:  # type: ignore[union-attr]
+        assert {(r["cluster"], r["account"], r["tokens"]) for r in lg.commitments()} == {
+            ("east", "vision", 600), ("west", "vision", 400), ("west", "research", 5)}  # fmt: skip
+        assert lg.account("vision")["balance"] == 1_000 and lg.check() == []
+    hookd.send_signal(signal.SIGTERM)
+    hookd.wait(timeout=60)
+    res = admit(state, "east", "vision", "1")  # no hookd: a refusal, never a free pass
+    assert (res.returncode, res.stdout) == (2, "error: hookd did not answer\n")

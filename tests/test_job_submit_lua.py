@@ -136,15 +136,30 @@ def test_lua_worst_cases_equal_the_policy(tmp_path: Path, home: Path) -> None:
     for n, name in enumerate(sorted(partitions)):
         current = rng.choice([1, 3, 1000, 999_983, 10**12 + 7, 10**15])
         PRICES[name] = current
-        prices += [{"id": 3 * n, "partition": name, "price": current * 2 + 1, "effective_at": now - 7200},
-                   {"id": 3 * n + 1, "partition": name, "price": current, "effective_at": now - 60},
-                   {"id": 3 * n + 2, "partition": name, "price": current * 5, "effective_at": now + 86400}]  # fmt: skip
+        prices += [{"id": 5 * n, "cluster": "", "partition": name, "price": current * 2 + 1, "effective_at": now - 7200},
+                   {"id": 5 * n + 1, "cluster": "", "partition": name, "price": current, "effective_at": now - 60},
+                   {"id": 5 * n + 2, "cluster": "", "partition": name, "price": current * 5, "effective_at": now + 86400},
+                   {"id": 5 * n + 3, "cluster": "other", "partition": name, "price": 7, "effective_at": now - 60}]  # fmt: skip
+        if n % 2:  # the script's own cluster's price, in effect: it, not every cluster's, is held
+            PRICES[name] = current + 11
+            prices.append({"id": 5 * n + 4, "cluster": "yolo", "partition": name, "price": current + 11,
+                           "effective_at": now - 3600})  # fmt: skip
+        elif n == 2:  # one only scheduled: every cluster's price holds until then
+            prices.append(
+                {"id": 5 * n + 4, "cluster": "yolo", "partition": name, "price": 3, "effective_at": now + 600}
+            )
     tiers = {"prod": 800_000, "explore": 1_500_000, "third": 333_333, "tiny": 1, "dear": 1_000_000_007}
+    tier_rows = [{"cluster": "", "qos": q, "rate_ppm": r} for q, r in tiers.items()]
+    tier_rows += [
+        {"cluster": "yolo", "qos": "prod", "rate_ppm": 700_001},
+        {"cluster": "other", "qos": "explore", "rate_ppm": 5},
+    ]
+    tiers["prod"] = 700_001  # the script's cluster's own rate
     cases = [request(rng, i, partitions, tiers, big=i % 3 == 0) for i in range(CASES)]
     accounts = [{"name": f"{c['account']}{suffix}", "balance": balance}
                 for c in cases
                 for suffix, balance in (("z", 0), ("ok", c["need"] + c["pending"]), ("no", c["need"] + c["pending"] - 1))]  # fmt: skip
-    text = availability.render(cfg, now, accounts, prices, [{"qos": q, "rate_ppm": r} for q, r in tiers.items()], [])
+    text = availability.render(cfg, now, accounts, prices, tier_rows, [])
     availability.path(cfg).parent.mkdir(parents=True, exist_ok=True)
     availability.path(cfg).write_text(text)
     db.make_private(cfg.state_dir)  # where slurmctld appends refusals.log (the ledger's writers make it)

@@ -105,7 +105,7 @@ def test_job_feedback_moves_k_and_the_next_estimate(job_dir: Path, dataset: Path
     assert d["source"] == "usage-records" and d["epochs_completed"] == 2 and d["per_epoch"][0]["mtok_per_s"] > 0
 
 
-def test_signal_checkpoints_requeues_and_resumes(job_dir: Path, dataset: Path) -> None:
+def test_signal_checkpoints_requeues_and_resumes(job_dir: Path, dataset: Path, cluster: Slurm) -> None:
     job = submit(["-p", "t4", "-J", "requeue", *train_words(job_dir, dataset, "rq", epochs=25)])
     poll(
         "epoch 3", lambda: any(r.get("kind") == "epoch" and r["epoch"] >= 3 for r in records(job_dir, job)), timeout=240
@@ -118,7 +118,7 @@ def test_signal_checkpoints_requeues_and_resumes(job_dir: Path, dataset: Path) -
         lg = ledger.reader(cfg)
         assert lg is not None
         try:
-            rows = [dict(r) for r in lg.runs(job) if r["restart"] == restart and r["state"] == "settled"]
+            rows = [dict(r) for r in lg.runs(job, cluster.name) if r["restart"] == restart and r["state"] == "settled"]
         finally:
             lg.close()
         return rows[0] if rows else None

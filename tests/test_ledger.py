@@ -95,6 +95,13 @@ def test_prices_are_versioned_and_never_retroactive(cfg: config.Config) -> None:
             with pytest.raises(UsageError):
                 lg.set_price("t4", bad, now, "admin")
         assert [r["price"] for r in lg.prices()] == [2_000_000, 3_000_000]
+        lg.set_price("t4", 500, now + 1800, "admin", "east is cheaper", cluster="east")
+        lg.set_price("a100", 9, 0.0, "admin", cluster="east")
+        # east's own price where one is in effect, else every cluster's; west has none of its own
+        assert lg.price_at("t4", now + 1, 7, "east") == 2_000_000 and lg.price_at("t4", now + 1801, 7, "east") == 500
+        assert lg.price_at("t4", now + 3601, 7, "east") == 500 and lg.price_at("t4", now + 3601, 7, "west") == 3_000_000
+        assert lg.price_at("a100", now + 1, 7, "east") == 9 and lg.price_at("a100", now + 1, 7, "west") == 7
+        assert lg.price_at("a100", now + 1, 7) == 7
 
 
 def test_version_1_ledger_migrates_with_its_runs(sqlite_cfg: config.Config) -> None:
@@ -158,7 +165,12 @@ def test_tiers(cfg: config.Config) -> None:
         for bad in ("0", "-1", "0.0000001", "1e-7", "nan", "inf", "x", ""):
             with pytest.raises(UsageError):
                 lg.set_tier("x", bad)
-        assert [tuple(r) for r in lg.tiers()] == [("yolo-prod", 800_000)]
+        assert [tuple(r) for r in lg.tiers()] == [("", "yolo-prod", 800_000)]
+        lg.set_tier("yolo-prod", "0.5", cluster="east")  # one cluster of a shared ledger: its own rate
+        assert lg.tier_rate("yolo-prod", "east") == 500_000
+        assert lg.tier_rate("yolo-prod", "west") == lg.tier_rate("yolo-prod") == 800_000
+        assert lg.tier_rate("other", "east") == 1_000_000
+        assert [tuple(r) for r in lg.tiers()] == [("", "yolo-prod", 800_000), ("east", "yolo-prod", 500_000)]
 
 
 def test_migration_keeps_old_runs_and_tiers_exact(sqlite_cfg: config.Config) -> None:
@@ -367,3 +379,31 @@ def test_every_write_moves_a_shared_ledgers_version(cfg: config.Config, backend:
         assert before is None and after is None
     else:
         assert before is not None and after is not None and after > before
+
+
+def test_admit_across_clusters_never_overcommits(cfg: config.Config) -> None:
+    """Two clusters admitting from one budget take turns in the ledger: each sees the other's pending
+    worst cases, a hold takes its amount off its cluster's commitment, and a refusal changes nothing."""
+    with ledger.writer(cfg) as lg:
+        lg.credit("acct", 1000, "t")
+        a = lg.admit("east", "acct", 400, {})
+        assert a == (True, 1000, 0, 0)
+        b = lg.admit("west", "acct", 500, {"other": 7})
+        assert b == (True, 1000, 0, 400)  # east's 400 counted; 400 + 500 <= 1000
+        c = lg.admit("east", "acct", 200, {"acct": 400})  # east's own count: its job still pending
+        assert c == (False, 1000, 400, 500)  # 400 + 500 + 200 > 1000
+        assert {(r["cluster"], r["account"], r["tokens"]) for r in lg.commitments()} == {
+            ("east", "acct", 400), ("west", "acct", 500), ("west", "other", 7)}  # fmt: skip
+        lg.hold(run()._replace(cluster="west"), 500, None, "prolog")  # west's job started: its hold, not its commitment
+        assert lg.account("acct")["balance"] == 500
+        assert {(r["cluster"], r["tokens"]) for r in lg.commitments() if r["account"] == "acct"} == {("east", 400)}
+        assert lg.admit("east", "acct", 100, {"acct": 400}) == (True, 500, 400, 0)
+        assert lg.admit("west", "acct", 1, {}) == (False, 500, 0, 500)
+        assert lg.admit("west", "nobody", 1, {}) == (False, 0, 0, 0)  # no ledger entry: nothing to spend
+        assert lg.account("nobody") is None
+        assert [(r["cluster"], r["account"], r["tokens"]) for r in lg.commitments()] == [("east", "acct", 500)]
+        lg.forget_commitments("east", ["acct"], 0.0)  # counted since: kept
+        assert [r["tokens"] for r in lg.commitments("east")] == [500] and lg.commitments("west") == []
+        lg.forget_commitments("east", ["acct"], time.time() + 1)  # east has no job of acct pending any more
+        assert lg.commitments() == []
+        assert lg.check() == []

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import PRICE, VENV_BIN, Slurm, fund, poll, skip_requeue_delay
+from conftest import PRICE, VENV_BIN, Slurm, fund, own_ledger_config, poll, skip_requeue_delay
 
 from slurm_yolo import calibration, ledger
 from slurm_yolo import config as config_mod
@@ -444,8 +444,7 @@ def test_users_cannot_write_the_ledger(funded: Slurm) -> None:
 
 def test_hundreds_of_concurrent_hooks_with_kills_keep_the_books(cluster: Slurm, home: Path) -> None:
     """250 real prolog/epilog invocations (duplicated, shuffled, 10% killed -9) on real held jobs."""
-    text = cluster.config_path.read_text()
-    (home / "config.toml").write_text(text.replace("[ledger]\n", "[ledger]\nenforce = false\nadmin_comment = false\n"))
+    (home / "config.toml").write_text(own_ledger_config(cluster))
     jobs = [cluster.sbatch("-p", "a100", "--gres=gpu:a100:1", "--hold", "-t", "5") for _ in range(50)]
     try:
         events = [(j, "prolog") for j in jobs for _ in range(3)] + [(j, "epilog") for j in jobs for _ in range(2)]

@@ -293,3 +293,30 @@ def test_the_move_is_one_command_and_a_bad_one_changes_nothing(mariadb_options: 
     (home / "config.toml").write_text(f'[ledger]\nbackend = "mariadb"\nmariadb_options = "{mariadb_options}"\n')
     res = CliRunner().invoke(admin, ["ledger", "balance", "acct", "--json"])
     assert res.exit_code == 0 and '"balance": 1235' in res.output, res.output
+
+
+def test_a_database_of_an_earlier_release_is_upgraded_in_place(mariadb_options: Path) -> None:
+    """A ledger database made before prices and tiers could be one cluster's (schema 6) gets the
+    cluster columns on its first connection, its rows kept as every cluster's."""
+    lg = ledger.Ledger(mariadb.connect(mariadb_options, OWNER))
+    for statement in ("ALTER TABLE prices DROP COLUMN cluster",
+                      "ALTER TABLE tiers DROP PRIMARY KEY, DROP COLUMN cluster, ADD PRIMARY KEY (qos)",
+                      "DROP TABLE commitments", "UPDATE schema_version SET version = 6"):  # fmt: skip
+        lg.conn.execute(statement)
+    lg.conn.execute(
+        "INSERT INTO prices (`partition`, price, effective_at, set_at, actor) VALUES ('a100', 3000, 0, 0, 'old')"
+    )
+    lg.conn.execute("INSERT INTO tiers (qos, rate, rate_ppm) VALUES ('prod', 0.8, 800000)")
+    lg.close()
+    mariadb._ready.clear()  # a new process: the schema is looked at again
+    lg = ledger.Ledger(mariadb.connect(mariadb_options, OWNER))
+    try:
+        assert lg.conn.execute("SELECT version FROM schema_version").fetchone()[0] == mariadb.SCHEMA_VERSION
+        assert lg.price_at("a100", time.time(), 7, "east") == 3000 and lg.tier_rate("prod", "east") == 800_000
+        lg.set_tier("prod", "0.5", cluster="east")
+        lg.set_price("a100", 10, 0.0, "admin", cluster="east")
+        assert lg.price_at("a100", time.time() + 1, 7, "east") == 10 and lg.tier_rate("prod", "east") == 500_000
+        assert lg.price_at("a100", time.time() + 1, 7, "west") == 3000 and lg.tier_rate("prod", "west") == 800_000
+        assert lg.admit("east", "nobody", 1, {}).ok is False  # the commitments table is back
+    finally:
+        lg.close()

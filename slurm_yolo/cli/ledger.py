@@ -141,19 +141,34 @@ def quota_set(account: str, rate: str, burst: str) -> None:
     click.echo(f"{account}: {rate}/day up to {burst}")
 
 
+_CLUSTER = click.option(
+    "--cluster",
+    default="",
+    metavar="NAME",
+    help="Only on this cluster (its ClusterName), where several share the ledger; default: every cluster"
+    " without its own.",
+)
+
+
+def _cluster(name: str) -> str:
+    return commands.plain_name(name) if name else ""
+
+
 @ledger_group.command()
 @click.argument("qos", required=False)
 @click.argument("rate", required=False)
+@_CLUSTER
 @library_errors
-def tiers(qos: str | None, rate: str | None) -> None:
+def tiers(qos: str | None, rate: str | None, cluster: str) -> None:
     """Charge rate per QOS (``tiers yolo-prod 0.8``, at most 6 decimals); without arguments, list them."""
     config = load_config()
     if qos and rate is not None:
         with ledger.writer(config) as lg:
-            lg.set_tier(qos, rate)
+            lg.set_tier(qos, rate, _cluster(cluster))
     with _read(config) as lg:
         for r in lg.tiers():
-            click.echo(f"{r['qos']}: {policy.rate_text(r['rate_ppm'])}")
+            where = f" (on {r['cluster']})" if r["cluster"] else ""
+            click.echo(f"{r['qos']}: {policy.rate_text(r['rate_ppm'])}{where}")
 
 
 @ledger_group.group()
@@ -172,19 +187,23 @@ def price() -> None:
     help="When it takes effect (ISO time, e.g. 2026-12-01T00:00); never before now.",
 )
 @click.option("--reason", default="", help="Why (kept with the price).")
+@_CLUSTER
 @library_errors
-def price_set(partition: str, tokens_per_gpu_second: str, effective: str, reason: str) -> None:
+def price_set(partition: str, tokens_per_gpu_second: str, effective: str, reason: str, cluster: str) -> None:
     """Bill runs of PARTITION held from --from on at TOKENS per GPU-second (e.g. 1M); a shard pays its
     share. Runs held before keep the price they were held at."""
     config = load_config()
     amount = admission.parse_tokens(tokens_per_gpu_second)
     at = ledger.parse_when(effective)
-    known = commands.partitions(Path(config["slurm"]["bin_dir"]))
-    if partition not in known:
-        raise UsageError(f"Slurm has no partition {partition!r} (it has {', '.join(known) or 'none'})")
+    only = _cluster(cluster)
+    bin_dir = Path(config["slurm"]["bin_dir"])
+    if not only or only == commands.cluster_name(bin_dir):  # another cluster's partitions: its Slurm knows
+        known = commands.partitions(bin_dir)
+        if partition not in known:
+            raise UsageError(f"Slurm has no partition {partition!r} (it has {', '.join(known) or 'none'})")
     with ledger.writer(config) as lg:
-        lg.set_price(partition, amount, at, _actor(), reason)
-    click.echo(f"{partition}: {amount:,} tokens per GPU-second from {_when(at)}")
+        lg.set_price(partition, amount, at, _actor(), reason, only)
+    click.echo(f"{partition}: {amount:,} tokens per GPU-second from {_when(at)}{f' on {only}' if only else ''}")
 
 
 def _when(at: float) -> str:
@@ -207,15 +226,15 @@ def price_show(as_json: bool) -> None:
         return
     click.echo(f"default: {config['ledger']['default_price']:,} tokens per GPU-second (partitions without a price)")
     now = time.time()
-    for partition in sorted({str(r["partition"]) for r in rows}):
-        versions = [r for r in rows if r["partition"] == partition]
+    for cluster, partition in sorted({(str(r["cluster"]), str(r["partition"])) for r in rows}):
+        versions = [r for r in rows if (r["cluster"], r["partition"]) == (cluster, partition)]
         current = [r for r in versions if float(str(r["effective_at"])) <= now][-1:]
+        where = f" on {cluster}" if cluster else ""
         for r in current + [r for r in versions if float(str(r["effective_at"])) > now]:
             since = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(str(r["effective_at"]))))
             label = f"since {since}" if r in current else f"from {since}"
-            click.echo(
-                f"{partition}: {int(str(r['price'])):,} tokens per GPU-second {label} ({r['actor']}: {r['reason']})"
-            )
+            click.echo(f"{partition}{where}: {int(str(r['price'])):,} tokens per GPU-second {label}"
+                       f" ({r['actor']}: {r['reason']})")  # fmt: skip
 
 
 @ledger_group.command()

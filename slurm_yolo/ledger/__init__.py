@@ -75,6 +75,15 @@ def run_share(row: store.Row) -> Fraction:
     return Fraction(row["gpus_num"], row["gpus_den"])
 
 
+class Admission(NamedTuple):
+    """``Ledger.admit``'s answer, with the numbers a refusal shows."""
+
+    ok: bool
+    balance: int
+    committed_here: int  # the account's pending worst cases on the asking cluster, before this job
+    committed_elsewhere: int  # and on the ledger's other clusters
+
+
 class Settlement(NamedTuple):
     """What an epilog did: charged, refunded, and whether the account crossed zero."""
 
@@ -325,26 +334,30 @@ class Ledger:
 
         self._atomic(body)
 
-    def set_tier(self, qos: str, rate: str) -> int:
+    def set_tier(self, qos: str, rate: str, cluster: str = "") -> int:
         """Charge multiplier for jobs of ``qos`` (e.g. prod 0.8, explore 1.5), read exactly from its
-        decimal text (``policy.parse_rate``); the rate kept, in parts per million."""
+        decimal text (``policy.parse_rate``), on ``cluster`` alone or ('') on every cluster of this
+        ledger that has no rate of its own for the QOS; the rate kept, in parts per million."""
         ppm = policy.parse_rate(rate)
 
         def body() -> Any:
             self.conn.execute(
-                "INSERT INTO tiers (qos, rate, rate_ppm) VALUES (?, ?, ?) ON CONFLICT (qos) DO UPDATE SET"
-                " rate = excluded.rate, rate_ppm = excluded.rate_ppm", (qos, ppm / policy.RATE_SCALE, ppm),
+                "INSERT INTO tiers (cluster, qos, rate, rate_ppm) VALUES (?, ?, ?, ?) ON CONFLICT (cluster, qos) DO UPDATE"
+                " SET rate = excluded.rate, rate_ppm = excluded.rate_ppm", (cluster, qos, ppm / policy.RATE_SCALE, ppm),
             )  # fmt: skip
 
         self._atomic(body)
         return ppm
 
     def tiers(self) -> list[store.Row]:
-        return self.conn.execute("SELECT qos, rate_ppm FROM tiers ORDER BY qos").fetchall()
+        return self.conn.execute("SELECT cluster, qos, rate_ppm FROM tiers ORDER BY qos, cluster").fetchall()
 
-    def tier_rate(self, qos: str) -> int:
-        """The tier's rate in parts per million (1,000,000: a QOS without a tier pays the price)."""
-        row = self.conn.execute("SELECT rate_ppm FROM tiers WHERE qos = ?", (qos,)).fetchone()
+    def tier_rate(self, qos: str, cluster: str = "") -> int:
+        """The tier's rate in parts per million on ``cluster`` (its own, else every cluster's;
+        1,000,000: a QOS without a tier pays the price)."""
+        row = self.conn.execute(
+            "SELECT rate_ppm FROM tiers WHERE qos = ? AND cluster IN (?, '') ORDER BY cluster DESC LIMIT 1", (qos, cluster)
+        ).fetchone()  # fmt: skip
         return int(row["rate_ppm"]) if row else policy.RATE_SCALE
 
     def refill_all(self) -> dict[str, bool]:
@@ -396,11 +409,65 @@ class Ledger:
                 return False, None
             self._refill(run.account, now)
             self._insert_run(run, amount, estimate, now, actor)
+            self.conn.execute(  # no longer pending: what admission elsewhere counted for it is in the hold now
+                "UPDATE commitments SET tokens = CASE WHEN tokens > ? THEN tokens - ? ELSE 0 END"
+                " WHERE cluster = ? AND account = ?", (amount, amount, run.cluster, run.account))  # fmt: skip
             self._move(run.account, "hold", amount, now, actor, job_key=run.key, user=run.user,
                        reason=f"{run.hold_seconds}s x {run.gpus} GPU x {run.price} tok/GPU-s x {policy.rate_text(run.rate_ppm)}")  # fmt: skip
             return True, self._update_block(run.account)
 
         return self._atomic(body)
+
+    def admit(self, cluster: str, account: str, need: int, committed: dict[str, int]) -> Admission:
+        """Admission on a ledger several clusters share, in one turn with every other cluster's: the
+        job (worst case ``need``) fits when the account's balance covers what ``cluster`` commits to it
+        (``committed``: its pending GPU jobs per account, as its job_submit.lua counts them), what the
+        other clusters committed at their last admission, and ``need``. This cluster's commitments
+        are replaced by ``committed`` (and ``need`` when admitted): what the next admission anywhere
+        sees. Stale only upward (a job started since is counted until its cluster's next admission,
+        a hold takes its amount off at once): never generous."""
+        now = time.time()
+
+        def body() -> Admission:
+            self.conn.execute("DELETE FROM commitments WHERE cluster = ?", (cluster,))
+            mine = dict(committed)
+            balance = 0  # an account without a ledger entry has nothing to spend
+            if self.conn.execute("SELECT 1 FROM accounts WHERE name = ?", (account,)).fetchone() is not None:
+                self._refill(account, now)
+                balance = self._account(account, now)["balance"]
+            elsewhere = self.conn.execute(
+                "SELECT coalesce(sum(tokens), 0) FROM commitments WHERE account = ? AND cluster <> ?",
+                (account, cluster),
+            ).fetchone()[0]
+            ok = need + mine.get(account, 0) + elsewhere <= balance
+            if ok:
+                mine[account] = mine.get(account, 0) + need
+            for name, tokens in mine.items():
+                if tokens > 0:
+                    self.conn.execute("INSERT INTO commitments (cluster, account, tokens, counted_at) VALUES (?, ?, ?, ?)",
+                                      (cluster, name, tokens, now))  # fmt: skip
+            return Admission(ok, int(balance), int(mine.get(account, 0)) - (need if ok else 0), int(elsewhere))
+
+        return self._atomic(body)
+
+    def commitments(self, cluster: str | None = None) -> list[store.Row]:
+        """What each cluster's (or ``cluster``'s) pending GPU jobs may still hold, per account (``admit``)."""
+        where, args = _of(cluster)
+        return self.conn.execute(f"SELECT * FROM commitments WHERE tokens > 0 {where} ORDER BY cluster, account",
+                                 args).fetchall()  # fmt: skip
+
+    def forget_commitments(self, cluster: str, accounts: Iterable[str], counted_before: float) -> None:
+        """``cluster`` has no job of these accounts pending any more: what its last admission counted
+        for them (before ``counted_before``) is gone, and admission elsewhere stops counting it."""
+        names = sorted(set(accounts))
+
+        def body() -> None:
+            for name in names:
+                self.conn.execute("DELETE FROM commitments WHERE cluster = ? AND account = ? AND counted_at < ?",
+                                  (cluster, name, counted_before))  # fmt: skip
+
+        if names:
+            self._atomic(body)
 
     def _insert_run(self, run: Run, amount: int, estimate: int | None, now: float, actor: str) -> None:
         self.conn.execute(
@@ -438,9 +505,11 @@ class Ledger:
 
     # --- prices (admin-set, versioned) -----------------------------------------------------------
 
-    def set_price(self, partition: str, price: int, effective_at: float, actor: str, reason: str = "") -> None:
+    def set_price(self, partition: str, price: int, effective_at: float, actor: str, reason: str = "",
+                  cluster: str = "") -> None:  # fmt: skip
         """From ``effective_at`` on, runs of ``partition`` are held and billed at ``price`` tokens per
-        GPU-second. Runs already held keep the price they were held at."""
+        GPU-second, on ``cluster`` alone or ('') on every cluster of this ledger that has no price of
+        its own for the partition. Runs already held keep the price they were held at."""
         if not isinstance(price, int) or price <= 0:
             raise UsageError(f"a price must be a positive whole number of tokens per GPU-second (got {price})")
         if not partition or not partition.isprintable():
@@ -449,22 +518,29 @@ class Ledger:
 
         def body() -> Any:
             self.conn.execute(
-                "INSERT INTO prices (`partition`, price, effective_at, set_at, actor, reason) VALUES (?, ?, ?, ?, ?, ?)",
-                (partition, price, max(effective_at, now), now, actor, reason),
-            )
+                "INSERT INTO prices (cluster, `partition`, price, effective_at, set_at, actor, reason)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)", (cluster, partition, price, max(effective_at, now), now, actor, reason),
+            )  # fmt: skip
 
         self._atomic(body)
 
-    def price_at(self, partition: str, at: float, default: int) -> int:
-        """The partition's price at ``at`` (the newest version in effect then), else ``default``."""
+    def price_at(self, partition: str, at: float, default: int, cluster: str = "") -> int:
+        """The partition's price at ``at`` on ``cluster``: the newest version in effect then of the
+        cluster's own prices, else of every cluster's, else ``default``."""
         row = self.conn.execute(
-            "SELECT price FROM prices WHERE `partition` = ? AND effective_at <= ? ORDER BY effective_at DESC, id DESC"
-            " LIMIT 1", (partition, at),
+            "SELECT price FROM prices WHERE `partition` = ? AND cluster IN (?, '') AND effective_at <= ?"
+            " ORDER BY cluster DESC, effective_at DESC, id DESC LIMIT 1", (partition, cluster, at),
         ).fetchone()  # fmt: skip
         return int(row["price"]) if row else default
 
+    def has_cluster_prices(self) -> bool:
+        """Some cluster of this ledger has prices or tiers of its own (``set_price``, ``set_tier``)."""
+        row = self.conn.execute("SELECT EXISTS (SELECT 1 FROM prices WHERE cluster <> '')"
+                                " OR EXISTS (SELECT 1 FROM tiers WHERE cluster <> '')").fetchone()  # fmt: skip
+        return bool(row[0])
+
     def prices(self) -> list[store.Row]:
-        return self.conn.execute("SELECT * FROM prices ORDER BY `partition`, effective_at, id").fetchall()
+        return self.conn.execute("SELECT * FROM prices ORDER BY cluster, `partition`, effective_at, id").fetchall()
 
     # --- the settler's inbox: epilog events hookd acknowledged, until their runs are settled -------
 
@@ -747,8 +823,12 @@ class Ledger:
             (job_id,),
         ).fetchall()
 
-    def runs(self, job_id: int) -> list[store.Row]:
-        return self.conn.execute("SELECT * FROM jobs WHERE job_id = ? ORDER BY held_at", (job_id,)).fetchall()
+    def runs(self, job_id: int, cluster: str | None = None) -> list[store.Row]:
+        """The job's runs (on ``cluster``; None: on any cluster that shares this ledger)."""
+        where, args = _of(cluster)
+        return self.conn.execute(
+            f"SELECT * FROM jobs WHERE job_id = ? {where} ORDER BY held_at", (job_id, *args)
+        ).fetchall()
 
     def check(self) -> list[str]:
         """Every violation of the ledger's invariants (empty: the books balance, to the token)."""

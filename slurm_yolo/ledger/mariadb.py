@@ -52,7 +52,7 @@ TRANSIENT = frozenset({
     2003, 2006, 2013, 2014,  # cannot connect; server gone; connection lost; out of sync
 })  # fmt: skip
 
-SCHEMA_VERSION = 6  # the SQLite migrations this schema matches (``schema.MIGRATIONS``)
+SCHEMA_VERSION = 8  # the SQLite migrations this schema matches (``schema.MIGRATIONS``)
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS ledger_turn (id INT PRIMARY KEY, n BIGINT NOT NULL DEFAULT 0)""",
     """INSERT IGNORE INTO ledger_turn (id, n) VALUES (1, 0)""",
@@ -117,12 +117,15 @@ SCHEMA = (
     KEY jobs_job (cluster, job_id)
 ) ENGINE=InnoDB""",
     """CREATE TABLE IF NOT EXISTS tiers (
-    qos VARCHAR(190) PRIMARY KEY,
+    cluster VARCHAR(64) NOT NULL DEFAULT '',
+    qos VARCHAR(190) NOT NULL,
     rate DOUBLE NOT NULL CHECK (rate > 0),
-    rate_ppm BIGINT NOT NULL DEFAULT 1000000 CHECK (rate_ppm > 0)
+    rate_ppm BIGINT NOT NULL DEFAULT 1000000 CHECK (rate_ppm > 0),
+    PRIMARY KEY (cluster, qos)
 ) ENGINE=InnoDB""",
     """CREATE TABLE IF NOT EXISTS prices (
     id BIGINT AUTO_INCREMENT PRIMARY KEY,
+    cluster VARCHAR(64) NOT NULL DEFAULT '',
     `partition` VARCHAR(190) NOT NULL,
     price BIGINT NOT NULL CHECK (price > 0),
     effective_at DOUBLE NOT NULL,
@@ -172,8 +175,24 @@ SCHEMA = (
     outcome TEXT NOT NULL DEFAULT '',
     KEY inbox_due (done_at, due_at)
 ) ENGINE=InnoDB""",
+    """CREATE TABLE IF NOT EXISTS commitments (
+    cluster VARCHAR(64) NOT NULL,
+    account VARCHAR(190) NOT NULL,
+    tokens BIGINT NOT NULL CHECK (tokens >= 0),
+    counted_at DOUBLE NOT NULL,
+    PRIMARY KEY (cluster, account)
+) ENGINE=InnoDB""",
     f"""INSERT IGNORE INTO schema_version (id, version) VALUES (1, {SCHEMA_VERSION})""",
 )
+
+# What a database made by an earlier release lacks, by the schema version that brought it (tables
+# that are new are made by SCHEMA's CREATE IF NOT EXISTS). Each statement may run twice (two hosts
+# upgrading at once): IF NOT EXISTS, and a primary key dropped and made again as it was.
+UPGRADES = (
+    (8, ("ALTER TABLE prices ADD COLUMN IF NOT EXISTS cluster VARCHAR(64) NOT NULL DEFAULT '' AFTER id",
+         "ALTER TABLE tiers ADD COLUMN IF NOT EXISTS cluster VARCHAR(64) NOT NULL DEFAULT '' FIRST,"
+         " DROP PRIMARY KEY, ADD PRIMARY KEY (cluster, qos)")),
+)  # fmt: skip
 
 _UPSERT = re.compile(r"\bON CONFLICT\s*\([^)]*\)\s*DO UPDATE SET\b", re.IGNORECASE)
 _EXCLUDED = re.compile(r"\bexcluded\.(\w+)", re.IGNORECASE)
@@ -335,6 +354,14 @@ class Connection:
                     if str(self.options) not in _ready:
                         for statement in SCHEMA:
                             c.execute(statement)
+                        c.execute("SELECT version FROM schema_version WHERE id = 1")
+                        made = int(c.fetchone()[0])
+                        for version, statements in UPGRADES:
+                            if version > made:
+                                for statement in statements:
+                                    c.execute(statement)
+                        c.execute("UPDATE schema_version SET version = %s WHERE id = 1 AND version < %s",
+                                  (SCHEMA_VERSION, SCHEMA_VERSION))  # fmt: skip
                         _ready.add(str(self.options))
                 self._conn = conn
                 return

@@ -206,4 +206,30 @@ UPDATE jobs SET gpus_num = CAST(round(gpus * gpus_den) AS INTEGER),
 ALTER TABLE tiers ADD COLUMN rate_ppm INTEGER NOT NULL DEFAULT 1000000 CHECK (rate_ppm > 0);
 UPDATE tiers SET rate_ppm = max(1, CAST(round(rate * 1000000) AS INTEGER))
 """,
+    # 7: what each cluster's pending GPU jobs may still hold, per account, as its job_submit.lua last
+    # counted it (``Ledger.admit``): on a ledger several clusters share, admission on one sees the
+    # others' pending worst cases, and racing submissions on all of them take their turn here
+    """
+CREATE TABLE commitments (
+    cluster TEXT NOT NULL,
+    account TEXT NOT NULL,
+    tokens INTEGER NOT NULL CHECK (tokens >= 0),
+    counted_at REAL NOT NULL,
+    PRIMARY KEY (cluster, account)
+)
+""",
+    # 8: prices and tiers of one cluster of a shared ledger (cluster ''; every cluster without its own)
+    """
+ALTER TABLE prices ADD COLUMN cluster TEXT NOT NULL DEFAULT '';
+CREATE TABLE tiers2 (
+    cluster TEXT NOT NULL DEFAULT '',
+    qos TEXT NOT NULL,
+    rate REAL NOT NULL CHECK (rate > 0),
+    rate_ppm INTEGER NOT NULL DEFAULT 1000000 CHECK (rate_ppm > 0),
+    PRIMARY KEY (cluster, qos)
+);
+INSERT INTO tiers2 (cluster, qos, rate, rate_ppm) SELECT '', qos, rate, rate_ppm FROM tiers;
+DROP TABLE tiers;
+ALTER TABLE tiers2 RENAME TO tiers
+""",
 )

@@ -391,3 +391,9 @@ def pending_comments(account: str, bin_dir: Path | None = None) -> list[str]:
     """Comments of the account's pending jobs (yolo-sbatch writes each job's estimate there)."""
     res = run(["squeue", "-h", "-A", account, "-t", "PENDING", "-o", "%k"], bin_dir=bin_dir)
     return [line.strip() for line in res.stdout.splitlines() if line.strip()]
+
+
+def pending_accounts(bin_dir: Path | None = None) -> set[str]:
+    """The accounts with a job pending on this cluster (every user's: asked as the SlurmUser)."""
+    res = run(["squeue", "-h", "-t", "PENDING", "-o", "%a"], bin_dir=bin_dir)
+    return {line.strip() for line in res.stdout.splitlines() if line.strip()}
