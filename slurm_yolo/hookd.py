@@ -148,10 +148,7 @@ class _Handler(socketserver.BaseRequestHandler):
     def _admit(self, sock: socket.socket, data: bytes) -> None:
         """A job_submit.lua's question on a shared ledger (``shared_admission``): its answer line."""
         request = shared_admission.parse([f for f in data.decode("utf-8", "surrogateescape").split("\0")[1:] if f])
-        try:
-            _answer(sock, shared_admission.answer(self.server.config, request))
-        except SlurmYoloError as e:
-            _answer(sock, f"error: {str(e).splitlines()[0][:300]}\n")
+        _answer(sock, self.server.admissions.ask(request))
 
 
 class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -170,6 +167,7 @@ class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             super().__init__(str(path), _Handler)
         finally:
             os.umask(old)
+        self.admissions = shared_admission.Answers(config)
         self.settler = Settler(config, Worker(config))  # after: its files must not get the socket's umask
 
     def close(self) -> None:

@@ -361,6 +361,10 @@ class Settler:
                 dirty, self._dirty = self._dirty, False
                 settled = settle_due(self.config, self.followups, time.time(), self.lookup, publish=False)
                 with ledger.writer(self.config, publish=False) as lg:
+                    if dirty and lg.joined_at(commands.home_cluster(_bin_dir(self.config))) is None:
+                        lg.join(
+                            commands.home_cluster(_bin_dir(self.config))
+                        )  # at start: this cluster's runs are kept here from now on
                     nxt = lg.next_due(commands.home_cluster(_bin_dir(self.config)))
                     version = lg.version()
                     if dirty or settled or version != self._published:  # another cluster's or controller's write too
@@ -416,8 +420,15 @@ def reconcile(config: Config, window_days: float | None = None, min_age_seconds:
             by_job.update(commands.job_runs(sorted(older - set(by_job)), bin_dir=bin_dir))
     settled: list[Settled] = []
     with ledger.writer(config) as lg:
+        joined = lg.join(commands.home_cluster(bin_dir))
         for job_id in sorted(by_job):
             runs = sorted(by_job[job_id], key=lambda r: r.submit)
+            # runs that started before this ledger kept the cluster's were billed elsewhere (its own books)
+            runs = [
+                r
+                for r in runs
+                if not r.start or r.start >= joined or lg.run(ledger.run_key(r.cluster, r.job_id, r.submit))
+            ]
             if not runs:  # a hold on a job sacct has no record of: nothing to settle it from
                 continue
             fresh = {

@@ -15,12 +15,18 @@ strictly as anything else: names as Slurm could ever make them, amounts as whole
 from __future__ import annotations
 
 import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import NamedTuple
 
 from . import ledger
 from .config import Config
+from .errors import SlurmYoloError
 
 EVENT = "admit"
+ANSWER_SECONDS = 5.0  # the hook client gives up at 8 s (spank/yolo_hook.c)
+COOL_DOWN_SECONDS = 10.0
 MAX_AMOUNT = 10**30  # far past any balance; the ledger's columns are 64-bit, the check is in Python
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,190}")
 _AMOUNT = re.compile(r"[0-9]{1,31}")
@@ -66,3 +72,29 @@ def answer(config: Config, request: Request) -> str:
     if got.ok:
         return "ok\n"
     return f"refused {got.balance} {got.committed_here} {got.committed_elsewhere}\n"
+
+
+class Answers:
+    """hookd's answers, each within ``ANSWER_SECONDS``: slurmctld waits for one with its job lock held,
+    so every other request to it waits too. A ledger that failed or was slow a moment ago is not asked
+    again for ``COOL_DOWN_SECONDS``: the GPU submissions meanwhile are refused at once (fail closed)
+    rather than each stalling slurmctld. A question still running when its answer is given up on may
+    yet count its job at the ledger: stale upward, until its cluster's hookd sees nothing pending."""
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="admit")
+        self._down_until = 0.0
+        self._why = ""
+
+    def ask(self, request: Request) -> str:
+        if time.monotonic() < self._down_until:
+            return f"error: the ledger failed moments ago ({self._why}); GPU jobs are refused until it answers\n"
+        try:
+            return self._pool.submit(answer, self._config, request).result(timeout=ANSWER_SECONDS)
+        except FutureTimeout:
+            why = f"no answer within {ANSWER_SECONDS:.0f} s"
+        except SlurmYoloError as e:
+            why = str(e).splitlines()[0][:200]
+        self._down_until, self._why = time.monotonic() + COOL_DOWN_SECONDS, why
+        return f"error: {why}\n"

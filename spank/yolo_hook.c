@@ -34,7 +34,7 @@
 #define PYTHON_HOOKS "/opt/slurm-yolo/venv/bin"
 #endif
 #define REPLY_TIMEOUT_MS 30000
-#define ADMIT_TIMEOUT_MS 15000 /* slurmctld waits on it, its job lock held */
+#define ADMIT_TIMEOUT_MS 8000 /* slurmctld waits on it, its job lock held; hookd answers within 5 s */
 #define MAX_REQUEST (1 << 20)
 
 extern char **environ;

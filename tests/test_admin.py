@@ -243,12 +243,18 @@ def test_an_epilog_without_slurmdbd_leaves_the_run_held_for_reconcile(
 
 def test_reconcile_holds_and_settles_runs_no_prolog_held(cluster: Slurm, home: Path) -> None:
     """A ledger that saw none of the cluster's runs (every prolog failed): reconcile finds each ended
-    GPU run in sacct, holds it at the price of its start and settles it, exactly."""
-    job = cluster.sbatch("-p", "a100", "--gres=shard:a100:2", "-t", "1", script="sleep 1")
-    rec = cluster.ended(job)[0]
+    GPU run in sacct, holds it at the price of its start and settles it, exactly; runs that started
+    before the ledger kept the cluster's (billed by other books, if any) are not its to bill."""
     (home / "config.toml").write_text(own_ledger_config(cluster))
     env = {k: v for k, v in os.environ.items() if k != "SLURM_YOLO_CONFIG"} | {"SLURM_YOLO_HOME": str(home)}
     cfg = config_mod.load(home / "config.toml", env={"SLURM_YOLO_HOME": str(home)})
+    before = cluster.sbatch("-p", "a100", "--gres=shard:a100:2", "-t", "1", script="sleep 1")
+    cluster.ended(before)
+    time.sleep(1.1)  # its start, a whole second before the ledger begins
+    with ledger.writer(cfg) as lg:
+        joined = lg.join(cluster.name)  # as hookd does at its start
+    job = cluster.sbatch("-p", "a100", "--gres=shard:a100:2", "-t", "1", script="sleep 1")
+    rec = cluster.ended(job)[0]
 
     def reconciled() -> list[dict]:
         subprocess.run(["/opt/slurm-yolo/venv/bin/slurm-yolo", "ledger", "reconcile", "--window-days", "0.05"],
@@ -262,6 +268,8 @@ def test_reconcile_holds_and_settles_runs_no_prolog_held(cluster: Slurm, home: P
     (row,) = poll("reconcile to find the run", reconciled, timeout=30)  # sacct's window query can lag -j
     assert (row["held_by"], row["settled_by"], row["end_state"]) == ("reconcile", "reconcile", "COMPLETED")
     assert (row["gpus"], row["hold"], row["charge"]) == (0.5, 30 * 1_000_000, int(rec["ElapsedRaw"]) * 500_000)
+    with ledger.reader(cfg) as lg:  # type: ignore[union-attr]
+        assert lg.runs(before) == [] and lg.joined_at(cluster.name) == joined
 
 
 def test_a_failed_prolog_is_an_alert_until_its_run_is_settled(cluster: Slurm, system: config_mod.Config) -> None:

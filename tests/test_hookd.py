@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, poll
 
+from slurm_yolo import availability, ledger
 from slurm_yolo import config as config_mod
-from slurm_yolo import ledger
 from slurm_yolo.hookd import parse_request
 from slurm_yolo.slurm import commands
 
@@ -338,3 +338,87 @@ def test_admission_on_a_shared_ledger_through_hookd(hookd: subprocess.Popen[byte
     hookd.wait(timeout=60)
     res = admit(state, "east", "vision", "1")  # no hookd: a refusal, never a free pass
     assert (res.returncode, res.stdout) == (2, "error: hookd did not answer\n")
+
+
+def test_admission_when_the_shared_ledger_is_away_is_refused_quickly(cluster: None, state: Path) -> None:
+    """hookd on a MariaDB ledger whose server does not answer: the question is answered with an error
+    (slurmctld would refuse the job) before the client gives up, and asked again moments later it is
+    refused at once, without another wait on the server."""
+    options = state / "ledger.cnf"
+    options.write_text("[client]\nhost = 127.0.0.1\nport = 9\nuser = nobody\npassword = x\ndatabase = none\n")
+    shutil.chown(options, "slurm", "slurm")
+    options.chmod(0o600)
+    text = (state / "config.toml").read_text()
+    (state / "config.toml").write_text(
+        text.replace("[ledger]\n", f'[ledger]\nbackend = "mariadb"\nmariadb_options = "{options}"\n')
+    )
+    proc = start_hookd(state)
+    try:
+        first = admit(state, "east", "vision", "1")
+        assert first.returncode == 1 and first.stdout.startswith("error: "), first.stdout
+        assert "did not answer" not in first.stdout  # hookd's answer, not the client's timeout
+        again = admit(state, "east", "vision", "1")
+        assert again.returncode == 1 and again.stdout.startswith("error: the ledger failed moments ago"), again.stdout
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+SHARED_DRIVER = """
+local messages = {}
+slurm = {SUCCESS = 0, ERROR = -1, ESLURM_ACCOUNTING_POLICY = 2050, jobs = {},
+         log_user = function(m) messages[#messages + 1] = m end}
+dofile(arg[1])
+for _, account in ipairs({"vision", "vision", "x';touch /tmp/slurm-yolo-pwned;'"}) do
+  messages = {}
+  local desc = {time_limit = 1, partition = "p", tres_per_node = "gres:gpu:1", min_nodes = 1, max_nodes = 1,
+                account = account}
+  local rc = slurm_job_submit(desc, {p = {default_time = 4294967294, max_time = 4294967295, flag_default = 1}}, 1000)
+  print(rc .. " " .. (messages[1] or ""))
+end
+"""
+
+
+def test_the_real_script_on_a_shared_ledger_asks_hookd(cluster: None, state: Path, mariadb_options: Path) -> None:
+    """job_submit.lua as slurmctld runs it (Lua 5.1, the real hook client, a real hookd, a MariaDB
+    ledger): the ledger decides, a refusal names every cluster's part, no answer refuses, and an
+    account name that is no Slurm name never reaches a shell."""
+    lua = shutil.which("lua5.1")
+    assert lua is not None, "deploy/install installs lua5.1"
+    options = state / "ledger.cnf"  # where hookd (the SlurmUser) can reach it
+    shutil.copy2(mariadb_options, options)
+    shutil.chown(options, "slurm", "slurm")
+    text = (state / "config.toml").read_text()
+    (state / "config.toml").write_text(text.replace("[ledger]\n", f'[ledger]\nbackend = "mariadb"\nmariadb_options'
+                                                    f' = "{options}"\ndefault_price = 10\n'))  # fmt: skip
+    cfg = config_mod.load(state / "config.toml", env={"SLURM_YOLO_HOME": str(state)})
+    script = state / "job_submit.lua"
+    script.write_text(availability.script(cfg, "east"))
+    (state / "driver.lua").write_text(SHARED_DRIVER)
+    with ledger.writer(cfg) as lg:  # published: "shared 1", vision's 1,000, the price of 10 per GPU-second
+        lg.credit("vision", 1_000, "test")
+
+    def submit_three() -> list[str]:
+        res = subprocess.run([lua, str(state / "driver.lua"), str(script)], capture_output=True, text=True,
+                             timeout=120, check=True)  # fmt: skip
+        return res.stdout.splitlines()
+
+    Path("/tmp/slurm-yolo-pwned").unlink(missing_ok=True)
+    nobody = submit_three()  # no hookd: every GPU job refused
+    assert all(line.startswith("-1 slurm-yolo: the shared token ledger did not answer") for line in nobody[:2]), nobody
+    proc = start_hookd(state)
+    try:
+        ok, second, hostile = submit_three()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert ok == "0 "  # 60 s x 1 GPU x 10 = 600 of the ledger's 1,000
+    assert second == ("2050 slurm-yolo: account vision cannot cover this job: its worst case is 600 tokens (60 s x 1"
+                      " GPU x 10 tokens/GPU-s on p x rate 1), the account has 400 left across the clusters that share"
+                      " its budget (balance 1,000, minus 600 for its pending and starting GPU jobs here and 0 for those"
+                      " on the other clusters)")  # fmt: skip
+    assert hostile.startswith("2050 slurm-yolo: account x';touch /tmp/slurm-yolo-pwned;' cannot cover this job")
+    assert not Path("/tmp/slurm-yolo-pwned").exists()
+    with ledger.reader(cfg) as lg:  # type: ignore[union-attr]
+        assert [(r["cluster"], r["account"], r["tokens"]) for r in lg.commitments()] == [("east", "vision", 600)]
+        assert lg.account("vision")["balance"] == 1_000

@@ -407,3 +407,27 @@ def test_admit_across_clusters_never_overcommits(cfg: config.Config) -> None:
         lg.forget_commitments("east", ["acct"], time.time() + 1)  # east has no job of acct pending any more
         assert lg.commitments() == []
         assert lg.check() == []
+
+
+def test_a_cluster_joins_once_and_a_migrated_ledger_keeps_its_history(sqlite_cfg: config.Config) -> None:
+    """Since when a ledger keeps a cluster's runs: its first hold (or hookd's start, or reconcile)
+    sets it once; a ledger written before clusters joined has every cluster with runs since 0."""
+    from slurm_yolo import db
+    from slurm_yolo.ledger.schema import MIGRATIONS
+
+    path = ledger.db_path(sqlite_cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = db.connect_write(path, MIGRATIONS[:8], wal=True)
+    conn.execute("INSERT INTO accounts (name, refilled_at) VALUES ('acct', 0)")
+    conn.execute("INSERT INTO jobs (job_key, cluster, job_id, submit_time, restart, account, user, `partition`, qos, gpus, price,"
+                 " rate, time_limit, hold_seconds, hold, held_at, held_by) VALUES ('old:1:1', 'old', 1, 1, 0, 'acct', 'u',"
+                 " 'p', '', 1, 1, 1, 60, 60, 0, 1, 'prolog')")  # fmt: skip
+    conn.close()
+    with ledger.writer(sqlite_cfg) as lg:
+        assert lg.joined_at("old") == 0.0 and lg.joined_at("c") is None
+        started = time.time()
+        lg.credit("acct", 1000, "t")
+        lg.hold(run(), 300, None, "prolog")  # cluster "c"'s first hold
+        first = lg.joined_at("c")
+        assert first is not None and first >= started
+        assert lg.join("c") == first and lg.join("old") == 0.0

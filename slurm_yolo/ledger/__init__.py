@@ -408,6 +408,7 @@ class Ledger:
             if self.conn.execute("SELECT 1 FROM jobs WHERE job_key = ?", (run.key,)).fetchone():
                 return False, None
             self._refill(run.account, now)
+            self._join(run.cluster, now)
             self._insert_run(run, amount, estimate, now, actor)
             self.conn.execute(  # no longer pending: what admission elsewhere counted for it is in the hold now
                 "UPDATE commitments SET tokens = CASE WHEN tokens > ? THEN tokens - ? ELSE 0 END"
@@ -468,6 +469,23 @@ class Ledger:
 
         if names:
             self._atomic(body)
+
+    def _join(self, cluster: str, now: float) -> float:
+        row = self.conn.execute("SELECT joined_at FROM clusters WHERE name = ?", (cluster,)).fetchone()
+        if row is not None:
+            return float(row["joined_at"])
+        self.conn.execute("INSERT INTO clusters (name, joined_at) VALUES (?, ?)", (cluster, now))
+        return now
+
+    def join(self, cluster: str) -> float:
+        """Since when this ledger keeps ``cluster``'s runs, from now on if it did not yet (its hookd's
+        start, its first hold or reconcile): runs that started before were billed elsewhere, if at all."""
+        return self._atomic(lambda: self._join(cluster, time.time()))
+
+    def joined_at(self, cluster: str) -> float | None:
+        """Since when this ledger keeps ``cluster``'s runs (None: not yet)."""
+        row = self.conn.execute("SELECT joined_at FROM clusters WHERE name = ?", (cluster,)).fetchone()
+        return float(row["joined_at"]) if row else None
 
     def _insert_run(self, run: Run, amount: int, estimate: int | None, now: float, actor: str) -> None:
         self.conn.execute(

@@ -52,7 +52,7 @@ TRANSIENT = frozenset({
     2003, 2006, 2013, 2014,  # cannot connect; server gone; connection lost; out of sync
 })  # fmt: skip
 
-SCHEMA_VERSION = 8  # the SQLite migrations this schema matches (``schema.MIGRATIONS``)
+SCHEMA_VERSION = 9  # the SQLite migrations this schema matches (``schema.MIGRATIONS``)
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS ledger_turn (id INT PRIMARY KEY, n BIGINT NOT NULL DEFAULT 0)""",
     """INSERT IGNORE INTO ledger_turn (id, n) VALUES (1, 0)""",
@@ -182,6 +182,10 @@ SCHEMA = (
     counted_at DOUBLE NOT NULL,
     PRIMARY KEY (cluster, account)
 ) ENGINE=InnoDB""",
+    """CREATE TABLE IF NOT EXISTS clusters (
+    name VARCHAR(64) PRIMARY KEY,
+    joined_at DOUBLE NOT NULL
+) ENGINE=InnoDB""",
     f"""INSERT IGNORE INTO schema_version (id, version) VALUES (1, {SCHEMA_VERSION})""",
 )
 
@@ -192,6 +196,7 @@ UPGRADES = (
     (8, ("ALTER TABLE prices ADD COLUMN IF NOT EXISTS cluster VARCHAR(64) NOT NULL DEFAULT '' AFTER id",
          "ALTER TABLE tiers ADD COLUMN IF NOT EXISTS cluster VARCHAR(64) NOT NULL DEFAULT '' FIRST,"
          " DROP PRIMARY KEY, ADD PRIMARY KEY (cluster, qos)")),
+    (9, ("INSERT IGNORE INTO clusters (name, joined_at) SELECT DISTINCT cluster, 0 FROM jobs WHERE cluster <> ''",)),
 )  # fmt: skip
 
 _UPSERT = re.compile(r"\bON CONFLICT\s*\([^)]*\)\s*DO UPDATE SET\b", re.IGNORECASE)

@@ -232,4 +232,14 @@ INSERT INTO tiers2 (cluster, qos, rate, rate_ppm) SELECT '', qos, rate, rate_ppm
 DROP TABLE tiers;
 ALTER TABLE tiers2 RENAME TO tiers
 """,
+    # 9: when each cluster's runs began to be kept here. Reconcile and audit bill from sacct only runs
+    # that started since (a cluster that joins a shared ledger brings no history: its earlier runs were
+    # billed by its own books). Clusters with runs here already have their whole history: since 0.
+    """
+CREATE TABLE clusters (
+    name TEXT PRIMARY KEY,
+    joined_at REAL NOT NULL
+);
+INSERT INTO clusters (name, joined_at) SELECT DISTINCT cluster, 0 FROM jobs WHERE cluster <> ''
+""",
 )
