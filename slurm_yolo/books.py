@@ -141,7 +141,7 @@ def audit(config: Config, window_days: float, min_age: float) -> list[Finding]:
             if with_comments:
                 comments |= commands.admin_comments(chunk, bin_dir=bin_dir)
         joined = lg.joined_at(home)  # runs that started before were billed elsewhere (or nowhere: not here)
-        records = [r for r in records if not r.start or (joined is not None and r.start >= joined) or lg.run(
+        records = [r for r in records if not r.start or (joined is not None and r.start >= int(joined)) or lg.run(
             ledger.run_key(r.cluster, r.job_id, r.submit))]  # fmt: skip
         return unread + _compare(lg, config, _unique(records), comments, now - min_age, since, home)
 

@@ -434,7 +434,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
       balance, pending, elsewhere = big(b), big(here), big(there)
     elseif line ~= "ok" then
       slurm.log_user("slurm-yolo: the shared token ledger did not answer (" .. tostring(line or "no answer"):sub(1, 200) ..
-                     "): GPU jobs cannot be admitted; tell your admin")
+                     "): GPU jobs cannot be admitted now; try again in a minute, and tell your admin if it lasts")
       return slurm.ERROR
     end
   end

@@ -427,7 +427,7 @@ def reconcile(config: Config, window_days: float | None = None, min_age_seconds:
             runs = [
                 r
                 for r in runs
-                if not r.start or r.start >= joined or lg.run(ledger.run_key(r.cluster, r.job_id, r.submit))
+                if not r.start or r.start >= int(joined) or lg.run(ledger.run_key(r.cluster, r.job_id, r.submit))
             ]
             if not runs:  # a hold on a job sacct has no record of: nothing to settle it from
                 continue

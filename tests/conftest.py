@@ -237,6 +237,23 @@ def cluster_of_release(release: str) -> Slurm:
     return slurm
 
 
+def nothing_pending_elsewhere(slurm: Slurm, account: str) -> None:
+    """On a shared ledger, what the other bundled cluster counts for ``account`` is counted here too:
+    before a test that needs exact numbers, that cluster's jobs of the account (an earlier test's) are
+    cancelled and its count has drained from the ledger (its hookd drops it once nothing is pending)."""
+    if slurm.config()["ledger"]["backend"] != "mariadb":
+        return
+    for release in RELEASES:
+        if release != slurm.release:
+            cluster_of_release(release).cmd("scancel", "-A", account, check=False)
+
+    def drained() -> bool:
+        with slurm.ledger() as lg:
+            return not [r for r in lg.commitments() if r["account"] == account and r["cluster"] != slurm.name]
+
+    poll(f"what other clusters count for {account} drained", drained, timeout=60)
+
+
 PRICE = {"t4": 1_000, "a100": 3_000}  # tokens per GPU-second, as the money tests' admin sets them
 
 

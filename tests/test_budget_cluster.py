@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PRICE, REPO, Slurm, fund, poll
+from conftest import PRICE, REPO, Slurm, fund, nothing_pending_elsewhere, poll
 
 pytestmark = pytest.mark.cluster
 A100 = PRICE["a100"]
@@ -43,6 +43,7 @@ def lean(priced: Slurm) -> Iterator[Slurm]:
     prices = json.loads(priced.cli("ledger", "price", "show", "--json").stdout)["prices"]
     later = [p for p in prices if p["partition"] == "a100" and p.get("effective_at", 0) > time.time()]
     assert not later, f"an a100 price rise is scheduled on this cluster: {later}"
+    nothing_pending_elsewhere(priced, "vision")
     yield priced
     priced.cmd("scancel", "-A", "vision", check=False)
     fund(priced, ("vision",), 10**15)
@@ -246,6 +247,20 @@ def _kill(pidfile: Path) -> None:
         os.kill(int(pidfile.read_text()), signal.SIGKILL)
 
 
+def submit_through_restarts(slurm: Slurm, *args: str, script: str) -> int:
+    """sbatch, again while a shared ledger's admission cannot answer (hookd killed, not yet back): a GPU
+    job is then refused, never admitted unchecked, and a user tries again."""
+
+    def submitted() -> int | None:
+        res = slurm.cmd("sbatch", "--parsable", "-o", "/dev/null", *args, input=f"#!/bin/bash\n{script}\n", check=False)
+        if res.returncode == 0:
+            return int(res.stdout.strip().split(";")[0])
+        assert "the shared token ledger did not answer" in res.stderr, res.stderr
+        return None
+
+    return poll("the submission admitted", submitted, timeout=120)
+
+
 def test_chaos_over_200_jobs_leaves_sacct_and_the_ledger_in_agreement(lean: Slurm) -> None:
     """slurmdbd, hookd and epilogs (with the children they leave) killed at random points while 200
     real GPU jobs run; once everything is back, cron's reconcile and comments, then the audit finds
@@ -289,7 +304,7 @@ def test_chaos_over_200_jobs_leaves_sacct_and_the_ledger_in_agreement(lean: Slur
             gres = rng.choice(["--gres=shard:a100:1", "--gres=shard:t4:1", "--gres=gpu:a100:1", "--gres=gpu:t4:1"])
             part = "a100" if "a100" in gres else "t4"
             script = rng.choice(["sleep 1", "sleep 2", "true", "exit 3"])
-            jobs.append(lean.sbatch("-A", "vision", "-p", part, gres, "-t", "1", script=script))
+            jobs.append(submit_through_restarts(lean, "-A", "vision", "-p", part, gres, "-t", "1", script=script))
             time.sleep(rng.uniform(0, 0.2))
         poll("the 200 jobs gone from slurmctld, every kind of failure done", lambda: {"slurmdbd", "hookd", "epilog"} <= set(done)
              and not lean.cmd("squeue", "-h", "-A", "vision", "-o", "%i", check=False).stdout.strip(), 900)  # fmt: skip

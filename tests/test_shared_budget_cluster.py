@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import PRICE, Slurm, cluster_of_release, fund, poll
+from conftest import PRICE, Slurm, cluster_of_release, fund, nothing_pending_elsewhere, poll
 
 pytestmark = pytest.mark.cluster
 A100 = PRICE["a100"]
@@ -37,6 +37,8 @@ def both() -> Iterator[tuple[Slurm, Slurm]]:
     for partition, price in PRICE.items():  # one admin, one price list: set through either cluster
         old.cli("ledger", "price", "set", partition, str(price), "--reason", "tests")
     old.cli("ledger", "tiers", "normal", "1")
+    nothing_pending_elsewhere(old, "vision")
+    nothing_pending_elsewhere(new, "vision")
     yield old, new
     for slurm in (old, new):
         slurm.cmd("scancel", "-A", "vision", check=False)
