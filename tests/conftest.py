@@ -254,6 +254,34 @@ def nothing_pending_elsewhere(slurm: Slurm, account: str) -> None:
     poll(f"what other clusters count for {account} drained", drained, timeout=60)
 
 
+def balance_path(slurm: Slurm, account: str, since_id: int) -> list[int]:
+    """The account's balance after each movement since movement ``since_id``, from the movements
+    alone: what it had beyond its holds at every moment."""
+    with slurm.ledger() as lg:
+        rows = [r for r in lg.movements() if r["account"] == account]
+    sign = {
+        "deposit": 1,
+        "refill": 1,
+        "adjustment": 1,
+        "hold": -1,
+        "refund": 1,
+        "expiry": -1,
+        "overrun": -1,
+        "charge": 0,
+    }
+    balance, path = 0, []
+    for r in rows:
+        balance += sign[r["kind"]] * r["amount"]
+        if r["id"] > since_id:
+            path.append(balance)
+    return path
+
+
+def last_movement(slurm: Slurm) -> int:
+    with slurm.ledger() as lg:
+        return max((r["id"] for r in lg.movements()), default=0)
+
+
 PRICE = {"t4": 1_000, "a100": 3_000}  # tokens per GPU-second, as the money tests' admin sets them
 
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PRICE, REPO, Slurm, fund, nothing_pending_elsewhere, poll
+from conftest import PRICE, REPO, Slurm, balance_path, fund, last_movement, nothing_pending_elsewhere, poll
 
 pytestmark = pytest.mark.cluster
 A100 = PRICE["a100"]
@@ -49,34 +49,6 @@ def lean(priced: Slurm) -> Iterator[Slurm]:
     fund(priced, ("vision",), 10**15)
     with priced.ledger() as lg:
         assert lg.check() == []
-
-
-def balance_path(slurm: Slurm, account: str, since_id: int) -> list[int]:
-    """The account's balance after each movement since movement ``since_id``, from the movements
-    alone: what it had beyond its holds at every moment."""
-    with slurm.ledger() as lg:
-        rows = [r for r in lg.movements() if r["account"] == account]
-    sign = {
-        "deposit": 1,
-        "refill": 1,
-        "adjustment": 1,
-        "hold": -1,
-        "refund": 1,
-        "expiry": -1,
-        "overrun": -1,
-        "charge": 0,
-    }
-    balance, path = 0, []
-    for r in rows:
-        balance += sign[r["kind"]] * r["amount"]
-        if r["id"] > since_id:
-            path.append(balance)
-    return path
-
-
-def last_movement(slurm: Slurm) -> int:
-    with slurm.ledger() as lg:
-        return max((r["id"] for r in lg.movements()), default=0)
 
 
 def test_plain_submissions_beyond_what_is_left_are_refused_at_submit(lean: Slurm) -> None:

@@ -17,7 +17,16 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import PRICE, Slurm, cluster_of_release, fund, nothing_pending_elsewhere, poll
+from conftest import (
+    PRICE,
+    Slurm,
+    balance_path,
+    cluster_of_release,
+    fund,
+    last_movement,
+    nothing_pending_elsewhere,
+    poll,
+)
 
 pytestmark = pytest.mark.cluster
 A100 = PRICE["a100"]
@@ -84,8 +93,7 @@ def test_twenty_submissions_racing_on_both_clusters_never_overdraw(both: tuple[S
     old, new = both
     fund(old, ("vision",), 4 * WORST + WORST // 2)  # four fit, with half a fifth to spare
     time.sleep(3)  # each script counts its own admissions of the last two seconds (the last test's too)
-    with old.ledger() as lg:
-        before = max((r["id"] for r in lg.movements()), default=0)
+    before = last_movement(old)
     results: list[tuple[Slurm, subprocess.CompletedProcess[str]]] = []
     lock = threading.Lock()
 
@@ -109,23 +117,7 @@ def test_twenty_submissions_racing_on_both_clusters_never_overdraw(both: tuple[S
         ran = int(slurm.ended(job)[0]["ElapsedRaw"])
         assert (row["hold"], row["charge"]) == (WORST, ran * A100)
         charged += ran * A100
-    with old.ledger() as lg:
-        rows = [r for r in lg.movements() if r["account"] == "vision"]
-    sign = {
-        "deposit": 1,
-        "refill": 1,
-        "adjustment": 1,
-        "hold": -1,
-        "refund": 1,
-        "expiry": -1,
-        "overrun": -1,
-        "charge": 0,
-    }
-    level, path = 0, []
-    for r in rows:  # vision's balance after each movement, from the movements alone
-        level += sign[r["kind"]] * r["amount"]
-        if r["id"] > before:
-            path.append(level)
+    path = balance_path(old, "vision", before)  # what vision had beyond its holds after each movement
     assert min(path) >= 0
     assert balance(old) == balance(new) == 4 * WORST + WORST // 2 - charged
 
