@@ -166,16 +166,21 @@ end
 
 local ZERO, ONE, MILLION = big(0), big(1), big(1000000)
 
+local PRICING = {unlimited = true, default_price = true, maxrate = true, price = true, rate = true, shards = true}
+
 -- The published state: {stamp, unlimited, shared, default_price, maxrate, price{partition: {{from, price}...}},
 -- own_price{} (this cluster's), rate{} (this cluster's where it has one), shards{}, account{}, held{job id: true}}.
 local function read_state()
   local f = io.open(AVAILABILITY, "r")
   if not f then return nil end
   local s = {price = {}, own_price = {}, rate = {}, shards = {}, gpus = {}, account = {}, held = {}, maxrate = MILLION}
-  local own_rate = {}
+  local own_rate, pricing, now = {}, {}, os.time()
   local ok = false
   for line in f:lines() do
     local key, a, b, c, d = line:match("^(%S+) (%S+) ?(%S*) ?(%S*) ?(%S*)$")
+    if PRICING[key] then  -- what a worst case is reckoned from, and which price versions are in effect now
+      pricing[#pricing + 1] = key == "price" and (tonumber(c) or 0) > now and line .. " later" or line
+    end
     if key == "slurm-yolo-availability" then ok = (a == "3")
     elseif key == "stamp" then s.stamp = tonumber(a)
     elseif key == "unlimited" then s.unlimited = tonumber(a)
@@ -196,6 +201,7 @@ local function read_state()
   end
   f:close()
   for qos, rate in pairs(own_rate) do s.rate[qos] = rate end  -- this cluster's rate before every cluster's
+  s.pricing = table.concat(pricing, "\n")
   if not (ok and s.stamp and s.unlimited and s.default_price) then return nil end
   return s
 end
@@ -333,6 +339,27 @@ local recent = {}
 
 -- Per account, what its pending GPU jobs and its running ones the ledger holds nothing for yet (just
 -- started, or their prolog failed) may still hold, with the admissions of the last two seconds.
+-- One task's worst case for each kind of pending job (what it asked for, where, for how long, its
+-- QOS), kept while what it was reckoned from (prices in effect, rates, shards) stays the same: a
+-- queue of many alike jobs (arrays, repeated submissions) costs one reckoning per kind.
+local worst_of, worst_pricing, kinds = {}, nil, 0
+
+local function job_worst(state, job, g, s)
+  if worst_pricing ~= state.pricing or kinds > 10000 then worst_of, worst_pricing, kinds = {}, state.pricing, 0 end
+  local key = table.concat({tostring(job.tres_fmt_req_str), tostring(job.partition), tostring(job.time_limit),
+                            tostring(job.qos)}, "\1")
+  local worst = worst_of[key]
+  if worst then return worst end
+  local rate = job.qos and (state.rate[job.qos] or MILLION) or state.maxrate  -- no QOS known: the dearest
+  worst = ZERO
+  for name in tostring(job.partition or ""):gmatch("[^,]+") do
+    worst = max_big(worst, tokens(seconds_of(state, job.time_limit, nil), share(state, name, g, s),
+                                  price_of(state, name), rate))
+  end
+  worst_of[key], kinds = worst, kinds + 1
+  return worst
+end
+
 local function committed(state)
   local now, totals, keep = os.time(), {}, {}
   for _, r in ipairs(recent) do
@@ -349,13 +376,7 @@ local function committed(state)
       local tasks = big(st == PENDING and math.max(job.array_task_cnt or 1, 1) or 1)
       local g, s = gres_units(job.tres_fmt_req_str)  -- what it asked for, over all its nodes
       if not (is_zero(g) and is_zero(s)) then
-        local rate = job.qos and (state.rate[job.qos] or MILLION) or state.maxrate  -- no QOS known: the dearest
-        local worst = ZERO
-        for name in tostring(job.partition or ""):gmatch("[^,]+") do
-          worst = max_big(worst, tokens(seconds_of(state, job.time_limit, nil), share(state, name, g, s),
-                                        price_of(state, name), rate))
-        end
-        totals[job.account] = add(totals[job.account] or ZERO, mul(worst, tasks))
+        totals[job.account] = add(totals[job.account] or ZERO, mul(job_worst(state, job, g, s), tasks))
       end
     end
   end
