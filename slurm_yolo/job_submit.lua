@@ -313,7 +313,7 @@ local function desc_worst(state, job_desc, part_list)
   local gpus, shards = desc_units(job_desc)
   local exclusive = job_desc.shared == 0  -- --exclusive: every GPU of its nodes, asked for or not
   local names = job_desc.partition or default_partition(part_list) or ""
-  local rate = state.rate[job_desc.qos or job_desc.default_qos or ""] or MILLION
+  local rate = state.rate[string.lower(job_desc.qos or job_desc.default_qos or "")] or MILLION  -- as Slurm folds it
   local worst, why, worst_seconds = ZERO, "", 0
   for name in names:gmatch("[^,]+") do
     local seconds = seconds_of(state, job_desc.time_limit, part_list[name])
@@ -442,7 +442,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     job_desc.time_limit = math.floor(state.unlimited / 60)  -- a GPU job without a limit runs as long as it holds for
   end
   local need = mul(worst, big(tasks))
-  local account = job_desc.account or job_desc.default_account or ""
+  local account = string.lower(job_desc.account or job_desc.default_account or "")  -- Slurm folds -A VISION to vision
   local totals = committed(state)
   local balance, pending, elsewhere = state.account[account] or ZERO, totals[account] or ZERO, nil
   local line  -- the shared ledger's answer

@@ -76,9 +76,10 @@ def answer(config: Config, request: Request) -> str:
 
 class Answers:
     """hookd's answers, each within ``ANSWER_SECONDS``: slurmctld waits for one with its job lock held,
-    so every other request to it waits too. A ledger that failed or was slow a moment ago is not asked
-    again for ``COOL_DOWN_SECONDS``: the GPU submissions meanwhile are refused at once (fail closed)
-    rather than each stalling slurmctld. A question still running when its answer is given up on may
+    so every other request to it waits too. A ledger that did not answer in time a moment ago is not
+    asked again for ``COOL_DOWN_SECONDS``: the GPU submissions meanwhile are refused at once (fail
+    closed) rather than each stalling slurmctld. A question that fails fast trips nothing (one user's
+    odd question must not refuse everyone's jobs). A question still running when its answer is given up on may
     yet count its job at the ledger: stale upward, until its cluster's hookd sees nothing pending."""
 
     def __init__(self, config: Config) -> None:
@@ -89,12 +90,12 @@ class Answers:
 
     def ask(self, request: Request) -> str:
         if time.monotonic() < self._down_until:
-            return f"error: the ledger failed moments ago ({self._why}); GPU jobs are refused until it answers\n"
+            return f"error: the ledger was slow to answer moments ago ({self._why}); GPU jobs are refused until it answers\n"
         try:
             return self._pool.submit(answer, self._config, request).result(timeout=ANSWER_SECONDS)
-        except FutureTimeout:
-            why = f"no answer within {ANSWER_SECONDS:.0f} s"
+        except FutureTimeout:  # only a wait trips the pause: one question's own failure is its own refusal
+            self._why = f"no answer within {ANSWER_SECONDS:.0f} s"
+            self._down_until = time.monotonic() + COOL_DOWN_SECONDS
+            return f"error: {self._why}\n"
         except SlurmYoloError as e:
-            why = str(e).splitlines()[0][:200]
-        self._down_until, self._why = time.monotonic() + COOL_DOWN_SECONDS, why
-        return f"error: {why}\n"
+            return f"error: {str(e).splitlines()[0][:200]}\n"

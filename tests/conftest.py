@@ -287,7 +287,14 @@ PRICE = {"t4": 1_000, "a100": 3_000}  # tokens per GPU-second, as the money test
 
 @pytest.fixture(scope="session")
 def priced(slurm: Slurm) -> Slurm:
-    """The cluster with the tests' prices and no tier surcharge on the default QOS."""
+    """The cluster with the tests' prices and no tier surcharge on the default QOS (every cluster's)."""
+    with slurm.ledger() as lg:
+        own = [dict(r) for r in lg.prices() if r["cluster"]] + [dict(r) for r in lg.tiers() if r["cluster"]]
+    if own:  # one cluster's own price wins over the tests' there (README: "Several clusters, one budget")
+        pytest.fail(
+            f"prices or tiers of one cluster alone are set in the bundled ledger: {own}; remove them with"
+            " mysql slurm_yolo_ledger -e \"DELETE FROM prices WHERE cluster <> ''; DELETE FROM tiers WHERE cluster <> ''\""
+        )
     for partition, price in PRICE.items():
         slurm.cli("ledger", "price", "set", partition, str(price), "--reason", "tests")
     slurm.cli("ledger", "tiers", "normal", "1")

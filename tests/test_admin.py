@@ -292,3 +292,18 @@ def test_a_failed_prolog_is_an_alert_until_its_run_is_settled(cluster: Slurm, sy
     cluster.cli("ledger", "reconcile")  # a job that ended without running holds nothing: the alert ends
     res = CliRunner().invoke(admin, ["alerts", "--json"])
     assert not [a for a in json.loads(res.stdout or "[]") if a["kind"] == "hook" and a["subject"].endswith(f":{job}")]
+
+
+def test_a_price_for_no_known_cluster_or_the_past_is_refused(cluster: Slurm) -> None:
+    """A typo in --cluster would set a price nothing reads, one in --from a price already due: each is
+    one Error: line, and the prices stay as they were."""
+    before = cluster.cli("ledger", "price", "show", "--json").stdout
+    for args, why in ((["--cluster", "nosuch"], "no cluster 'nosuch' keeps its runs in this ledger"),
+                      (["--from", "2020-01-01T00:00"], "is in the past"),
+                      (["--cluster", "No Such"], "not a plain Slurm name")):  # fmt: skip
+        res = cluster.cli("ledger", "price", "set", "t4", "5", *args, check=False)
+        assert res.returncode != 0 and res.stderr.startswith("Error: ") and why in res.stderr, res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+    res = cluster.cli("ledger", "tiers", "normal", "9", "--cluster", "nosuch", check=False)
+    assert res.returncode != 0 and "no cluster 'nosuch'" in res.stderr
+    assert cluster.cli("ledger", "price", "show", "--json").stdout == before

@@ -150,8 +150,15 @@ _CLUSTER = click.option(
 )
 
 
-def _cluster(name: str) -> str:
-    return commands.plain_name(name) if name else ""
+def _cluster(lg: ledger.Ledger, config: Config, name: str) -> str:
+    """``--cluster``'s name, once it is this cluster's or one whose runs this ledger keeps: a typo
+    would set a price or tier nothing ever reads."""
+    if not name:
+        return ""
+    known = set(lg.clusters()) | {commands.cluster_name(Path(config["slurm"]["bin_dir"]))}
+    if commands.plain_name(name) not in known:
+        raise UsageError(f"no cluster {name!r} keeps its runs in this ledger (known: {', '.join(sorted(known))})")
+    return name
 
 
 @ledger_group.command()
@@ -164,7 +171,7 @@ def tiers(qos: str | None, rate: str | None, cluster: str) -> None:
     config = load_config()
     if qos and rate is not None:
         with ledger.writer(config) as lg:
-            lg.set_tier(qos, rate, _cluster(cluster))
+            lg.set_tier(qos, rate, _cluster(lg, config, cluster))
     with _read(config) as lg:
         for r in lg.tiers():
             where = f" (on {r['cluster']})" if r["cluster"] else ""
@@ -195,13 +202,15 @@ def price_set(partition: str, tokens_per_gpu_second: str, effective: str, reason
     config = load_config()
     amount = admission.parse_tokens(tokens_per_gpu_second)
     at = ledger.parse_when(effective)
-    only = _cluster(cluster)
+    if effective.strip().lower() != "now" and at < time.time() - 60:
+        raise UsageError(f"--from {effective} is in the past: a price never applies backwards (leave --from out: now)")
     bin_dir = Path(config["slurm"]["bin_dir"])
-    if not only or only == commands.cluster_name(bin_dir):  # another cluster's partitions: its Slurm knows
-        known = commands.partitions(bin_dir)
-        if partition not in known:
-            raise UsageError(f"Slurm has no partition {partition!r} (it has {', '.join(known) or 'none'})")
     with ledger.writer(config) as lg:
+        only = _cluster(lg, config, cluster)
+        if not only or only == commands.cluster_name(bin_dir):  # another cluster's partitions: its Slurm knows
+            known = commands.partitions(bin_dir)
+            if partition not in known:
+                raise UsageError(f"Slurm has no partition {partition!r} (it has {', '.join(known) or 'none'})")
         lg.set_price(partition, amount, at, _actor(), reason, only)
     click.echo(f"{partition}: {amount:,} tokens per GPU-second from {_when(at)}{f' on {only}' if only else ''}")
 

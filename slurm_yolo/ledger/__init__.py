@@ -482,6 +482,10 @@ class Ledger:
         start, its first hold or reconcile): runs that started before were billed elsewhere, if at all."""
         return self._atomic(lambda: self._join(cluster, time.time()))
 
+    def clusters(self) -> list[str]:
+        """The clusters whose runs this ledger keeps (``join``)."""
+        return [str(r["name"]) for r in self.conn.execute("SELECT name FROM clusters ORDER BY name")]
+
     def joined_at(self, cluster: str) -> float | None:
         """Since when this ledger keeps ``cluster``'s runs (None: not yet)."""
         row = self.conn.execute("SELECT joined_at FROM clusters WHERE name = ?", (cluster,)).fetchone()

@@ -52,11 +52,11 @@ TRANSIENT = frozenset({
     2003, 2006, 2013, 2014,  # cannot connect; server gone; connection lost; out of sync
 })  # fmt: skip
 
-SCHEMA_VERSION = 9  # the SQLite migrations this schema matches (``schema.MIGRATIONS``)
+SCHEMA_VERSION = 10  # the SQLite migrations this schema matches (``schema.MIGRATIONS``)
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS ledger_turn (id INT PRIMARY KEY, n BIGINT NOT NULL DEFAULT 0)""",
     """INSERT IGNORE INTO ledger_turn (id, n) VALUES (1, 0)""",
-    """CREATE TABLE IF NOT EXISTS commits (token CHAR(32) PRIMARY KEY, at DOUBLE NOT NULL) ENGINE=InnoDB""",
+    """CREATE TABLE IF NOT EXISTS commits (token CHAR(32) PRIMARY KEY, at DOUBLE NOT NULL) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
     """CREATE TABLE IF NOT EXISTS schema_version (id INT PRIMARY KEY, version INT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS accounts (
     name VARCHAR(190) PRIMARY KEY,
@@ -69,7 +69,7 @@ SCHEMA = (
     capacity BIGINT NOT NULL DEFAULT 0,
     refilled_at DOUBLE NOT NULL,
     blocked TINYINT NOT NULL DEFAULT 0
-) ENGINE=InnoDB""",
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
     """CREATE TABLE IF NOT EXISTS movements (
     id BIGINT AUTO_INCREMENT PRIMARY KEY,
     at DOUBLE NOT NULL,
@@ -83,7 +83,7 @@ SCHEMA = (
     reason TEXT NOT NULL DEFAULT '',
     KEY movements_account (account, at),
     KEY movements_job (job_key)
-) ENGINE=InnoDB""",
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
     """CREATE TABLE IF NOT EXISTS jobs (
     job_key VARCHAR(190) PRIMARY KEY,
     cluster VARCHAR(64) NOT NULL,
@@ -115,14 +115,14 @@ SCHEMA = (
     rate_ppm BIGINT NOT NULL DEFAULT 1000000 CHECK (rate_ppm > 0),
     KEY jobs_account_state (account, state),
     KEY jobs_job (cluster, job_id)
-) ENGINE=InnoDB""",
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
     """CREATE TABLE IF NOT EXISTS tiers (
     cluster VARCHAR(64) NOT NULL DEFAULT '',
     qos VARCHAR(190) NOT NULL,
     rate DOUBLE NOT NULL CHECK (rate > 0),
     rate_ppm BIGINT NOT NULL DEFAULT 1000000 CHECK (rate_ppm > 0),
     PRIMARY KEY (cluster, qos)
-) ENGINE=InnoDB""",
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
     """CREATE TABLE IF NOT EXISTS prices (
     id BIGINT AUTO_INCREMENT PRIMARY KEY,
     cluster VARCHAR(64) NOT NULL DEFAULT '',
@@ -133,7 +133,7 @@ SCHEMA = (
     actor VARCHAR(190) NOT NULL,
     reason TEXT NOT NULL DEFAULT '',
     KEY prices_partition (`partition`, effective_at)
-) ENGINE=InnoDB""",
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
     """CREATE TABLE IF NOT EXISTS incidents (
     id BIGINT AUTO_INCREMENT PRIMARY KEY,
     at DOUBLE NOT NULL,
@@ -143,14 +143,14 @@ SCHEMA = (
     error TEXT NOT NULL DEFAULT '',
     resolved_at DOUBLE,
     KEY incidents_open (resolved_at, cluster, job_id)
-) ENGINE=InnoDB""",
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
     """CREATE TABLE IF NOT EXISTS site_limits (
     cluster VARCHAR(64) NOT NULL,
     account VARCHAR(190) NOT NULL,
     grp_tres_run_mins TEXT NOT NULL,
     kept_at DOUBLE NOT NULL,
     PRIMARY KEY (cluster, account)
-) ENGINE=InnoDB""",
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
     """CREATE TABLE IF NOT EXISTS admin_comments (
     cluster VARCHAR(64) NOT NULL,
     job_id BIGINT NOT NULL,
@@ -161,7 +161,7 @@ SCHEMA = (
     error TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (cluster, job_id),
     KEY admin_comments_unwritten (written_at)
-) ENGINE=InnoDB""",
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
     """CREATE TABLE IF NOT EXISTS inbox (
     id BIGINT AUTO_INCREMENT PRIMARY KEY,
     cluster VARCHAR(64) NOT NULL,
@@ -174,18 +174,18 @@ SCHEMA = (
     done_at DOUBLE,
     outcome TEXT NOT NULL DEFAULT '',
     KEY inbox_due (done_at, due_at)
-) ENGINE=InnoDB""",
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
     """CREATE TABLE IF NOT EXISTS commitments (
     cluster VARCHAR(64) NOT NULL,
     account VARCHAR(190) NOT NULL,
     tokens BIGINT NOT NULL CHECK (tokens >= 0),
     counted_at DOUBLE NOT NULL,
     PRIMARY KEY (cluster, account)
-) ENGINE=InnoDB""",
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
     """CREATE TABLE IF NOT EXISTS clusters (
     name VARCHAR(64) PRIMARY KEY,
     joined_at DOUBLE NOT NULL
-) ENGINE=InnoDB""",
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin""",
     f"""INSERT IGNORE INTO schema_version (id, version) VALUES (1, {SCHEMA_VERSION})""",
 )
 
@@ -197,6 +197,10 @@ UPGRADES = (
          "ALTER TABLE tiers ADD COLUMN IF NOT EXISTS cluster VARCHAR(64) NOT NULL DEFAULT '' FIRST,"
          " DROP PRIMARY KEY, ADD PRIMARY KEY (cluster, qos)")),
     (9, ("INSERT IGNORE INTO clusters (name, joined_at) SELECT DISTINCT cluster, 0 FROM jobs WHERE cluster <> ''",)),
+    # names compared as SQLite and Slurm compare them, byte for byte: 'VISION' is not 'vision' here
+    (10, tuple(f"ALTER TABLE {t} CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_bin" for t in (
+        "accounts", "movements", "jobs", "tiers", "prices", "incidents", "site_limits", "admin_comments", "inbox",
+        "commitments", "clusters"))),
 )  # fmt: skip
 
 _UPSERT = re.compile(r"\bON CONFLICT\s*\([^)]*\)\s*DO UPDATE SET\b", re.IGNORECASE)
