@@ -305,6 +305,10 @@ local function desc_units(job_desc)
     local g, s = gres_units(part[1])
     gpus, shards = add(gpus, mul(g, part[2])), add(shards, mul(s, part[2]))
   end
+  -- --ntasks-per-gpu names no count: Slurm gives the job tasks / that many GPUs after this script ran
+  if valid(job_desc.ntasks_per_tres) and job_desc.ntasks_per_tres > 0 then
+    gpus = max_big(gpus, div_ceil(tasks, job_desc.ntasks_per_tres))
+  end
   return gpus, shards
 end
 

@@ -183,3 +183,30 @@ def test_lua_worst_cases_equal_the_policy(tmp_path: Path, home: Path) -> None:
             wrong.append(f"{a}: lua {refused.get(a + 'z')} {results[a + 'ok']} {results[a + 'no']}, policy {want}: {c}")
     assert not wrong, "\n".join(wrong[:5])
     assert max(c["need"] for c in cases) > 2**64 and any(0 < c["need"] < 2**53 for c in cases)
+
+
+@pytest.mark.skipif(LUA is None and not IN_CI, reason="no lua5.1 (apt-get install lua5.1, as deploy/install does)")
+def test_gpus_slurm_derives_from_ntasks_per_gpu_are_counted(tmp_path: Path, home: Path) -> None:
+    """``--ntasks=6 --ntasks-per-gpu=4`` names no GPU count (Slurm gives the job 2 after the script):
+    its worst case is 2 GPUs', not none (found by an attack: such a job went unchecked)."""
+    cfg = config.load()
+    cfg = replace(cfg, partitions={"p0": Partition("p0", gpus_per_node=8, shards_per_gpu=0)})
+    price, need = 1000, 60 * 2 * 1000
+    accounts = [{"name": "tz", "balance": 0}, {"name": "tok", "balance": need}, {"name": "tno", "balance": need - 1}]
+    prices = [{"id": 1, "cluster": "", "partition": "p0", "price": price, "effective_at": time.time() - 60}]
+    availability.path(cfg).parent.mkdir(parents=True, exist_ok=True)
+    availability.path(cfg).write_text(availability.render(cfg, time.time(), accounts, prices, [], []))
+    db.make_private(cfg.state_dir)
+    script = tmp_path / "job_submit.lua"
+    script.write_text(availability.script(cfg, "yolo"))
+    part = {"default_time": NO_VAL, "max_time": INFINITE, "flag_default": 0}
+    case = {"account": "t", "desc": {"time_limit": 1, "partition": "p0", "num_tasks": 6, "ntasks_per_tres": 4,
+                                     "min_nodes": 1, "max_nodes": 1}, "parts": {"p0": part}, "jobs": []}  # fmt: skip
+    (tmp_path / "cases.lua").write_text("return " + lua([case]))
+    (tmp_path / "driver.lua").write_text(DRIVER)
+    assert LUA is not None, "CI installs lua5.1 (deploy/install)"
+    out = subprocess.run([LUA, str(tmp_path / "driver.lua"), str(script), str(tmp_path / "cases.lua")],
+                         capture_output=True, text=True, check=True, timeout=120).stdout  # fmt: skip
+    assert dict(line.split(" ") for line in out.splitlines()) == {"tz": "2050", "tok": "0", "tno": "2050"}
+    refused = [line.split(" ") for line in availability.refusals_path(cfg).read_text().splitlines()]
+    assert [(r[1], r[3]) for r in refused] == [("tz", str(need)), ("tno", str(need))]
