@@ -402,6 +402,8 @@ def test_admit_across_clusters_never_overcommits(cfg: config.Config) -> None:
         assert lg.admit("west", "nobody", 1, {}) == (False, 0, 0, 0)  # no ledger entry: nothing to spend
         assert lg.admit("west", "ACCT", 1, {"acct": 0}) == (False, 0, 0, 0)  # names compare byte for byte
         assert lg.admit("west", "acct", 1, {"ACCT": 1}) == (False, 500, 0, 500)  # on both backends
+        assert [(r["cluster"], r["account"]) for r in lg.commitments("west")] == [("west", "ACCT")]
+        lg.admit("west", "nobody", 1, {})  # west's next admission: what it counts now, nothing
         assert lg.account("nobody") is None
         assert [(r["cluster"], r["account"], r["tokens"]) for r in lg.commitments()] == [("east", "acct", 500)]
         lg.forget_commitments("east", ["acct"], 0.0)  # counted since: kept
