@@ -318,6 +318,7 @@ class Settler:
         self._stop = threading.Event()
         self._dirty = True  # publish once at start: what an earlier server left
         self._published: int | None = None  # the ledger's version (``Ledger.version``) last published
+        self._apart: set[str] = set()  # accounts whose block the ledger and this cluster disagreed on
         self.thread = threading.Thread(target=self._serve, name="settler", daemon=True)
         self.thread.start()
 
@@ -351,8 +352,10 @@ class Settler:
         this cluster disagree on (blocked, and no block kept here; or a block kept here, and funded)."""
         blocked = {str(r["name"]) for r in lg.accounts() if r["blocked"]}
         kept = set(lg.site_limits(commands.home_cluster(_bin_dir(self.config))))
-        if blocked ^ kept:
-            self.followups.enforce(blocked ^ kept)
+        apart, seen = blocked ^ kept, self._apart
+        self._apart = apart  # asked once per disagreement: one Slurm cannot settle (an account without an
+        if apart - seen:  # association here) is not asked again at every write; cron's `ledger enforce` retries
+            self.followups.enforce(apart - seen)
 
     def _serve(self) -> None:
         while not self._stop.is_set():
