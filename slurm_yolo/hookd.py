@@ -6,9 +6,9 @@ slurm.conf points PrologSlurmctld and EpilogSlurmctld at the C client ``slurm-yo
 
 - a prolog is answered once its hold is in the ledger (the job starts with its tokens held);
 - an epilog is answered once its event is in the ledger's inbox (committed: a kill -9 right after
-  the answer loses nothing);
-- on a ledger several clusters share, job_submit.lua asks whether a job fits (``shared_admission``). The settler thread (``settler``) settles it from sacct's final record,
-  in batches, while slurmctld goes on; rows left by a killed server are settled at the next start.
+  the answer loses nothing). The settler thread (``settler``) settles it from sacct's final record,
+  in batches, while slurmctld goes on; rows left by a killed server are settled at the next start;
+- on a ledger several clusters share, job_submit.lua asks whether a job fits (``shared_admission``).
 
 When the server does not answer, the client runs the Python hooks itself, so nothing depends on it.
 The handlers are the hooks' own (``hooks.main``), so both paths hold and record the same way. The

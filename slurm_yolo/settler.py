@@ -319,6 +319,8 @@ class Settler:
         self._dirty = True  # publish once at start: what an earlier server left
         self._published: int | None = None  # the ledger's version (``Ledger.version``) last published
         self._apart: set[str] = set()  # accounts whose block the ledger and this cluster disagreed on
+        self._joined = False  # this cluster's join recorded (``Ledger.join``)
+        self._expire_next = 0.0  # when ``_expire_commitments`` may ask Slurm again
         self.thread = threading.Thread(target=self._serve, name="settler", daemon=True)
         self.thread.start()
 
@@ -335,23 +337,22 @@ class Settler:
         self._wake.set()
         self.thread.join(timeout=60)
 
-    def _expire_commitments(self, lg: ledger.Ledger) -> None:
+    def _expire_commitments(self, lg: ledger.Ledger, cluster: str) -> None:
         """On a shared ledger, what this cluster's last admission counted for an account whose jobs
         here have all started or gone since would be counted by the other clusters until this one's
         next admission: it goes once Slurm shows none of the account's jobs pending here. Rows of
         the last few seconds stay (slurmctld's job list, which admission reads, may be a second old)."""
-        cluster = commands.home_cluster(_bin_dir(self.config))
         before = time.time() - COMMITMENT_GRACE_SECONDS
         counted = {str(r["account"]) for r in lg.commitments(cluster) if float(r["counted_at"]) < before}
         if counted:
             lg.forget_commitments(cluster, counted - commands.pending_accounts(_bin_dir(self.config)), before)
 
-    def _follow_blocks(self, lg: ledger.Ledger) -> None:
+    def _follow_blocks(self, lg: ledger.Ledger, cluster: str) -> None:
         """On a shared ledger, another cluster's deposit or charge can fund or dry an account: this
         cluster's Slurm limits follow (``enforcement``) for each account whose block the ledger and
         this cluster disagree on (blocked, and no block kept here; or a block kept here, and funded)."""
         blocked = {str(r["name"]) for r in lg.accounts() if r["blocked"]}
-        kept = set(lg.site_limits(commands.home_cluster(_bin_dir(self.config))))
+        kept = set(lg.site_limits(cluster))
         apart, seen = blocked ^ kept, self._apart
         self._apart = apart  # asked once per disagreement: one Slurm cannot settle (an account without an
         if apart - seen:  # association here) is not asked again at every write; cron's `ledger enforce` retries
@@ -363,20 +364,21 @@ class Settler:
             try:
                 dirty, self._dirty = self._dirty, False
                 settled = settle_due(self.config, self.followups, time.time(), self.lookup, publish=False)
+                home = commands.home_cluster(_bin_dir(self.config))
                 with ledger.writer(self.config, publish=False) as lg:
-                    if dirty and lg.joined_at(commands.home_cluster(_bin_dir(self.config))) is None:
-                        lg.join(
-                            commands.home_cluster(_bin_dir(self.config))
-                        )  # at start: this cluster's runs are kept here from now on
-                    nxt = lg.next_due(commands.home_cluster(_bin_dir(self.config)))
+                    if not self._joined:  # at start: this cluster's runs are kept here from now on
+                        lg.join(home)
+                        self._joined = True
+                    nxt = lg.next_due(home)
                     version = lg.version()
                     if dirty or settled or version != self._published:  # another cluster's or controller's write too
                         ledger.publish_from(lg, self.config)
                         self._published = version
                         if version is not None:
-                            self._follow_blocks(lg)
-                    if version is not None:
-                        self._expire_commitments(lg)
+                            self._follow_blocks(lg, home)
+                    if version is not None and time.monotonic() >= self._expire_next:
+                        self._expire_next = time.monotonic() + COMMITMENT_GRACE_SECONDS  # squeue at most this often
+                        self._expire_commitments(lg, home)
             except Exception as e:  # noqa: BLE001 - the rows stay in the inbox; the next round retries them
                 log_event(self.config, {"event": "settler", "alert": f"{type(e).__name__}: {e}"})
                 nxt, version = time.time() + 5, None
