@@ -447,7 +447,7 @@ class Ledger:
                 if tokens > 0:
                     self.conn.execute("INSERT INTO commitments (cluster, account, tokens, counted_at) VALUES (?, ?, ?, ?)",
                                       (cluster, name, tokens, now))  # fmt: skip
-            return Admission(ok, int(balance), int(mine.get(account, 0)) - (need if ok else 0), int(elsewhere))
+            return Admission(ok, int(balance), committed.get(account, 0), int(elsewhere))
 
         return self._atomic(body)
 
