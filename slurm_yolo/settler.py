@@ -306,6 +306,18 @@ def _job_runs(config: Config) -> RunsLookup:
     return lookup
 
 
+def blocks_apart(blocked: set[str], kept: set[str],
+                 seen: set[tuple[str, bool]]) -> tuple[set[tuple[str, bool]], set[str]]:  # fmt: skip
+    """Where the ledger's blocks (``blocked``) and one cluster's (``kept``) disagree, as (account,
+    blocked in the ledger); and the accounts to enforce: those whose disagreement is new since the
+    last look (``seen``). Each is asked once: an account one Slurm cannot settle (no association
+    there) is not asked again at every write, and cron's ``ledger enforce`` retries it. A
+    disagreement that turned round is a new one: a block this cluster set a moment after the last
+    look saw the ledger blocked, which another cluster's deposit has since funded."""
+    apart = {(name, name in blocked) for name in blocked ^ kept}
+    return apart, {name for name, _ in apart - seen}
+
+
 class Settler:
     """hookd's settler thread: a batch whenever an event arrives or a row falls due, and what readers
     see published once per batch (the prologs' holds since the last one too)."""
@@ -318,7 +330,7 @@ class Settler:
         self._stop = threading.Event()
         self._dirty = True  # publish once at start: what an earlier server left
         self._published: int | None = None  # the ledger's version (``Ledger.version``) last published
-        self._apart: set[str] = set()  # accounts whose block the ledger and this cluster disagreed on
+        self._apart: set[tuple[str, bool]] = set()  # the last look's disagreements (``blocks_apart``)
         self._joined = False  # this cluster's join recorded (``Ledger.join``)
         self._expire_next = 0.0  # when ``_expire_commitments`` may ask Slurm again
         self.thread = threading.Thread(target=self._serve, name="settler", daemon=True)
@@ -352,11 +364,9 @@ class Settler:
         cluster's Slurm limits follow (``enforcement``) for each account whose block the ledger and
         this cluster disagree on (blocked, and no block kept here; or a block kept here, and funded)."""
         blocked = {str(r["name"]) for r in lg.accounts() if r["blocked"]}
-        kept = set(lg.site_limits(cluster))
-        apart, seen = blocked ^ kept, self._apart
-        self._apart = apart  # asked once per disagreement: one Slurm cannot settle (an account without an
-        if apart - seen:  # association here) is not asked again at every write; cron's `ledger enforce` retries
-            self.followups.enforce(apart - seen)
+        self._apart, ask = blocks_apart(blocked, set(lg.site_limits(cluster)), self._apart)
+        if ask:
+            self.followups.enforce(ask)
 
     def _serve(self) -> None:
         while not self._stop.is_set():

@@ -219,6 +219,20 @@ def _kill(pidfile: Path) -> None:
         os.kill(int(pidfile.read_text()), signal.SIGKILL)
 
 
+def _kill_hooks_of(slurm: Slurm, patterns: tuple[str, ...]) -> None:
+    """SIGKILL this cluster's processes whose command line holds one of ``patterns``: those started
+    with its hooks' config (the other cluster's hooks, and the unit tests' that ``deploy/test`` runs
+    alongside, are left alone)."""
+    mine = f"SLURM_YOLO_CONFIG={slurm.config_path}".encode()
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if any(p in cmdline for p in patterns) and mine in (proc / "environ").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue  # not a process, or gone meanwhile
+
+
 def submit_through_restarts(slurm: Slurm, *args: str, script: str) -> int:
     """sbatch, again while a shared ledger's admission cannot answer (hookd killed, not yet back): a GPU
     job is then refused, never admitted unchecked, and a user tries again."""
@@ -259,13 +273,12 @@ def test_chaos_over_200_jobs_leaves_sacct_and_the_ledger_in_agreement(lean: Slur
                 stop.wait(rng.uniform(0.5, 3.0))
                 _up(lean)
             else:  # the epilogs running now, and the children they left to finish their work
-                for pattern in (
+                _kill_hooks_of(lean, (
                     "slurm-yolo-hook epilog",
                     "slurm_yolo.hook_entry import epilog_main",
                     "slurm_yolo ledger reconcile --job",
                     "slurm_yolo ledger comments",
-                ):
-                    subprocess.run(["pkill", "-9", "-f", pattern], check=False)
+                ))  # fmt: skip
             done.append(what)
 
     chaos_thread = threading.Thread(target=chaos)

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_yolo import admission, config, db, ledger
+from slurm_yolo import admission, config, db, ledger, settler
 from slurm_yolo.errors import SlurmYoloError, UsageError
 from slurm_yolo.ledger import bucket
 from slurm_yolo.ledger.schema import MIGRATIONS
@@ -435,3 +435,19 @@ def test_a_cluster_joins_once_and_a_migrated_ledger_keeps_its_history(sqlite_cfg
         first = lg.joined_at("c")
         assert first is not None and first >= started
         assert lg.join("c") == first and lg.join("old") == 0.0
+
+
+def test_a_cluster_follows_a_block_that_turned_round_since_its_last_look() -> None:
+    """The CI run that found it: 24.11's settler looked between its own CLI's ledger write (vision
+    blocked) and that CLI's own Slurm block, and asked for the block; then a deposit through 22.05
+    funded vision while 24.11 still kept the block. The same account apart the other way round is
+    a new disagreement, asked for; one already asked is not asked again; one settled is forgotten."""
+    apart, ask = settler.blocks_apart({"vision"}, set(), set())
+    assert (apart, ask) == ({("vision", True)}, {"vision"})
+    apart, ask = settler.blocks_apart(set(), {"vision"}, apart)  # funded through the other cluster
+    assert (apart, ask) == ({("vision", False)}, {"vision"})
+    apart, ask = settler.blocks_apart(set(), {"vision"}, apart)  # this Slurm cannot lift it: asked once
+    assert (apart, ask) == ({("vision", False)}, set())
+    apart, ask = settler.blocks_apart(set(), set(), apart)
+    assert (apart, ask) == (set(), set())
+    assert settler.blocks_apart({"a", "b"}, {"b", "c"}, {("a", True)}) == ({("a", True), ("c", False)}, {"c"})
