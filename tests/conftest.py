@@ -302,9 +302,12 @@ def priced(slurm: Slurm) -> Slurm:
 
 
 def fund(slurm: Slurm, accounts: tuple[str, ...], target: int) -> None:
-    """Set the accounts' balances to ``target``, as an admin would, and let Slurm start their jobs."""
+    """Set the accounts' balances to ``target``, as an admin would, with no quota refilling them (one
+    that someone following the README left on the cluster would), and let Slurm start their jobs."""
     with ledger.writer(slurm.config()) as lg:
         for account in accounts:
+            if lg.account(account):
+                lg.set_quota(account, 0, 0, "test setup")  # what it earned so far, then nothing more
             row = lg.account(account)
             lg.credit(account, target - (row["balance"] if row else 0), "test", "test setup", kind="adjustment")
     slurm.cli("ledger", "enforce", *[a for account in accounts for a in ("--account", account)])
