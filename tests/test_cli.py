@@ -282,3 +282,15 @@ def test_bundled_dataset_plans_offline_and_says_where_its_counts_came_from(site_
     d = json.loads(out)
     assert (d["dataset"]["train"], d["dataset"]["val"], d["workload"]["train_images"]) == (118287, 5000, 118287)
     assert d["explain"][0].startswith("data: coco.yaml: 118287 train, 5000 val images")
+
+
+def test_quota_and_refill_say_what_they_did(home: Path) -> None:
+    """`quota set` echoes the bucket in `balance`'s words and units; a refill that blocked, lifted and
+    expired nothing says so rather than printing nothing."""
+    (home / "config.toml").write_text("[ledger]\nenforce = false\n")
+    res = CliRunner().invoke(admin, ["ledger", "quota", "set", "acct", "--rate", "86400M", "--burst", "1G"])
+    assert (res.exit_code, res.output) == (0, "acct: quota 86.40 GTok/day up to 1.00 GTok\n")
+    res = CliRunner().invoke(admin, ["ledger", "balance", "acct"])
+    assert res.output.endswith(", quota 86.40 GTok/day up to 1.00 GTok\n")
+    res = CliRunner().invoke(admin, ["ledger", "refill"])
+    assert (res.exit_code, res.output) == (0, "buckets refilled: no tokens expired, no account blocked or unblocked\n")

@@ -173,6 +173,29 @@ esac""",
     assert kept(cfg, "fake") == {"enf_a": "gres/gpu=5", "enf_b": ""}  # kept before blocking: a retry restores it
 
 
+def test_enforce_says_so_when_the_limits_already_match(home: Path, tmp_path: Path) -> None:
+    """A run that changes nothing says so (an admin who typed it sees it did its work), as does one
+    with enforcement off; neither modifies anything."""
+    log = tmp_path / "argv.log"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    write_script(bin_dir / "scontrol", 'echo "ClusterName             = fake"')
+    write_script(bin_dir / "sacctmgr", f"""echo "$*" >> {log}
+printf 'fake|enf_a|||gres/gpu=0,gres/shard=0\\n'""")  # fmt: skip
+    cfg = use_bin_dir(home, bin_dir)
+    set_dry(cfg, "enf_a", True)
+    with ledger.writer(cfg) as lg:
+        lg.keep_site_limits("fake", "enf_a", "")  # blocked by an earlier run, which kept the site's none
+    res = CliRunner().invoke(admin, ["ledger", "enforce", "--account", "enf_a"])
+    assert (res.exit_code, res.output) == (0, "Slurm's limits on fake already match the ledger (enf_a)\n")
+    assert [line.split()[2] for line in log.read_text().splitlines()] == ["show"]
+    (home / "config.toml").write_text((home / "config.toml").read_text() + "\n[ledger]\nenforce = false\n")
+    res = CliRunner().invoke(admin, ["ledger", "enforce"])
+    assert (res.exit_code, res.output) == (
+        0, "nothing done: ledger.enforce is false in the config (Slurm's limits are the site's alone)\n")  # fmt: skip
+    assert len(log.read_text().splitlines()) == 1
+
+
 def test_enforce_without_a_cluster_name_changes_nothing(home: Path, tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

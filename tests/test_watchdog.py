@@ -68,6 +68,8 @@ def test_watchdog_acts_on_the_array_task_alone(tmp_path: Path, home: Path) -> No
     assert (tmp_path / "slurm.log").read_text().splitlines() == ["scontrol requeue 100_5", "scontrol requeue 200"]
     res = CliRunner().invoke(admin, ["watchdog", "--stall-minutes", "10", "--action", "cancel"])
     assert (tmp_path / "slurm.log").read_text().splitlines()[2:] == ["scancel 100_5", "scancel 200"]
+    res = CliRunner().invoke(admin, ["watchdog", "--stall-minutes", "90", "--dry-run"])  # silent for 60 min
+    assert (res.exit_code, res.output) == (0, "no running job silent for 90 min or more\n")
 
 
 def test_output_patterns_of_array_tasks() -> None:

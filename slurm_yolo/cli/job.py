@@ -128,6 +128,8 @@ def watchdog_cmd(stall_minutes: float | None, action: str | None, dry_run: bool,
         click.echo(
             f"job {z.target}: silent {z.silent_seconds / 60:.1f} min -> {z.action}{' (dry run)' if dry_run else ''}"
         )
+    if not found:
+        click.echo(f"no running job silent for {stall / 60:g} min or more")
 
 
 COMMANDS = (parse, feedback, watch, watchdog_cmd)

@@ -137,8 +137,9 @@ def quota_set(account: str, rate: str, burst: str) -> None:
     """Set ACCOUNT's bucket: --rate tokens a day, up to --burst."""
     config = load_config()
     with ledger.writer(config) as lg:
-        lg.set_quota(account, admission.parse_tokens(rate), admission.parse_tokens(burst), _actor())
-    click.echo(f"{account}: {rate}/day up to {burst}")
+        per_day, capacity = admission.parse_tokens(rate), admission.parse_tokens(burst)
+        lg.set_quota(account, per_day, capacity, _actor())
+    click.echo(f"{account}: quota {fmt_tokens(per_day)}/day up to {fmt_tokens(capacity)}")  # as `balance` shows it
 
 
 _CLUSTER = click.option(
@@ -296,6 +297,8 @@ def refill() -> None:
         click.echo(f"{name}: {fmt_tokens(amount)} expired (unspent for {days:g} days)")
     for name, blocked in changed.items():
         click.echo(f"{name}: {'blocked' if blocked else 'unblocked'}")
+    if not expired and not changed:
+        click.echo("buckets refilled: no tokens expired, no account blocked or unblocked")
     _fail_unconverged(outcome)
 
 
@@ -368,6 +371,11 @@ def enforce(accounts: tuple[str, ...]) -> None:
     for c in outcome.changes:
         click.echo(f"{c.account}: {'blocked' if c.blocked else 'unblocked'} on {outcome.cluster}, "
                    f"GrpTRESRunMins {c.before or '(none)'} -> {c.after or '(none)'}")  # fmt: skip
+    if not config["ledger"]["enforce"]:
+        click.echo("nothing done: ledger.enforce is false in the config (Slurm's limits are the site's alone)")
+    elif not outcome.changes and not outcome.errors:
+        which = ", ".join(accounts) if accounts else "every account"
+        click.echo(f"Slurm's limits on {outcome.cluster} already match the ledger ({which})")
     _fail_unconverged(outcome)
 
 
