@@ -294,3 +294,13 @@ def test_quota_and_refill_say_what_they_did(home: Path) -> None:
     assert res.output.endswith(", quota 86.40 GTok/day up to 1.00 GTok\n")
     res = CliRunner().invoke(admin, ["ledger", "refill"])
     assert (res.exit_code, res.output) == (0, "buckets refilled: no tokens expired, no account blocked or unblocked\n")
+
+
+def test_price_show_names_who_set_a_price_and_why(home: Path) -> None:
+    (home / "config.toml").write_text("[ledger]\nenforce = false\n")
+    CliRunner().invoke(admin, ["ledger", "price", "set", "t4", "1000"])
+    CliRunner().invoke(admin, ["ledger", "price", "set", "a100", "3k", "--reason", "contract 2027"])
+    lines = CliRunner().invoke(admin, ["ledger", "price", "show"]).output.splitlines()
+    assert lines[1].startswith("a100: 3,000 tokens per GPU-second since ") and lines[1].endswith(": contract 2027)")
+    assert lines[2].startswith("t4: 1,000 tokens per GPU-second since ") and lines[2].endswith(", no reason given)")
+    assert "()" not in lines[2] and ": )" not in lines[2]

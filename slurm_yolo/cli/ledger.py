@@ -243,8 +243,8 @@ def price_show(as_json: bool) -> None:
         for r in current + [r for r in versions if float(str(r["effective_at"])) > now]:
             since = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(str(r["effective_at"]))))
             label = f"since {since}" if r in current else f"from {since}"
-            click.echo(f"{partition}{where}: {int(str(r['price'])):,} tokens per GPU-second {label}"
-                       f" ({r['actor']}: {r['reason']})")  # fmt: skip
+            why = f"{r['actor']}: {r['reason']}" if r["reason"] else f"set by {r['actor']}, no reason given"
+            click.echo(f"{partition}{where}: {int(str(r['price'])):,} tokens per GPU-second {label} ({why})")
 
 
 @ledger_group.command()
