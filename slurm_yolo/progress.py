@@ -48,8 +48,7 @@ def render(state: str, p: Progress | None, width: int = 24) -> str:
     them): fewer than the submit line's effective MTok, which add the validation passes and scale by
     the model's FLOPs. The line says "trained" so the two are never read as one number."""
     if p is None or not p.epoch:
-        ended = state in FINAL_STATES or state == "UNKNOWN"
-        return state if ended else f"{state}: waiting for the first epoch"
+        return state if state in FINAL_STATES else f"{state}: waiting for the first epoch"
     share = min(1.0, p.tokens_done / p.tokens_total) if p.tokens_total else 0.0
     bar = "█" * round(share * width) + "░" * (width - round(share * width))
     total = f"/{p.tokens_total / 1e6:.1f}" if p.tokens_total else ""
@@ -74,6 +73,8 @@ def watch(job_id: int, emit: Callable[[str], None], poll: float = 2.0, bin_dir: 
     path = usage_file(job_id, bin_dir)
     last = state = ""
     for state in commands.states(job_id, poll, timeout, bin_dir):
+        if state == "UNKNOWN":
+            continue  # not yet (or no longer) known to Slurm: a state to print, or an error, comes next
         p = progress(parse_records(path)) if path and path.exists() else None
         line = render(state, p)
         if line != last:

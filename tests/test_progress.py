@@ -36,3 +36,20 @@ def test_the_line_says_it_counts_trained_tokens(tmp_path: Path) -> None:
     line = progress.render("RUNNING", p)
     assert "epoch 2/4 2.0/4.0 MTok trained 0.50 MTok/s ETA 0:04" in line
     assert "effective" not in line
+
+
+def test_watch_prints_no_line_while_slurm_does_not_know_the_job(tmp_path: Path) -> None:
+    """A job just submitted can be missing from squeue and sacct for a moment: no UNKNOWN line then
+    (nor before the error for a job Slurm never knew); its first known state is the first line."""
+    count = tmp_path / "asked"
+    for name, body in (
+        ("squeue", "exit 1"),
+        ("sacct", f"echo x >> {count}; [ $(wc -l < {count}) -ge 3 ] && echo COMPLETED; exit 0"),
+    ):
+        (tmp_path / name).write_text(f"#!/bin/sh\n{body}\n")
+        (tmp_path / name).chmod(0o755)
+    (tmp_path / "scontrol").write_text("#!/bin/sh\nexit 1\n")
+    (tmp_path / "scontrol").chmod(0o755)
+    lines: list[str] = []
+    assert progress.watch(7, lines.append, poll=0.01, bin_dir=tmp_path) == "COMPLETED"
+    assert lines == ["COMPLETED"]

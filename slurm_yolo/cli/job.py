@@ -16,7 +16,7 @@ from . import echo_json, library_errors, load_config
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True)
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
 @library_errors
 def parse(path: Path, as_json: bool) -> None:
     """Throughput per epoch from usage records, a results.csv, a stdout log, or a folder of them."""
