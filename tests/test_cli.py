@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -304,3 +306,20 @@ def test_price_show_names_who_set_a_price_and_why(home: Path) -> None:
     assert lines[1].startswith("a100: 3,000 tokens per GPU-second since ") and lines[1].endswith(": contract 2027)")
     assert lines[2].startswith("t4: 1,000 tokens per GPU-second since ") and lines[2].endswith(", no reason given)")
     assert "()" not in lines[2] and ": )" not in lines[2]
+
+
+def test_every_commands_short_help_is_a_whole_phrase_in_plain_text() -> None:
+    """The command lists cut each help at its first full stop: never at an "e.g." (``deposit`` once
+    showed "Add AMOUNT tokens (e.g."); and no help shows reStructuredText's double backticks."""
+
+    def walk(cmd: click.Command, path: str) -> Iterator[tuple[str, click.Command]]:
+        yield path, cmd
+        for name, sub in getattr(cmd, "commands", {}).items():
+            yield from walk(sub, f"{path} {name}")
+
+    for root, name in ((yolo_sbatch, "yolo-sbatch"), (admin, "slurm-yolo")):
+        for path, cmd in walk(root, name):
+            short = cmd.get_short_help_str(limit=300)
+            assert short.count("(") == short.count(")") and not short.endswith("e.g."), (path, short)
+            helps = [cmd.help or ""] + [getattr(p, "help", None) or "" for p in cmd.params]
+            assert not [h for h in helps if "``" in h], path

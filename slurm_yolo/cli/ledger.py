@@ -63,7 +63,7 @@ def ledger_group() -> None:
 @click.option("--adjust", is_flag=True, help="An adjustment (may be negative) instead of a deposit.")
 @library_errors
 def deposit(account: str, amount: str, reason: str, adjust: bool) -> None:
-    """Add AMOUNT tokens (e.g. 50G, 120M) to ACCOUNT."""
+    """Add AMOUNT tokens to ACCOUNT: 50G, 120M, 1.5GTok or 1500 (k, M, G, T: powers of 1000)."""
     config = load_config()
     value = admission.parse_tokens(amount, allow_negative=adjust)
     with ledger.writer(config) as lg:
@@ -168,7 +168,7 @@ def _cluster(lg: ledger.Ledger, config: Config, name: str) -> str:
 @_CLUSTER
 @library_errors
 def tiers(qos: str | None, rate: str | None, cluster: str) -> None:
-    """Charge rate per QOS (``tiers yolo-prod 0.8``, at most 6 decimals); without arguments, list them."""
+    """Charge rate per QOS, at most 6 decimals (tiers yolo-prod 0.8: its jobs pay 80%); without arguments, list them."""
     config = load_config()
     if qos and rate is not None:
         with ledger.writer(config) as lg:
@@ -198,7 +198,7 @@ def price() -> None:
 @_CLUSTER
 @library_errors
 def price_set(partition: str, tokens_per_gpu_second: str, effective: str, reason: str, cluster: str) -> None:
-    """Bill runs of PARTITION held from --from on at TOKENS per GPU-second (e.g. 1M); a shard pays its
+    """Bill runs of PARTITION held from --from on at TOKENS per GPU-second (1M, 2500); a shard pays its
     share. Runs held before keep the price they were held at."""
     config = load_config()
     amount = admission.parse_tokens(tokens_per_gpu_second)
