@@ -191,7 +191,9 @@ def _compare(lg: ledger.Ledger, config: Config, records: list[JobRecord], commen
             if entry is None:
                 findings.append(Finding("comment", key, "no AdminComment for this run in sacct"))
             elif {k: entry.get(k, "") for k in want} != want:
-                findings.append(Finding("comment", key, f"AdminComment says {entry}, ledger {want}"))
+                said = ", ".join(f"{k}={entry.get(k, '')}" for k in want)  # its words, not a Python dict
+                findings.append(Finding("comment", key, f"AdminComment says {said}; the ledger "
+                                        + ", ".join(f"{k}={v}" for k, v in want.items())))  # fmt: skip
     for row in lg.held_between(since, settled_before, home):
         if row["job_key"] not in seen:
             findings.append(Finding("missing-in-sacct", row["job_key"], "held in the ledger, no such run in sacct"))

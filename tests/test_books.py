@@ -111,14 +111,21 @@ def test_audit_finds_each_kind_of_difference(cfg: config.Config) -> None:
         lg.hold(run(3), 1_800_000, None, "test")  # sacct has its end; the ledger still holds it
         settle(lg, 5)  # sacct never heard of it
         lg.hold(run(6)._replace(cluster="other"), 1000, None, "test")  # another cluster's, on one shared ledger
+        settle(lg, 7)  # its AdminComment was changed since
         texts = {r["job_id"]: r["text"] for r in lg.unwritten_comments(cluster="yolo")}
-    sacct = [record(1), record(2), record(3), record(4)]  # 4: a run the ledger never held
-    comments = {("yolo", 1, SUBMIT): texts[1], ("yolo", 2, SUBMIT): ""}
+        seven = dict(lg.runs(7, "yolo")[0])
+    sacct = [record(1), record(2), record(3), record(4), record(7)]  # 4: a run the ledger never held
+    forged = texts[7].replace(f"charge={seven['charge']}", "charge=1")
+    comments = {("yolo", 1, SUBMIT): texts[1], ("yolo", 2, SUBMIT): "", ("yolo", 7, SUBMIT): forged}
     with ledger.reader(cfg) as lg:
         found = books._compare(lg, cfg, sacct, comments, time.time() + 60, 0, "yolo")
     by = {(f.kind, f.key.split(":")[1]) for f in found}
     assert by == {("differs", "2"), ("comment", "2"), ("unsettled", "3"), ("missing-in-ledger", "4"),
-                  ("missing-in-sacct", "5")}  # fmt: skip
+                  ("missing-in-sacct", "5"), ("comment", "7")}  # fmt: skip
+    [detail] = [f.detail for f in found if f.key.split(":")[1] == "7"]  # in the comment's own words
+    hold, charge, refund = seven["hold"], seven["charge"], seven["refund"]
+    assert detail == (f"AdminComment says hold={hold}, charge=1, refund={refund}, state=COMPLETED;"
+                      f" the ledger hold={hold}, charge={charge}, refund={refund}, state=COMPLETED")  # fmt: skip
 
 
 def test_audit_knows_slurmdbd_rewrites_a_requeued_finished_run_as_requeued(cfg: config.Config) -> None:
