@@ -236,9 +236,11 @@ def fmt_tokens(n: float) -> str:
     return f"{n:.0f} Tok"
 
 
-def images_640(n: float) -> float:
-    """Tokens as 640-equivalent images, so runs at different sizes compare at a glance."""
-    return n / 640**2
+def images_640(n: float) -> str:
+    """Tokens as 640-equivalent images, so runs at different sizes compare at a glance: whole images
+    from 100 on, three figures below (a tiny run at imgsz 64 is 0.25 of one, not "0")."""
+    images = n / 640**2
+    return f"{images:,.0f}" if images >= 100 else f"{images:.3g}"
 
 
 def resolve_model(

@@ -154,7 +154,7 @@ def plan_partition(
         f"images: {w.train_images} train x {w.epochs} epochs at imgsz {w.imgsz}, {w.val_images} val"
         f" ({w.val_passes} passes + final), batch {w.batch}, {w.iterations} iterations",
         f"tokens per epoch: {fmt_tokens(w.train_images * w.imgsz**2)} train;"
-        f" run: {fmt_tokens(tok)} = {images_640(tok):,.0f} 640-equivalent images"
+        f" run: {fmt_tokens(tok)} = {images_640(tok)} 640-equivalent images"
         f" (val weight {tm.val_weight:.2f})",
         f"model: {w.model} {w.gflops:.2f} GFLOPs ({w.model_source}), factor {mf:.2f} x family {w.family} {ff:.2f}"
         + (" (with the model's own)" if w.model in tm.model_factors else "")

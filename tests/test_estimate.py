@@ -45,7 +45,8 @@ def test_units() -> None:
     assert estimate.fmt_tokens(3.2e12) == "3.20 TTok" and estimate.fmt_tokens(2e5) == "0.2 MTok"
     assert estimate.fmt_tokens(30_000) == "30.0 kTok" and estimate.fmt_tokens(42) == "42 Tok"
     assert estimate.fmt_tokens(-1.5e9) == "-1.50 GTok" and estimate.fmt_tokens(0) == "0 Tok"
-    assert estimate.images_640(640**2 * 10) == 10
+    assert estimate.images_640(640**2 * 10) == "10" and estimate.images_640(640**2 * 12_345) == "12,345"
+    assert estimate.images_640(64**2 * 25) == "0.25"  # a tiny run is a share of one image, not "0"
 
 
 @pytest.mark.parametrize(
