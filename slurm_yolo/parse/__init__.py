@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -29,6 +29,14 @@ class EpochStats:
     gpu_mem_gb: float | None = None
     losses: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+
+
+def losses_and_metrics(values: Mapping[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+    """An epoch's results.csv columns (as ultralytics names them, also in our usage records): the
+    training losses (``train/``) and the validation metrics (``metrics/``); learning rates and
+    validation losses are left out."""
+    losses = {k: v for k, v in values.items() if k.startswith("train/")}
+    return losses, {k: v for k, v in values.items() if k.startswith("metrics/")}
 
 
 @dataclass

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from . import EpochStats, ParseResult, read_text
+from . import EpochStats, ParseResult, losses_and_metrics, read_text
 
 MAX_USAGE_BYTES = 16 * 1024 * 1024  # a usage file holds a few hundred bytes per epoch
 # In the job's work dir (the folder it starts in: --chdir, else the submit dir), where the epilog,
@@ -56,9 +56,12 @@ def parse_records(path: Path, text: str | None = None) -> ParseResult:
                 epoch = int(rec["epoch"])
                 seconds = float(rec["seconds"])
                 images = int(rec["images"])
-                e = EpochStats(epoch=epoch, seconds=seconds, images=images,
-                               gpu_mem_gb=_opt_float(rec.get("gpu_mem_gb")),
-                               metrics={k: float(v) for k, v in (rec.get("metrics") or {}).items()})  # fmt: skip
+                values = rec.get("metrics") or {}
+                if not isinstance(values, dict):
+                    raise TypeError("metrics is no mapping")
+                losses, metrics = losses_and_metrics({str(k): float(v) for k, v in values.items()})
+                e = EpochStats(epoch=epoch, seconds=seconds, images=images, losses=losses, metrics=metrics,
+                               gpu_mem_gb=_opt_float(rec.get("gpu_mem_gb")))  # fmt: skip
                 if rec.get("tokens") and seconds > 0:
                     e.mtok_per_s = float(rec["tokens"]) / seconds / 1e6
                 epochs[epoch] = e

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
-from . import read_bytes
+from . import losses_and_metrics, read_bytes
 
 if TYPE_CHECKING:
     from . import ParseResult
@@ -127,8 +127,7 @@ def parse_results_csv(path: Path) -> ParseResult:
         if row.time is not None:
             stats.seconds = max(0.0, row.time - previous)
             previous = row.time
-        stats.losses = {k: v for k, v in row.values.items() if k.startswith("train/")}
-        stats.metrics = {k: v for k, v in row.values.items() if k.startswith("metrics/")}
+        stats.losses, stats.metrics = losses_and_metrics(row.values)
         result.per_epoch.append(stats)
     result.train_seconds = previous or None
     return result.finish()
