@@ -56,6 +56,13 @@ def test_explain_says_everything(dataset: Path, site_config: Path) -> None:
         "qos:",
     ):
         assert word in out
+    code, plain = run(["--dry-run", "-p", "a100", "train", f"data={dataset}", "model=yolo11n.yaml", "epochs=2"])
+    assert (
+        code == 0
+        and plain.startswith("Not submitted (--dry-run) (a100, shard:a100:2, qos ")
+        and "k 1 s/MTok" not in plain
+    )
+    assert plain.splitlines()[1].startswith("#!") and out.endswith(plain)  # --explain adds the breakdown before
 
 
 @pytest.mark.parametrize(
@@ -274,7 +281,7 @@ def test_bundled_dataset_plans_offline_and_says_where_its_counts_came_from(site_
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("YOLO_CONFIG_DIR", str(tmp_path / "cfg"))
-    code, out = run(["--dry-run", "-p", "a100", "train", "model=yolov8n.yaml", "data=coco8.yaml"])
+    code, out = run(["--dry-run", "--explain", "-p", "a100", "train", "model=yolov8n.yaml", "data=coco8.yaml"])
     assert code == 0, out
     assert out.splitlines()[0].startswith(
         "data: coco8.yaml: 4 train, 4 val images, ultralytics 8.4.190's published sizes"

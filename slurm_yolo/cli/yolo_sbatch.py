@@ -79,18 +79,17 @@ def main(
     if as_json:
         echo_json({**p.to_dict(), "dataset": prepared.counts._asdict(), "script": prepared.script, "job_id": job_id})
     else:
-        if explain or dry_run:
+        if explain:
             for line in p.explain:
                 click.echo(line)
-        if dry_run:
+        start = f", expected start {plan.clock(p.expected_start)}" if p.expected_start is not None else ""
+        summary = (f"({p.partition}, {p.gres}, qos {p.qos}, limit {p.time_limit_seconds // 60} min,"
+                   f" {fmt_tokens(p.effective_tokens)} effective, predicted {p.predicted_seconds / 60:.1f} min{start})")  # fmt: skip
+        if dry_run:  # the line a submission would print, then the script it would send
+            click.echo(f"Not submitted (--dry-run) {summary}")
             click.echo(prepared.script, nl=False)
         else:
-            start = f", expected start {plan.clock(p.expected_start)}" if p.expected_start is not None else ""
-            click.echo(
-                f"Submitted batch job {job_id} ({p.partition}, {p.gres}, qos {p.qos},"
-                f" limit {p.time_limit_seconds // 60} min, {fmt_tokens(p.effective_tokens)} effective,"
-                f" predicted {p.predicted_seconds / 60:.1f} min{start})"
-            )
+            click.echo(f"Submitted batch job {job_id} {summary}")
     if wait and job_id is not None:
         from .job import follow  # the job-side commands: only when following a job
 
