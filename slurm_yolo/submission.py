@@ -84,6 +84,7 @@ class Prepared(NamedTuple):
     plan: plan.Plan
     script: str
     options: render.JobOptions
+    warnings: tuple[str, ...] = ()  # what the user should know before the job runs (stderr, one line each)
 
 
 def job_options(config: Config, **given: object) -> render.JobOptions:
@@ -152,7 +153,12 @@ def prepare(
         0, f"data: {counts.yaml_path}: {counts.train} train, {counts.val} val images, {counts.source}"
     )
     script = scripts[[p.partition for p in plans].index(chosen.partition)]
-    return Prepared(spec=s, counts=counts, plan=chosen, script=script, options=options)
+    warnings: tuple[str, ...] = ()
+    if partition != "auto" and config.partitions and partition not in config.partitions:  # a typo plans "cleanly"
+        warnings = (f"partition {partition} is not one of the configured ({', '.join(sorted(config.partitions))}):"
+                    " planned with the defaults (whole GPUs, the prior k); Slurm refuses it if it does not exist",)  # fmt: skip
+        chosen.explain.extend(warnings)
+    return Prepared(spec=s, counts=counts, plan=chosen, script=script, options=options, warnings=warnings)
 
 
 def submit(config: Config, prepared: Prepared) -> int:

@@ -330,3 +330,14 @@ def test_every_commands_short_help_is_a_whole_phrase_in_plain_text() -> None:
             assert short.count("(") == short.count(")") and not short.endswith("e.g."), (path, short)
             helps = [cmd.help or ""] + [getattr(p, "help", None) or "" for p in cmd.params]
             assert not [h for h in helps if "``" in h], path
+
+
+def test_a_partition_not_configured_is_planned_with_a_warning(dataset: Path, site_config: Path) -> None:
+    """``-p v100`` where the config knows a100 and t4: a typo plans with the defaults, so it says so
+    (stderr, and in --explain); ``--json`` stays one JSON object on stdout."""
+    res = CliRunner().invoke(yolo_sbatch, ["--dry-run", "--json", "-p", "v100", "train", f"data={dataset}"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["partition"] == "v100"
+    assert res.stderr == ("warning: partition v100 is not one of the configured (a100, t4): planned with the defaults"
+                          " (whole GPUs, the prior k); Slurm refuses it if it does not exist\n")  # fmt: skip
+    assert res.stderr.removeprefix("warning: ").strip() in json.loads(res.stdout)["explain"]
+    assert CliRunner().invoke(yolo_sbatch, ["--dry-run", "--json", "-p", "t4", "train", f"data={dataset}"]).stderr == ""

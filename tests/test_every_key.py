@@ -55,8 +55,10 @@ def hostile_home(tmp_path: Path, site_config: Path, dataset: Path, monkeypatch: 
     return tmp_path
 
 
-def verdict(code: int, out: str, exc: BaseException | None, words: list[str], tmp: Path) -> str | None:
-    """What is wrong with one answer (None: it is one of the two allowed)."""
+def verdict(code: int, out: str, exc: BaseException | None, words: list[str], tmp: Path,
+            stdout: str | None = None) -> str | None:  # fmt: skip
+    """What is wrong with one answer (None: it is one of the two allowed). ``out`` is what the user
+    saw, ``stdout`` (when apart) the JSON alone: beside a plan, stderr may only hold warning lines."""
     if exc is not None and not isinstance(exc, SystemExit):
         return f"raised {type(exc).__name__}: {exc}"
     if "Traceback" in out:
@@ -68,6 +70,11 @@ def verdict(code: int, out: str, exc: BaseException | None, words: list[str], tm
             if len(lines) == 1 and lines[0].startswith("Error: ")
             else f"exit {code} without one Error line: {out[:300]!r}"
         )
+    if stdout is not None:
+        extra = [line for line in out.replace(stdout, "", 1).splitlines() if line.strip()]
+        if any(not line.startswith("warning: ") for line in extra):
+            return f"exit 0 with more than JSON and warnings: {out[:300]!r}"
+        out = stdout
     try:
         plan = json.loads(out)
     except ValueError:
@@ -113,7 +120,7 @@ def test_every_train_key(key: str, hostile_home: Path, dataset: Path) -> None:
         value = raw.replace("{tmp}", str(hostile_home))
         words = command(key, value, dataset)
         res = CliRunner().invoke(yolo_sbatch, ["--dry-run", "--json", "-p", "a100", *words])
-        why = verdict(res.exit_code, res.output, res.exception, words, hostile_home)
+        why = verdict(res.exit_code, res.output, res.exception, words, hostile_home, res.stdout)
         if why:
             problems.append(f"{key}={value[:60]!r}: {why}")
     assert not (hostile_home / "pwned").exists()
@@ -127,7 +134,7 @@ def test_every_option(option: str, hostile_home: Path, dataset: Path) -> None:
     for raw in HOSTILE:
         value = raw.replace("{tmp}", str(hostile_home))
         res = CliRunner().invoke(yolo_sbatch, ["--dry-run", "--json", "-p", "a100", f"{option}={value}", *words])
-        why = verdict(res.exit_code, res.output, res.exception, words, hostile_home)
+        why = verdict(res.exit_code, res.output, res.exception, words, hostile_home, res.stdout)
         if why:
             problems.append(f"{option}={value[:60]!r}: {why}")
     assert not (hostile_home / "pwned").exists()
@@ -154,7 +161,7 @@ def test_hostile_data_yaml(text: str, hostile_home: Path) -> None:
     y = hostile_home / "data.yaml"
     y.write_bytes(text.replace("{tmp}", str(hostile_home)).encode("utf-8", "surrogateescape"))
     res = CliRunner().invoke(yolo_sbatch, ["--dry-run", "--json", "-p", "a100", "train", f"data={y}"])
-    assert verdict(res.exit_code, res.output, res.exception, [], hostile_home) is None, res.output
+    assert verdict(res.exit_code, res.output, res.exception, [], hostile_home, res.stdout) is None, res.output
     assert res.exit_code != 0 and DATA_YAMLS[text] in res.output, res.output
     assert not (hostile_home / "pwned").exists()
 

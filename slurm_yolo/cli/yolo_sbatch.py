@@ -75,6 +75,8 @@ def main(
     wait_limit = durations.parse(wait_timeout) if wait else None  # a bad value submits nothing
     prepared = submission.prepare(config, list(words), request, options, flops_factor)
     p = prepared.plan
+    for warning in prepared.warnings:
+        click.echo(f"warning: {warning}", err=True)
     job_id = None if dry_run else submission.submit(config, prepared)
     if as_json:
         echo_json({**p.to_dict(), "dataset": prepared.counts._asdict(), "script": prepared.script, "job_id": job_id})
