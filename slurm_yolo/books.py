@@ -151,6 +151,11 @@ def _unique(records: list[JobRecord]) -> list[JobRecord]:
     return list({(r.cluster, r.job_id, r.submit): r for r in records}.values())
 
 
+def _comment_words(fields: dict[str, str], keys: dict[str, str]) -> str:
+    """``keys``' fields as an AdminComment writes them (``hold=1, charge=2``), not as a Python dict."""
+    return ", ".join(f"{k}={fields.get(k, '')}" for k in keys)
+
+
 def _compare(lg: ledger.Ledger, config: Config, records: list[JobRecord], comments: dict[tuple[str, int, int], str],
              settled_before: float, since: float, home: str) -> list[Finding]:  # fmt: skip
     findings: list[Finding] = []
@@ -191,9 +196,8 @@ def _compare(lg: ledger.Ledger, config: Config, records: list[JobRecord], commen
             if entry is None:
                 findings.append(Finding("comment", key, "no AdminComment for this run in sacct"))
             elif {k: entry.get(k, "") for k in want} != want:
-                said = ", ".join(f"{k}={entry.get(k, '')}" for k in want)  # its words, not a Python dict
-                findings.append(Finding("comment", key, f"AdminComment says {said}; the ledger "
-                                        + ", ".join(f"{k}={v}" for k, v in want.items())))  # fmt: skip
+                said, kept = _comment_words(entry, want), _comment_words(want, want)
+                findings.append(Finding("comment", key, f"AdminComment says {said}; the ledger {kept}"))
     for row in lg.held_between(since, settled_before, home):
         if row["job_key"] not in seen:
             findings.append(Finding("missing-in-sacct", row["job_key"], "held in the ledger, no such run in sacct"))

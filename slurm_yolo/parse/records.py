@@ -59,7 +59,7 @@ def parse_records(path: Path, text: str | None = None) -> ParseResult:
                 values = rec.get("metrics") or {}
                 if not isinstance(values, dict):
                     raise TypeError("metrics is no mapping")
-                losses, metrics = losses_and_metrics({str(k): float(v) for k, v in values.items()})
+                losses, metrics = losses_and_metrics({k: float(v) for k, v in values.items()})
                 e = EpochStats(epoch=epoch, seconds=seconds, images=images, losses=losses, metrics=metrics,
                                gpu_mem_gb=_opt_float(rec.get("gpu_mem_gb")))  # fmt: skip
                 if rec.get("tokens") and seconds > 0:
