@@ -235,13 +235,20 @@ def _kill_hooks_of(slurm: Slurm, patterns: tuple[str, ...]) -> None:
 
 def submit_through_restarts(slurm: Slurm, *args: str, script: str) -> int:
     """sbatch, again while a shared ledger's admission cannot answer (hookd killed, not yet back): a GPU
-    job is then refused, never admitted unchecked, and a user tries again."""
+    job is then refused, never admitted unchecked, and a user tries again. So does a user whose sbatch
+    lost slurmctld's answer (slurmctld held up past MessageTimeout on a busy 2-core machine while
+    slurmdbd comes and goes): a job created all the same is not in the returned list, but still in
+    the queue the test waits to empty and in the audit, which covers every job since the start."""
 
     def submitted() -> int | None:
         res = slurm.cmd("sbatch", "--parsable", "-o", "/dev/null", *args, input=f"#!/bin/bash\n{script}\n", check=False)
         if res.returncode == 0:
             return int(res.stdout.strip().split(";")[0])
-        assert "the shared token ledger did not answer" in res.stderr, res.stderr
+        assert any(why in res.stderr for why in (
+            "the shared token ledger did not answer",
+            "Zero Bytes were transmitted or received",
+            "Socket timed out on send/recv operation",
+        )), res.stderr  # fmt: skip
         return None
 
     return poll("the submission admitted", submitted, timeout=120)
