@@ -34,6 +34,21 @@ GFLOPS: dict[str, float] = {
     "yolov10x": 171.99,
 }  # fmt: skip
 
+# The segment, pose and OBB variants, measured the same way on their yamls' own defaults (seg nc=80,
+# pose nc=1 with 17 keypoints, obb nc=15): ultralytics picks the ``-seg``/``-pose``/``-obb`` model
+# for those tasks (``segment train`` without model= trains yolo26n-seg.pt).
+TASK_GFLOPS: dict[str, float] = {
+    "yolov8n-seg": 12.14, "yolov8s-seg": 40.34, "yolov8m-seg": 104.98, "yolov8l-seg": 211.06, "yolov8x-seg": 329.19,
+    "yolov8n-pose": 9.29, "yolov8s-pose": 30.4, "yolov8m-pose": 81.41, "yolov8l-pose": 169.14, "yolov8x-pose": 263.95,
+    "yolov8n-obb": 9.1, "yolov8s-obb": 29.8, "yolov8m-obb": 81.46, "yolov8l-obb": 169.43, "yolov8x-obb": 264.31,
+    "yolo11n-seg": 9.96, "yolo11s-seg": 33.36, "yolo11m-seg": 113.97, "yolo11l-seg": 133.18, "yolo11x-seg": 297.89,
+    "yolo11n-pose": 7.78, "yolo11s-pose": 23.6, "yolo11m-pose": 72.39, "yolo11l-pose": 91.6, "yolo11x-pose": 204.7,
+    "yolo11n-obb": 6.92, "yolo11s-obb": 22.82, "yolo11m-obb": 72.34, "yolo11l-obb": 91.55, "yolo11x-obb": 204.62,
+    "yolo26n-seg": 10.63, "yolo26s-seg": 37.66, "yolo26m-seg": 132.78, "yolo26l-seg": 151.3, "yolo26x-seg": 338.2,
+    "yolo26n-pose": 10.79, "yolo26s-pose": 29.82, "yolo26m-pose": 86.14, "yolo26l-pose": 104.66, "yolo26x-pose": 226.85,
+    "yolo26n-obb": 6.73, "yolo26s-obb": 25.05, "yolo26m-obb": 83.03, "yolo26l-obb": 101.55, "yolo26x-obb": 226.69,
+}  # fmt: skip
+
 # Cost per FLOP relative to yolov8 before any calibration: newer families' attention and
 # depthwise blocks run slower per FLOP (30-55% measured on CPU). Calibration replaces these.
 FAMILY_PRIOR: dict[str, float] = {
@@ -41,7 +56,7 @@ FAMILY_PRIOR: dict[str, float] = {
     "yolo11": 1.35, "yolo12": 1.55, "yolo26": 1.45, "custom": 1.0,
 }  # fmt: skip
 
-_NAME = re.compile(r"^(yolov8|yolo11|yolo12|yolo26|yolov5|yolov9|yolov10)([nsmblxtce])(u?)$")
+_NAME = re.compile(r"^(yolov8|yolo11|yolo12|yolo26|yolov5|yolov9|yolov10)([nsmblxtce])(u?)(-seg|-pose|-obb)?$")
 MTOK = 1e6
 
 
@@ -62,10 +77,12 @@ def family_of(model: str) -> str:
 
 
 def lookup_model(model: str) -> ModelInfo | None:
-    """A standard detection model from the table, by name or path (``yolov8n.pt``, ``cfg/yolo11s.yaml``)."""
+    """A standard model from the tables, by name or path (``yolov8n.pt``, ``cfg/yolo11s.yaml``,
+    ``yolo26n-seg.pt``)."""
     stem = Path(model).stem.lower()
-    if stem in GFLOPS and _NAME.match(stem):
-        return ModelInfo(name=stem, family=family_of(stem), gflops=GFLOPS[stem], source="table")
+    gflops = GFLOPS.get(stem) or TASK_GFLOPS.get(stem)
+    if gflops and _NAME.match(stem):
+        return ModelInfo(name=stem, family=family_of(stem), gflops=gflops, source="table")
     return None
 
 

@@ -52,7 +52,8 @@ def test_units() -> None:
 @pytest.mark.parametrize(
     ("name", "family", "gflops"),
     [("yolov8n.pt", "yolov8", 8.86), ("cfg/yolo11s.yaml", "yolo11", 21.84), ("YOLO26X.pt", "yolo26", 210.07),
-     ("yolov5su.pt", "yolov5", 24.21), ("yolov10b.yaml", "yolov10", 99.47)],
+     ("yolov5su.pt", "yolov5", 24.21), ("yolov10b.yaml", "yolov10", 99.47), ("yolo26n-seg.pt", "yolo26", 10.63),
+     ("yolo11s-pose.yaml", "yolo11", 23.6), ("yolov8x-obb.pt", "yolov8", 264.31)],
 )  # fmt: skip
 def test_table_lookup(name: str, family: str, gflops: float) -> None:
     m = estimate.lookup_model(name)
@@ -63,6 +64,10 @@ def test_every_standard_family_and_scale_is_in_the_table() -> None:
     for fam in ("yolov8", "yolo11", "yolo12", "yolo26"):
         for scale in "nsmlx":
             assert f"{fam}{scale}" in estimate.GFLOPS
+    for fam in ("yolov8", "yolo11", "yolo26"):  # ultralytics' default model of each task is one of these
+        for scale in "nsmlx":
+            for task in ("-seg", "-pose", "-obb"):
+                assert f"{fam}{scale}{task}" in estimate.TASK_GFLOPS
 
 
 def test_flops_factor_overrides() -> None:
