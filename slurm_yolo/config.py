@@ -182,6 +182,19 @@ class Config:
         return rows
 
 
+def missing(config: Config) -> str:
+    """A line for a config that read no file where one was expected ('' otherwise): its settings are
+    the built-in defaults (no partitions, the prior k), rarely what a user on a site wants. A
+    ``SLURM_YOLO_HOME`` without a config.toml is a deliberate trial of the defaults: no line."""
+    if config.path is not None or (config.env.get("SLURM_YOLO_HOME") and not config.env.get("SLURM_YOLO_CONFIG")):
+        return ""
+    why = "from SLURM_YOLO_CONFIG" if config.env.get("SLURM_YOLO_CONFIG") else "SLURM_YOLO_CONFIG is not set"
+    return (
+        f"no slurm-yolo config at {config_path(config.env)} ({why}): the built-in defaults are in force;"
+        " export SLURM_YOLO_CONFIG=<your site's config.toml>"
+    )
+
+
 def config_path(env: Mapping[str, str] = os.environ) -> Path:
     """The TOML file in force (it may not exist)."""
     if env.get("SLURM_YOLO_CONFIG"):

@@ -99,3 +99,15 @@ def viewer(config: Config) -> Viewer:
         except SlurmError as e:
             v = v._replace(unreached=f"slurmdbd did not answer ({e})")
     return v
+
+
+def own_accounts(config: Config, v: Viewer) -> frozenset[str]:
+    """The Slurm accounts ``v`` submits to (none asked for an admin, who sees every account anyway,
+    nor when slurmdbd did not answer): a user's own account belongs in her list of balances even
+    before the ledger has an entry for it."""
+    if v.associated or is_admin(v) or v.unreached:
+        return v.associated
+    try:
+        return frozenset(commands.accounts_of(v.user, Path(config["slurm"]["bin_dir"])))
+    except SlurmError:
+        return frozenset()

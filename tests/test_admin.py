@@ -307,3 +307,66 @@ def test_a_price_for_no_known_cluster_or_the_past_is_refused(cluster: Slurm) -> 
     res = cluster.cli("ledger", "tiers", "normal", "9", "--cluster", "nosuch", check=False)
     assert res.returncode != 0 and "no cluster 'nosuch'" in res.stderr
     assert cluster.cli("ledger", "price", "show", "--json").stdout == before
+
+
+def test_a_tier_is_for_a_qos_slurm_has_and_can_be_removed(cluster: Slurm) -> None:
+    """A tier for a QOS Slurm does not have would never apply (a typo): refused. A tier can be
+    removed (its jobs pay the price again); removing one that is not there says so."""
+    before = cluster.cli("ledger", "tiers").stdout
+    for args, why in ((["yolo-test", "0.8"], "Slurm has no QOS 'yolo-test' (it has "),
+                      (["yolo-dev"], "give QOS 'yolo-dev' a RATE, or --remove its tier"),
+                      (["yolo-dev", "0.5", "--remove"], "give QOS 'yolo-dev' a RATE, or --remove its tier"),
+                      (["--remove"], "--remove needs the QOS"),
+                      (["yolo-dev", "--remove"], "no tier for QOS 'yolo-dev' to remove")):  # fmt: skip
+        res = cluster.cli("ledger", "tiers", *args, check=False)
+        assert res.returncode != 0 and res.stderr.startswith(f"Error: {why}"), (args, res.stderr)
+        assert len(res.stderr.strip().splitlines()) == 1
+    assert cluster.cli("ledger", "tiers").stdout == before
+    try:
+        assert "yolo-dev: 0.5" in cluster.cli("ledger", "tiers", "yolo-dev", "0.5").stdout
+        with cluster.ledger() as lg:
+            assert lg.tier_rate("yolo-dev", cluster.name) == 500_000
+        res = cluster.cli("ledger", "tiers", "yolo-dev", "--remove")
+        assert res.stdout.startswith("yolo-dev: tier removed; its jobs held from now on pay the price\n")
+        with cluster.ledger() as lg:
+            assert lg.tier_rate("yolo-dev", cluster.name) == 1_000_000
+    finally:
+        cluster.cli("ledger", "tiers", "yolo-dev", "--remove", check=False)
+    assert cluster.cli("ledger", "tiers").stdout == before
+
+
+def test_a_scheduled_price_can_be_cancelled_and_the_price_in_effect_stays(cluster: Slurm) -> None:
+    before = cluster.cli("ledger", "price", "show", "--json").stdout
+    res = cluster.cli("ledger", "price", "cancel", "t4", check=False)
+    assert res.returncode != 0 and res.stderr == "Error: t4 has no scheduled price to cancel (price show lists them)\n"
+    cluster.cli("ledger", "price", "set", "t4", "777", "--from", "2099-01-01T00:00", "--reason", "test: later")
+    cluster.cli("ledger", "price", "set", "t4", "778", "--from", "2099-02-01T00:00", "--reason", "test: later")
+    assert "777" in cluster.cli("ledger", "price", "show").stdout
+    res = cluster.cli("ledger", "price", "cancel", "t4")
+    assert res.stdout == ("t4: cancelled 777 tokens per GPU-second from 2099-01-01 00:00\n"
+                          "t4: cancelled 778 tokens per GPU-second from 2099-02-01 00:00\n")  # fmt: skip
+    assert cluster.cli("ledger", "price", "show", "--json").stdout == before
+
+
+def test_a_users_own_account_without_a_deposit_is_in_her_balances(cluster: Slurm) -> None:
+    """bob's list of balances names his account before anyone deposited into it (it used to leave it
+    out, as if he had none), and says what that means; nothing is written to the ledger."""
+    name = f"nofund{os.getpid() % 100000}"
+    cluster.cmd("sacctmgr", "-i", "add", "account", name, f"cluster={cluster.name}")
+    cluster.cmd("sacctmgr", "-i", "add", "user", "bob", f"account={name}", f"cluster={cluster.name}")
+    line = f"{name}: nothing deposited yet (no ledger entry): GPU jobs are refused until an admin deposits"
+    try:
+        assert line in cluster.cli("ledger", "balance", user="bob").stdout.splitlines()
+        assert cluster.cli("ledger", "balance", name, user="bob").stdout == line + "\n"
+        assert {"name": name, "balance": 0, "in_ledger": False} in json.loads(
+            cluster.cli("ledger", "balance", "--json", user="bob").stdout
+        )
+        res = cluster.cli("ledger", "balance", name, user="alice", check=False)  # not hers: as before
+        assert res.returncode != 0 and res.stderr == f"Error: account '{name}' has no ledger entry\n"
+        with cluster.ledger() as lg:
+            assert lg.account(name) is None
+    finally:
+        cluster.cmd(
+            "sacctmgr", "-i", "delete", "user", "bob", f"account={name}", f"cluster={cluster.name}", check=False
+        )
+        cluster.cmd("sacctmgr", "-i", "delete", "account", name, f"cluster={cluster.name}", check=False)

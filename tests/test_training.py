@@ -97,6 +97,8 @@ def test_recalibrate_moves_a_wrong_k_toward_the_truth(run_dirs: dict[str, Path])
     assert error() == wrong  # a dry run changes nothing
     res = CliRunner().invoke(admin, ["recalibrate", "-p", "recal", "--max-step", "0.5"])
     assert res.exit_code == 0 and "applied" in res.output and "buffer its cross-validation justifies" in res.output
+    if Path("/usr/bin/sinfo").exists():  # no price to propose setting for a partition Slurm has not got
+        assert "(Slurm has no partition recal: nothing to set)" in res.output and "price set recal" not in res.output
     after = calibration.load(cfg, "recal").model.k
     assert after == pytest.approx(good.k * 4 / 1.5)  # one bounded step toward the truth
     assert error() < wrong

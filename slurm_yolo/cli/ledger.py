@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from .. import admission, availability, books, enforcement, ledger, visibility
+from .. import config as config_mod
 from ..config import Config
 from ..errors import UsageError
 from ..estimate import fmt_tokens
@@ -26,7 +27,8 @@ def _read(config: Config) -> ledger.Ledger:
     """The ledger read-only (a context manager), or a clear error when there is none yet."""
     lg = ledger.reader(config)
     if lg is None:
-        raise UsageError(f"no ledger yet at {ledger.where(config)}")
+        hint = config_mod.missing(config)
+        raise UsageError(f"no ledger yet at {ledger.where(config)}" + (f" ({hint})" if hint else ""))
     return lg
 
 
@@ -86,12 +88,18 @@ def balance(account: str | None, as_json: bool) -> None:
         click.echo(f"warning: {viewer.unreached}: showing the accounts Slurm's rule shows without it", err=True)
     if account:
         visibility.require(viewer, account)
+    own = visibility.own_accounts(config, viewer)
     with _read(config) as lg:
-        rows = [_entry(lg, account)] if account else lg.accounts()
+        if account and account in own and lg.account(account) is None:
+            rows = []
+        else:
+            rows = [_entry(lg, account)] if account else lg.accounts()
     shown = visibility.visible(viewer, [r["name"] for r in rows])
     rows = [r for r in rows if r["name"] in shown]
+    shown_names = {r["name"] for r in rows}
+    unfunded = sorted({account} - shown_names if account else own - shown_names)  # theirs, nothing deposited yet
     if as_json:
-        echo_json([_row(r) for r in rows])
+        echo_json([_row(r) for r in rows] + [{"name": n, "balance": 0, "in_ledger": False} for n in unfunded])
         return
     for r in rows:
         click.echo(
@@ -99,6 +107,8 @@ def balance(account: str | None, as_json: bool) -> None:
             f"{fmt_tokens(r['charged'])}, quota {fmt_tokens(r['rate_per_day'])}/day up to {fmt_tokens(r['capacity'])}"
             + (" [blocked: GPU jobs do not start]" if r["blocked"] else "")
         )
+    for name in unfunded:
+        click.echo(f"{name}: nothing deposited yet (no ledger entry): GPU jobs are refused until an admin deposits")
 
 
 @ledger_group.command()
@@ -165,14 +175,35 @@ def _cluster(lg: ledger.Ledger, config: Config, name: str) -> str:
 @ledger_group.command()
 @click.argument("qos", required=False)
 @click.argument("rate", required=False)
+@click.option("--remove", is_flag=True, help="Drop QOS's tier: its jobs held from now on pay the price.")
 @_CLUSTER
 @library_errors
-def tiers(qos: str | None, rate: str | None, cluster: str) -> None:
-    """Charge rate per QOS, at most 6 decimals (tiers yolo-prod 0.8: its jobs pay 80%); without arguments, list them."""
+def tiers(qos: str | None, rate: str | None, remove: bool, cluster: str) -> None:
+    """Charge rate per QOS, at most 6 decimals (tiers yolo-prod 0.8: its jobs pay 80%); without
+    arguments, list them. Runs already held keep the rate they were held at."""
     config = load_config()
-    if qos and rate is not None:
+    if qos is not None and (rate is None) != remove:
+        raise UsageError(f"give QOS {qos!r} a RATE, or --remove its tier (not both)")
+    if qos is None and remove:
+        raise UsageError("--remove needs the QOS whose tier to drop")
+    if rate is not None:
+        policy.parse_rate(rate)  # a bad rate is refused before Slurm is asked about the QOS
+    if qos is not None:
         with ledger.writer(config) as lg:
-            lg.set_tier(qos, rate, _cluster(lg, config, cluster))
+            only = _cluster(lg, config, cluster)
+            if remove:
+                if not lg.remove_tier(qos, only):
+                    raise UsageError(f"no tier for QOS {qos!r}{f' on {only}' if only else ''} to remove")
+                click.echo(
+                    f"{qos}: tier removed{f' on {only}' if only else ''}; its jobs held from now on pay the price"
+                )
+            else:
+                bin_dir = Path(config["slurm"]["bin_dir"])
+                if not only or only == commands.cluster_name(bin_dir):  # another cluster's QOS: its slurmdbd knows
+                    known = commands.qos_names(bin_dir)
+                    if qos not in known:
+                        raise UsageError(f"Slurm has no QOS {qos!r} (it has {', '.join(known) or 'none'})")
+                lg.set_tier(qos, rate or "", only)
     with _read(config) as lg:
         for r in lg.tiers():
             where = f" (on {r['cluster']})" if r["cluster"] else ""
@@ -214,6 +245,26 @@ def price_set(partition: str, tokens_per_gpu_second: str, effective: str, reason
                 raise UsageError(f"Slurm has no partition {partition!r} (it has {', '.join(known) or 'none'})")
         lg.set_price(partition, amount, at, _actor(), reason, only)
     click.echo(f"{partition}: {amount:,} tokens per GPU-second from {_when(at)}{f' on {only}' if only else ''}")
+
+
+@price.command("cancel")
+@click.argument("partition")
+@_CLUSTER
+@library_errors
+def price_cancel(partition: str, cluster: str) -> None:
+    """Drop PARTITION's scheduled prices (those whose --from is still ahead); the price in effect
+    stays (runs were held at it)."""
+    config = load_config()
+    with ledger.writer(config) as lg:
+        only = _cluster(lg, config, cluster)
+        dropped = lg.cancel_prices(partition, only)
+    where = f" on {only}" if only else ""
+    if not dropped:
+        raise UsageError(f"{partition}{where} has no scheduled price to cancel (price show lists them)")
+    for r in dropped:
+        click.echo(
+            f"{partition}{where}: cancelled {int(r['price']):,} tokens per GPU-second from {_when(float(r['effective_at']))}"
+        )
 
 
 def _when(at: float) -> str:

@@ -10,7 +10,8 @@ import click
 from .. import alerts as alerts_mod
 from .. import recalibrate as recal_mod
 from .. import visibility
-from ..errors import UnreachableError
+from ..errors import SlurmError, UnreachableError
+from ..slurm import commands
 from ..timemodel import describe
 from . import echo_json, library_errors, load_config
 
@@ -97,12 +98,15 @@ for _option in reversed(FILTERS):
 def recalibrate(partitions: tuple[str, ...], window_days: float, min_samples: int, max_step: float, dry_run: bool,
                 as_json: bool) -> None:  # fmt: skip
     """Refit each partition's time model from its recent runs (cron)."""
-    results = recal_mod.recalibrate(
-        load_config(), list(partitions) or None, window_days, min_samples, max_step, dry_run
-    )
+    config = load_config()
+    results = recal_mod.recalibrate(config, list(partitions) or None, window_days, min_samples, max_step, dry_run)
     if as_json:
         echo_json([r.to_dict() for r in results])
         return
+    try:  # a price is set for a partition Slurm has: calibration may hold others (a folder's, a removed one)
+        in_slurm: list[str] | None = commands.partitions(Path(config["slurm"]["bin_dir"]))
+    except SlurmError:
+        in_slurm = None  # not known here: the suggestion stands, price set checks it
     for r in results:
         click.echo(
             f"{r.partition}: k {r.old.k:.4g} -> {r.new.k:.4g} ({'applied' if r.applied else 'not applied'}: {r.reason})"
@@ -113,9 +117,12 @@ def recalibrate(partitions: tuple[str, ...], window_days: float, min_samples: in
             f"  buffer its cross-validation justifies for a 1-hour run: {r.buffer_justified:.2f}"
             f" (configured {r.buffer_configured:.2f})"
         )
-        if r.proposed_price:
+        if r.proposed_price and (in_slurm is None or r.partition in in_slurm):
             click.echo(f"  price at this throughput: {r.proposed_price} tokens per GPU-second "
                        f"(an admin applies it: slurm-yolo ledger price set {r.partition} {r.proposed_price})")  # fmt: skip
+        elif r.proposed_price:
+            click.echo(f"  price at this throughput: {r.proposed_price} tokens per GPU-second "
+                       f"(Slurm has no partition {r.partition}: nothing to set)")  # fmt: skip
 
 
 @click.command()

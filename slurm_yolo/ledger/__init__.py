@@ -349,6 +349,16 @@ class Ledger:
         self._atomic(body)
         return ppm
 
+    def remove_tier(self, qos: str, cluster: str = "") -> bool:
+        """Jobs of ``qos`` held from now on pay the price again (or every cluster's rate, when a
+        cluster's own is removed); runs already held keep the rate they were held at. Whether there
+        was such a tier."""
+
+        def body() -> Any:
+            return self.conn.execute("DELETE FROM tiers WHERE cluster = ? AND qos = ?", (cluster, qos)).rowcount > 0
+
+        return bool(self._atomic(body))
+
     def tiers(self) -> list[store.Row]:
         return self.conn.execute("SELECT cluster, qos, rate_ppm FROM tiers ORDER BY qos, cluster").fetchall()
 
@@ -560,6 +570,21 @@ class Ledger:
         row = self.conn.execute("SELECT EXISTS (SELECT 1 FROM prices WHERE cluster <> '')"
                                 " OR EXISTS (SELECT 1 FROM tiers WHERE cluster <> '')").fetchone()  # fmt: skip
         return bool(row[0])
+
+    def cancel_prices(self, partition: str, cluster: str = "") -> list[store.Row]:
+        """Drop the versions of ``partition``'s price (on ``cluster``, or '' every cluster's) that
+        have not taken effect yet: a price scheduled by mistake. Versions in effect stay (runs were
+        held at them, and the books show when each applied). The versions dropped."""
+        now = time.time()
+        where = "cluster = ? AND `partition` = ? AND effective_at > ?"
+
+        def body() -> Any:
+            rows = self.conn.execute(f"SELECT * FROM prices WHERE {where} ORDER BY effective_at, id",
+                                     (cluster, partition, now)).fetchall()  # fmt: skip
+            self.conn.execute(f"DELETE FROM prices WHERE {where}", (cluster, partition, now))
+            return rows
+
+        return list(self._atomic(body))
 
     def prices(self) -> list[store.Row]:
         return self.conn.execute("SELECT * FROM prices ORDER BY cluster, `partition`, effective_at, id").fetchall()

@@ -363,6 +363,12 @@ def partitions(bin_dir: Path | None = None) -> list[str]:
     return sorted({line.strip() for line in res.stdout.splitlines() if line.strip()})
 
 
+def qos_names(bin_dir: Path | None = None) -> list[str]:
+    """Every QOS slurmdbd knows (a tier for any other would never apply)."""
+    res = run(["sacctmgr", "-n", "-P", "show", "qos", "format=name"], bin_dir=bin_dir)
+    return sorted({line.strip() for line in res.stdout.splitlines() if line.strip()})
+
+
 def accounts_of(user: str, bin_dir: Path | None = None) -> list[str]:
     """The Slurm accounts ``user`` may submit to."""
     res = run(["sacctmgr", "-n", "-P", "show", "assoc", f"user={user}", "format=account"], bin_dir=bin_dir)
