@@ -22,7 +22,7 @@ from .plan import Plan
 from .slurm.parsers import minutes_arg
 
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
-DEFAULT_OUTPUT = "yolo-%x-%j.out"  # the job's log when -o is not given
+DEFAULT_OUTPUT = "%x-%j.out"  # the job's log when -o is not given: yolo-42.out, or NAME-42.out with -J NAME
 _BARE = re.compile(r"^[A-Za-z0-9_.,:=/@%+\-]*$")
 
 

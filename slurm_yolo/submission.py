@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from . import admission, calibration, dataset, estimate, plan, render, spec
+from . import admission, calibration, dataset, estimate, plan, progress, render, spec
+from . import config as config_mod
 from .config import Config
 from .errors import SlurmError, UsageError
 from .slurm import commands
@@ -74,6 +75,40 @@ def check_log_paths(options: render.JobOptions) -> None:
             raise UsageError(f"--job-name {options.job_name!r} holds a '/', so {option} {pattern} points into folder"
                              f" {folder}, which does not exist {why}")  # fmt: skip
         raise UsageError(f"{option} {pattern}: folder {folder} does not exist {why}")
+
+
+def log_file(options: render.JobOptions, job_id: int) -> Path:
+    """The job's log (its ``--output``, expanded as Slurm expands it, from its work dir): what
+    ``--wait`` names when the job did not complete, so the user knows where to look."""
+    import pwd  # only here: the user's name for %u
+
+    try:
+        user = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        user = ""
+    pattern = options.output or render.DEFAULT_OUTPUT
+    name = pattern if "\\" in pattern else progress.expand_pattern(pattern, job_id, options.job_name, user)
+    return (Path(_chdir(options.extra) or ".") / name).absolute()
+
+
+def missing_weights(s: spec.TrainSpec, options: render.JobOptions) -> str:
+    """A line when ``model=`` names weights (``.pt``) that are not on disk from the job's work dir
+    ('' otherwise): the job runs ultralytics offline (``YOLO_OFFLINE=1``), so a download it would try
+    fails the job seconds after it starts. Only a warning: they may sit in ultralytics' weights
+    folder on the compute nodes, which a login node cannot see."""
+    model = s.get("model")
+    if not isinstance(model, str) or not model.endswith(".pt"):
+        return ""
+    try:
+        if (Path(_chdir(options.extra) or ".") / Path(model).expanduser()).is_file():
+            return ""
+    except (OSError, RuntimeError, ValueError):  # a name too long, ~user unknown: ultralytics cannot open it either
+        pass
+    return (
+        f"model {model} is not on disk from the job's work dir, and the job cannot download it (ultralytics runs"
+        f" offline there): it fails unless the weights are in ultralytics' weights folder on the compute node;"
+        f" model={Path(model).stem}.yaml trains from scratch"
+    )
 
 
 class Prepared(NamedTuple):
@@ -153,11 +188,11 @@ def prepare(
         0, f"data: {counts.yaml_path}: {counts.train} train, {counts.val} val images, {counts.source}"
     )
     script = scripts[[p.partition for p in plans].index(chosen.partition)]
-    warnings: tuple[str, ...] = ()
+    warnings = tuple(filter(None, [config_mod.missing(config), missing_weights(s, options)]))
     if partition != "auto" and config.partitions and partition not in config.partitions:  # a typo plans "cleanly"
-        warnings = (f"partition {partition} is not one of the configured ({', '.join(sorted(config.partitions))}):"
+        warnings += (f"partition {partition} is not one of the configured ({', '.join(sorted(config.partitions))}):"
                     " planned with the defaults (whole GPUs, the prior k); Slurm refuses it if it does not exist",)  # fmt: skip
-        chosen.explain.extend(warnings)
+    chosen.explain.extend(warnings)
     return Prepared(spec=s, counts=counts, plan=chosen, script=script, options=options, warnings=warnings)
 
 

@@ -235,7 +235,7 @@ def test_login_path_imports_no_heavy_modules() -> None:
         (["--deadline", "45s", "train", "data={ds}", "model=yolov8x.yaml", "epochs=50"],
          "Error: --deadline 45 s cannot be met on a100: needs "),
         (["-J", "a/b", "train", "data={ds}"],
-         "Error: --job-name 'a/b' holds a '/', so --output yolo-%x-%j.out points into folder yolo-a, which does not exist"),
+         "Error: --job-name 'a/b' holds a '/', so --output %x-%j.out points into folder a, which does not exist"),
         (["-J", "a/b", "-e", "err/%x.err", "-o", "out.log", "train", "data={ds}"],
          "Error: --job-name 'a/b' holds a '/', so --error err/%x.err points into folder err/a, which does not exist"),
         (["-o", "/nowhere/%j.out", "train", "data={ds}"], "Error: --output /nowhere/%j.out: folder /nowhere does not exist"),
@@ -254,7 +254,7 @@ def test_checked_against_the_partition_before_submitting(dataset: Path, site_con
 def test_log_paths_that_slurm_can_open_plan(dataset: Path, site_config: Path, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "yolo-a").mkdir()
+    (tmp_path / "a").mkdir()
     (tmp_path / "logs").mkdir()
     for args in (["-J", "a/b"], ["-o", "logs/%x-%j.out"], ["-o", "logs/%j/x.out"], ["-o", "x\\%x/y.out"],
                  ["--sbatch-arg=--chdir=" + str(tmp_path / "logs"), "-o", "x.out"], ["-J", "plain", "-e", "%x.err"]):  # fmt: skip
@@ -341,3 +341,54 @@ def test_a_partition_not_configured_is_planned_with_a_warning(dataset: Path, sit
                           " (whole GPUs, the prior k); Slurm refuses it if it does not exist\n")  # fmt: skip
     assert res.stderr.removeprefix("warning: ").strip() in json.loads(res.stdout)["explain"]
     assert CliRunner().invoke(yolo_sbatch, ["--dry-run", "--json", "-p", "t4", "train", f"data={dataset}"]).stderr == ""
+
+
+def test_weights_that_are_not_on_disk_are_named_before_the_job_fails_on_them(
+    dataset: Path, site_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job runs ultralytics offline: ``model=yolov8n.pt`` that is not there would fail seconds
+    into the job, so the submission warns (the weights may still be in the compute node's weights
+    folder, which the login node cannot see); weights on disk, and a yaml, plan without a word."""
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(
+        yolo_sbatch, ["--dry-run", "--json", "-p", "t4", "train", f"data={dataset}", "model=yolov8n.pt"]
+    )
+    assert res.exit_code == 0 and json.loads(res.stdout)["partition"] == "t4"
+    assert res.stderr == ("warning: model yolov8n.pt is not on disk from the job's work dir, and the job cannot download it"
+                          " (ultralytics runs offline there): it fails unless the weights are in ultralytics' weights folder"
+                          " on the compute node; model=yolov8n.yaml trains from scratch\n")  # fmt: skip
+    (tmp_path / "yolov8n.pt").write_bytes(b"weights")
+    for model in ("yolov8n.pt", "yolov8n.yaml"):
+        res = CliRunner().invoke(yolo_sbatch, ["--dry-run", "-p", "t4", "train", f"data={dataset}", f"model={model}"])
+        assert res.exit_code == 0 and res.stderr == "", res.stderr
+
+
+def test_a_config_that_is_not_there_is_said_not_silently_replaced_by_defaults(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forgetting ``SLURM_YOLO_CONFIG`` (or mistyping it) planned another job than the site's (whole
+    GPUs, the prior k) without a word; ``balance`` said only ``no ledger yet``. A ``SLURM_YOLO_HOME``
+    without a config.toml is a deliberate trial of the defaults and stays quiet."""
+    words = ["--dry-run", "-p", "t4", "train", f"data={dataset}", "model=yolov8n.yaml"]
+    assert CliRunner().invoke(yolo_sbatch, words).stderr == ""  # the test's own SLURM_YOLO_HOME
+    monkeypatch.setenv("SLURM_YOLO_CONFIG", str(tmp_path / "typo.toml"))
+    res = CliRunner().invoke(yolo_sbatch, words)
+    hint = (f"no slurm-yolo config at {tmp_path / 'typo.toml'} (from SLURM_YOLO_CONFIG): the built-in defaults are in"
+            " force; export SLURM_YOLO_CONFIG=<your site's config.toml>")  # fmt: skip
+    assert res.exit_code == 0 and res.stderr == f"warning: {hint}\n"
+    monkeypatch.setenv("SLURM_YOLO_HOME", str(tmp_path / "state"))
+    res = CliRunner().invoke(admin, ["ledger", "balance"])
+    assert (
+        res.exit_code == 1
+        and res.stderr == f"Error: no ledger yet at {tmp_path / 'state' / 'private' / 'ledger.db'} ({hint})\n"
+    )
+
+
+@pytest.mark.parametrize(("task", "model", "gflops"), [("segment", "yolov8n-seg.yaml", 12.14), ("pose", "yolo11n-pose.yaml", 7.78),
+                                                        ("obb", "yolo26s-obb.pt", 25.05)])  # fmt: skip
+def test_segment_pose_and_obb_models_plan_from_the_table(dataset: Path, task: str, model: str, gflops: float) -> None:
+    res = CliRunner().invoke(
+        yolo_sbatch, ["--dry-run", "--json", "-p", "t4", task, "train", f"data={dataset}", f"model={model}"]
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["workload"]["gflops"] == gflops

@@ -114,9 +114,9 @@ def test_real_training_job_end_to_end(cluster: None, site_config: Path, dataset:
     res = CliRunner().invoke(yolo_sbatch, ["-p", "t4", "--wait", "-J", "e2e", "train", "model=yolov8n.yaml", f"data={dataset}",
                                            "epochs=2", "imgsz=64", "batch=8", f"project={tmp_path}/runs", "name=e2e"])  # fmt: skip
     job_id = int(res.output.split()[3])
-    log = next(tmp_path.glob("yolo-e2e-*.out"), None)
-    assert res.exit_code == 0, (res.output, log.read_text()[-3000:] if log else "no log")
-    assert f"job {job_id} COMPLETED" in res.output
+    log = tmp_path / f"e2e-{job_id}.out"  # the default log name: NAME-JOBID.out
+    assert res.exit_code == 0, (res.output, log.read_text()[-3000:] if log.is_file() else "no log")
+    assert f"job {job_id} COMPLETED" in res.output and log.is_file()
     records = [json.loads(line) for line in (tmp_path / f"yolo-usage-{job_id}.jsonl").read_text().splitlines()]
     epochs = [r for r in records if r["kind"] == "epoch"]
     assert [r["epoch"] for r in epochs] == [1, 2] and all(r["images"] == 16 for r in epochs)
@@ -138,6 +138,34 @@ def test_wait_gives_up_after_its_timeout_and_the_job_goes_on(cluster: None, site
         assert commands.job_state(job) == "PENDING"  # waiting stopped, the job did not
     finally:
         subprocess.run(["/usr/bin/scancel", str(job)], check=False)
+
+
+def test_wait_on_a_job_that_did_not_complete_names_its_log(cluster: None, site_config: Path, dataset: Path,
+                                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """``--wait`` on a job that ends other than COMPLETED exits 1 and says where its log is (Slurm's
+    name for it, in the job's work dir), so the user does not have to work out ``%x-%j.out``."""
+    import threading
+
+    monkeypatch.chdir(tmp_path)
+    name = f"wait-ends-{time.time_ns()}"
+
+    def cancel_once_queued() -> None:
+        for _ in range(300):
+            jobs = subprocess.run(["/usr/bin/squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True,
+                                  check=False).stdout.split()  # fmt: skip
+            if jobs:
+                subprocess.run(["/usr/bin/scancel", *jobs], check=False)
+                return
+            time.sleep(0.2)
+
+    canceller = threading.Thread(target=cancel_once_queued)
+    canceller.start()
+    res = CliRunner().invoke(yolo_sbatch, ["-p", "t4", "--wait", "--wait-timeout", "2m", "--sbatch-arg=--hold", "-J", name,
+                                           "train", f"data={dataset}", "model=yolov8n.yaml"])  # fmt: skip
+    canceller.join()
+    job = int(res.output.split()[3])
+    assert res.exit_code == 1, res.output
+    assert res.output.strip().splitlines()[-1] == f"job {job} CANCELLED: its log is {tmp_path / f'{name}-{job}.out'}"
 
 
 def test_watching_a_job_slurm_does_not_know_is_one_error(cluster: None, monkeypatch: pytest.MonkeyPatch) -> None:

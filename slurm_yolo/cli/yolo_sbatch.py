@@ -96,6 +96,8 @@ def main(
         from .job import follow  # the job-side commands: only when following a job
 
         state = follow(job_id, timeout=wait_limit) if not as_json else commands.wait_for_end(job_id, timeout=wait_limit)
-        click.echo(f"job {job_id} {state}", err=as_json)
-        if state != "COMPLETED":
+        if state == "COMPLETED":
+            click.echo(f"job {job_id} {state}", err=as_json)
+        else:
+            click.echo(f"job {job_id} {state}: its log is {submission.log_file(options, job_id)}", err=as_json)
             raise SystemExit(1)
