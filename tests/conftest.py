@@ -290,7 +290,7 @@ def priced(slurm: Slurm) -> Slurm:
     """The cluster with the tests' prices and no tier surcharge on the default QOS (every cluster's)."""
     with slurm.ledger() as lg:
         own = [dict(r) for r in lg.prices() if r["cluster"]] + [dict(r) for r in lg.tiers() if r["cluster"]]
-    if own:  # one cluster's own price wins over the tests' there (README: "Several clusters, one budget")
+    if own:  # one cluster's own price wins over the tests' there (docs/money.md: "Several clusters, one budget")
         pytest.fail(
             f"prices or tiers of one cluster alone are set in the bundled ledger: {own}; remove them with"
             " mysql slurm_yolo_ledger -e \"DELETE FROM prices WHERE cluster <> ''; DELETE FROM tiers WHERE cluster <> ''\""

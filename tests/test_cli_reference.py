@@ -1,4 +1,4 @@
-"""README.md's command reference is what the commands' own --help says (regenerated in memory)."""
+"""docs/reference.md and the man pages are what the commands' own --help says (regenerated in memory)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import pytest
 
 from slurm_yolo.cli import reference
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "reference.md"
 
 
 def test_readme_command_reference_is_current() -> None:
     assert reference.is_current(README.read_text(encoding="utf-8")), (
-        "README.md's command reference is stale: python -m slurm_yolo.cli.reference --write"
+        "docs/reference.md is stale: python -m slurm_yolo.cli.reference --write"
     )
 
 
@@ -25,7 +25,7 @@ def test_every_command_is_in_it_with_help() -> None:
         paths
     )
     for path, help_text in reference.commands():
-        assert f"### `{path}`" in section
+        assert f"## `{path}`" in section
         assert help_text.startswith(f"Usage: {path} "), path
 
 
@@ -69,3 +69,19 @@ def test_the_same_after_the_commands_ran() -> None:
     for cmd in (yolo_sbatch, admin):
         CliRunner().invoke(cmd, ["-h"])
     assert reference.render() == before and "-h, --help" in before
+
+
+def test_man_pages_hold_every_commands_help_and_man_reads_them(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    written = reference.write_man(tmp_path / "man1")
+    assert [p.name for p in written] == ["yolo-sbatch.1", "slurm-yolo.1"]
+    page = (tmp_path / "man1" / "slurm-yolo.1").read_text(encoding="utf-8")
+    for path, _ in reference.commands():
+        if path.startswith("slurm-yolo "):
+            assert f".SS {path}\n" in page
+    if shutil.which("man"):
+        out = subprocess.run(["man", "-l", str(tmp_path / "man1" / "yolo-sbatch.1")], capture_output=True, text=True,
+                             env={"PATH": "/usr/bin:/bin", "MANWIDTH": "100", "MAN_KEEP_FORMATTING": "0"}, check=True)  # fmt: skip
+        assert "Usage: yolo-sbatch [OPTIONS]" in out.stdout and "--deadline" in out.stdout

@@ -18,6 +18,16 @@ def test_templates_come_from_the_installed_package() -> None:
     assert "site-packages/slurm_yolo/sbatch_templates" in out, out
 
 
+def test_man_finds_the_pages_the_install_wrote() -> None:
+    """``man yolo-sbatch`` after deploy/install: Slurm users look there first."""
+    for prog in ("yolo-sbatch", "slurm-yolo"):
+        where = subprocess.run(["man", "-w", prog], capture_output=True, text=True, check=False)
+        assert Path(where.stdout.strip()).resolve() == Path(f"/usr/local/share/man/man1/{prog}.1"), where.stderr
+    page = subprocess.run(["man", "yolo-sbatch"], capture_output=True, text=True, check=True,
+                          env={"PATH": "/usr/bin:/bin", "MANWIDTH": "100", "PAGER": "cat"}).stdout  # fmt: skip
+    assert "Usage: yolo-sbatch [OPTIONS]" in page and "--deadline" in page
+
+
 def test_clean_venv_login_node_install(tmp_path: Path, dataset: Path) -> None:
     venv = tmp_path / "venv"
     subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], check=True)

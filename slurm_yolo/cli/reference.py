@@ -1,12 +1,14 @@
-"""The command reference in README.md, generated from the commands' own ``--help``.
+"""The command reference (docs/reference.md) and the man pages, generated from the commands' own ``--help``.
 
-    python -m slurm_yolo.cli.reference            # print it
-    python -m slurm_yolo.cli.reference --write    # replace ./README.md's section between the markers
-    python -m slurm_yolo.cli.reference --check    # exit 1 when that section is not current
+    python -m slurm_yolo.cli.reference                # print it
+    python -m slurm_yolo.cli.reference --write        # replace docs/reference.md's section between the markers
+    python -m slurm_yolo.cli.reference --check        # exit 1 when that section is not current
+    python -m slurm_yolo.cli.reference --man DIR      # write DIR/yolo-sbatch.1 and DIR/slurm-yolo.1
 
 Run from the repository root. A test regenerates it in memory and compares, so a changed option or
-help text fails until README.md is written again. The width is fixed, so the text does not depend on
-the terminal that made it.
+help text fails until the reference is written again. The width is fixed, so the text does not
+depend on the terminal that made it. The man pages are made at install time (``deploy/install``)
+from the same text: Slurm users look there first.
 """
 
 from __future__ import annotations
@@ -39,24 +41,71 @@ def _walk(cmd: click.Command, ctx: click.Context) -> Iterator[tuple[click.Contex
                 yield from _walk(sub, _context(sub, name, ctx))
 
 
-def commands() -> Iterator[tuple[str, str]]:
-    """(``slurm-yolo ledger deposit``, its help text) for every command, each program's first."""
+PROGRAMS = ("yolo-sbatch", "slurm-yolo")
+DOC = Path("docs") / "reference.md"
+
+
+def _entries() -> Iterator[tuple[str, click.Command, click.Context]]:
     from .admin import main as admin
     from .yolo_sbatch import main as yolo_sbatch
 
-    for prog, root in (("yolo-sbatch", yolo_sbatch), ("slurm-yolo", admin)):
+    for prog, root in zip(PROGRAMS, (yolo_sbatch, admin), strict=True):
         top = _context(root, prog)
         for ctx, cmd in _walk(root, top):
-            yield ctx.command_path, cmd.get_help(ctx).rstrip()
+            yield ctx.command_path, cmd, ctx
+
+
+def commands() -> Iterator[tuple[str, str]]:
+    """(``slurm-yolo ledger deposit``, its help text) for every command, each program's first."""
+    for path, cmd, ctx in _entries():
+        yield path, cmd.get_help(ctx).rstrip()
 
 
 def render() -> str:
     """The section between the markers (markers excluded)."""
-    out = ["", "## Command reference", "",
-           "Every command's `--help`, as it prints it (generated: `python -m slurm_yolo.cli.reference --write`).", ""]  # fmt: skip
+    out = ["", "Every command's `--help`, as it prints it (generated: `python -m slurm_yolo.cli.reference --write`;"
+           " the same text is in `man yolo-sbatch` and `man slurm-yolo`).", ""]  # fmt: skip
     for path, text in commands():
-        out += [f"### `{path}`", "", "```text", text, "```", ""]
+        out += [f"## `{path}`", "", "```text", text, "```", ""]
     return "\n".join(out)
+
+
+def _roff(text: str) -> str:
+    """``text`` as literal troff lines: backslashes escaped, no line read as a request."""
+    return "\n".join("\\&" + line.replace("\\", "\\e") for line in text.splitlines())
+
+
+def man_page(prog: str) -> str:
+    """The man page of ``prog`` (section 1): its help, then each subcommand's, as ``--help`` prints them."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = version("slurm-yolo")
+    except PackageNotFoundError:
+        release = ""
+    entries = [(path, cmd, ctx) for path, cmd, ctx in _entries() if path.split(" ")[0] == prog]
+    _, top, top_ctx = entries[0]
+    out = [f'.TH {prog.upper()} 1 "" "slurm-yolo {release}" "slurm-yolo"', ".SH NAME",
+           f"{prog} \\- {_roff(top.get_short_help_str(limit=200)).removeprefix(chr(92) + '&')}", ".SH DESCRIPTION", ".nf",
+           _roff(top.get_help(top_ctx).rstrip()), ".fi"]  # fmt: skip
+    if len(entries) > 1:
+        out.append(".SH COMMANDS")
+    for path, cmd, ctx in entries[1:]:
+        out += [".SS " + path, ".nf", _roff(cmd.get_help(ctx).rstrip()), ".fi"]
+    out += [".SH SEE ALSO", "sbatch(1), " + ", ".join(f"{p}(1)" for p in PROGRAMS if p != prog)]
+    return "\n".join(out) + "\n"
+
+
+def write_man(folder: Path) -> list[Path]:
+    """Write each program's page into ``folder`` (made if missing); the files written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for prog in PROGRAMS:
+        target = folder / f"{prog}.1"
+        target.write_text(man_page(prog), encoding="utf-8")
+        target.chmod(0o644)
+        written.append(target)
+    return written
 
 
 def replace(readme: str, section: str) -> str:
@@ -64,7 +113,7 @@ def replace(readme: str, section: str) -> str:
     head, start, rest = readme.partition(START)
     _, end, tail = rest.partition(END)
     if not (start and end) or START in rest or END in tail:
-        raise ValueError("README.md needs the cli-reference start and end markers, once each")
+        raise ValueError("the reference needs the cli-reference start and end markers, once each")
     return f"{head}{START}\n{section}\n{END}{tail}"
 
 
@@ -79,18 +128,23 @@ def main(argv: list[str] | None = None) -> int:
     if not args:
         click.echo(render())
         return 0
+    if args[:1] == ["--man"] and len(args) == 2:
+        for path in write_man(Path(args[1])):
+            click.echo(path)
+        return 0
     if args[0] not in ("--write", "--check") or len(args) > 2:
-        click.echo("usage: python -m slurm_yolo.cli.reference [--write | --check] [README.md]", err=True)
+        click.echo("usage: python -m slurm_yolo.cli.reference [--write | --check] [docs/reference.md] | --man DIR",
+                   err=True)  # fmt: skip
         return 2
-    readme = Path(args[1] if len(args) > 1 else "README.md")
-    text = readme.read_text(encoding="utf-8")
+    doc = Path(args[1]) if len(args) > 1 else DOC
+    text = doc.read_text(encoding="utf-8")
     if args[0] == "--check":
         if not is_current(text):
-            click.echo(f"{readme}: the command reference is not current: python -m slurm_yolo.cli.reference --write",
+            click.echo(f"{doc}: the command reference is not current: python -m slurm_yolo.cli.reference --write",
                        err=True)  # fmt: skip
             return 1
         return 0
-    readme.write_text(replace(text, render()), encoding="utf-8")
+    doc.write_text(replace(text, render()), encoding="utf-8")
     return 0
 
 
