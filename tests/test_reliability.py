@@ -165,6 +165,33 @@ def test_admin_commands_refuse_bad_input(args: list[str], message: str, home: Pa
     assert not (home / "ledger.db").exists() or "deposit" not in args[:2]
 
 
+def test_a_slurm_conf_that_is_not_there_is_said_at_once(site_config: Path, dataset: Path,
+                                                       monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:  # fmt: skip
+    """A wrong ``SLURM_CONF`` made every Slurm command retry reading it for 60 s; yolo-sbatch gave up at
+    30 s saying Slurm refused the job on every partition, hiding Slurm's ``cannot stat file``."""
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
+    started = time.monotonic()
+    res = CliRunner().invoke(yolo_sbatch, ["--dry-run", "-p", "auto", "train", f"data={dataset}", "model=yolov8n.yaml"])
+    assert res.exit_code == 1 and time.monotonic() - started < 10, res.output
+    assert res.output == (f"Error: SLURM_CONF={tmp_path / 'slurm.conf'} is no file: Slurm's commands cannot read their"
+                          " configuration (unset SLURM_CONF, or point it at the cluster's slurm.conf)\n")  # fmt: skip
+
+
+@pytest.mark.cluster
+def test_a_controller_that_does_not_answer_is_not_a_refusal(cluster: None, site_config: Path, dataset: Path,
+                                                            monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:  # fmt: skip
+    """slurmctld on a port nothing listens on (a wrong slurm.conf): ``-p auto`` asks each partition and
+    hears nothing, which is no refusal; the error says Slurm did not answer, not that it refused."""
+    conf = tmp_path / "slurm.conf"
+    text = re.sub(r"(?m)^SlurmctldPort=.*$", "SlurmctldPort=1", Path("/etc/slurm/slurm.conf").read_text())
+    conf.write_text(text + "PlugStackConfig=/etc/slurm/plugstack.conf\n")  # else looked for beside it: --yolo-tokens unknown
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    site_config.write_text(site_config.read_text().replace("[slurm]\n", "[slurm]\ntimeout_seconds = 3.0\n"))
+    res = CliRunner().invoke(yolo_sbatch, ["--dry-run", "-p", "auto", "train", f"data={dataset}", "model=yolov8n.yaml"])
+    assert res.exit_code == 1 and res.output.startswith("Error: sbatch: no answer from Slurm within 3s"), res.output
+    assert "refuses" not in res.output and len(res.output.strip().splitlines()) == 1
+
+
 @pytest.mark.cluster
 def test_slurmctld_down_during_submit_is_one_clear_error(cluster: None, site_config: Path, dataset: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip

@@ -56,14 +56,21 @@ def run(
     result itself). ``time_format``: how it prints times (the money path asks for epoch seconds, ``%s``)."""
     import subprocess  # offline dry runs never call Slurm: keep their start-up light
 
+    conf = os.environ.get("SLURM_CONF")
+    if conf and not os.path.isfile(conf):  # Slurm's clients would retry reading it for 60 s, then fail
+        raise UnreachableError(f"SLURM_CONF={conf} is no file: Slurm's commands cannot read their configuration"
+                         " (unset SLURM_CONF, or point it at the cluster's slurm.conf)")  # fmt: skip
     full = [_binary(argv[0], bin_dir), *argv[1:]]
     env = {**os.environ, "SLURM_TIME_FORMAT": time_format}
     try:
         proc = subprocess.run(full, input=input, capture_output=True, text=True, timeout=timeout, env=env)
     except FileNotFoundError:
         raise SlurmError(f"{argv[0]}: command not found (is Slurm installed?)") from None
-    except subprocess.TimeoutExpired:
-        raise UnreachableError(f"{argv[0]}: no answer from Slurm within {timeout:.0f}s") from None
+    except subprocess.TimeoutExpired as e:  # what Slurm said meanwhile says why (a controller it retries)
+        said = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        first = next((ln.strip() for ln in said.splitlines() if ln.strip()), "")
+        raise UnreachableError(f"{argv[0]}: no answer from Slurm within {timeout:.0f}s"
+                               + (f" (it said: {first[:300]})" if first else "")) from None  # fmt: skip
     if proc.returncode != 0:
         text = proc.stderr or proc.stdout
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from ..errors import SlurmError, UsageError
+from ..errors import SlurmError, UnreachableError, UsageError
 from . import parsers, queries, run
 from .records import FINAL_STATES, JobRecord, comments_from_sacct, from_sacct, from_squeue
 
@@ -188,7 +188,8 @@ def default_partition(bin_dir: Path | None = None, timeout: float = 30.0) -> str
 def will_run(scripts: Sequence[str], bin_dir: Path | None = None, timeout: float = 30.0) -> list[parsers.WillRun]:
     """When slurmctld's scheduler would start each job script, submitting nothing (``sbatch
     --test-only``, the scripts on stdin, all asked at once): its start in epoch seconds, or why it
-    refuses the job (its partition, GRES, limits, account or the site's job_submit plugin)."""
+    refuses the job (its partition, GRES, limits, account or the site's job_submit plugin). A
+    slurmctld that does not answer refused nothing: UnreachableError, with what Slurm said."""
     from concurrent.futures import ThreadPoolExecutor
 
     def ask(script: str) -> parsers.WillRun:
@@ -196,6 +197,8 @@ def will_run(scripts: Sequence[str], bin_dir: Path | None = None, timeout: float
             res = run(["sbatch", "--test-only"], input=script, bin_dir=bin_dir, timeout=timeout,
                       time_format=queries.TIME_FORMAT)  # fmt: skip
             return parsers.WillRun(parsers.will_run_start(res.stderr))
+        except UnreachableError:
+            raise
         except (SlurmError, ValueError) as e:
             return parsers.WillRun(None, str(e))
 
