@@ -17,8 +17,9 @@ from typing import NamedTuple
 from . import admission, calibration, dataset, estimate, plan, progress, render, spec
 from . import config as config_mod
 from .config import Config
-from .errors import SlurmError, UsageError
+from .errors import QuotaError, SlurmError, UnreachableError, UsageError
 from .slurm import commands
+from .visibility import current_user
 
 
 def default_partition(bin_dir: Path, timeout: float) -> str:
@@ -197,14 +198,32 @@ def prepare(
 
 
 def submit(config: Config, prepared: Prepared) -> int:
-    """Check the account's tokens cover the job, then submit with the real sbatch; the job id."""
-    admission.check(config, prepared.plan, prepared.options.account)
+    """Check the account's tokens cover the job, then submit with the real sbatch; the job id. A
+    refusal of an account the user may not use says so (admission runs before Slurm checks the
+    association, so it would otherwise read as an account with nothing left)."""
+    bin_dir = Path(config["slurm"]["bin_dir"])
     try:
-        return commands.submit(
-            prepared.script,
-            [],
-            bin_dir=Path(config["slurm"]["bin_dir"]),
-            timeout=config["slurm"]["timeout_seconds"],
-        )
-    except SlurmError as e:
+        admission.check(config, prepared.plan, prepared.options.account)
+        return commands.submit(prepared.script, [], bin_dir=bin_dir, timeout=config["slurm"]["timeout_seconds"])
+    except QuotaError:
+        require_association(prepared.options.account, bin_dir)
+        raise
+    except UnreachableError as e:
         raise SlurmError(f"job not submitted: {e}") from None
+    except SlurmError as e:
+        require_association(prepared.options.account, bin_dir)
+        raise SlurmError(f"job not submitted: {e}") from None
+
+
+def require_association(account: str | None, bin_dir: Path) -> None:
+    """UsageError when ``-A account`` is not one the user may submit to (Slurm folds its case); nothing
+    when no account was given (Slurm's default is the user's own) or slurmdbd did not answer."""
+    if not account:
+        return
+    try:
+        mine = commands.accounts_of(current_user(), bin_dir)
+    except SlurmError:
+        return
+    if account.lower() not in mine:
+        raise UsageError(f"account {account!r} is not one you may submit to (yours: {', '.join(mine) or 'none'}):"
+                         " give -A one of yours, or ask its coordinator to add you")  # fmt: skip

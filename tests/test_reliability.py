@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import REPO, Slurm
+from conftest import REPO, Slurm, fund
 
 from slurm_yolo import config as config_mod
 from slurm_yolo import ledger
@@ -184,7 +184,9 @@ def test_a_controller_that_does_not_answer_is_not_a_refusal(cluster: None, site_
     hears nothing, which is no refusal; the error says Slurm did not answer, not that it refused."""
     conf = tmp_path / "slurm.conf"
     text = re.sub(r"(?m)^SlurmctldPort=.*$", "SlurmctldPort=1", Path("/etc/slurm/slurm.conf").read_text())
-    conf.write_text(text + "PlugStackConfig=/etc/slurm/plugstack.conf\n")  # else looked for beside it: --yolo-tokens unknown
+    conf.write_text(
+        text + "PlugStackConfig=/etc/slurm/plugstack.conf\n"
+    )  # else looked for beside it: --yolo-tokens unknown
     monkeypatch.setenv("SLURM_CONF", str(conf))
     site_config.write_text(site_config.read_text().replace("[slurm]\n", "[slurm]\ntimeout_seconds = 3.0\n"))
     res = CliRunner().invoke(yolo_sbatch, ["--dry-run", "-p", "auto", "train", f"data={dataset}", "model=yolov8n.yaml"])
@@ -272,6 +274,30 @@ def test_users_read_k_and_plan_without_write_access(cluster: Slurm, hooks_config
     res = subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", str(VENV_BIN / "slurm-yolo"), "k", "-p", "t4"],
                          env=env, capture_output=True, text=True, cwd="/tmp")  # fmt: skip
     assert res.returncode == 0 and res.stdout.startswith("t4: k ")
+
+
+@pytest.mark.cluster
+def test_an_account_she_is_not_in_is_said_so_not_that_it_is_empty(cluster: Slurm) -> None:
+    """alice (in vision) with ``-A research`` (funded, hers not) and ``-A nosuchacct``: slurmctld's
+    admission runs before Slurm checks the association, so both read as "cannot cover ... 0 left"
+    or Slurm's generic line; yolo-sbatch now says whose account it is not, and submits nothing."""
+    folder = Path("/var/tmp/slurm-yolo-tests") / f"alice-acct-{os.getpid()}"
+    from slurm_yolo.synthetic import make_dataset
+
+    data = make_dataset(folder, train=4, val=2, size=32)
+    for p in [folder, *folder.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    fund(cluster, ("research",), 10**15)
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/home/alice", "SLURM_YOLO_CONFIG": str(cluster.config_path)}
+    before = cluster.cmd("squeue", "-h", "-u", "alice", "-o", "%i").stdout
+    for account in ("research", "nosuchacct"):
+        res = subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", str(VENV_BIN / "yolo-sbatch"), "-A", account,
+                              "-p", "t4", "train", f"data={data}", "model=yolov8n.yaml"],
+                             env=env, capture_output=True, text=True, cwd="/tmp")  # fmt: skip
+        assert res.returncode == 1 and res.stdout == "", res.stdout
+        assert res.stderr == (f"Error: account '{account}' is not one you may submit to (yours: vision): give -A one of"
+                              " yours, or ask its coordinator to add you\n"), res.stderr  # fmt: skip
+    assert cluster.cmd("squeue", "-h", "-u", "alice", "-o", "%i").stdout == before
 
 
 @pytest.mark.cluster

@@ -235,3 +235,54 @@ def test_matplotlib_stays_off_the_login_and_hook_paths() -> None:
             "slurm_yolo.report.output; print('matplotlib' in sys.modules)")  # fmt: skip
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert res.stdout.strip() == "False"
+
+
+def test_a_young_accounts_burn_rate_is_over_its_own_life_not_a_week(site_config: Path) -> None:
+    """An account that spent 400 MTok in its first hours burns at that pace, not at 400 MTok / 7 days
+    (which promised ~12 times the days left); the rate rests on at least an hour."""
+    import time
+
+    from slurm_yolo import config as config_mod
+
+    cfg = config_mod.load()
+    _ledger_with_history(cfg)
+    b = report.budgets(cfg, now=time.time() + 2 * 3600).set_index("account")
+    assert b.loc["vision", "burn_days"] == pytest.approx(2 / 24, rel=0.01)
+    assert b.loc["vision", "burn_per_day"] == pytest.approx(400_000_000 / (2 / 24), rel=0.01)
+    b = report.budgets(cfg, now=time.time()).set_index("account")
+    assert b.loc["vision", "burn_days"] == report.MIN_BURN_DAYS
+
+
+def test_the_waits_plot_is_every_runs_median_not_a_median_of_qos_medians() -> None:
+    import pandas as pd
+
+    t = pd.Timestamp("2026-11-30T10:00:00")
+    df = pd.DataFrame(
+        {"Partition": ["t4"] * 4, "QOS": ["a", "a", "a", "b"], "submit": [t] * 4, "wait_s": [1.0, 1.0, 1.0, 100.0]}
+    )
+    assert report.waits(df)["median"].median() == 50.5  # what the plot used to draw
+    over = report.waits_over_time(df)
+    assert list(over["median"]) == [1.0] and list(over["jobs"]) == [4] and over["per"].iloc[0] == "hour"
+
+
+def test_refills_alone_start_when_the_quota_began_paying() -> None:
+    """A quota set mid-window draws no refills before it: the line starts where its first refill was
+    earned from (its amount at the rate), or at its last refill when none was paid yet."""
+    import pandas as pd
+
+    moves = pd.DataFrame({"account": ["a", "a", "b"], "at": [5000.0, 90_000.0, 7000.0],
+                          "kind": ["refill", "refill", "deposit"], "amount": [2000.0, 86_400.0, 5.0]})  # fmt: skip
+    quotas = {"a": (90_000.0, 86_400.0), "b": (3000.0, 10.0), "c": (10.0, 10.0)}  # (last refill, rate per day)
+    assert report.refill_from(moves, quotas, 1000.0) == {"a": 3000.0, "b": 3000.0, "c": 1000.0}
+
+
+def test_people_read_headers_and_the_window_programs_read_column_names(site_config: Path) -> None:
+    from slurm_yolo.report import output
+
+    views = _views(site_config)["views"]
+    text = output.table({"budgets": views["budgets"]}, "report: runs of --since now-7days")
+    assert text.startswith("report: runs of --since now-7days\n== budgets\n")
+    assert "days left" in text and "days_left" not in text and "burn measured over" in text
+    page = output.html_page({"budgets": views["budgets"]}, heading="made 2026-12-02 09:00")
+    assert "<p>made 2026-12-02 09:00</p>" in page and "<th>days left</th>" in page
+    assert output.csv({"budgets": views["budgets"]}).startswith("# budgets\naccount,balance,held,charged,rate_per_day")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import time
 from functools import partial
 from pathlib import Path
 
@@ -72,15 +74,17 @@ def report(views: tuple[str, ...], as_csv: bool, as_json: bool, html_file: Path 
     visible = partial(visibility.visible, viewer)
     runs = report_mod.jobs(config, f, rows, visible)
     tables = report_mod.build(config, f, views or report_mod.VIEWS, visible=visible, df=runs)
+    heading = (f"report: runs of --since {f.since} --until {f.until} (sacct -S/-E); budgets as of now;"
+               f" made {time.strftime('%Y-%m-%d %H:%M')} on {socket.gethostname()}")  # fmt: skip
     if html_file:
-        html_file.write_text(output.html_page(tables, report_mod.series(config, f, runs, tables)))
+        html_file.write_text(output.html_page(tables, report_mod.series(config, f, runs, tables), heading=heading))
         click.echo(f"wrote {html_file}")
     elif as_csv:
         click.echo(output.csv(tables), nl=False)
     elif as_json:
         click.echo(output.as_json(tables))
     else:
-        click.echo(output.table(tables), nl=False)
+        click.echo(output.table(tables, heading), nl=False)
 
 
 for _option in reversed(FILTERS):

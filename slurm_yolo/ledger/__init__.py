@@ -694,6 +694,11 @@ class Ledger:
         )  # fmt: skip
         return {r[0]: int(r[1]) for r in rows}
 
+    def first_movements(self) -> dict[str, float]:
+        """Per account, when its first movement was: how long it has had a budget at all."""
+        rows = self.conn.execute("SELECT account, min(at) FROM movements GROUP BY account")
+        return {r[0]: float(r[1]) for r in rows}
+
     def movements_since(self, since: float, accounts: list[str]) -> list[store.Row]:
         """(account, at, kind, amount) of the accounts' movements since ``since``."""
         marks = ",".join("?" * len(accounts))

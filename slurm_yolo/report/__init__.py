@@ -235,8 +235,9 @@ def roi(df: pd.DataFrame) -> pd.DataFrame:
     return done[["job_id", "Account", "User", "Partition", "map50_95", "gtok_charged", "map_per_gtok"]]
 
 
-BUDGET_COLUMNS = ["account", "balance", "held", "charged", "rate_per_day", "capacity", "burn_per_day", "net_burn_per_day",
-                  "days_left"]  # fmt: skip
+BUDGET_COLUMNS = ["account", "balance", "held", "charged", "rate_per_day", "capacity", "burn_per_day", "burn_days",
+                  "net_burn_per_day", "days_left"]  # fmt: skip
+MIN_BURN_DAYS = 1 / 24  # a burn rate rests on at least an hour: a first minute's charge is no daily rate
 
 
 def days_left(balance: pd.Series, net_burn_per_day: pd.Series) -> pd.Series:
@@ -246,23 +247,27 @@ def days_left(balance: pd.Series, net_burn_per_day: pd.Series) -> pd.Series:
     return left.where(balance > 0, 0.0)
 
 
-def budgets(config: Config, days: float = 7.0) -> pd.DataFrame:
-    """Balance, refill quota, burn rate (charged per day over the last ``days``, overruns included)
-    and days left, per account."""
+def budgets(config: Config, days: float = 7.0, now: float | None = None) -> pd.DataFrame:
+    """Balance, refill quota, burn rate (charged per day over the last ``days``, overruns included,
+    or over the account's life when it is younger: ``burn_days``) and days left, per account."""
     lg = ledger.reader(config)
     if lg is None:
         return pd.DataFrame(columns=BUDGET_COLUMNS)
+    at = time.time() if now is None else now
     try:
         cols = ["balance", "held", "charged", "rate_per_day", "capacity"]
         accounts = pd.DataFrame([{"account": a["name"], **{c: a[c] for c in cols}} for a in lg.accounts()],
                                 columns=["account", *cols])  # fmt: skip
-        charged = lg.charged_since(time.time() - days * 86400)
+        charged = lg.charged_since(at - days * 86400)
         burn = pd.DataFrame({"account": list(charged), "charged_recent": list(charged.values())})
+        first = lg.first_movements()
     finally:
         lg.close()
     out = accounts.merge(burn, how="left", on="account")
     out["charged_recent"] = out["charged_recent"].astype(float).fillna(0)  # no charge in the window: object NaNs
-    out["burn_per_day"] = out["charged_recent"] / days
+    age = (at - out["account"].map(first).fillna(at).astype(float)) / 86400
+    out["burn_days"] = age.clip(lower=MIN_BURN_DAYS, upper=days)
+    out["burn_per_day"] = out["charged_recent"] / out["burn_days"]
     out["net_burn_per_day"] = out["burn_per_day"] - out["rate_per_day"]
     out["days_left"] = days_left(out["balance"], out["net_burn_per_day"])
     return out[BUDGET_COLUMNS]
@@ -342,6 +347,20 @@ def usage_over_time(df: pd.DataFrame) -> pd.DataFrame:
     return out[cols].sort_values(["Account", "period"]).reset_index(drop=True)
 
 
+def waits_over_time(df: pd.DataFrame) -> pd.DataFrame:
+    """Median queue wait per partition and day (per hour when the runs span two days or less), by
+    when each run was submitted: every run's own wait, not a median of the QOS medians."""
+    cols = ["Partition", "period", "per", "jobs", "median"]
+    started = df[df["wait_s"].notna() & df["submit"].notna()]
+    if started.empty:
+        return pd.DataFrame(columns=cols)
+    hourly = started["submit"].max() - started["submit"].min() <= pd.Timedelta(days=2)
+    period = started["submit"].dt.floor("h" if hourly else "D").rename("period")
+    out = started.groupby(["Partition", period])["wait_s"].agg(jobs="size", median="median").reset_index()
+    out["per"] = "hour" if hourly else "day"
+    return out[cols].sort_values(["Partition", "period"]).reset_index(drop=True)
+
+
 def predictions(df: pd.DataFrame) -> pd.DataFrame:
     """Predicted and actual seconds of every completed yolo run."""
     done = df[df["yolo"] & (df["state"] == "COMPLETED") & (df["pred_s"] > 0) & (df["elapsed"] > 0)]
@@ -379,21 +398,44 @@ def balances(config: Config, accounts: list[str], start: float, now: float) -> p
         moves = pd.DataFrame([dict(r) for r in lg.movements_since(start, accounts)],
                              columns=["account", "at", "kind", "amount"])  # fmt: skip
         now_balances = {name: lg.balance(name) for name in accounts}
+        quotas = {name: (float(row["refilled_at"]), float(row["rate_per_day"]))
+                  for name in accounts if (row := lg.account(name)) is not None}  # fmt: skip
     finally:
         lg.close()
-    return balance_history(moves, now_balances, start, now)
+    history = balance_history(moves, now_balances, start, now)
+    history["refill_from"] = history["account"].map(refill_from(moves, quotas, start)).astype(float)
+    return history
+
+
+def refill_from(moves: pd.DataFrame, quotas: Mapping[str, tuple[float, float]], start: float) -> dict[str, float]:
+    """When each account's refills began within the window (pure), from ``quotas`` (its last refill's
+    time, its rate per day): the time its first refill movement there was earned from (the refill
+    pays the days since the one before), else its last refill (a quota set since, not yet paid);
+    never before ``start``. A quota set mid-window draws no refills before it."""
+    refills = moves[moves["kind"] == "refill"].sort_values("at", kind="stable").groupby("account").first()
+    out = {}
+    for account, (last, rate) in quotas.items():
+        if account in refills.index and rate > 0:
+            first = refills.loc[account]
+            out[account] = max(start, float(first["at"]) - float(first["amount"]) / rate * 86400)
+        else:
+            out[account] = max(start, last)
+    return out
 
 
 def series(config: Config, f: Filters, df: pd.DataFrame, views: dict[str, pd.DataFrame],
            now: float | None = None) -> dict[str, pd.DataFrame]:  # fmt: skip
     """What the HTML page plots over time, for the views in ``views``: usage per account and day
-    (``usage``), every run's predicted and actual time (``accuracy``), and the balance history of
-    the accounts the ``budgets`` view shows, over the report's window."""
+    (``usage``), every run's predicted and actual time (``accuracy``), median queue waits per
+    partition and day (``waits``), and the balance history of the accounts the ``budgets`` view
+    shows, over the report's window, with when each one's refills began (``refill_from``)."""
     out = {}
     if "usage" in views:
         out["usage"] = usage_over_time(df)
     if "accuracy" in views:
         out["accuracy"] = predictions(df)
+    if "waits" in views:
+        out["waits"] = waits_over_time(df)
     if "budgets" in views:
         at = time.time() if now is None else now
         out["budgets"] = balances(config, [str(a) for a in views["budgets"]["account"]], window_start(f.since, at), at)

@@ -76,7 +76,16 @@ UNITS: dict[str, dict[str, Callable[[float], str]]] = {
     "k": {"k": lambda x: f"{x:.4g} s/MTok"},
     "roi": {"gtok_charged": lambda x: fmt_tokens(x * 1e9), "map_per_gtok": lambda x: f"{_number(x)}/GTok"},
     "budgets": {**_TOKENS, "rate_per_day": _per_day, "burn_per_day": _per_day, "net_burn_per_day": _per_day,
-                "days_left": fmt_days},
+                "burn_days": lambda d: fmt_duration(d * 86400), "days_left": fmt_days},
+}  # fmt: skip
+# The headers people read (the table and the page); --csv and --json keep the column names programs use.
+HEADERS = {
+    "gpu_hours": "GPU-hours", "tokens_held": "held", "tokens_charged": "charged", "tokens_refunded": "refunded",
+    "median_abs_error": "median |error|", "p90_abs_error": "p90 |error|", "median_error": "median error",
+    "timeout_share": "timeouts", "over_reservation_median": "limit / elapsed", "promised_coverage": "coverage promised",
+    "realised_coverage": "coverage realised", "map50_95": "mAP50-95", "gtok_charged": "charged",
+    "map_per_gtok": "mAP50-95 per GTok", "rate_per_day": "refill", "capacity": "refill cap", "burn_per_day": "burn",
+    "burn_days": "burn measured over", "net_burn_per_day": "net burn", "days_left": "days left", "job_id": "job",
 }  # fmt: skip
 NAN_WORDS = ("days_left",)  # columns whose formatter speaks for a missing value
 
@@ -95,11 +104,17 @@ def human(name: str, df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def table(views: dict[str, pd.DataFrame]) -> str:
-    parts = []
+def _for_people(name: str, df: pd.DataFrame) -> pd.DataFrame:
+    """``human``, with the headers people read."""
+    return human(name, df).rename(columns=HEADERS)
+
+
+def table(views: dict[str, pd.DataFrame], heading: str = "") -> str:
+    """The views as text tables, under ``heading`` (the window and when it was made)."""
+    parts = [heading] if heading else []
     for name, df in views.items():
         parts.append(f"== {name}")
-        parts.append(human(name, df).to_string(index=False) if len(df) else "(no data)")
+        parts.append(_for_people(name, df).to_string(index=False) if len(df) else "(no data)")
     return "\n".join(parts) + "\n"
 
 
@@ -201,16 +216,21 @@ def _accuracy_plot(plt: Any, view: pd.DataFrame, runs: pd.DataFrame | None) -> A
     return fig
 
 
-def _waits_plot(plt: Any, view: pd.DataFrame, _: pd.DataFrame | None) -> Any:
-    if view.empty:
+def _waits_plot(plt: Any, view: pd.DataFrame, over_time: pd.DataFrame | None) -> Any:
+    """Median queue wait per partition over time (``report.waits_over_time``: every run's own wait)."""
+    if over_time is None or over_time.empty or view.empty:
         return None
-    data = view.groupby("Partition")["median"].median()
     size, unit = next((s, u) for s, u in ((1, "s"), (60, "min"), (3600, "h"), (86400, "days"))
-                      if data.max() < 120 * s or u == "days")  # fmt: skip
+                      if over_time["median"].max() < 120 * s or u == "days")  # fmt: skip
     fig, ax = plt.subplots(figsize=(6, 3))
-    ax.bar([str(p) for p in data.index], data.to_numpy() / size, color="#3a6ea5")
+    for part, g in over_time.groupby("Partition"):
+        ax.plot(
+            pd.to_datetime(g["period"]), g["median"] / size, marker="o", label=f"{part} ({int(g['jobs'].sum())} jobs)"
+        )
     ax.set_ylabel(f"median queue wait ({unit})")
-    ax.set_title("median queue wait by partition")
+    ax.set_title(f"median queue wait per {over_time['per'].iloc[0]}, by partition")
+    ax.legend(fontsize="small")
+    _date_axis(ax.xaxis)
     return fig
 
 
@@ -244,10 +264,12 @@ def _budget_plot(plt: Any, view: pd.DataFrame, history: pd.DataFrame | None) -> 
             continue
         start, now = h["at"].iloc[0], h["at"].iloc[-1]
         ax.step(h["at"], h["balance"], where="post", label="balance")
-        if b.rate_per_day > 0:
-            when = pd.date_range(start, now, periods=50)
-            days = pd.Series((when - start).total_seconds() / 86400)
-            ax.plot(when, refill_line(float(h["balance"].iloc[0]), float(b.rate_per_day), float(b.capacity), days), "g--",
+        begin = max(start, pd.Timestamp.fromtimestamp(float(h["refill_from"].iloc[0])))  # not before the quota
+        if b.rate_per_day > 0 and begin < now:
+            when = pd.date_range(begin, now, periods=50)
+            days = pd.Series((when - begin).total_seconds() / 86400)
+            from_balance = float(h[h["at"] <= begin]["balance"].iloc[-1])  # the step's value when refills began
+            ax.plot(when, refill_line(from_balance, float(b.rate_per_day), float(b.capacity), days), "g--",
                     linewidth=1, label=f"refills alone ({fmt_tokens(b.rate_per_day)}/day)")  # fmt: skip
         left = math.inf if pd.isna(b.days_left) else float(b.days_left)
         window = (now - start).total_seconds() / 86400
@@ -289,14 +311,15 @@ def plots(views: dict[str, pd.DataFrame], series: dict[str, pd.DataFrame] | None
 
 
 def html_page(views: dict[str, pd.DataFrame], series: dict[str, pd.DataFrame] | None = None,
-              title: str = "slurm-yolo report") -> str:  # fmt: skip
-    """One self-contained page (plots embedded) an admin can mail or publish."""
+              title: str = "slurm-yolo report", heading: str = "") -> str:  # fmt: skip
+    """One self-contained page (plots embedded) an admin can mail or publish; ``heading`` says its
+    window and when it was made."""
     images = plots(views, series)
-    body = [f"<h1>{html.escape(title)}</h1>"]
+    body = [f"<h1>{html.escape(title)}</h1>"] + ([f"<p>{html.escape(heading)}</p>"] if heading else [])
     for name, df in views.items():
         body.append(f"<h2>{html.escape(name)}</h2>")
         if name in images:
             body.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{images[name]}">')
-        body.append(human(name, df).to_html(index=False, na_rep="") if len(df) else "<p>no data</p>")
+        body.append(_for_people(name, df).to_html(index=False, na_rep="") if len(df) else "<p>no data</p>")
     style = "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}"
     return f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>{style}</style></head><body>{''.join(body)}</body></html>"
