@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from pathlib import Path
 
 from . import ledger
 from .config import Config
+from .cost import Quote
 from .errors import QuotaError, UsageError
 from .estimate import fmt_tokens
 from .ledger import bucket, policy
@@ -38,8 +38,9 @@ def parse_tokens(text: str, allow_negative: bool = False) -> int:
     return value
 
 
-def check(config: Config, plan: Plan, account: str | None) -> str | None:
-    """Raise QuotaError when the job does not fit; the account checked (None: not metered)."""
+def check(config: Config, plan: Plan, account: str | None, q: Quote) -> str | None:
+    """Raise QuotaError when the job's hold (``q``, ``cost.quote``) does not fit; the account checked
+    (None: not metered)."""
     lg = ledger.reader(config)
     if lg is None:
         return None
@@ -49,13 +50,9 @@ def check(config: Config, plan: Plan, account: str | None) -> str | None:
         row = lg.account(name)
         if row is None:
             return None
-        cluster = commands.home_cluster(bin_dir) if lg.has_cluster_prices() else ""  # a Slurm call, only if needed
-        rate = lg.tier_rate(plan.qos, cluster)
-        price = lg.price_at(plan.partition, time.time(), int(config["ledger"]["default_price"]), cluster)
     finally:
         lg.close()
-    share = policy.gres_share(plan.gres, config.partition(plan.partition).shards_per_gpu)
-    need = policy.tokens(plan.time_limit_seconds, share, price, rate)
+    need = q.hold_tokens
     pending = sum(policy.user_estimate(None, c) or 0 for c in commands.pending_comments(name, bin_dir))
     left = row["balance"] - pending
     if need > left:
@@ -68,8 +65,8 @@ def check(config: Config, plan: Plan, account: str | None) -> str | None:
         )
         raise QuotaError(
             f"account {name} cannot cover this job: needs {fmt_tokens(need)} (what its start holds: "
-            f"{plan.time_limit_seconds // 60} min x {share} GPU x {price:,} tokens/GPU-s x {policy.rate_text(rate)}; estimated "
-            f"{fmt_tokens(plan.effective_tokens)}), has {fmt_tokens(max(0, left))} left"
+            f"{plan.time_limit_seconds // 60} min x {q.gpu_share} GPU x {q.price:,} tokens/GPU-s x {policy.rate_text(q.rate_ppm)};"
+            f" its work is {fmt_tokens(plan.effective_tokens)}), has {fmt_tokens(max(0, left))} left"
             f" (balance {fmt_tokens(row['balance'])} - pending jobs {fmt_tokens(pending)}); {refill}"
         )
     return name

@@ -88,6 +88,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         # Tokens per GPU-second for a partition without a price of its own (`slurm-yolo ledger price`).
         # 1,000,000 bills a GPU-second as the prior k (1 s per million tokens) would process.
         "default_price": 1_000_000,
+        "currency": "",  # the name of the money cost_per_gpu_hour is in (EUR, USD, credits), for every line that shows it
         "unlimited_hold_hours": 168.0,  # what a job with no time limit (an INFINITE partition) holds
         "reconcile_days": 7.0,  # how far back `ledger reconcile` looks in sacct for runs the hooks missed
         # Accepted and ignored, so that an older site config still loads: runs are keyed by Slurm's own

@@ -14,10 +14,12 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from . import admission, calibration, dataset, estimate, plan, progress, render, spec
+from . import admission, calibration, cost, dataset, estimate, ledger, plan, progress, render, spec
 from . import config as config_mod
 from .config import Config
 from .errors import QuotaError, SlurmError, UnreachableError, UsageError
+from .estimate import fmt_tokens
+from .ledger import policy
 from .slurm import commands
 from .visibility import current_user
 
@@ -120,6 +122,7 @@ class Prepared(NamedTuple):
     plan: plan.Plan
     script: str
     options: render.JobOptions
+    quote: cost.Quote  # what its start holds and its predicted run would be charged
     warnings: tuple[str, ...] = ()  # what the user should know before the job runs (stderr, one line each)
 
 
@@ -194,7 +197,31 @@ def prepare(
         warnings += (f"partition {partition} is not one of the configured ({', '.join(sorted(config.partitions))}):"
                     " planned with the defaults (whole GPUs, the prior k); Slurm refuses it if it does not exist",)  # fmt: skip
     chosen.explain.extend(warnings)
-    return Prepared(spec=s, counts=counts, plan=chosen, script=script, options=options, warnings=warnings)
+    q = quote_for(config, chosen)
+    after_qos = next((i + 1 for i, line in enumerate(chosen.explain) if line.startswith("qos: ")), len(chosen.explain))
+    chosen.explain.insert(
+        after_qos,
+        f"cost: holds {fmt_tokens(q.hold_tokens)} of budget at its start ({chosen.time_limit_seconds // 60} min x"
+        f" {q.gpu_share} GPU x {q.price:,} tokens/GPU-s x rate {policy.rate_text(q.rate_ppm)}), expected charge"
+        f" {fmt_tokens(q.expected_tokens)}; {q.hold_gpu_hours:.2f} GPU-h held, {q.expected_gpu_hours:.2f} expected"
+        + (f"; {cost.fmt_money(q.hold_money, q.currency)} held, {cost.fmt_money(q.expected_money, q.currency)} expected"
+           f" (the partition's cost_per_gpu_hour {q.cost_per_gpu_hour:g})" if q.cost_per_gpu_hour > 0 else "")
+    )  # fmt: skip
+    return Prepared(spec=s, counts=counts, plan=chosen, script=script, options=options, quote=q, warnings=warnings)
+
+
+def quote_for(config: Config, p: plan.Plan) -> cost.Quote:
+    """The plan's cost at the prices its start would be held at (the published ledger's)."""
+    part = config.partition(p.partition)
+    lg = ledger.reader(config)
+    try:
+        price, rate = cost.prices(config, lg, p.partition, p.qos)
+    finally:
+        if lg is not None:
+            lg.close()
+    share = policy.gres_share(p.gres, part.shards_per_gpu)
+    return cost.quote(p.time_limit_seconds, p.predicted_seconds, share, price, rate, part.cost_per_gpu_hour,
+                      config["ledger"]["currency"])  # fmt: skip
 
 
 def submit(config: Config, prepared: Prepared) -> int:
@@ -203,7 +230,7 @@ def submit(config: Config, prepared: Prepared) -> int:
     association, so it would otherwise read as an account with nothing left)."""
     bin_dir = Path(config["slurm"]["bin_dir"])
     try:
-        admission.check(config, prepared.plan, prepared.options.account)
+        admission.check(config, prepared.plan, prepared.options.account, prepared.quote)
         return commands.submit(prepared.script, [], bin_dir=bin_dir, timeout=config["slurm"]["timeout_seconds"])
     except QuotaError:
         require_association(prepared.options.account, bin_dir)

@@ -167,7 +167,7 @@ def test_auto_asks_slurm_with_the_real_request(home: Path, tmp_path: Path, datas
     code, out = run(args[2:])  # submitted: the start beside the prediction
     assert code == 0, out
     assert out.startswith("Submitted batch job 42 (t4, gpu:t4:1, qos ")
-    assert out.endswith(f" min, expected start {plan.clock(now + 60)})\n") and ", predicted " in out
+    assert out.endswith(f" EUR, expected start {plan.clock(now + 60)})\n") and ", predicted " in out
 
 
 def test_auto_skips_what_slurm_refuses(home: Path, tmp_path: Path, dataset: Path, site_config: Path) -> None:

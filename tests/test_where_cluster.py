@@ -83,7 +83,7 @@ def test_auto_goes_where_slurm_expects_the_earliest_finish(slurm: Slurm, site_co
     assert d["explain"][-1].startswith("expected start: ") and d["explain"][-1].endswith("(Slurm's scheduler)")
 
     res = invoke("-p", "auto", "--sbatch-arg=--hold", "-J", "where-check", *words)  # submitted: start beside prediction
-    job = re.match(r"Submitted batch job (\d+) \(t4, gpu:t4:1, .*, predicted [\d.]+ min, expected start (\S+)\)\n$",
+    job = re.match(r"Submitted batch job (\d+) \(t4, gpu:t4:1, .*, predicted [\d.]+ min, work .* EUR, expected start (\S+)\)\n$",
                    res.output)  # fmt: skip
     assert res.exit_code == 0 and job, res.output
     try:

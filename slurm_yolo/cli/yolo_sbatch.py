@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .. import __version__, durations, plan, submission
+from .. import __version__, cost, durations, plan, submission
 from ..estimate import fmt_tokens
 from ..slurm import commands
 from . import OneLineErrors, echo_json, library_errors, load_config
@@ -78,15 +78,18 @@ def main(
     for warning in prepared.warnings:
         click.echo(f"warning: {warning}", err=True)
     job_id = None if dry_run else submission.submit(config, prepared)
+    q = prepared.quote
     if as_json:
-        echo_json({**p.to_dict(), "dataset": prepared.counts._asdict(), "script": prepared.script, "job_id": job_id})
+        echo_json({**p.to_dict(), **q.to_dict(), "dataset": prepared.counts._asdict(), "script": prepared.script,
+                   "job_id": job_id})  # fmt: skip
     else:
         if explain:
             for line in p.explain:
                 click.echo(line)
         start = f", expected start {plan.clock(p.expected_start)}" if p.expected_start is not None else ""
-        summary = (f"({p.partition}, {p.gres}, qos {p.qos}, limit {p.time_limit_seconds // 60} min,"
-                   f" {fmt_tokens(p.effective_tokens)} effective, predicted {p.predicted_seconds / 60:.1f} min{start})")  # fmt: skip
+        summary = (f"({p.partition}, {p.gres}, qos {p.qos}, limit {p.time_limit_seconds // 60} min, predicted"
+                   f" {p.predicted_seconds / 60:.1f} min, work {fmt_tokens(p.effective_tokens)}; holds"
+                   f" {fmt_tokens(q.hold_tokens)} of budget = {q.hold_gpu_hours:.2f} GPU-h{cost.money_part(q)}{start})")  # fmt: skip
         if dry_run:  # the line a submission would print, then the script it would send
             click.echo(f"Not submitted (--dry-run) {summary}")
             click.echo(prepared.script, nl=False)
