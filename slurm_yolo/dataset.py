@@ -379,6 +379,8 @@ def count(data: str | Path, cache_path: Path | None = None, yolo_config_dir: str
     where = str(path) if path is not None else builtin_name(text)
     if where is None:
         hint = "" if "/" in text else " (nor is it one of ultralytics' bundled datasets)"
+        if not os.path.isabs(text):
+            hint += f"; a relative path is read from the folder you submit in, {os.getcwd()}"
         raise UsageError(f"data yaml {text} not found{hint}")
     cache = CountCache(cache_path)
     try:

@@ -134,7 +134,12 @@ def test_without_private_data_anyone_sees_any_account(books: tuple[Path, str]) -
     assert yolo("bob", home, "ledger", "history", lab).returncode == 0
     for command in ("balance", "history"):  # an account the ledger never saw is an error, not an empty answer
         res = yolo("bob", home, "ledger", command, "nosuch")
-        assert (res.returncode, res.stdout, res.stderr) == (1, "", "Error: account 'nosuch' has no ledger entry\n")
+        assert (res.returncode, res.stdout, res.stderr) == (
+            1,
+            "",
+            "Error: account 'nosuch' has no ledger entry (nothing was ever deposited into it: an admin's"
+            " slurm-yolo ledger deposit nosuch AMOUNT makes one)\n",
+        )
 
 
 @pytest.mark.cluster

@@ -36,7 +36,8 @@ def _entry(lg: ledger.Ledger, account: str) -> store.Row:
     """ACCOUNT's ledger row, or one error line: an account the ledger never saw is not an empty answer."""
     row = lg.account(account)
     if row is None:
-        raise UsageError(f"account {account!r} has no ledger entry")
+        raise UsageError(f"account {account!r} has no ledger entry (nothing was ever deposited into it: an admin's"
+                         f" slurm-yolo ledger deposit {account} AMOUNT makes one)")  # fmt: skip
     return row
 
 
