@@ -176,7 +176,8 @@ class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         self.settler.stop()
 
 
-def _answers(path: Path) -> bool:
+def answers(path: Path) -> bool:
+    """Whether a hookd listens at ``path`` (a connection is taken; nothing is asked)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         try:
             probe.connect(str(path))
@@ -208,7 +209,7 @@ def serve(config: Config) -> None:
     if os.geteuid() == 0:
         _drop_to(config["paths"]["owner"], path.parent)
     db.reuse_connections()
-    if _answers(path):
+    if answers(path):
         raise SlurmYoloError(f"hookd: another server answers on {path}")
     path.unlink(missing_ok=True)  # a stale socket from a killed server
     try:

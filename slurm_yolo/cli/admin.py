@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from .. import __version__, calibration
+from ..doctor import ROLES
 from ..timemodel import describe
 from . import OneLineGroup, echo_json, library_errors, load_config
 from .job import COMMANDS as JOB_COMMANDS
@@ -71,6 +72,30 @@ def calibrate(partition: str, as_json: bool, run_dirs: tuple[Path, ...]) -> None
     for line in describe(tm):
         click.echo(line)
     click.echo(calibration.startup_note(tm))
+
+
+@main.command()
+@click.option("--role", type=click.Choice(ROLES), default="auto", show_default=True,
+              help="What this host is for; auto: a slurmctld host is the controller, a slurmd host compute, else login.")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True)
+@library_errors
+def doctor(role: str, as_json: bool) -> None:
+    """Check this host for its role: one line per problem with what to do (exit 1), notes beside."""
+    from .. import doctor as doctor_mod
+
+    report = doctor_mod.check(load_config(), role)
+    if as_json:
+        echo_json({"role": report.role, "slurm": report.release, "notes": report.notes,
+                   "problems": [p._asdict() for p in report.problems]})  # fmt: skip
+    else:
+        for p in report.problems:
+            click.echo(f"problem: {p.what}; do: {p.fix}")
+        for note in report.notes:
+            click.echo(f"note: {note}")
+        found = f"{len(report.problems)} problem(s)" if report.problems else "no problems"
+        click.echo(f"doctor: {report.role} host, Slurm {report.release or 'unreachable'}: {found}")
+    if report.problems:
+        raise SystemExit(1)
 
 
 @main.command()

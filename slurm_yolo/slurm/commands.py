@@ -378,6 +378,11 @@ def accounts_of(user: str, bin_dir: Path | None = None) -> list[str]:
     return sorted({line.strip() for line in res.stdout.splitlines() if line.strip()})
 
 
+def controller_config(bin_dir: Path | None = None, timeout: float = 30.0) -> parsers.ControllerConfig:
+    """The controller's configuration and its clock at the answer (``scontrol show config``)."""
+    return parsers.controller_config(run(["scontrol", "show", "config"], bin_dir=bin_dir, timeout=timeout).stdout)
+
+
 def private_data(bin_dir: Path | None = None) -> frozenset[str]:
     """What the cluster's ``PrivateData`` hides from users: accounts, jobs, usage..."""
     return parsers.private_data(run(["scontrol", "show", "config"], bin_dir=bin_dir).stdout)

@@ -5,6 +5,7 @@ real cluster). The money path reads ``records`` instead: ``scontrol show job`` p
 from __future__ import annotations
 
 import re
+import time
 from typing import NamedTuple
 
 from . import records
@@ -73,6 +74,37 @@ def private_data(config_text: str) -> frozenset[str]:
         if sep and key.strip() == "PrivateData":
             return frozenset(v.strip().lower() for v in value.split(",") if v.strip() and v.strip().lower() != "none")
     return frozenset()
+
+
+class ControllerConfig(NamedTuple):
+    """``scontrol show config``: when the controller answered (its own clock) and each value, a key
+    Slurm prints per index (``PrologSlurmctld[0]``, 24.11) under its plain name, the first index."""
+
+    as_of: float | None  # epoch seconds: "Configuration data as of ..." (local time, as Slurm prints it)
+    values: dict[str, str]
+    controllers: tuple[str, ...] = ()  # SlurmctldHost's names, primary first (``vm(127.0.0.1)`` -> vm)
+
+
+def controller_config(text: str) -> ControllerConfig:
+    as_of = None
+    values: dict[str, str] = {}
+    controllers: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("Configuration data as of "):
+            try:
+                as_of = time.mktime(
+                    time.strptime(line.removeprefix("Configuration data as of ").strip(), "%Y-%m-%dT%H:%M:%S")
+                )
+            except ValueError:
+                as_of = None
+            continue
+        key, sep, value = line.partition("=")
+        if sep:
+            name = re.sub(r"\[\d+\]$", "", key.strip())
+            values.setdefault(name, value.strip())
+            if name == "SlurmctldHost":
+                controllers.append(value.strip().split("(")[0])
+    return ControllerConfig(as_of, values, tuple(controllers))
 
 
 def admin_level_and_coordinated(text: str) -> tuple[str, frozenset[str]]:

@@ -1,0 +1,281 @@
+"""``slurm-yolo doctor``: what this host lacks for its role, one line per problem with what to do.
+
+A site's hosts each need something else. The **controller** (slurmctld runs its hooks there) needs
+the config the hooks read, PrologSlurmctld and EpilogSlurmctld wired to the hook client, the
+admission script, a ledger it can write whose files no user can open, hookd answering, and a clock
+in step. A **login** node needs the config and Slurm's client commands. A **compute** node needs the
+``[train]`` install at ``job.python``. ``auto`` takes the controller when this host is one of
+slurmctld's hosts, compute when a slurmd runs here, else login. Problems change the exit code;
+notes (what is fine but worth knowing) do not.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import socket
+import stat
+import subprocess
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+from . import availability, db, ledger
+from .config import Config, config_path
+from .errors import SlurmError, SlurmYoloError
+from .slurm import commands
+from .slurm.parsers import ControllerConfig
+
+SUPPORTED = ("22.05", "24.11")  # the releases the money path is tested on
+CLOCK_SLACK_SECONDS = 5.0  # slurmctld prints its clock to the second, and the question takes a moment
+ROLES = ("auto", "controller", "login", "compute")
+HOOK_KEYS = ("PrologSlurmctld", "EpilogSlurmctld")
+
+
+class Problem(NamedTuple):
+    what: str
+    fix: str
+
+
+class Report(NamedTuple):
+    role: str
+    release: str  # Slurm's, as its controller says ('' when it did not answer)
+    problems: list[Problem]
+    notes: list[str]
+
+
+def detect_role(cc: ControllerConfig | None, host: str, slurmd_here: bool) -> str:
+    """The role of ``host``: one of slurmctld's hosts, else a node running slurmd, else a login node."""
+    if cc is not None and host.split(".")[0] in {c.split(".")[0] for c in cc.controllers}:
+        return "controller"
+    return "compute" if slurmd_here else "login"
+
+
+def _slurmd_here() -> bool:
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "comm").read_text().strip() == "slurmd":
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def check(config: Config, role: str = "auto") -> Report:
+    """Every check of ``role`` on this host (``auto``: ``detect_role``)."""
+    problems: list[Problem] = []
+    notes: list[str] = []
+    if config.path is None:
+        problems.append(Problem(f"no slurm-yolo config was read ({config_path(config.env)} is missing)",
+                                "install one as /etc/slurm-yolo/config.toml (deploy/config.toml is the template),"
+                                " or export SLURM_YOLO_CONFIG=<the site's config>"))  # fmt: skip
+    bin_dir = Path(config["slurm"]["bin_dir"])
+    try:
+        cc: ControllerConfig | None = commands.controller_config(bin_dir, timeout=config["slurm"]["timeout_seconds"])
+    except SlurmError as e:
+        cc = None
+        problems.append(Problem(f"Slurm's controller did not answer ({e})",
+                                "check that slurmctld runs and that this host's slurm.conf (or SLURM_CONF) names it"))  # fmt: skip
+    if role == "auto":
+        role = detect_role(cc, socket.gethostname(), _slurmd_here())
+    release = ""
+    if cc is not None:
+        release = cc.values.get("SLURM_VERSION", "")
+        problems += _slurm(cc, release, notes)
+    if role == "controller" and cc is not None:
+        problems += _hooks(config, cc) + _admission(config, cc) + _books(config, cc) + _hookd(config)
+    elif role == "login":
+        problems += _login(config, notes)
+    elif role == "compute":
+        problems += _compute(config)
+    return Report(role, release, problems, notes)
+
+
+def _slurm(cc: ControllerConfig, release: str, notes: list[str]) -> list[Problem]:
+    out = []
+    if ".".join(release.split(".")[:2]) not in SUPPORTED:
+        out.append(Problem(f"Slurm {release or '(no SLURM_VERSION)'} is not a release slurm-yolo is tested on"
+                           f" ({', '.join(SUPPORTED)})", "run the test suite (bash deploy/test) against it first"))  # fmt: skip
+    if cc.as_of is not None:
+        skew = time.time() - cc.as_of
+        if abs(skew) > CLOCK_SLACK_SECONDS:
+            out.append(Problem(f"this host's clock is {skew:+.0f} s off slurmctld's",
+                               "keep every host's clock in step (chrony or systemd-timesyncd): runs are keyed and priced by time"))  # fmt: skip
+    hidden = {v.strip().lower() for v in cc.values.get("PrivateData", "").split(",")}
+    if not hidden & {"accounts", "usage"}:
+        notes.append("PrivateData hides no accounts: every user sees every account's balance, as Slurm shows sshare")
+    return out
+
+
+def _script_config(path: Path) -> str | None:
+    """The SLURM_YOLO_CONFIG a hook wrapper script sets (None: not a script, or it sets none)."""
+    try:
+        if path.stat().st_size > 65536:
+            return None
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, sep, value = line.strip().removeprefix("export ").partition("=")
+        if sep and key == "SLURM_YOLO_CONFIG":
+            return value.strip().strip("'\"")
+    return None
+
+
+def _hooks(config: Config, cc: ControllerConfig) -> list[Problem]:
+    out = []
+    client = str(config["hookd"]["client"])
+    for key in HOOK_KEYS:
+        value = cc.values.get(key, "")
+        if value in ("", "(null)"):
+            out.append(Problem(f"{key} is not set: slurmctld holds and settles no tokens",
+                               f"set {key}={client} in slurm.conf (deploy/slurm.conf.snippet), then scontrol reconfigure"))  # fmt: skip
+            continue
+        path = Path(value)
+        try:
+            st = path.stat()
+        except OSError as e:
+            out.append(
+                Problem(f"{key} {value}: {e.strerror}", f"install it (deploy/install --site), or set {key}={client}")
+            )
+            continue
+        if st.st_mode & 0o022:
+            out.append(Problem(f"{key} {value} is writable by others: whoever can write it runs code in slurmctld",
+                               f"chmod go-w {value}"))  # fmt: skip
+        if value != client and "slurm-yolo" not in value:
+            text = path.read_bytes()[:65536] if st.st_size <= 65536 else b""
+            if b"slurm-yolo" not in text:
+                out.append(Problem(f"{key} is {value}, which does not run slurm-yolo's hook",
+                                   f"set {key}={client}, or have the site's script exec it"))  # fmt: skip
+        theirs = _script_config(path)
+        if theirs is not None and config.path is not None and Path(theirs) != config.path:
+            out.append(Problem(f"{key} runs with SLURM_YOLO_CONFIG={theirs}, this doctor with {config.path}",
+                               f"run the doctor as the hooks do: SLURM_YOLO_CONFIG={theirs} slurm-yolo doctor"))  # fmt: skip
+    return out
+
+
+def _admission(config: Config, cc: ControllerConfig) -> list[Problem]:
+    plugins = {p.strip() for p in cc.values.get("JobSubmitPlugins", "").split(",")}
+    if "lua" not in plugins and "job_submit/lua" not in plugins:
+        return [Problem("JobSubmitPlugins has no lua: GPU jobs are admitted without a budget check (the prolog"
+                        " still holds them, and cancels what an account cannot cover)",
+                        "set JobSubmitPlugins=lua and write slurm-yolo ledger admission-script to job_submit.lua beside slurm.conf")]  # fmt: skip
+    target = Path(cc.values.get("SLURM_CONF", "/etc/slurm/slurm.conf")).parent / "job_submit.lua"
+    try:
+        text = target.read_text(errors="replace")
+    except OSError as e:
+        return [Problem(f"{target}: {e.strerror}", f"slurm-yolo ledger admission-script > {target}")]
+    try:
+        wanted = availability.script(config, cc.values.get("ClusterName", ""))
+    except SlurmYoloError as e:
+        return [Problem(f"the admission script cannot be made here ({e})", "fix the config, then regenerate it")]
+    if text != wanted:
+        return [Problem(f"{target} is not the admission script of this config and release",
+                        f"slurm-yolo ledger admission-script --cluster {cc.values.get('ClusterName', 'NAME')} > {target}"
+                        " (a site's own script: merge it into that)")]  # fmt: skip
+    return []
+
+
+def _owner_uid(config: Config) -> int | None:
+    try:
+        return pwd.getpwnam(config["paths"]["owner"]).pw_uid
+    except KeyError:
+        return None
+
+
+def _books(config: Config, cc: ControllerConfig) -> list[Problem]:
+    out = []
+    owner = config["paths"]["owner"]
+    slurm_user = cc.values.get("SlurmUser", "").split("(")[0]
+    if slurm_user and slurm_user != owner:
+        out.append(Problem(f"paths.owner is {owner}, but slurmctld runs its hooks as {slurm_user}",
+                           f'set owner = "{slurm_user}" under [paths]'))  # fmt: skip
+    uid = _owner_uid(config)
+    if uid is None:
+        return [*out, Problem(f"paths.owner {owner} is no user on this host", "set [paths] owner to the SlurmUser")]
+    state = config.state_dir
+    try:
+        st = state.stat()
+        if st.st_mode & 0o002:
+            out.append(Problem(f"{state} is writable by everyone", f"chmod o-w {state}"))
+    except OSError as e:
+        return [
+            *out,
+            Problem(f"{state}: {e.strerror}", f"install -d -o {owner} -m 755 {state} (deploy/install --site)"),
+        ]
+    private = db.private_dir(state)
+    try:
+        pst = private.stat()
+        if pst.st_uid != uid or stat.S_IMODE(pst.st_mode) != 0o700:
+            out.append(Problem(f"{private} is mode {stat.S_IMODE(pst.st_mode):o}, owner uid {pst.st_uid}: users could open"
+                               " (and lock) the books", f"chown {owner}: {private} && chmod 700 {private}"))  # fmt: skip
+        for entry in private.iterdir():
+            est = entry.lstat()
+            if stat.S_ISREG(est.st_mode) and est.st_mode & 0o077:
+                out.append(Problem(f"{entry} is mode {stat.S_IMODE(est.st_mode):o}", f"chmod 600 {entry}"))
+    except FileNotFoundError:
+        pass  # made by the first writer, as the SlurmUser
+    except OSError as e:
+        out.append(Problem(f"{private}: {e.strerror}", "run the doctor as root or as the SlurmUser"))
+    if ledger.on_mariadb(config):
+        opts = ledger.options_path(config)
+        try:
+            ost = opts.stat()
+            if ost.st_uid != uid or ost.st_mode & 0o077:
+                out.append(Problem(f"{opts} (the ledger's credentials) is mode {stat.S_IMODE(ost.st_mode):o}, owner uid"
+                                   f" {ost.st_uid}", f"chown {owner}: {opts} && chmod 600 {opts}"))  # fmt: skip
+        except OSError as e:
+            out.append(Problem(f"{opts}: {e.strerror}", "write the option file (docs/money.md: On the site's MariaDB)"))
+    try:
+        lg = ledger.reader(config)
+        if lg is None:
+            out.append(Problem(f"no ledger yet at {ledger.where(config)}",
+                               "slurm-yolo ledger deposit ACCOUNT AMOUNT makes it (the hooks would, at the first GPU job)"))  # fmt: skip
+        else:
+            with lg:
+                lg.accounts()
+    except SlurmYoloError as e:
+        out.append(
+            Problem(
+                f"the ledger cannot be read: {str(e).splitlines()[0]}",
+                "fix what the line names, then run the doctor again",
+            )
+        )
+    return out
+
+
+def _hookd(config: Config) -> list[Problem]:
+    from .hookd import answers
+
+    path = Path(config["hookd"]["socket"])
+    if not answers(path):
+        return [Problem(f"hookd does not answer at {path}: every hook starts Python instead (slower, and an epilog"
+                        " waits for sacct)", "systemctl enable --now slurm-yolo-hookd (deploy/slurm-yolo-hookd.service)")]  # fmt: skip
+    return []
+
+
+def _login(config: Config, notes: list[str]) -> list[Problem]:
+    try:
+        lg = ledger.reader(config)
+    except SlurmYoloError:
+        lg = None
+    if lg is None:
+        notes.append(f"the balances ({ledger.where(config)}) cannot be read here: yolo-sbatch leaves the budget"
+                     " check to slurmctld's admission, which refuses at submit")  # fmt: skip
+    else:
+        lg.close()
+    return []
+
+
+def _compute(config: Config) -> list[Problem]:
+    python = str(config["job"]["python"])
+    try:
+        res = subprocess.run([python, "-c", "import ultralytics, torch"], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "YOLO_OFFLINE": "1"}, check=False)  # fmt: skip
+        ok, why = res.returncode == 0, (res.stderr.strip().splitlines() or [""])[-1]
+    except (OSError, subprocess.TimeoutExpired) as e:
+        ok, why = False, str(e)
+    if not ok:
+        return [Problem(f"{python} cannot import ultralytics and torch ({why[:160]}): jobs cannot train here",
+                        "pip install 'slurm-yolo[train]' into it, at the same path on every compute node")]  # fmt: skip
+    return []

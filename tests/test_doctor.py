@@ -1,0 +1,87 @@
+"""``slurm-yolo doctor``: a host checked for its role, on the bundled 22.05 cluster and on what
+``scontrol show config`` prints on each release."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import Slurm, own_ledger_config
+
+from slurm_yolo import doctor
+from slurm_yolo.cli.admin import main as admin
+from slurm_yolo.slurm import parsers
+
+REC = Path(__file__).parent / "recorded"
+
+
+@pytest.mark.parametrize(("release", "prolog"), [("22.05", "/var/lib/slurm-yolo-cluster/slurm-yolo/prolog"),
+                                                 ("24.11", "/var/lib/slurm-yolo-cluster/c2411/slurm-yolo/prolog")])  # fmt: skip
+def test_the_controllers_config_on_each_release(release: str, prolog: str) -> None:
+    cc = parsers.controller_config((REC / release / "scontrol_config.txt").read_text())
+    assert cc.as_of == time.mktime((2026, 11, 30, 16, 40, 57, 0, 0, -1))  # the controller's clock, local time
+    assert cc.values["SLURM_VERSION"].startswith(release) and cc.values["PrologSlurmctld"] == prolog  # 24.11: [0]
+    assert cc.controllers == ("vm",) and cc.values["JobSubmitPlugins"] == "lua"
+
+
+def test_the_role_is_the_hosts_place_in_slurm() -> None:
+    cc = parsers.ControllerConfig(None, {}, ("ctl-a", "ctl-b.site.org"))
+    assert doctor.detect_role(cc, "ctl-b", slurmd_here=True) == "controller"  # a backup controller is one too
+    assert doctor.detect_role(cc, "gpu-node-1.site.org", slurmd_here=True) == "compute"
+    assert doctor.detect_role(cc, "login-1", slurmd_here=False) == "login"
+    assert doctor.detect_role(None, "ctl-a", slurmd_here=False) == "login"  # slurmctld did not say
+
+
+def test_a_host_that_cannot_reach_slurm_or_train_says_so(site_config: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    site_config.write_text(site_config.read_text().replace('python = "', 'python = "/usr/bin/python3"\n#'))
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
+    res = CliRunner().invoke(admin, ["doctor", "--role", "compute", "--json"])
+    assert res.exit_code == 1, res.output
+    d = json.loads(res.stdout)
+    assert d["role"] == "compute" and d["slurm"] == ""
+    whats = [p["what"] for p in d["problems"]]
+    assert whats[0].startswith(f"Slurm's controller did not answer (SLURM_CONF={tmp_path / 'slurm.conf'} is no file")
+    assert whats[1].startswith("/usr/bin/python3 cannot import ultralytics and torch (")
+    assert d["problems"][1]["fix"] == "pip install 'slurm-yolo[train]' into it, at the same path on every compute node"
+
+
+@pytest.mark.cluster
+def test_the_bundled_controller_has_no_problems(cluster: Slurm, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLURM_YOLO_HOME", raising=False)
+    monkeypatch.setenv("SLURM_YOLO_CONFIG", str(cluster.config_path))
+    res = CliRunner().invoke(admin, ["doctor"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines()[-1] == "doctor: controller host, Slurm 22.05.8: no problems"
+
+
+@pytest.mark.cluster
+def test_a_controller_with_books_users_can_open_and_another_config_is_told_what_to_do(
+    cluster: Slurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A config of its own (state in a folder of the test's), whose private folder is open to users:
+    the doctor names the folder and the chmod, and that the hooks read another config than it was
+    given (and the admission script is not this config's)."""
+    state = tmp_path / "state"
+    (state / "private").mkdir(parents=True, mode=0o755)
+    os.chmod(state / "private", 0o755)
+    own = tmp_path / "config.toml"
+    own.write_text(own_ledger_config(cluster).replace(f'state_dir = "{cluster.state_dir}"', f'state_dir = "{state}"'))
+    monkeypatch.delenv("SLURM_YOLO_HOME", raising=False)
+    monkeypatch.setenv("SLURM_YOLO_CONFIG", str(own))
+    res = CliRunner().invoke(admin, ["doctor", "--role", "controller", "--json"])
+    assert res.exit_code == 1, res.output
+    problems = {p["what"]: p["fix"] for p in json.loads(res.stdout)["problems"]}
+    private = state / "private"
+    assert problems[f"{private} is mode 755, owner uid 0: users could open (and lock) the books"] == (
+        f"chown slurm: {private} && chmod 700 {private}"
+    )
+    for key in doctor.HOOK_KEYS:
+        assert problems[f"{key} runs with SLURM_YOLO_CONFIG={cluster.config_path}, this doctor with {own}"] == (
+            f"run the doctor as the hooks do: SLURM_YOLO_CONFIG={cluster.config_path} slurm-yolo doctor"
+        )
+    assert "/etc/slurm/job_submit.lua is not the admission script of this config and release" in problems
