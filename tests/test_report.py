@@ -286,3 +286,21 @@ def test_people_read_headers_and_the_window_programs_read_column_names(site_conf
     page = output.html_page({"budgets": views["budgets"]}, heading="made 2026-12-02 09:00")
     assert "<p>made 2026-12-02 09:00</p>" in page and "<th>days left</th>" in page
     assert output.csv({"budgets": views["budgets"]}).startswith("# budgets\naccount,balance,held,charged,rate_per_day")
+
+
+def test_usage_and_roi_show_money_at_each_partitions_cost_per_gpu_hour(site_config: Path) -> None:
+    """The bundled config: t4 at 0.5 and a100 at 2.5 per GPU-hour (EUR); the money of a row is its
+    GPU-hours times its partition's price, summed."""
+    built = _views(site_config)
+    runs, usage = built["runs"], built["views"]["usage"]
+    per_hour = {"t4": 0.5, "a100": 2.5}
+    for row in usage.itertuples():
+        hours = runs[
+            (runs["Account"] == row.Account) & (runs["User"] == row.User) & (runs["Partition"] == row.Partition)
+        ]
+        assert row.money == pytest.approx(hours["gpu_hours"].sum() * per_hour.get(str(row.Partition), 0.0))
+    assert usage["money"].sum() > 0
+    from slurm_yolo.report import output
+
+    text = output.table({"usage": usage})
+    assert " cost " in text.splitlines()[1] and "GPU-hours" in text.splitlines()[1]

@@ -141,10 +141,12 @@ def _pct(s: pd.Series, q: float) -> float:
 
 
 def usage(df: pd.DataFrame) -> pd.DataFrame:
-    """Jobs, GPU-hours and tokens per account, user and partition."""
+    """Jobs, GPU-hours, their money (the partition's cost_per_gpu_hour) and budget tokens per account,
+    user and partition."""
     g = df.groupby(["Account", "User", "Partition"], dropna=False)
     out = g.agg(jobs=("job_id", "nunique"), runs=("job_id", "size"), gpu_hours=("gpu_hours", "sum"),
-                tokens_held=("hold", "sum"), tokens_charged=("charge", "sum"), tokens_refunded=("refund", "sum"))  # fmt: skip
+                money=("money", "sum"), tokens_held=("hold", "sum"), tokens_charged=("charge", "sum"),
+                tokens_refunded=("refund", "sum"))  # fmt: skip
     return out.reset_index().sort_values("gpu_hours", ascending=False)
 
 
@@ -223,16 +225,20 @@ def final_map(workdir: str, job_id: int, user: str) -> float | None:
 
 
 def roi(df: pd.DataFrame) -> pd.DataFrame:
-    """Final mAP50-95 per GTok charged, per job, where the job left its results."""
+    """Final mAP50-95 per GTok charged and per unit of money (its GPU-hours at the partition's
+    cost_per_gpu_hour), per job, where the job left its results."""
     done = df[df["yolo"] & (df["state"] == "COMPLETED")].copy()
     done["map50_95"] = [
         final_map(w, j, u) for w, j, u in zip(done["WorkDir"], done["job_id"], done["User"], strict=True)
     ]
-    per_job = df[df["yolo"]].groupby("job_id")["charge"].sum()
-    done["gtok_charged"] = done["job_id"].map(per_job) / 1e9
+    runs = df[df["yolo"]].groupby("job_id")
+    done["gtok_charged"] = done["job_id"].map(runs["charge"].sum()) / 1e9
+    done["money"] = done["job_id"].map(runs["money"].sum())
     done = done[done["map50_95"].notna() & (done["gtok_charged"] > 0)]
     done["map_per_gtok"] = done["map50_95"] / done["gtok_charged"]
-    return done[["job_id", "Account", "User", "Partition", "map50_95", "gtok_charged", "map_per_gtok"]]
+    done["map_per_money"] = done["map50_95"] / done["money"].where(done["money"] > 0)
+    return done[["job_id", "Account", "User", "Partition", "map50_95", "gtok_charged", "map_per_gtok", "money",
+                 "map_per_money"]]  # fmt: skip
 
 
 BUDGET_COLUMNS = ["account", "balance", "held", "charged", "rate_per_day", "capacity", "burn_per_day", "burn_days",
@@ -311,7 +317,10 @@ def jobs(config: Config, f: Filters, saved: list[list[str]] | None = None, visib
     rows replace the live sacct call, for benchmarks and audits)."""
     rows = fetch_sacct(config, f) if saved is None else saved
     shards = {name: p.shards_per_gpu for name, p in config.partitions.items()}
-    return _shown(join(parse_jobs(rows, shards), ledger_runs(config)), "Account", visible)
+    df = join(parse_jobs(rows, shards), ledger_runs(config))
+    prices = {name: p.cost_per_gpu_hour for name, p in config.partitions.items()}
+    df["money"] = df["gpu_hours"] * df["Partition"].map(prices).fillna(0.0).astype(float)
+    return _shown(df, "Account", visible)
 
 
 def build(config: Config, f: Filters, views: tuple[str, ...] = VIEWS, saved: list[list[str]] | None = None,

@@ -60,6 +60,10 @@ def _signed_share(x: float) -> str:
     return ("+" if x > 0 else "") + fmt_share(x)
 
 
+def _money(x: float) -> str:
+    return f"{x:,.2f}" if x == 0 or abs(x) >= 0.01 else f"{x:.3g}"
+
+
 def _per_day(x: float) -> str:
     return f"{fmt_tokens(x)}/day"
 
@@ -68,13 +72,14 @@ _TOKEN_COLUMNS = ("tokens_held", "tokens_charged", "tokens_refunded", "balance",
 _TOKENS = dict.fromkeys(_TOKEN_COLUMNS, fmt_tokens)
 # How the text and HTML views show each view's numbers (NaN: blank; days_left has its own word for it).
 UNITS: dict[str, dict[str, Callable[[float], str]]] = {
-    "usage": {"gpu_hours": fmt_gpu_hours, **_TOKENS},
+    "usage": {"gpu_hours": fmt_gpu_hours, "money": _money, **_TOKENS},
     "accuracy": {"median_abs_error": fmt_share, "p90_abs_error": fmt_share, "median_error": _signed_share,
                  "timeout_share": fmt_share, "over_reservation_median": lambda x: f"{x:.2f}x",
                  "promised_coverage": fmt_share, "realised_coverage": fmt_share},
     "waits": {"median": fmt_duration, "p90": fmt_duration, "max": fmt_duration},
     "k": {"k": lambda x: f"{x:.4g} s/MTok"},
-    "roi": {"gtok_charged": lambda x: fmt_tokens(x * 1e9), "map_per_gtok": lambda x: f"{_number(x)}/GTok"},
+    "roi": {"gtok_charged": lambda x: fmt_tokens(x * 1e9), "map_per_gtok": lambda x: f"{_number(x)}/GTok",
+            "money": _money, "map_per_money": _number},
     "budgets": {**_TOKENS, "rate_per_day": _per_day, "burn_per_day": _per_day, "net_burn_per_day": _per_day,
                 "burn_days": lambda d: fmt_duration(d * 86400), "days_left": fmt_days},
 }  # fmt: skip
@@ -84,7 +89,7 @@ HEADERS = {
     "median_abs_error": "median |error|", "p90_abs_error": "p90 |error|", "median_error": "median error",
     "timeout_share": "timeouts", "over_reservation_median": "limit / elapsed", "promised_coverage": "coverage promised",
     "realised_coverage": "coverage realised", "map50_95": "mAP50-95", "gtok_charged": "charged",
-    "map_per_gtok": "mAP50-95 per GTok", "rate_per_day": "refill", "capacity": "refill cap", "burn_per_day": "burn",
+    "map_per_gtok": "mAP50-95 per GTok", "money": "cost", "map_per_money": "mAP50-95 per unit of cost", "rate_per_day": "refill", "capacity": "refill cap", "burn_per_day": "burn",
     "burn_days": "burn measured over", "net_burn_per_day": "net burn", "days_left": "days left", "job_id": "job",
 }  # fmt: skip
 NAN_WORDS = ("days_left",)  # columns whose formatter speaks for a missing value
