@@ -100,7 +100,10 @@ def balance(account: str | None, as_json: bool) -> None:
     shown_names = {r["name"] for r in rows}
     unfunded = sorted({account} - shown_names if account else own - shown_names)  # theirs, nothing deposited yet
     if as_json:
-        echo_json([_row(r) for r in rows] + [{"name": n, "balance": 0, "in_ledger": False} for n in unfunded])
+        echo_json(
+            [{**_row(r), "in_ledger": True} for r in rows]
+            + [{"name": n, "balance": 0, "in_ledger": False} for n in unfunded]
+        )
         return
     for r in rows:
         click.echo(
