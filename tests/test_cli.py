@@ -65,6 +65,23 @@ def test_explain_says_everything(dataset: Path, site_config: Path) -> None:
     assert plain.splitlines()[1].startswith("#!") and out.endswith(plain)  # --explain adds the breakdown before
 
 
+CONTROLLER_SIDE = ("hooks", "hookd", "hook_entry", "settler", "enforcement", "books", "feedback", "watchdog",
+                   "shared_admission", "recalibrate", "alerts", "doctor", "report", "launcher", "trainer")  # fmt: skip
+
+
+def test_the_login_side_never_imports_the_controllers_or_the_jobs() -> None:
+    """yolo-sbatch, planning a job and asking Slurm, loads the core it shares (spec, plan, the ledger's
+    read side) and nothing the controller or the job runs: a login node runs none of that code."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from slurm_yolo.cli.yolo_sbatch import main; from slurm_yolo import submission; "
+            f"print(sorted(m.split('.')[1] for m in sys.modules if m.split('.')[:2][-1] in {CONTROLLER_SIDE!r}"
+            " and m.startswith('slurm_yolo.')), 'pymysql' in sys.modules)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[] False"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
