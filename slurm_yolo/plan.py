@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import NamedTuple
 
@@ -26,6 +27,7 @@ class Request(NamedTuple):
     gpus: int | None = None
     deadline_seconds: float | None = None
     priority: str = "dev"
+    prefer: str = "soonest"  # --partition auto: the earliest finish, or ("cheapest") the smallest hold
 
 
 @dataclass(frozen=True)
@@ -182,23 +184,29 @@ def clock(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
 
 
-def choose(plans: list[Plan], answers: list[WillRun], now: float) -> Plan:
+def choose(plans: list[Plan], answers: list[WillRun], now: float, holds: Sequence[int] | None = None,
+           prefer: str = "soonest") -> Plan:  # fmt: skip
     """``--partition auto``: the plan with the earliest predicted finish: its start as Slurm's own
     scheduler expects it (``answers``: ``sbatch --test-only`` of each plan's script) plus its
-    predicted run time. Partitions Slurm refuses are skipped, with their reason in ``explain``."""
-    usable = [(p, a.start) for p, a in zip(plans, answers, strict=True) if a.start is not None]
+    predicted run time; with ``prefer`` "cheapest", the one whose hold (``holds``, budget tokens) is
+    smallest, the earliest finish among equals. Partitions Slurm refuses are skipped, with their
+    reason in ``explain``."""
+    costs = list(holds) if holds is not None else [0] * len(plans)
+    usable = [(p, a.start, c) for p, a, c in zip(plans, answers, costs, strict=True) if a.start is not None]
     if not usable:
         why = "; ".join(f"{p.partition}: {a.refused}" for p, a in zip(plans, answers, strict=True))
         raise SlurmError(f"--partition auto: Slurm refuses the job on every partition ({why})")
-    best, start = min(usable, key=lambda ps: ps[1] + ps[0].predicted_seconds)
+    cheapest = prefer == "cheapest"
+    best, start, _ = min(usable, key=lambda u: ((u[2],) if cheapest else ()) + (u[1] + u[0].predicted_seconds,))
+    held = [f", holds {fmt_tokens(c)}" if holds is not None else "" for c in costs]
     lines = [
         f"partition auto: {p.partition} refused by Slurm: {a.refused}" if a.start is None else
         f"partition auto: {p.partition} would start {clock(a.start)} + {p.predicted_seconds / 60:.1f} min predicted"
-        f" -> finish {clock(a.start + p.predicted_seconds)}"
-        for p, a in zip(plans, answers, strict=True)
+        f" -> finish {clock(a.start + p.predicted_seconds)}{h}"
+        for p, a, h in zip(plans, answers, held, strict=True)
     ]  # fmt: skip
     lines += [
-        f"partition auto: {best.partition} finishes first",
+        f"partition auto: {best.partition} {'is the cheapest' if cheapest else 'finishes first'}",
         f"expected start: {clock(start)} on {best.partition}, in {max(0.0, start - now) / 60:.1f} min (Slurm's scheduler)",
     ]
     return replace(best, expected_start=start, explain=best.explain + lines)

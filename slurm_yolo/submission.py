@@ -170,6 +170,8 @@ def prepare(
             raise UsageError("--partition auto needs partitions in the config ([partitions.NAME])")
     else:
         names = [partition]
+        if request.prefer == "cheapest":
+            raise UsageError(f"--prefer cheapest chooses among partitions: give --partition auto, not {partition}")
     plans, refused = [], []
     for name in names:
         cal = calibration.load(config, name)
@@ -184,10 +186,13 @@ def prepare(
     if not plans:
         raise refused[0]
     scripts = [render.render(p, options, s.tokens) for p in plans]
+    quotes = [quote_for(config, p) for p in plans]
     if partition == "auto":
-        chosen = plan.choose(plans, commands.will_run(scripts, bin_dir=bin_dir, timeout=timeout), time.time())
+        answers = commands.will_run(scripts, bin_dir=bin_dir, timeout=timeout)
+        chosen = plan.choose(plans, answers, time.time(), [q.hold_tokens for q in quotes], request.prefer)
     else:
         chosen = plans[0]
+    q = quotes[[p.partition for p in plans].index(chosen.partition)]
     chosen.explain.insert(
         0, f"data: {counts.yaml_path}: {counts.train} train, {counts.val} val images, {counts.source}"
     )
@@ -197,7 +202,6 @@ def prepare(
         warnings += (f"partition {partition} is not one of the configured ({', '.join(sorted(config.partitions))}):"
                     " planned with the defaults (whole GPUs, the prior k); Slurm refuses it if it does not exist",)  # fmt: skip
     chosen.explain.extend(warnings)
-    q = quote_for(config, chosen)
     after_qos = next((i + 1 for i, line in enumerate(chosen.explain) if line.startswith("qos: ")), len(chosen.explain))
     chosen.explain.insert(
         after_qos,

@@ -256,6 +256,8 @@ def test_login_path_imports_no_heavy_modules() -> None:
         (["-J", "a/b", "-e", "err/%x.err", "-o", "out.log", "train", "data={ds}"],
          "Error: --job-name 'a/b' holds a '/', so --error err/%x.err points into folder err/a, which does not exist"),
         (["-o", "/nowhere/%j.out", "train", "data={ds}"], "Error: --output /nowhere/%j.out: folder /nowhere does not exist"),
+        (["--prefer", "cheapest", "train", "data={ds}"],
+         "Error: --prefer cheapest chooses among partitions: give --partition auto, not a100"),
         (["--sbatch-arg=--chdir={tmp}", "-o", "logs/%j.out", "train", "data={ds}"],
          "Error: --output logs/%j.out: folder logs does not exist"),
     ],

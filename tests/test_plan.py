@@ -116,6 +116,22 @@ def test_auto_picks_the_earliest_finish(cfg: config_mod.Config) -> None:
     assert soon.partition == "a100" and soon.expected_start == NOW + 3600
 
 
+def test_auto_can_prefer_the_smallest_hold(cfg: config_mod.Config) -> None:
+    """``--prefer cheapest``: the partition whose hold is smallest among those Slurm would start, the
+    earliest finish among equal holds; each partition's hold is in --explain."""
+    w = wl("yolov8l", epochs=1)
+    a = plan.plan_partition(w, replace(TM, k=1.0), "t", cfg.partition("a100"), plan.Request("auto"), cfg)
+    t = plan.plan_partition(w, TM, "t", cfg.partition("t4"), plan.Request("auto"), cfg)
+    answers = [WillRun(NOW + 36000), WillRun(NOW + 60)]  # a100 busy for 10 h: t4 finishes first
+    cheap = plan.choose([a, t], answers, NOW, [5_000, 9_000], "cheapest")
+    assert cheap.partition == "a100" and cheap.explain[-2] == "partition auto: a100 is the cheapest"
+    assert f"-> finish {plan.clock(NOW + 36000 + a.predicted_seconds)}, holds 5.0 kTok" in cheap.explain[-4]
+    assert plan.choose([a, t], answers, NOW, [5_000, 9_000]).partition == "t4"  # soonest, the default
+    assert plan.choose([a, t], answers, NOW, [7_000, 7_000], "cheapest").partition == "t4"  # equal: the finish decides
+    refused = [WillRun(None, "sbatch failed: no GPUs"), WillRun(NOW + 60)]
+    assert plan.choose([a, t], refused, NOW, [1, 9_000], "cheapest").partition == "t4"  # never one Slurm refuses
+
+
 def test_auto_skips_refused_partitions(cfg: config_mod.Config) -> None:
     a = plan.plan_partition(wl(), TM, "t", cfg.partition("a100"), plan.Request("auto"), cfg)
     t = plan.plan_partition(wl(), TM, "t", cfg.partition("t4"), plan.Request("auto"), cfg)

@@ -27,6 +27,13 @@ from . import OneLineErrors, echo_json, library_errors, load_config
     "--deadline", default=None, help="Finish within this (90m, 2h, 1h30m, [D-]HH:MM:SS): fewest GPUs that do."
 )
 @click.option("--priority", type=click.Choice(["prod", "dev", "explore"]), default=None, help="Fairshare tier.")
+@click.option(
+    "--prefer",
+    type=click.Choice(["soonest", "cheapest"]),
+    default="soonest",
+    show_default=True,
+    help="With --partition auto: the earliest predicted finish, or the smallest hold.",
+)
 @click.option("--flops-factor", type=float, default=None, help="Model GFLOPs / yolov8n's, for custom models.")
 @click.option("--dry-run", is_flag=True, help="Plan and print; submit nothing.")
 @click.option("--explain", is_flag=True, help="Print the estimate broken down.")
@@ -50,8 +57,8 @@ from . import OneLineErrors, echo_json, library_errors, load_config
 @click.argument("words", nargs=-1, type=click.UNPROCESSED)
 @library_errors
 def main(
-    partition: str | None, gpus: int | None, deadline: str | None, priority: str | None, flops_factor: float | None,
-    dry_run: bool, explain: bool, as_json: bool, wait: bool, wait_timeout: str, account: str | None, job_name: str | None,
+    partition: str | None, gpus: int | None, deadline: str | None, priority: str | None, prefer: str,
+    flops_factor: float | None, dry_run: bool, explain: bool, as_json: bool, wait: bool, wait_timeout: str, account: str | None, job_name: str | None,
     output: str | None, error: str | None, mail_type: str | None, mail_user: str | None, dependency: str | None,
     begin: str | None, constraint: str | None, extra: tuple[str, ...], words: tuple[str, ...],
 ) -> None:  # fmt: skip
@@ -67,6 +74,7 @@ def main(
         gpus=gpus,
         deadline_seconds=durations.parse(deadline) if deadline is not None else None,
         priority=priority or config["estimate"]["default_priority"],
+        prefer=prefer,
     )
     options = submission.job_options(
         config, job_name=job_name or "yolo", account=account, output=output, error=error, mail_type=mail_type,
