@@ -17,7 +17,7 @@ from typing import NamedTuple
 from . import admission, calibration, cost, dataset, estimate, ledger, plan, progress, render, spec
 from . import config as config_mod
 from .config import Config
-from .errors import QuotaError, SlurmError, UnreachableError, UsageError
+from .errors import QuotaError, SlurmError, SlurmYoloError, UnreachableError, UsageError
 from .estimate import fmt_tokens
 from .ledger import policy
 from .slurm import commands
@@ -186,7 +186,7 @@ def prepare(
     if not plans:
         raise refused[0]
     scripts = [render.render(p, options, s.tokens) for p in plans]
-    quotes = [quote_for(config, p) for p in plans]
+    quotes, unpriced = quotes_for(config, plans)
     if partition == "auto":
         answers = commands.will_run(scripts, bin_dir=bin_dir, timeout=timeout)
         chosen = plan.choose(plans, answers, time.time(), [q.hold_tokens for q in quotes], request.prefer)
@@ -197,7 +197,7 @@ def prepare(
         0, f"data: {counts.yaml_path}: {counts.train} train, {counts.val} val images, {counts.source}"
     )
     script = scripts[[p.partition for p in plans].index(chosen.partition)]
-    warnings = tuple(filter(None, [config_mod.missing(config), missing_weights(s, options)]))
+    warnings = tuple(filter(None, [config_mod.missing(config), missing_weights(s, options), unpriced]))
     if partition != "auto" and config.partitions and partition not in config.partitions:  # a typo plans "cleanly"
         warnings += (f"partition {partition} is not one of the configured ({', '.join(sorted(config.partitions))}):"
                     " planned with the defaults (whole GPUs, the prior k); Slurm refuses it if it does not exist",)  # fmt: skip
@@ -214,18 +214,27 @@ def prepare(
     return Prepared(spec=s, counts=counts, plan=chosen, script=script, options=options, quote=q, warnings=warnings)
 
 
-def quote_for(config: Config, p: plan.Plan) -> cost.Quote:
-    """The plan's cost at the prices its start would be held at (the published ledger's)."""
-    part = config.partition(p.partition)
-    lg = ledger.reader(config)
+def quotes_for(config: Config, plans: list[plan.Plan]) -> tuple[list[cost.Quote], str]:
+    """Each plan's cost at the prices its start would be held at (the published ledger's), and a note
+    when the ledger did not answer: the costs are then at the config's default price (a plan must not
+    fail for it; the prolog holds at the real price)."""
     try:
-        price, rate = cost.prices(config, lg, p.partition, p.qos)
+        lg = ledger.reader(config)
+    except SlurmYoloError as e:
+        lg, note = None, f"the ledger did not answer ({str(e).splitlines()[0]}): the cost shown is at the default price"
+    else:
+        note = ""
+    try:
+        quotes = []
+        for p in plans:
+            part = config.partition(p.partition)
+            price, rate = cost.prices(config, lg, p.partition, p.qos)
+            quotes.append(cost.quote(p.time_limit_seconds, p.predicted_seconds, policy.gres_share(p.gres, part.shards_per_gpu),
+                                     price, rate, part.cost_per_gpu_hour, config["ledger"]["currency"]))  # fmt: skip
+        return quotes, note
     finally:
         if lg is not None:
             lg.close()
-    share = policy.gres_share(p.gres, part.shards_per_gpu)
-    return cost.quote(p.time_limit_seconds, p.predicted_seconds, share, price, rate, part.cost_per_gpu_hour,
-                      config["ledger"]["currency"])  # fmt: skip
 
 
 def submit(config: Config, prepared: Prepared) -> int:

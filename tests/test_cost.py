@@ -52,3 +52,17 @@ def test_dry_run_shows_the_hold_in_budget_tokens_gpu_hours_and_money(dataset: Pa
     assert line.endswith(f" = {cost.fmt_money(limit * share / 3600 * 0.5, 'EUR')})")
     explained = next(x for x in out.splitlines() if x.startswith("cost: "))
     assert f"x {1_000_000:,} tokens/GPU-s x rate 1)" in explained and "cost_per_gpu_hour 0.5" in explained
+
+
+def test_a_ledger_that_does_not_answer_leaves_the_plan_at_the_default_price(
+    dataset: Path, home: Path, tmp_path: Path
+) -> None:
+    """A dry run must not fail because the books are away (here: a MariaDB option file that is not
+    there); the cost is at the default price, and stderr says so."""
+    (home / "config.toml").write_text(f'[ledger]\nbackend = "mariadb"\nmariadb_options = "{tmp_path / "none.cnf"}"\n')
+    res = CliRunner().invoke(yolo_sbatch, ["--dry-run", "--json", "-p", "t4", "train", f"data={dataset}"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["price_tokens_per_gpu_second"] == 1_000_000
+    assert res.stderr.startswith("warning: the ledger did not answer (") and res.stderr.endswith(
+        "): the cost shown is at the default price\n"
+    )
