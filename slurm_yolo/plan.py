@@ -160,7 +160,7 @@ def plan_partition(
         f" (val weight {tm.val_weight:.2f})",
         f"model: {w.model} {w.gflops:.2f} GFLOPs ({w.model_source}), factor {mf:.2f} x family {w.family} {ff:.2f}"
         + (" (with the model's own)" if w.model in tm.model_factors else "")
-        + f" -> {fmt_tokens(eff)} effective",
+        + f" -> work {fmt_tokens(eff)} (effective tokens: what the time model predicts from, not what is charged)",
         f"time model: {k_source}",
         *(f"  {line}" for line in describe(tm)),
         f"time: {predicted / 60:.1f} min predicted ({train / 60:.1f} min training) on {gpus} GPU(s)"

@@ -45,7 +45,7 @@ def render(state: str, p: Progress | None, width: int = 24) -> str:
     """One status line: state, bar, epoch, training tokens done/total, MTok/s, ETA.
 
     The tokens are those trained (train images x imgsz^2 per epoch, as the usage records count
-    them): fewer than the submit line's effective MTok, which add the validation passes and scale by
+    them): fewer than the submit line's work, which adds the validation passes and scales by
     the model's FLOPs. The line says "trained" so the two are never read as one number."""
     if p is None or not p.epoch:
         return state if state in FINAL_STATES else f"{state}: waiting for the first epoch"

@@ -193,8 +193,7 @@ def render(plan: Plan, opts: JobOptions, train_words: tuple[str, ...]) -> str:
         [shlex.quote(opts.python), "-m", "slurm_yolo", "run", "--"] + [shlex.quote(w) for w in train_words]
     )
     summary = (
-        f"{fmt_tokens(plan.effective_tokens)} effective, predicted {plan.predicted_seconds / 60:.1f} min"
-        f" on {plan.partition}"
+        f"work {fmt_tokens(plan.effective_tokens)}, predicted {plan.predicted_seconds / 60:.1f} min on {plan.partition}"
     )
     return fill(
         template("train.sbatch"),
