@@ -203,7 +203,7 @@ def test_a_run_that_ends_while_slurmdbd_is_down_is_settled_once_it_is_back(lean:
     refund = max(0, hold - due)  # a TIMEOUT run ends some seconds past its limit: those are its overrun
     assert (row["end_state"], row["hold"], row["charge"], row["refund"]) == (cause, hold, due, refund)
     with lean.ledger() as lg:
-        kinds = [m["kind"] for m in lg.job_movements(job)]
+        kinds = [m["kind"] for m in lg.job_movements(job, lean.name)]
     assert sorted(kinds) == ["charge", "hold", *(["overrun"] if due > hold else []), "refund"]  # once
     lean.cli("ledger", "comments", check=False)
     comment = poll("AdminComment", lambda: (c := lean.cmd("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "AdminComment")

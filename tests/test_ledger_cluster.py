@@ -61,7 +61,7 @@ def elapsed(slurm: Slurm, job: int, run: int = 0) -> tuple[str, int]:
 def movements(slurm: Slurm, job: int) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     with slurm.ledger() as lg:
-        for m in lg.job_movements(job):
+        for m in lg.job_movements(job, slurm.name):  # the other cluster's job of this number is another job
             out.setdefault(m["kind"], []).append(m["amount"])
     return out
 

@@ -869,10 +869,13 @@ class Ledger:
     def movements(self) -> list[store.Row]:
         return self.conn.execute("SELECT * FROM movements ORDER BY id").fetchall()
 
-    def job_movements(self, job_id: int) -> list[store.Row]:
+    def job_movements(self, job_id: int, cluster: str | None = None) -> list[store.Row]:
+        """The movements of the job's runs (on ``cluster``; None: on any cluster that shares this
+        ledger, where another cluster's job of the same number is another job)."""
+        where, args = ("AND j.cluster = ?", (cluster,)) if cluster is not None else ("", ())
         return self.conn.execute(
-            "SELECT m.* FROM movements m JOIN jobs j ON m.job_key = j.job_key WHERE j.job_id = ? ORDER BY m.id",
-            (job_id,),
+            f"SELECT m.* FROM movements m JOIN jobs j ON m.job_key = j.job_key WHERE j.job_id = ? {where} ORDER BY m.id",
+            (job_id, *args),
         ).fetchall()
 
     def runs(self, job_id: int, cluster: str | None = None) -> list[store.Row]:
