@@ -168,7 +168,13 @@ def plan_partition(
         f"buffer: {buf.value:.2f} ({buf.reason}) -> time limit {limit // 60} min"
         + (f", promised to cover {buf.coverage:.0%} of runs like the {tm.n} behind the model" if buf.coverage else ""),
         f"gres: {gres}" + (" (light job: shares a GPU)" if shard else ""),
-        f"qos: {qos} ({'short job' if short else 'priority ' + req.priority})",
+        f"qos: {qos} ("
+        + (
+            f"a short job, limit at most {qos_cfg['short_max_minutes']} min: {qos}'s priority and tier rate"
+            f" instead of priority {req.priority}'s {qos_cfg[req.priority]})"
+            if short
+            else f"priority {req.priority})"
+        ),
     ]
     return Plan(
         partition=part.name, gpus=gpus, gres=gres, shard=shard, shard_share=share, qos=qos, priority=req.priority,

@@ -150,3 +150,13 @@ def test_a_limit_past_a_year_is_one_error() -> None:
     slow = replace(TM, k=1e6)
     with pytest.raises(UsageError, match=r"more than a year"):
         plan.plan_partition(wl(), slow, "t", cfg.partition("a100"), plan.Request("a100"), cfg)
+
+
+def test_a_short_job_says_its_qos_replaced_the_tier_asked_for(cfg: config_mod.Config) -> None:
+    """``--priority prod`` on a job of at most qos.short_max_minutes runs in the short QOS: --explain
+    says so, and whose QOS and tier rate it gets instead (it used to say only "short job")."""
+    short = wl(epochs=1, imgsz=64, train=16)
+    p = plan.plan_partition(short, TM, "t", cfg.partition("t4"), plan.Request("t4", priority="prod"), cfg)
+    assert p.time_limit_seconds <= 60 * 60 and p.qos == "yolo-short"
+    assert ("qos: yolo-short (a short job, limit at most 60 min: yolo-short's priority and tier rate instead of"
+            " priority prod's yolo-prod)") in p.explain  # fmt: skip
