@@ -45,17 +45,22 @@ def _chdir(extra: tuple[str, ...]) -> str | None:
     return None
 
 
+def _login_name(missing: str) -> str:
+    """The user's name, as Slurm expands ``%u`` in log paths; ``missing`` without a passwd entry."""
+    import pwd  # only here: the user's name for %u
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return missing
+
+
 def check_log_paths(options: render.JobOptions) -> None:
     """Refuse an ``--output``/``--error`` that lands in a folder that does not exist: Slurm would fail the
     job at once, leaving no log to say why. ``%x`` (the job name), ``%u`` and ``%%`` are expanded as Slurm
     will; a folder holding another pattern (``logs/%j/``) is left to Slurm."""
-    import pwd  # only here: the user's name for %u
-
     unknown = "\0"
-    try:
-        user = pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:  # no passwd entry: a folder named for the user is left to Slurm
-        user = unknown
+    user = _login_name(unknown)  # no passwd entry: a folder named for the user is left to Slurm
 
     def expand(m: re.Match[str]) -> str:
         return {"x": options.job_name, "u": user, "%": "%"}.get(m.group(2), unknown)
@@ -83,12 +88,7 @@ def check_log_paths(options: render.JobOptions) -> None:
 def log_file(options: render.JobOptions, job_id: int) -> Path:
     """The job's log (its ``--output``, expanded as Slurm expands it, from its work dir): what
     ``--wait`` names when the job did not complete, so the user knows where to look."""
-    import pwd  # only here: the user's name for %u
-
-    try:
-        user = pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        user = ""
+    user = _login_name("")
     pattern = options.output or render.DEFAULT_OUTPUT
     name = pattern if "\\" in pattern else progress.expand_pattern(pattern, job_id, options.job_name, user)
     return (Path(_chdir(options.extra) or ".") / name).absolute()
