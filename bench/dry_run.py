@@ -67,7 +67,7 @@ def main(rounds: int = 21) -> dict[str, float]:
         env = {**os.environ, "SLURM_YOLO_HOME": str(Path(tmp) / "home")}
         # pip compiles installed packages to bytecode; a source checkout must be allowed to as well.
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        dry = [str(bindir / "yolo-sbatch"), "--dry-run", "--json", "-p", "a100", "train", "model=yolo11s.pt",
+        dry = [str(bindir / "yolo-sbatch"), "--dry-run", "--json", "-p", "a100", "train", "model=yolo11s.yaml",
                f"data={data}", "epochs=100", "imgsz=640"]  # fmt: skip
         floor = [sys.executable, "-c", "import click"]
         wall(dry, env, tmp)  # warm the dataset cache and the page cache
