@@ -174,20 +174,43 @@ def test_failed_job_pays_the_time_it_ran(funded: Slurm) -> None:
     assert_billed(funded, job, 60, 2, "a100", "FAILED")
 
 
-def test_timeout_pays_at_least_its_limit(funded: Slurm) -> None:
-    job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="sleep 300")
-    row = assert_billed(funded, job, 60, 1, "t4", "TIMEOUT", timeout=240)
+@pytest.fixture(scope="module")
+def limit_runs(priced: Slurm) -> dict[str, int]:
+    """Three runs that meet a 1-minute time limit, submitted together so that their minute-long waits
+    overlap (each alone would hold CI up for a minute and a half, on each release and backend): one
+    that times out, one held for 5 minutes whose user lowers its limit to 1 while it runs, one an
+    admin extends past its hold. The tests below each check their own."""
+    set_balance(priced, "vision", 10**15)
+    runs = {
+        "timeout": priced.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="sleep 300"),
+        "lowered": priced.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "5", script="sleep 600"),
+        "extended": priced.sbatch("-p", "a100", "--gres=gpu:a100:1", "-t", "1", script="sleep 68", user="alice"),
+    }
+    wait_running(priced, runs["lowered"])
+    priced.cmd("scontrol", "update", f"jobid={runs['lowered']}", "TimeLimit=1")
+    wait_running(priced, runs["extended"])
+    priced.cmd("scontrol", "update", f"jobid={runs['extended']}", "TimeLimit=3")
+    return runs
+
+
+def test_timeout_pays_at_least_its_limit(funded: Slurm, limit_runs: dict[str, int]) -> None:
+    row = assert_billed(funded, limit_runs["timeout"], 60, 1, "t4", "TIMEOUT", timeout=240)
     assert row["refund"] == 0
 
 
-def test_timeout_after_a_lowered_limit_pays_the_lower_limit_not_the_hold(funded: Slurm) -> None:
+def test_timeout_after_a_lowered_limit_pays_the_lower_limit_not_the_hold(funded: Slurm,
+                                                                          limit_runs: dict[str, int]) -> None:  # fmt: skip
     """Held for 5 minutes, lowered to 1 by its user while it runs: its TIMEOUT pays what it ran (at
     least the 1 minute in force at its end), and the rest of the 5-minute hold comes back."""
-    job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "5", script="sleep 600")
-    wait_running(funded, job)
-    funded.cmd("scontrol", "update", f"jobid={job}", "TimeLimit=1")
-    row = assert_billed(funded, job, 300, 1, "t4", "TIMEOUT", timeout=240, limit_at_end=60)
+    row = assert_billed(funded, limit_runs["lowered"], 300, 1, "t4", "TIMEOUT", timeout=240, limit_at_end=60)
     assert row["charge"] < tokens(300, 1, "t4") and row["refund"] > 0
+
+
+def test_an_admin_time_extension_is_charged_past_the_hold(funded: Slurm, limit_runs: dict[str, int]) -> None:
+    job = limit_runs["extended"]
+    row = assert_billed(funded, job, 60, 1, "a100", "COMPLETED", timeout=180)
+    assert row["charge"] > row["hold"] and row["refund"] == 0
+    assert movements(funded, job)["overrun"] == [row["charge"] - row["hold"]]
 
 
 def test_requeue_settles_each_run_once_under_its_own_key(funded: Slurm) -> None:
@@ -301,15 +324,6 @@ def test_hostile_user_text_bills_exactly_from_slurms_facts(funded: Slurm) -> Non
         assert (row["user"], row["account"], row["qos"], row["estimate"]) == ("alice", "vision", "normal", estimate), (
             label
         )
-
-
-def test_an_admin_time_extension_is_charged_past_the_hold(funded: Slurm) -> None:
-    job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="sleep 68", user="alice")
-    wait_running(funded, job)
-    funded.cmd("scontrol", "update", f"jobid={job}", "TimeLimit=3")
-    row = assert_billed(funded, job, 60, 1, "t4", "COMPLETED", timeout=180)
-    assert row["charge"] > row["hold"] and row["refund"] == 0
-    assert movements(funded, job)["overrun"] == [row["charge"] - row["hold"]]
 
 
 def test_time_limits_a_user_sets_are_billed_exactly(funded: Slurm) -> None:
