@@ -222,6 +222,14 @@ class Store:
         )
         return cur.rowcount == 1
 
+    def sample_sources(self, partition: str) -> dict[str, int]:
+        """How many of the partition's samples each source gave (``run-dir``: calibrations, ``job``:
+        finished jobs' feedback): a refit uses them all, not only the runs just added."""
+        rows = self.conn.execute(
+            "SELECT source, COUNT(*) FROM samples WHERE partition = ? GROUP BY source ORDER BY source", (partition,)
+        )
+        return {str(r[0]): int(r[1]) for r in rows}
+
     def window(self, partition: str) -> int:
         """The budget window feedback moves fall in: the history id of the partition's last save
         without a uid (an admin's: calibrate, recalibrate), 0 before any."""
@@ -317,6 +325,7 @@ class CalibrationResult:
     partition: str
     added: int
     skipped: list[str] = field(default_factory=list)
+    sources: dict[str, int] = field(default_factory=dict)  # the samples the fit used, per source
     model: TimeModel | None = None
     previous: TimeModel | None = None
 
@@ -325,6 +334,7 @@ class CalibrationResult:
             "partition": self.partition,
             "added": self.added,
             "skipped": self.skipped,
+            "sources": self.sources,
             "model": asdict(self.model) if self.model else None,
             "previous": asdict(self.previous) if self.previous else None,
         }
@@ -389,4 +399,21 @@ def calibrate_runs(config: Config, partition: str, paths: list[Path]) -> Calibra
         for s in samples:
             result.added += store.add_sample(partition, s, "run-dir")
         result.model = refit(store, partition, "calibrate")
+        result.sources = store.sample_sources(partition)
     return result
+
+
+def calibrate_summary(result: CalibrationResult) -> str:
+    """What a calibration did, in words: the runs it added, every sample the fit rests on (earlier
+    calibrations' and finished jobs' too) and how far k moved, so a change of k from one new run
+    does not look like the work of that run alone."""
+    tm = result.model
+    assert tm is not None
+    names = {"run-dir": "run folders", "job": "finished jobs"}
+    where = ", ".join(f"{n} from {names.get(src, src)}" for src, n in result.sources.items())
+    before = result.previous.k if result.previous else None
+    moved = f"; k {before:.4g} -> {tm.k:.4g} s/MTok" if before is not None else f"; k {tm.k:.4g} s/MTok"
+    return (
+        f"partition {result.partition}: {result.added} new run(s) added; its samples, all in the fit: {where}"
+        f" ({tm.n} in all){moved}"
+    )

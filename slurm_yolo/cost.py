@@ -82,10 +82,15 @@ def prices(config: Config, lg: Ledger | None, partition: str, qos: str) -> tuple
     return lg.price_at(partition, time.time(), default, cluster), lg.tier_rate(qos, cluster)
 
 
+def fmt_amount(amount: float) -> str:
+    """``1,234.50``; amounts under 0.01 keep three significant digits (a short shard job's GPU-hours or
+    money is not ``0.00``)."""
+    return f"{amount:,.2f}" if amount == 0 or abs(amount) >= 0.01 else f"{amount:.3g}"
+
+
 def fmt_money(amount: float, currency: str) -> str:
-    """``0.42 EUR``; amounts under a cent keep three significant digits."""
-    text = f"{amount:,.2f}" if amount == 0 or abs(amount) >= 0.01 else f"{amount:.3g}"
-    return f"{text} {currency}".rstrip()
+    """``0.42 EUR``, ``0.00312 EUR``."""
+    return f"{fmt_amount(amount)} {currency}".rstrip()
 
 
 def money_part(q: Quote) -> str:

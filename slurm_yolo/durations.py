@@ -67,3 +67,8 @@ def parse(text: str) -> float:
     if not 1 <= seconds <= YEAR:
         raise UsageError(f"duration {text[:30]!r} must be between 1 second and a year")
     return seconds
+
+
+def fmt_minutes(seconds: float) -> str:
+    """``12.5 min``, or ``40 s`` under a minute: a short run's time is never shown as ``0.0 min``."""
+    return f"{round(seconds)} s" if round(seconds) < 60 else f"{seconds / 60:.1f} min"

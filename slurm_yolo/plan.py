@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import NamedTuple
 
 from .config import Config, Partition
+from .durations import fmt_minutes
 from .errors import SlurmError, UsageError
 from .estimate import Workload, fmt_tokens, images_640, model_factor, tokens
 from .slurm.parsers import WillRun
@@ -163,7 +164,7 @@ def plan_partition(
         + f" -> work {fmt_tokens(eff)} (effective tokens: what the time model predicts from, not what is charged)",
         f"time model: {k_source}",
         *(f"  {line}" for line in describe(tm)),
-        f"time: {predicted / 60:.1f} min predicted ({train / 60:.1f} min training) on {gpus} GPU(s)"
+        f"time: {fmt_minutes(predicted)} predicted ({fmt_minutes(train)} training) on {gpus} GPU(s)"
         f" [{gpus_why}, DDP x{ddp_factor(gpus, part.ddp_efficiency):.2f}]",
         f"buffer: {buf.value:.2f} ({buf.reason}) -> time limit {limit // 60} min"
         + (f", promised to cover {buf.coverage:.0%} of runs like the {tm.n} behind the model" if buf.coverage else ""),
@@ -213,6 +214,6 @@ def choose(plans: list[Plan], answers: list[WillRun], now: float, holds: Sequenc
     ]  # fmt: skip
     lines += [
         f"partition auto: {best.partition} {'is the cheapest' if cheapest else 'finishes first'}",
-        f"expected start: {clock(start)} on {best.partition}, in {max(0.0, start - now) / 60:.1f} min (Slurm's scheduler)",
+        f"expected start: {clock(start)} on {best.partition}, in {fmt_minutes(max(0.0, start - now))} (Slurm's scheduler)",
     ]
     return replace(best, expected_start=start, explain=best.explain + lines)

@@ -189,7 +189,11 @@ def prepare(
     quotes, unpriced = quotes_for(config, plans)
     if partition == "auto":
         answers = commands.will_run(scripts, bin_dir=bin_dir, timeout=timeout)
-        chosen = plan.choose(plans, answers, time.time(), [q.hold_tokens for q in quotes], request.prefer)
+        try:
+            chosen = plan.choose(plans, answers, time.time(), [q.hold_tokens for q in quotes], request.prefer)
+        except SlurmError:  # refused everywhere: an account not hers is the reason to name, not "Invalid account" x N
+            require_association(options.account, bin_dir)
+            raise
     else:
         chosen = plans[0]
     q = quotes[[p.partition for p in plans].index(chosen.partition)]
@@ -207,7 +211,8 @@ def prepare(
         after_qos,
         f"cost: holds {fmt_tokens(q.hold_tokens)} of budget at its start ({chosen.time_limit_seconds // 60} min x"
         f" {q.gpu_share} GPU x {q.price:,} tokens/GPU-s x rate {policy.rate_text(q.rate_ppm)}), expected charge"
-        f" {fmt_tokens(q.expected_tokens)}; {q.hold_gpu_hours:.2f} GPU-h held, {q.expected_gpu_hours:.2f} expected"
+        f" {fmt_tokens(q.expected_tokens)}; {cost.fmt_amount(q.hold_gpu_hours)} GPU-h held,"
+        f" {cost.fmt_amount(q.expected_gpu_hours)} expected"
         + (f"; {cost.fmt_money(q.hold_money, q.currency)} held, {cost.fmt_money(q.expected_money, q.currency)} expected"
            f" (the partition's cost_per_gpu_hour {q.cost_per_gpu_hour:g})" if q.cost_per_gpu_hour > 0 else "")
     )  # fmt: skip
@@ -241,6 +246,9 @@ def submit(config: Config, prepared: Prepared) -> int:
     """Check the account's tokens cover the job, then submit with the real sbatch; the job id. A
     refusal of an account the user may not use says so (admission runs before Slurm checks the
     association, so it would otherwise read as an account with nothing left)."""
+    unread = config_mod.missing(config)
+    if unread:  # a plan on the defaults (whole GPUs, the prior k, the default price) can hold far more than the site's
+        raise UsageError(f"job not submitted: {unread} (--dry-run plans on the defaults)")
     bin_dir = Path(config["slurm"]["bin_dir"])
     try:
         admission.check(config, prepared.plan, prepared.options.account, prepared.quote)
@@ -255,15 +263,24 @@ def submit(config: Config, prepared: Prepared) -> int:
         raise SlurmError(f"job not submitted: {e}") from None
 
 
-def require_association(account: str | None, bin_dir: Path) -> None:
-    """UsageError when ``-A account`` is not one the user may submit to (Slurm folds its case); nothing
-    when no account was given (Slurm's default is the user's own) or slurmdbd did not answer."""
+def association_problem(account: str | None, bin_dir: Path) -> str:
+    """Why ``-A account`` is not one the user may submit to (Slurm folds its case), or '': also when
+    no account was given (Slurm's default is the user's own) or slurmdbd did not answer."""
     if not account:
-        return
+        return ""
     try:
         mine = commands.accounts_of(current_user(), bin_dir)
     except SlurmError:
-        return
-    if account.lower() not in mine:
-        raise UsageError(f"account {account!r} is not one you may submit to (yours: {', '.join(mine) or 'none'}):"
-                         " give -A one of yours, or ask its coordinator to add you")  # fmt: skip
+        return ""
+    if account.lower() in mine:
+        return ""
+    return (f"account {account!r} is not one you may submit to (yours: {', '.join(mine) or 'none'}):"
+            " give -A one of yours, or ask its coordinator to add you")  # fmt: skip
+
+
+def require_association(account: str | None, bin_dir: Path) -> None:
+    """UsageError when ``-A account`` is not the user's: asked only once Slurm or the ledger refused
+    (a refusal's real reason), so the normal path costs no sacctmgr call."""
+    problem = association_problem(account, bin_dir)
+    if problem:
+        raise UsageError(problem)

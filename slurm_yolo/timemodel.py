@@ -243,6 +243,8 @@ def buffer_for(tm: TimeModel, base: float, seconds: float) -> Buffer:
         return Buffer(max(base, FEW_RUNS_BUFFER), f"only {tm.n} calibration run(s): no cross-validation yet")
     needed = ratio - 1
     why = f"covers {tm.coverage:.0%} of {tm.n} cross-validated runs (actual/predicted up to {ratio:.2f} for a run this long)"
+    if math.isclose(tm.coverage, tm.n / (tm.n + 1)):  # the config asked for more than this many runs can show
+        why += f"; {tm.n} runs can promise no more than {tm.coverage:.0%} (estimate.coverage asks more: each run adds)"
     if tm.n < FEW_RUNS and needed < FEW_RUNS_BUFFER:
         return Buffer(max(base, FEW_RUNS_BUFFER), f"{why}; fewer than {FEW_RUNS} runs: at least {FEW_RUNS_BUFFER:.2f}",
                       tm.coverage)  # fmt: skip

@@ -11,7 +11,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from slurm_yolo import plan
+from slurm_yolo import cost, durations, plan
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
 
@@ -324,6 +324,30 @@ def test_quota_and_refill_say_what_they_did(home: Path) -> None:
     assert (res.exit_code, res.output) == (0, "buckets refilled: no tokens expired, no account blocked or unblocked\n")
 
 
+def test_a_zero_quota_and_the_tiers_not_set_say_what_they_mean(home: Path) -> None:
+    """A bucket that refills nothing is "no quota", not "0 Tok/day up to 0 Tok"; the tier listing
+    says what every QOS without a tier pays."""
+    (home / "config.toml").write_text("[ledger]\nenforce = false\n")
+    res = CliRunner().invoke(admin, ["ledger", "quota", "set", "acct", "--rate", "0", "--burst", "0"])
+    assert (res.exit_code, res.output) == (0, "acct: no quota (only deposits add tokens)\n")
+    assert (
+        CliRunner()
+        .invoke(admin, ["ledger", "balance", "acct"])
+        .output.endswith(", no quota (only deposits add tokens)\n")
+    )
+    res = CliRunner().invoke(admin, ["ledger", "tiers"])
+    assert (res.exit_code, res.output) == (0, "every QOS (no tiers set): 1 (the partition's price)\n")
+
+
+def test_short_times_and_amounts_are_not_shown_as_zero() -> None:
+    assert (durations.fmt_minutes(25.4), durations.fmt_minutes(59.6), durations.fmt_minutes(90)) == (
+        "25 s",
+        "1.0 min",
+        "1.5 min",
+    )
+    assert (cost.fmt_amount(0.0042), cost.fmt_amount(0), cost.fmt_amount(1234.5)) == ("0.0042", "0.00", "1,234.50")
+
+
 def test_price_show_names_who_set_a_price_and_why(home: Path) -> None:
     (home / "config.toml").write_text("[ledger]\nenforce = false\n")
     CliRunner().invoke(admin, ["ledger", "price", "set", "t4", "1000"])
@@ -395,6 +419,9 @@ def test_a_config_that_is_not_there_is_said_not_silently_replaced_by_defaults(
     hint = (f"no slurm-yolo config at {tmp_path / 'typo.toml'} (from SLURM_YOLO_CONFIG): the built-in defaults are in"
             " force; export SLURM_YOLO_CONFIG=<your site's config.toml>")  # fmt: skip
     assert res.exit_code == 0 and res.stderr == f"warning: {hint}\n"
+    res = CliRunner().invoke(yolo_sbatch, words[1:])  # a submission on the defaults could hold 1000x the site's
+    assert (res.exit_code, res.stdout) == (1, "")
+    assert res.stderr == f"Error: job not submitted: {hint} (--dry-run plans on the defaults)\n"
     monkeypatch.setenv("SLURM_YOLO_HOME", str(tmp_path / "state"))
     res = CliRunner().invoke(admin, ["ledger", "balance"])
     assert (

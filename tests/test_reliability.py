@@ -290,13 +290,20 @@ def test_an_account_she_is_not_in_is_said_so_not_that_it_is_empty(cluster: Slurm
     fund(cluster, ("research",), 10**15)
     env = {"PATH": "/usr/bin:/bin", "HOME": "/home/alice", "SLURM_YOLO_CONFIG": str(cluster.config_path)}
     before = cluster.cmd("squeue", "-h", "-u", "alice", "-o", "%i").stdout
+
+    def as_alice(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", str(VENV_BIN / "yolo-sbatch"), *args, "train",
+                               f"data={data}", "model=yolov8n.yaml"], env=env, capture_output=True, text=True, cwd="/tmp")  # fmt: skip
+
     for account in ("research", "nosuchacct"):
-        res = subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", str(VENV_BIN / "yolo-sbatch"), "-A", account,
-                              "-p", "t4", "train", f"data={data}", "model=yolov8n.yaml"],
-                             env=env, capture_output=True, text=True, cwd="/tmp")  # fmt: skip
-        assert res.returncode == 1 and res.stdout == "", res.stdout
-        assert res.stderr == (f"Error: account '{account}' is not one you may submit to (yours: vision): give -A one of"
-                              " yours, or ask its coordinator to add you\n"), res.stderr  # fmt: skip
+        why = (f"account '{account}' is not one you may submit to (yours: vision): give -A one of yours, or ask its"
+               " coordinator to add you")  # fmt: skip
+        for partition in ("t4", "auto"):  # auto: not Slurm's "Invalid account" once per partition
+            res = as_alice("-A", account, "-p", partition)
+            assert (res.returncode, res.stdout, res.stderr) == (1, "", f"Error: {why}\n"), (partition, res.stderr)
+        res = as_alice("-A", account, "-p", "t4", "--dry-run")  # a plan, with the word that it would be refused
+        assert res.returncode == 0 and res.stdout.startswith("Not submitted (--dry-run)"), res.stdout
+        assert f"warning: {why}; a submission would be refused" in res.stderr.splitlines(), res.stderr
     assert cluster.cmd("squeue", "-h", "-u", "alice", "-o", "%i").stdout == before
 
 

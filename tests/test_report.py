@@ -304,3 +304,4 @@ def test_usage_and_roi_show_money_at_each_partitions_cost_per_gpu_hour(site_conf
 
     text = output.table({"usage": usage})
     assert " cost " in text.splitlines()[1] and "GPU-hours" in text.splitlines()[1]
+    assert " cost (EUR) " in output.table({"usage": usage}, currency="EUR").splitlines()[1]

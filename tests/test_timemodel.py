@@ -157,6 +157,9 @@ def test_buffer_comes_from_the_coverage_never_below_configured() -> None:
     assert b.value == pytest.approx(0.35) and "99%" in b.reason
     few = unit_scale(1.1, n=3, coverage=0.75)
     assert buffer_for(few, 0.2, 600).value == 0.5 and "fewer than 5" in buffer_for(few, 0.2, 600).reason
+    nine = buffer_for(unit_scale(1.3, n=9, coverage=0.9), 0.2, 600).reason  # estimate.coverage 0.99 asked
+    assert "covers 90% of 9" in nine and "9 runs can promise no more than 90%" in nine
+    assert "can promise" not in b.reason
 
 
 def test_seconds_of_jitter_pad_short_runs_not_long_ones() -> None:

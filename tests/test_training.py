@@ -53,6 +53,9 @@ def test_calibrate_then_predict_held_out_runs(run_dirs: dict[str, Path]) -> None
 
     again = CliRunner().invoke(admin, ["calibrate", "--partition", "cpu-test", "--json", *fit_dirs])
     assert json.loads(again.output)["added"] == 0  # calibrating twice counts nothing twice
+    assert fit["sources"] == {"run-dir": 6}
+    text = CliRunner().invoke(admin, ["calibrate", "--partition", "cpu-test", *fit_dirs]).output
+    assert "cpu-test: 0 new run(s) added; its samples, all in the fit: 6 from run folders (6 in all); k " in text
 
     for name in sorted(HELD_OUT):
         run = read_run_dir(run_dirs[name])

@@ -68,7 +68,7 @@ def calibrate(partition: str, as_json: bool, run_dirs: tuple[Path, ...]) -> None
     assert tm is not None
     for reason in result.skipped:
         click.echo(f"skipped: {reason}", err=True)
-    click.echo(f"partition {partition}: {result.added} new run(s), {tm.n} in the fit")
+    click.echo(calibration.calibrate_summary(result))
     for line in describe(tm):
         click.echo(line)
     click.echo(calibration.startup_note(tm))

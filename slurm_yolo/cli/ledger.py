@@ -108,7 +108,7 @@ def balance(account: str | None, as_json: bool) -> None:
     for r in rows:
         click.echo(
             f"{r['name']}: balance {fmt_tokens(r['balance'])}, held {fmt_tokens(r['held'])}, charged "
-            f"{fmt_tokens(r['charged'])}, quota {fmt_tokens(r['rate_per_day'])}/day up to {fmt_tokens(r['capacity'])}"
+            f"{fmt_tokens(r['charged'])}, {_quota_text(r['rate_per_day'], r['capacity'])}"
             + (" [blocked: GPU jobs do not start]" if r["blocked"] else "")
         )
     for name in unfunded:
@@ -153,7 +153,14 @@ def quota_set(account: str, rate: str, burst: str) -> None:
     with ledger.writer(config) as lg:
         per_day, capacity = admission.parse_tokens(rate), admission.parse_tokens(burst)
         lg.set_quota(account, per_day, capacity, _actor())
-    click.echo(f"{account}: quota {fmt_tokens(per_day)}/day up to {fmt_tokens(capacity)}")  # as `balance` shows it
+    click.echo(f"{account}: {_quota_text(per_day, capacity)}")  # as `balance` shows it
+
+
+def _quota_text(per_day: int, capacity: int) -> str:
+    """``quota 120 GTok/day up to 600 GTok``, or what a zero rate means: only deposits add tokens."""
+    if per_day == 0:
+        return "no quota (only deposits add tokens)"
+    return f"quota {fmt_tokens(per_day)}/day up to {fmt_tokens(capacity)}"
 
 
 _CLUSTER = click.option(
@@ -209,9 +216,11 @@ def tiers(qos: str | None, rate: str | None, remove: bool, cluster: str) -> None
                         raise UsageError(f"Slurm has no QOS {qos!r} (it has {', '.join(known) or 'none'})")
                 lg.set_tier(qos, rate or "", only)
     with _read(config) as lg:
-        for r in lg.tiers():
-            where = f" (on {r['cluster']})" if r["cluster"] else ""
-            click.echo(f"{r['qos']}: {policy.rate_text(r['rate_ppm'])}{where}")
+        rows = lg.tiers()
+    for r in rows:
+        where = f" (on {r['cluster']})" if r["cluster"] else ""
+        click.echo(f"{r['qos']}: {policy.rate_text(r['rate_ppm'])}{where}")
+    click.echo(f"{'any other QOS' if rows else 'every QOS (no tiers set)'}: 1 (the partition's price)")
 
 
 @ledger_group.group()

@@ -74,18 +74,21 @@ def report(views: tuple[str, ...], as_csv: bool, as_json: bool, html_file: Path 
     visible = partial(visibility.visible, viewer)
     runs = report_mod.jobs(config, f, rows, visible)
     tables = report_mod.build(config, f, views or report_mod.VIEWS, visible=visible, df=runs)
-    money = config["ledger"]["currency"] or "cost_per_gpu_hour's units"
+    currency = config["ledger"]["currency"]
+    money = currency or "cost_per_gpu_hour's units"
     heading = (f"report: runs of --since {f.since} --until {f.until} (sacct -S/-E); budgets as of now; cost in {money}"
                f" (GPU-hours x cost_per_gpu_hour); made {time.strftime('%Y-%m-%d %H:%M')} on {socket.gethostname()}")  # fmt: skip
     if html_file:
-        html_file.write_text(output.html_page(tables, report_mod.series(config, f, runs, tables), heading=heading))
+        html_file.write_text(
+            output.html_page(tables, report_mod.series(config, f, runs, tables), heading=heading, currency=currency)
+        )
         click.echo(f"wrote {html_file}")
     elif as_csv:
         click.echo(output.csv(tables), nl=False)
     elif as_json:
         click.echo(output.as_json(tables))
     else:
-        click.echo(output.table(tables, heading), nl=False)
+        click.echo(output.table(tables, heading, currency), nl=False)
 
 
 for _option in reversed(FILTERS):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from .. import __version__, cost, durations, plan, submission
@@ -83,9 +85,11 @@ def main(
     wait_limit = durations.parse(wait_timeout) if wait else None  # a bad value submits nothing
     prepared = submission.prepare(config, list(words), request, options, flops_factor)
     p = prepared.plan
-    for warning in prepared.warnings:
+    job_id = None if dry_run else submission.submit(config, prepared)  # a refusal is its one Error: line
+    bin_dir = Path(config["slurm"]["bin_dir"])
+    unsure = submission.association_problem(account, bin_dir) if dry_run else ""  # a submission would be refused
+    for warning in (*prepared.warnings, *filter(None, [unsure and f"{unsure}; a submission would be refused"])):
         click.echo(f"warning: {warning}", err=True)
-    job_id = None if dry_run else submission.submit(config, prepared)
     q = prepared.quote
     if as_json:
         echo_json({**p.to_dict(), **q.to_dict(), "dataset": prepared.counts._asdict(), "script": prepared.script,
@@ -96,8 +100,9 @@ def main(
                 click.echo(line)
         start = f", expected start {plan.clock(p.expected_start)}" if p.expected_start is not None else ""
         summary = (f"({p.partition}, {p.gres}, qos {p.qos}, limit {p.time_limit_seconds // 60} min, predicted"
-                   f" {p.predicted_seconds / 60:.1f} min, work {fmt_tokens(p.effective_tokens)}; holds"
-                   f" {fmt_tokens(q.hold_tokens)} of budget = {q.hold_gpu_hours:.2f} GPU-h{cost.money_part(q)}{start})")  # fmt: skip
+                   f" {durations.fmt_minutes(p.predicted_seconds)}, work {fmt_tokens(p.effective_tokens)}; holds"
+                   f" {fmt_tokens(q.hold_tokens)} of budget = {cost.fmt_amount(q.hold_gpu_hours)} GPU-h"
+                   f"{cost.money_part(q)}{start})")  # fmt: skip
         if dry_run:  # the line a submission would print, then the script it would send
             click.echo(f"Not submitted (--dry-run) {summary}")
             click.echo(prepared.script, nl=False)

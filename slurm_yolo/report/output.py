@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..cost import fmt_amount
 from ..estimate import fmt_tokens
 
 
@@ -60,10 +61,6 @@ def _signed_share(x: float) -> str:
     return ("+" if x > 0 else "") + fmt_share(x)
 
 
-def _money(x: float) -> str:
-    return f"{x:,.2f}" if x == 0 or abs(x) >= 0.01 else f"{x:.3g}"
-
-
 def _per_day(x: float) -> str:
     return f"{fmt_tokens(x)}/day"
 
@@ -72,14 +69,14 @@ _TOKEN_COLUMNS = ("tokens_held", "tokens_charged", "tokens_refunded", "balance",
 _TOKENS = dict.fromkeys(_TOKEN_COLUMNS, fmt_tokens)
 # How the text and HTML views show each view's numbers (NaN: blank; days_left has its own word for it).
 UNITS: dict[str, dict[str, Callable[[float], str]]] = {
-    "usage": {"gpu_hours": fmt_gpu_hours, "money": _money, **_TOKENS},
+    "usage": {"gpu_hours": fmt_gpu_hours, "money": fmt_amount, **_TOKENS},
     "accuracy": {"median_abs_error": fmt_share, "p90_abs_error": fmt_share, "median_error": _signed_share,
                  "timeout_share": fmt_share, "over_reservation_median": lambda x: f"{x:.2f}x",
                  "promised_coverage": fmt_share, "realised_coverage": fmt_share},
     "waits": {"median": fmt_duration, "p90": fmt_duration, "max": fmt_duration},
     "k": {"k": lambda x: f"{x:.4g} s/MTok"},
     "roi": {"gtok_charged": lambda x: fmt_tokens(x * 1e9), "map_per_gtok": lambda x: f"{_number(x)}/GTok",
-            "money": _money, "map_per_money": _number},
+            "money": fmt_amount, "map_per_money": _number},
     "budgets": {**_TOKENS, "rate_per_day": _per_day, "burn_per_day": _per_day, "net_burn_per_day": _per_day,
                 "burn_days": lambda d: fmt_duration(d * 86400), "days_left": fmt_days},
 }  # fmt: skip
@@ -109,17 +106,18 @@ def human(name: str, df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _for_people(name: str, df: pd.DataFrame) -> pd.DataFrame:
-    """``human``, with the headers people read."""
-    return human(name, df).rename(columns=HEADERS)
+def _for_people(name: str, df: pd.DataFrame, currency: str) -> pd.DataFrame:
+    """``human``, with the headers people read (the money columns named in ``currency``)."""
+    money = {"money": f"cost ({currency})", "map_per_money": f"mAP50-95 per {currency}"} if currency else {}
+    return human(name, df).rename(columns={**HEADERS, **money})
 
 
-def table(views: dict[str, pd.DataFrame], heading: str = "") -> str:
+def table(views: dict[str, pd.DataFrame], heading: str = "", currency: str = "") -> str:
     """The views as text tables, under ``heading`` (the window and when it was made)."""
     parts = [heading] if heading else []
     for name, df in views.items():
         parts.append(f"== {name}")
-        parts.append(_for_people(name, df).to_string(index=False) if len(df) else "(no data)")
+        parts.append(_for_people(name, df, currency).to_string(index=False) if len(df) else "(no data)")
     return "\n".join(parts) + "\n"
 
 
@@ -316,7 +314,7 @@ def plots(views: dict[str, pd.DataFrame], series: dict[str, pd.DataFrame] | None
 
 
 def html_page(views: dict[str, pd.DataFrame], series: dict[str, pd.DataFrame] | None = None,
-              title: str = "slurm-yolo report", heading: str = "") -> str:  # fmt: skip
+              title: str = "slurm-yolo report", heading: str = "", currency: str = "") -> str:  # fmt: skip
     """One self-contained page (plots embedded) an admin can mail or publish; ``heading`` says its
     window and when it was made."""
     images = plots(views, series)
@@ -325,6 +323,6 @@ def html_page(views: dict[str, pd.DataFrame], series: dict[str, pd.DataFrame] | 
         body.append(f"<h2>{html.escape(name)}</h2>")
         if name in images:
             body.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{images[name]}">')
-        body.append(_for_people(name, df).to_html(index=False, na_rep="") if len(df) else "<p>no data</p>")
+        body.append(_for_people(name, df, currency).to_html(index=False, na_rep="") if len(df) else "<p>no data</p>")
     style = "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}"
     return f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>{style}</style></head><body>{''.join(body)}</body></html>"
