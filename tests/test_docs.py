@@ -6,17 +6,23 @@ is checked with its brackets taken off and each placeholder given a value of its
 
 from __future__ import annotations
 
+import glob
+import os
 import re
 import shlex
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import click
 import pytest
-from conftest import REPO
+from conftest import REPO, VENV_BIN, Slurm, fund, set_test_prices
 
-from slurm_yolo import spec
+from slurm_yolo import calibration, spec
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
+from slurm_yolo.ledger import policy
+from slurm_yolo.synthetic import make_dataset
 
 DOCS = [REPO / "README.md", *sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "reference.md")]
 PROGRAMS: dict[str, click.Command] = {"yolo-sbatch": yolo_sbatch, "slurm-yolo": admin}
@@ -26,15 +32,21 @@ SAMPLE = {"ACCOUNT": "vision", "JOBID": "42", "KEY": "yolo:42:1796000000", "PATH
 _SHELL = (">", ">>", "2>", "|", "&&", ";")  # what the shell takes off the command line
 
 
-def examples() -> Iterator[tuple[str, list[str]]]:
-    """(file:line, the words) of each indented example line that runs one of the programs."""
+def _example_lines() -> Iterator[tuple[str, str]]:
+    """(file:line, the line) of each indented example line that runs one of the programs."""
     for path in DOCS:
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             text = line.strip()
             if line.startswith("    ") and text.split(" ")[0] in PROGRAMS:
-                words = shlex.split(text, comments=True)
-                cut = next((i for i, w in enumerate(words) if w in _SHELL), len(words))
-                yield f"{path.relative_to(REPO)}:{n}", words[:cut]
+                yield f"{path.relative_to(REPO)}:{n}", text
+
+
+def examples() -> Iterator[tuple[str, list[str]]]:
+    """(file:line, the words) of each example, cut where the shell would take the rest."""
+    for where, text in _example_lines():
+        words = shlex.split(text, comments=True)
+        cut = next((i for i, w in enumerate(words) if w in _SHELL), len(words))
+        yield where, words[:cut]
 
 
 def _parsed(words: list[str]) -> click.Context:
@@ -74,3 +86,75 @@ def test_each_example_is_one_the_command_takes(where: str, words: list[str], for
     ctx = _parsed(words)
     if words[0] == "yolo-sbatch" and not form:  # a form's training words are a form too
         spec.parse(list(ctx.params["words"]))  # the training words: keys and values as a run checks them
+
+
+SITE_ONLY = "# on a real site:"  # an example whose comment says so needs what only a site has
+FINDERS = (["slurm-yolo", "doctor"], ["slurm-yolo", "ledger", "audit"])  # exit 1 for what they find
+
+
+def _words_as_the_shell_gives_them(words: list[str]) -> list[str]:
+    """A glob expanded as bash would (sorted; kept as written when nothing matches)."""
+    out = []
+    for word in words:
+        found = sorted(glob.glob(word)) if "*" in word else []
+        out.extend(found or [word])
+    return out
+
+
+@pytest.mark.cluster
+def test_every_example_runs_on_the_bundled_cluster(cluster: Slurm, tmp_path: Path) -> None:
+    """Each command example of the README and docs/ (not a synopsis, nor one marked as a real site's),
+    run as written, in order, on the bundled 22.05 cluster with its own config: ``yolo-sbatch`` as
+    alice (a user of ``vision``) in a folder with the ``ds.yaml`` the examples name, ``slurm-yolo`` as
+    root. Each exits 0 with no ``Error:`` line (``doctor`` and ``audit`` exit 1 for what they find,
+    never with an error). What the admin examples change on the cluster (a deposit, a quota, prices,
+    tiers, k) is put back as the tests need it; the jobs the examples submit are cancelled (the
+    README's ``--wait`` one runs to its end)."""
+    demo = Path("/var/tmp/slurm-yolo-demo")  # the README's data, as deploy/demo makes it
+    if not (demo / "ds" / "data.yaml").exists():
+        make_dataset(demo / "ds", 32, 8, 128)
+    work = Path("/var/tmp/slurm-yolo-tests") / f"docs-{os.getpid()}"
+    make_dataset(work / "ds", 8, 4, 64)
+    (work / "ds.yaml").write_text((work / "ds" / "data.yaml").read_text())
+    for p in [demo, work, *demo.rglob("*"), *work.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    subprocess.run(["chown", "-R", "alice", str(work)], check=True)
+    with cluster.ledger() as lg:
+        tiers_before = {(r["cluster"], r["qos"]): r["rate_ppm"] for r in lg.tiers()}
+    t4 = calibration.load(cluster.config(), "t4").model
+    env = {"PATH": f"{VENV_BIN}:/usr/bin:/bin", "SLURM_YOLO_CONFIG": str(cluster.config_path), "LANG": "C.UTF-8"}
+    ran, site, submitted = [], [], []
+    try:
+        for (where, words, form), line in zip(ALL, (text for _, text in _example_lines()), strict=True):
+            if form:
+                continue
+            if SITE_ONLY in line:
+                site.append(where)
+                continue
+            argv = _words_as_the_shell_gives_them(words)
+            user = "alice" if argv[0] == "yolo-sbatch" else "root"
+            res = subprocess.run(["/usr/sbin/runuser", "-u", user, "--", str(VENV_BIN / argv[0]), *argv[1:]],
+                                 env=env | {"HOME": f"/home/{user}" if user != "root" else "/root"},
+                                 capture_output=True, text=True, cwd=work, timeout=600)  # fmt: skip
+            submitted += [int(m) for m in re.findall(r"^Submitted batch job (\d+)", res.stdout, re.M)]
+            if "--wait" not in argv:
+                for job in submitted:
+                    cluster.cmd("scancel", str(job), check=False)
+            allowed = (0, 1) if any(argv[: len(f)] == f for f in FINDERS) else (0,)
+            assert res.returncode in allowed and "Error:" not in res.stderr and "Traceback" not in res.stderr, (
+                where, res.stdout, res.stderr)  # fmt: skip
+            ran.append(where)
+    finally:
+        for job in submitted:
+            cluster.cmd("scancel", str(job), check=False)
+        with calibration.Store(cluster.config()) as store:  # the tests' and the demo's predictions use it
+            store.save("t4", t4, "test: k as before the docs' examples")
+        set_test_prices(cluster)
+        with cluster.ledger() as lg:
+            tiers_after = {(r["cluster"], r["qos"]) for r in lg.tiers()}
+        for (on, qos), rate in tiers_before.items():
+            cluster.cli("ledger", "tiers", qos, policy.rate_text(rate), *(["--cluster", on] if on else []))
+        for on, qos in tiers_after - set(tiers_before):
+            cluster.cli("ledger", "tiers", qos, "--remove", *(["--cluster", on] if on else []), check=False)
+        fund(cluster, ("vision",), 10**15)  # the README's deposit and quota off again
+    assert len(ran) >= 30 and len(site) <= 3, (ran, site)
