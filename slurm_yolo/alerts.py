@@ -18,9 +18,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from . import availability, books, calibration, ledger
+from . import availability, books, calibration, cost, ledger
 from .config import Config
 from .errors import SlurmYoloError
+from .ledger import store
 from .parse import read_bytes
 from .slurm import commands
 
@@ -30,7 +31,7 @@ _REFUSAL = re.compile(r"(\d{1,12}) (\S{1,200}) (\d{1,10}) (-?\d{1,20}) (-?\d{1,2
 
 @dataclass(frozen=True)
 class Alert:
-    kind: str  # budget, hook, books, audit, refusals, k-drift, prediction, slurmdbd
+    kind: str  # budget, money, hook, books, audit, refusals, k-drift, prediction, slurmdbd
     subject: str
     message: str
 
@@ -99,15 +100,20 @@ def refusal_streaks(refusals: Iterable[Refusal], last_charge: Mapping[str, float
 
 
 def check(config: Config, budget_share: float = 0.8, refusals: int = 3, drift: float = 0.3, error_bound: float = 0.5,
-          predictions: list[tuple[int, str, float, float]] | None = None, unreached: str = "") -> list[Alert]:  # fmt: skip
+          predictions: list[tuple[int, str, float, float]] | None = None, unreached: str = "",
+          spend_per_week: float = 0.0) -> list[Alert]:  # fmt: skip
     """All current alerts. ``predictions`` are recent (job, partition, predicted s, actual s);
-    ``unreached``: why sacct gave none (slurmdbd down), itself an alert."""
+    ``unreached``: why sacct gave none (slurmdbd down), itself an alert; ``spend_per_week``: the
+    money (the partitions' cost_per_gpu_hour) an account's runs of the last 7 days may cost before
+    it is an alert (0: no money alert)."""
     alerts = [Alert("slurmdbd", "sacct", f"did not answer: {unreached} (no prediction alerts)")] if unreached else []
     last_charge: dict[str, float] = {}
     lg = ledger.reader(config)
     if lg:
         try:
             last_charge.update(lg.last_charges())
+            if spend_per_week > 0:
+                alerts += money_alerts(config, lg.settled_since(time.time() - 7 * 86400), spend_per_week)
             for a in lg.accounts():
                 if a["credited"] > 0 and a["charged"] + a["held"] >= budget_share * a["credited"]:
                     used = (a["charged"] + a["held"]) / a["credited"]
@@ -153,6 +159,20 @@ def check(config: Config, budget_share: float = 0.8, refusals: int = 3, drift: f
         if pred > 0 and abs(actual - pred) / pred > error_bound:
             alerts.append(Alert("prediction", f"job {job}", f"on {part}: predicted {pred:.0f} s, ran {actual:.0f} s"))
     return alerts
+
+
+def money_alerts(config: Config, runs: Iterable[store.Row], per_week: float) -> list[Alert]:
+    """An alert per account whose runs settled in the last 7 days cost more than ``per_week``, in the
+    config's currency. Runs of another cluster of a shared ledger cost at this config's partition
+    costs only where this cluster has a partition of that name."""
+    costs = {name: config.partition(name).cost_per_gpu_hour for name in config.partitions}
+    rows = [(str(r["account"]), str(r["partition"]), float(r["gpus"]), int(r["elapsed"] or 0)) for r in runs]
+    currency = config["ledger"]["currency"]
+    return [
+        Alert("money", account, f"its runs of the last 7 days cost {cost.fmt_money(spent, currency)}, over the"
+              f" {cost.fmt_money(per_week, currency)} a week alerts allows (--spend-per-week)")
+        for account, spent in sorted(cost.spend(rows, costs).items()) if spent > per_week
+    ]  # fmt: skip
 
 
 def to_dicts(alerts: list[Alert]) -> list[dict[str, str]]:

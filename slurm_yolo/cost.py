@@ -11,6 +11,7 @@ with ``ledger.currency`` as its name. Pure, except ``prices``, which reads the p
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from pathlib import Path
 from typing import NamedTuple
@@ -80,6 +81,15 @@ def prices(config: Config, lg: Ledger | None, partition: str, qos: str) -> tuple
         except SlurmError:
             cluster = ""
     return lg.price_at(partition, time.time(), default, cluster), lg.tier_rate(qos, cluster)
+
+
+def spend(runs: Iterable[tuple[str, str, float, int]], cost_per_gpu_hour: Mapping[str, float]) -> dict[str, float]:
+    """Per account, the money its runs (account, partition, GPU share, elapsed seconds) cost: their
+    GPU-hours at each partition's ``cost_per_gpu_hour`` (a partition without one costs nothing)."""
+    out: dict[str, float] = {}
+    for account, partition, gpus, elapsed in runs:
+        out[account] = out.get(account, 0.0) + elapsed * gpus / 3600 * cost_per_gpu_hour.get(partition, 0.0)
+    return out
 
 
 def fmt_amount(amount: float) -> str:

@@ -7,12 +7,13 @@ import pwd
 import subprocess
 import sys
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
 from conftest import REPO
 
-from slurm_yolo import alerts
+from slurm_yolo import alerts, ledger
 from slurm_yolo import config as config_mod
 
 
@@ -106,3 +107,36 @@ def test_alerts_from_the_command_line_never_wait_on_a_fifo(cluster: object, home
     res = subprocess.run([sys.executable, "-m", "slurm_yolo", "alerts", "--json"], capture_output=True, text=True, timeout=30,
                          env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)  # fmt: skip
     assert res.returncode == 1 and '"not read: not a regular file"' in res.stdout, res.stdout + res.stderr
+
+
+def test_an_account_spending_past_its_weekly_amount_is_an_alert(home: Path) -> None:
+    """Money alerts from the runs settled in the last 7 days: their GPU-hours (Slurm's elapsed x the
+    GPU share) at each partition's cost_per_gpu_hour, worked out here by hand."""
+    (home / "config.toml").write_text(
+        '[ledger]\nenforce = false\ncurrency = "EUR"\n[partitions.t4]\ncost_per_gpu_hour = 0.5\n'
+        "[partitions.a100]\ncost_per_gpu_hour = 2.5\n"
+    )
+    config = config_mod.load()
+    now = int(time.time())
+    runs = [  # account, partition, GPU share, elapsed seconds: 2 GPU-h of t4, 1/4 GPU-h of a100, 0.1 GPU-h of t4
+        ("vision", "t4", Fraction(1), 7200),
+        ("vision", "a100", Fraction(1, 4), 3600),
+        ("research", "t4", Fraction(1), 360),
+    ]
+    with ledger.writer(config) as lg:
+        for account in ("vision", "research"):
+            lg.credit(account, 10**15, "test", "money alerts")
+        for job, (account, partition, share, elapsed) in enumerate(runs, 1):
+            run = ledger.Run("c", job, now, 0, account, "u", partition, "normal", share, 86400, 86400, 1, 10**6)
+            lg.hold(run, 86400, None, "test")
+            lg.settle(run.key, elapsed, "COMPLETED", elapsed, "test")
+    spent = {"vision": 2 * 0.5 + 0.25 * 2.5, "research": 0.1 * 0.5}  # 1.625 and 0.05 EUR
+    assert alerts.check(config, spend_per_week=1.6) == [
+        alerts.Alert(
+            "money",
+            "vision",
+            "its runs of the last 7 days cost 1.62 EUR, over the 1.60 EUR a week alerts allows (--spend-per-week)",
+        )
+    ]
+    assert [a.subject for a in alerts.check(config, spend_per_week=0.04) if a.kind == "money"] == sorted(spent)
+    assert not [a for a in alerts.check(config) if a.kind == "money"]  # no amount set: no money alert

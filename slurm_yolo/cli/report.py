@@ -140,11 +140,13 @@ def recalibrate(partitions: tuple[str, ...], window_days: float, min_samples: in
 @click.option("--refusals", default=3, show_default=True)
 @click.option("--drift", default=0.3, show_default=True)
 @click.option("--error-bound", default=0.5, show_default=True)
+@click.option("--spend-per-week", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Money (ledger.currency) an account's runs of the last 7 days may cost; 0: no money alert.")  # fmt: skip
 @library_errors
-def alerts(
-    as_json: bool, mail_to: str | None, budget_share: float, refusals: int, drift: float, error_bound: float
-) -> None:
-    """Budgets nearly spent, repeated refusals, drifting k, badly predicted jobs (exit 1 when any)."""
+def alerts(as_json: bool, mail_to: str | None, budget_share: float, refusals: int, drift: float, error_bound: float,
+           spend_per_week: float) -> None:  # fmt: skip
+    """Budgets nearly spent, accounts spending past a weekly amount, repeated refusals, drifting k,
+    badly predicted jobs (exit 1 when any)."""
     from ..report import recent_predictions
 
     config = load_config()
@@ -153,7 +155,7 @@ def alerts(
         predictions, unreached = recent_predictions(config), ""
     except UnreachableError as e:
         predictions, unreached = [], str(e)
-    found = alerts_mod.check(config, budget_share, refusals, drift, error_bound, predictions, unreached)
+    found = alerts_mod.check(config, budget_share, refusals, drift, error_bound, predictions, unreached, spend_per_week)
     if as_json:
         echo_json(alerts_mod.to_dicts(found))
     else:
