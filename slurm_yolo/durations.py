@@ -69,6 +69,11 @@ def parse(text: str) -> float:
     return seconds
 
 
+def seconds_text(seconds: float) -> str:
+    """A duration as people say it in an error line: ``45 s`` under a minute, else whole minutes."""
+    return f"{seconds:.0f} s" if seconds < 59.5 else f"{seconds / 60:.0f} min"
+
+
 def fmt_minutes(seconds: float) -> str:
     """``12.5 min``, or ``40 s`` under a minute: a short run's time is never shown as ``0.0 min``."""
     return f"{round(seconds)} s" if round(seconds) < 60 else f"{seconds / 60:.1f} min"

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import NamedTuple
 
 from .config import Config, Partition
-from .durations import fmt_minutes
+from .durations import fmt_minutes, seconds_text
 from .errors import SlurmError, UsageError
 from .estimate import Workload, fmt_tokens, images_640, model_factor, tokens
 from .slurm.parsers import WillRun
@@ -74,11 +74,6 @@ def time_limit(predicted_seconds: float, buffer: float) -> int:
     return max(60, math.ceil(predicted_seconds * (1 + buffer) / 60) * 60)
 
 
-def seconds_text(seconds: float) -> str:
-    """A duration as people say it: ``45 s`` under a minute, else whole minutes."""
-    return f"{seconds:.0f} s" if seconds < 59.5 else f"{seconds / 60:.0f} min"
-
-
 def _gpus(
     w: Workload, tm: TimeModel, part: Partition, req: Request, devices: int | None, ref: float
 ) -> tuple[int, str]:
@@ -87,24 +82,26 @@ def _gpus(
         if req.gpus < 1:
             raise UsageError(f"--gpus {req.gpus}: at least 1")
         if req.gpus > limit and part.gpu_type:
-            raise UsageError(f"--gpus {req.gpus}: partition {part.name} has {limit} GPUs per node")
+            raise UsageError(f"--gpus {req.gpus}: partition {part.name} has {limit} GPUs per node: ask at most {limit},"
+                             " or another partition (-p auto chooses)")  # fmt: skip
         return req.gpus, "--gpus"
     if req.deadline_seconds is not None:
         deadline = seconds_text(req.deadline_seconds)
         if req.deadline_seconds < tm.startup_seconds:
             raise UsageError(f"--deadline {deadline} is shorter than the job's start-up alone on {part.name}"
-                             f" ({seconds_text(tm.startup_seconds)})")  # fmt: skip
+                             f" ({seconds_text(tm.startup_seconds)}): give a longer one")  # fmt: skip
         for g in range(1, max(1, limit) + 1):
             if predict_seconds(w, tm, g, part.ddp_efficiency, ref) <= req.deadline_seconds:
                 return g, f"fewest GPUs that finish within the deadline ({deadline})"
         best = predict_seconds(w, tm, max(1, limit), part.ddp_efficiency, ref)
         raise UsageError(
             f"--deadline {deadline} cannot be met on {part.name}: "
-            f"needs {seconds_text(best)} even with {max(1, limit)} GPUs"
+            f"needs {seconds_text(best)} even with {max(1, limit)} GPUs; give a longer one, or fewer epochs or images"
         )
     if devices:
         if devices > limit and part.gpu_type:  # Slurm would keep it pending for ever (PartitionConfig)
-            raise UsageError(f"device= names {devices} GPUs: partition {part.name} has {limit} GPUs per node")
+            raise UsageError(f"device= names {devices} GPUs: partition {part.name} has {limit} GPUs per node: name at"
+                             f" most {limit}, or another partition (-p auto chooses)")  # fmt: skip
         return devices, "device= of the command"
     return 1, "default"
 

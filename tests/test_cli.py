@@ -178,8 +178,9 @@ def test_auto_asks_slurm_with_the_real_request(home: Path, tmp_path: Path, datas
                  "#SBATCH --account=vision"):  # fmt: skip
         assert line in a100
     assert f"partition auto: a100 would start {plan.clock(now + 3600)} + " in "\n".join(d["explain"])
-    assert d["explain"][-2:] == ["partition auto: t4 finishes first",
-                                 f"expected start: {plan.clock(now + 60)} on t4, in 1.0 min (Slurm's scheduler)"]  # fmt: skip
+    assert d["explain"][-2] == "partition auto: t4 finishes first"
+    assert d["explain"][-1] in (f"expected start: {plan.clock(now + 60)} on t4, in {when} (Slurm's scheduler)"
+                                for when in ("1.0 min", "59 s"))  # a second may have passed  # fmt: skip
 
     code, out = run(args[2:])  # submitted: the start beside the prediction
     assert code == 0, out

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from slurm_yolo import config as config_mod
-from slurm_yolo import estimate, plan, spec
+from slurm_yolo import durations, estimate, plan, spec
 from slurm_yolo.errors import SlurmError, UsageError
 from slurm_yolo.slurm.parsers import WillRun
 from slurm_yolo.timemodel import TimeModel
@@ -74,21 +74,30 @@ def test_deadline_picks_fewest_gpus(cfg: config_mod.Config) -> None:
         w, TM, "t", cfg.partition("a100"), plan.Request("a100", deadline_seconds=one.predicted_seconds * 1.1), cfg
     )
     assert p.gpus == 1
-    with pytest.raises(UsageError, match=r"^--deadline 30 s cannot be met on a100: needs \d+ min even with 2 GPUs$"):
+    with pytest.raises(
+        UsageError,
+        match=r"^--deadline 30 s cannot be met on a100: needs \d+ min even with 2 GPUs; give a longer one, or fewer epochs or images$",
+    ):
         plan.plan_partition(w, TM, "t", cfg.partition("a100"), plan.Request("a100", deadline_seconds=30), cfg)
-    with pytest.raises(UsageError, match=r"^--deadline 1 s is shorter than the job's start-up alone on a100 \(20 s\)$"):
+    with pytest.raises(
+        UsageError,
+        match=r"^--deadline 1 s is shorter than the job's start-up alone on a100 \(20 s\): give a longer one$",
+    ):
         plan.plan_partition(w, TM, "t", cfg.partition("a100"), plan.Request("a100", deadline_seconds=1), cfg)
 
 
 def test_seconds_text() -> None:
-    assert [plan.seconds_text(s) for s in (0.4, 1, 45, 59.4, 59.6, 90, 3600)] == ["0 s", "1 s", "45 s", "59 s", "1 min",
+    assert [durations.seconds_text(s) for s in (0.4, 1, 45, 59.4, 59.6, 90, 3600)] == ["0 s", "1 s", "45 s", "59 s", "1 min",
                                                                                 "2 min", "60 min"]  # fmt: skip
 
 
 def test_too_many_gpus_for_the_partition(cfg: config_mod.Config) -> None:
     with pytest.raises(UsageError, match="has 2 GPUs per node"):
         plan.plan_partition(wl(), TM, "t", cfg.partition("a100"), plan.Request("a100", gpus=3), cfg)
-    with pytest.raises(UsageError, match=r"^device= names 3 GPUs: partition a100 has 2 GPUs per node$"):
+    with pytest.raises(
+        UsageError,
+        match=r"^device= names 3 GPUs: partition a100 has 2 GPUs per node: name at most 2, or another partition \(-p auto chooses\)$",
+    ):
         plan.plan_partition(wl(), TM, "t", cfg.partition("a100"), plan.Request("a100"), cfg, devices=3)
     assert plan.plan_partition(wl(), TM, "t", cfg.partition("a100"), plan.Request("a100"), cfg, devices=2).gpus == 2
 

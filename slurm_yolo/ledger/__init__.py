@@ -260,7 +260,9 @@ class Ledger:
         row = self.conn.execute("SELECT * FROM accounts WHERE name = ?", (name,)).fetchone()
         if row is None:
             if not create:
-                raise UsageError(f"account {name!r} has no ledger entry")
+                raise UsageError(
+                    f"account {name!r} has no ledger entry: slurm-yolo ledger deposit {name} AMOUNT makes one"
+                )
             self.conn.execute("INSERT INTO accounts (name, refilled_at) VALUES (?, ?)", (name, now))
             row = self.conn.execute("SELECT * FROM accounts WHERE name = ?", (name,)).fetchone()
         return row
