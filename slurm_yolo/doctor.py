@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import socket
 import stat
 import subprocess
@@ -27,7 +28,7 @@ from .slurm import commands
 from .slurm.parsers import ControllerConfig
 
 SUPPORTED = ("22.05", "24.11")  # the releases the money path is tested on
-CLOCK_SLACK_SECONDS = 5.0  # slurmctld prints its clock to the second, and the question takes a moment
+CLOCK_SLACK_SECONDS = 5.0  # beyond the time the question took: slurmctld prints its clock to the second
 ROLES = ("auto", "controller", "login", "compute")
 HOOK_KEYS = ("PrologSlurmctld", "EpilogSlurmctld")
 
@@ -71,7 +72,9 @@ def check(config: Config, role: str = "auto") -> Report:
                                 " or export SLURM_YOLO_CONFIG=<the site's config>"))  # fmt: skip
     bin_dir = Path(config["slurm"]["bin_dir"])
     try:
+        asked = time.time()
         cc: ControllerConfig | None = commands.controller_config(bin_dir, timeout=config["slurm"]["timeout_seconds"])
+        answered = time.time()
     except SlurmError as e:
         cc = None
         problems.append(Problem(f"Slurm's controller did not answer ({e})",
@@ -81,7 +84,7 @@ def check(config: Config, role: str = "auto") -> Report:
     release = ""
     if cc is not None:
         release = cc.values.get("SLURM_VERSION", "")
-        problems += _slurm(cc, release, notes)
+        problems += _slurm(cc, release, notes, (asked, answered))
     if role == "controller" and cc is not None:
         problems += _hooks(config, cc) + _admission(config, cc) + _books(config, cc) + _hookd(config)
     elif role == "login":
@@ -91,13 +94,15 @@ def check(config: Config, role: str = "auto") -> Report:
     return Report(role, release, problems, notes)
 
 
-def _slurm(cc: ControllerConfig, release: str, notes: list[str]) -> list[Problem]:
+def _slurm(cc: ControllerConfig, release: str, notes: list[str], asked: tuple[float, float]) -> list[Problem]:
+    """``asked``: this host's clock when the question went and when the answer came; slurmctld's clock
+    (to the second) falls between them unless the clocks differ, however long a busy slurmctld took."""
     out = []
     if ".".join(release.split(".")[:2]) not in SUPPORTED:
         out.append(Problem(f"Slurm {release or '(no SLURM_VERSION)'} is not a release slurm-yolo is tested on"
                            f" ({', '.join(SUPPORTED)})", "run the test suite (bash deploy/test) against it first"))  # fmt: skip
     if cc.as_of is not None:
-        skew = time.time() - cc.as_of
+        skew = max(asked[0] - 1 - cc.as_of, 0.0) or min(asked[1] - cc.as_of, 0.0)
         if abs(skew) > CLOCK_SLACK_SECONDS:
             out.append(Problem(f"this host's clock is {skew:+.0f} s off slurmctld's",
                                "keep every host's clock in step (chrony or systemd-timesyncd): runs are keyed and priced by time"))  # fmt: skip
@@ -169,6 +174,12 @@ def _admission(config: Config, cc: ControllerConfig) -> list[Problem]:
         wanted = availability.script(config, cc.values.get("ClusterName", ""))
     except SlurmYoloError as e:
         return [Problem(f"the admission script cannot be made here ({e})", "fix the config, then regenerate it")]
+    cluster = cc.values.get("ClusterName", "")
+    theirs = re.search(r'^local CLUSTER = "([^"\n]*)"$', text, re.M)
+    if text != wanted and theirs and theirs.group(1) != cluster:  # this host's file is not that slurmctld's
+        return [Problem(f"{target} is cluster {theirs.group(1)}'s admission script, not {cluster}'s: this host does"
+                        f" not see {cluster}'s slurmctld files (another controller's, or a chroot's)",
+                        f"run slurm-yolo doctor on {cluster}'s controller; leave {target} as it is")]  # fmt: skip
     if text != wanted:
         return [Problem(f"{target} is not the admission script of this config and release",
                         f"slurm-yolo ledger admission-script --cluster {cc.values.get('ClusterName', 'NAME')} > {target}"

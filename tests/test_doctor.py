@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import Slurm, own_ledger_config
+from conftest import Slurm, cluster_of_release, own_ledger_config
 
 from slurm_yolo import doctor
 from slurm_yolo.cli.admin import main as admin
@@ -26,6 +26,19 @@ def test_the_controllers_config_on_each_release(release: str, prolog: str) -> No
     assert cc.as_of == time.mktime((2026, 11, 30, 16, 40, 57, 0, 0, -1))  # the controller's clock, local time
     assert cc.values["SLURM_VERSION"].startswith(release) and cc.values["PrologSlurmctld"] == prolog  # 24.11: [0]
     assert cc.controllers == ("vm",) and cc.values["JobSubmitPlugins"] == "lua"
+
+
+def test_a_slow_answer_is_no_clock_skew() -> None:
+    """slurmctld's clock falls between the question and the answer unless the clocks differ: a busy
+    slurmctld that took 20 s to answer is not 20 s off."""
+    cc = parsers.ControllerConfig(1000.0, {"SLURM_VERSION": "22.05.8", "PrivateData": "accounts"}, ("vm",))
+
+    def skew(asked: tuple[float, float]) -> list[str]:
+        return [p.what for p in doctor._slurm(cc, "22.05.8", [], asked)]
+
+    assert skew((990.0, 1020.0)) == [] and skew((1003.0, 1010.0)) == []
+    assert skew((1020.0, 1030.0)) == ["this host's clock is +19 s off slurmctld's"]
+    assert skew((980.0, 990.0)) == ["this host's clock is -10 s off slurmctld's"]
 
 
 def test_the_role_is_the_hosts_place_in_slurm() -> None:
@@ -57,6 +70,26 @@ def test_the_bundled_controller_has_no_problems(cluster: Slurm, monkeypatch: pyt
     res = CliRunner().invoke(admin, ["doctor"])
     assert res.exit_code == 0, res.output
     assert res.stdout.splitlines()[-1] == "doctor: controller host, Slurm 22.05.8: no problems"
+
+
+@pytest.mark.cluster
+def test_another_clusters_admission_script_is_not_to_be_overwritten(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 24.11 cluster's slurmctld reads its job_submit.lua in its own root; on the host, the path it
+    prints holds the 22.05 cluster's. The doctor on the host with 24.11's config said to overwrite
+    it with 24.11's script; it now says the file is another cluster's, and to leave it."""
+    slurm = cluster_of_release("24.11")
+    monkeypatch.delenv("SLURM_YOLO_HOME", raising=False)
+    monkeypatch.setenv("SLURM_YOLO_CONFIG", str(slurm.config_path))
+    before = Path("/etc/slurm/job_submit.lua").read_text()
+    res = CliRunner().invoke(admin, ["doctor", "--json"])
+    fixes = {p["what"]: p["fix"] for p in json.loads(res.stdout)["problems"]}
+    what = (
+        "/etc/slurm/job_submit.lua is cluster yolo's admission script, not yolo2411's: this host does not see"
+        " yolo2411's slurmctld files (another controller's, or a chroot's)"
+    )
+    assert fixes[what] == "run slurm-yolo doctor on yolo2411's controller; leave /etc/slurm/job_submit.lua as it is"
+    assert not any("admission-script" in fix for fix in fixes.values())
+    assert Path("/etc/slurm/job_submit.lua").read_text() == before
 
 
 @pytest.mark.cluster
