@@ -76,10 +76,14 @@ def family_of(model: str) -> str:
     return m.group(1) if m else "custom"
 
 
+_V5U = re.compile(r"^(yolov5[nsmlx])$")
+
+
 def lookup_model(model: str) -> ModelInfo | None:
     """A standard model from the tables, by name or path (``yolov8n.pt``, ``cfg/yolo11s.yaml``,
     ``yolo26n-seg.pt``)."""
     stem = Path(model).stem.lower()
+    stem = _V5U.sub(r"\1u", stem)  # ultralytics trains yolov5n.yaml/.pt as yolov5nu (the same GFLOPs, measured)
     gflops = GFLOPS.get(stem) or TASK_GFLOPS.get(stem)
     if gflops and _NAME.match(stem):
         return ModelInfo(name=stem, family=family_of(stem), gflops=gflops, source="table")

@@ -85,6 +85,29 @@ def check_log_paths(options: render.JobOptions) -> None:
         raise UsageError(f"{option} {pattern}: folder {folder} does not exist {why}")
 
 
+def check_project(s: spec.TrainSpec, options: render.JobOptions) -> None:
+    """Refuse a ``project=`` folder the user cannot write: the job would fail on a PermissionError after
+    its start-up, and pay for it. Only what this host shows is judged (a folder that is not here, a
+    compute node's scratch, is left alone), and only a project given (ultralytics' default follows its
+    settings)."""
+    given = s.args.get("project")
+    if given in (None, ""):
+        return
+    target = Path(_chdir(options.extra) or ".") / str(given)
+    try:
+        if target.exists():
+            blocked = None if target.is_dir() and os.access(target, os.W_OK | os.X_OK) else target
+        else:
+            blocked = (
+                target.parent if target.parent.is_dir() and not os.access(target.parent, os.W_OK | os.X_OK) else None
+            )
+    except (OSError, ValueError):
+        return
+    if blocked is not None:
+        raise UsageError(f"project={given}: {blocked} is not a folder you can write (the job would fail on it):"
+                         " give project= a folder of yours")  # fmt: skip
+
+
 def log_file(options: render.JobOptions, job_id: int) -> Path:
     """The job's log (its ``--output``, expanded as Slurm expands it, from its work dir): what
     ``--wait`` names when the job did not complete, so the user knows where to look."""
@@ -155,6 +178,7 @@ def prepare(
     """
     s = spec.parse(words)
     check_log_paths(options)
+    check_project(s, options)
     counts = dataset.count(str(s.get("data")), config.cache_dir / "datasets.json", config["job"]["yolo_config_dir"])
     reference = config["estimate"]["reference_gflops"]
     model = estimate.resolve_model(s.model, reference, config["job"]["python"], config.cache_dir, flops_factor)
@@ -260,7 +284,20 @@ def submit(config: Config, prepared: Prepared) -> int:
         raise SlurmError(f"job not submitted: {e}") from None
     except SlurmError as e:
         require_association(prepared.options.account, bin_dir)
-        raise SlurmError(f"job not submitted: {e}") from None
+        raise SlurmError(f"job not submitted: {e}{_partition_hint(str(e), prepared.plan.partition, bin_dir)}") from None
+
+
+def _partition_hint(error: str, partition: str, bin_dir: Path) -> str:
+    """For Slurm's "Invalid partition name": the partitions it has, the one meant first if only the
+    case differs (-p T4 for t4); '' for any other refusal."""
+    if "Invalid partition" not in error:
+        return ""
+    try:
+        known = commands.partitions(bin_dir)
+    except SlurmError:
+        return ""
+    meant = next((p for p in known if p.lower() == partition.lower()), None)
+    return f" ({f'did you mean -p {meant}? ' if meant else ''}Slurm's partitions: {', '.join(known) or 'none'})"
 
 
 def association_problem(account: str | None, bin_dir: Path) -> str:

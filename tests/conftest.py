@@ -386,3 +386,17 @@ def poll(what: str, fn: Callable[[], T], timeout: float = 90) -> T:
             return value
         time.sleep(0.3)
     pytest.fail(f"timed out waiting for {what}")
+
+
+CLUSTER_FIXTURES = {"cluster", "slurm", "mariadb_options"}  # and every fixture that uses one
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that asks for a bundled cluster (or its MariaDB) is a ``cluster`` test whether or not its
+    module says so: ``-m "not cluster"`` then selects tests that touch no cluster, which may run
+    beside the cluster tests."""
+    for item in items:
+        on_mariadb = getattr(getattr(item, "callspec", None), "params", {}).get("backend") == "mariadb"
+        uses = CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if (uses or on_mariadb) and not item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.cluster)

@@ -92,10 +92,12 @@ SITE_ONLY = "# on a real site:"  # an example whose comment says so needs what o
 FINDERS = (["slurm-yolo", "doctor"], ["slurm-yolo", "ledger", "audit"])  # exit 1 for what they find
 
 
-def _words_as_the_shell_gives_them(words: list[str]) -> list[str]:
-    """A glob expanded as bash would (sorted; kept as written when nothing matches)."""
+def _words_as_the_shell_gives_them(words: list[str], env: dict[str, str]) -> list[str]:
+    """``$VAR`` from ``env`` and a glob expanded as bash would (sorted; kept as written when nothing
+    matches)."""
     out = []
     for word in words:
+        word = re.sub(r"\$(\w+)", lambda m: env.get(m.group(1), ""), word)
         found = sorted(glob.glob(word)) if "*" in word else []
         out.extend(found or [word])
     return out
@@ -131,10 +133,11 @@ def test_every_example_runs_on_the_bundled_cluster(cluster: Slurm, tmp_path: Pat
             if SITE_ONLY in line:
                 site.append(where)
                 continue
-            argv = _words_as_the_shell_gives_them(words)
-            user = "alice" if argv[0] == "yolo-sbatch" else "root"
+            user = "alice" if words[0] == "yolo-sbatch" else "root"
+            user_env = env | {"HOME": f"/home/{user}" if user != "root" else "/root", "USER": user}
+            argv = _words_as_the_shell_gives_them(words, user_env)
             res = subprocess.run(["/usr/sbin/runuser", "-u", user, "--", str(VENV_BIN / argv[0]), *argv[1:]],
-                                 env=env | {"HOME": f"/home/{user}" if user != "root" else "/root"},
+                                 env=user_env,
                                  capture_output=True, text=True, cwd=work, timeout=600)  # fmt: skip
             submitted += [int(m) for m in re.findall(r"^Submitted batch job (\d+)", res.stdout, re.M)]
             if "--wait" not in argv:

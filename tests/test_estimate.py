@@ -52,7 +52,7 @@ def test_units() -> None:
 @pytest.mark.parametrize(
     ("name", "family", "gflops"),
     [("yolov8n.pt", "yolov8", 8.86), ("cfg/yolo11s.yaml", "yolo11", 21.84), ("YOLO26X.pt", "yolo26", 210.07),
-     ("yolov5su.pt", "yolov5", 24.21), ("yolov10b.yaml", "yolov10", 99.47), ("yolo26n-seg.pt", "yolo26", 10.63),
+     ("yolov5su.pt", "yolov5", 24.21), ("yolov5n.yaml", "yolov5", 7.84), ("yolov5x.pt", "yolov5", 247.31), ("yolov10b.yaml", "yolov10", 99.47), ("yolo26n-seg.pt", "yolo26", 10.63),
      ("yolo11s-pose.yaml", "yolo11", 23.6), ("yolov8x-obb.pt", "yolov8", 264.31)],
 )  # fmt: skip
 def test_table_lookup(name: str, family: str, gflops: float) -> None:

@@ -308,6 +308,48 @@ def test_an_account_she_is_not_in_is_said_so_not_that_it_is_empty(cluster: Slurm
 
 
 @pytest.mark.cluster
+def test_a_partition_slurm_has_not_got_is_named_with_those_it_has(cluster: Slurm, dataset: Path) -> None:
+    """``-p v100`` plans (with a warning) and Slurm refuses it: the error lists Slurm's partitions, and
+    ``-p T4`` asks whether t4 was meant. Nothing is submitted."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/root", "SLURM_YOLO_CONFIG": str(cluster.config_path)}
+    before = cluster.cmd("squeue", "-h", "-o", "%i").stdout
+    for partition, hint in (("v100", ""), ("T4", "did you mean -p t4? ")):
+        res = subprocess.run([str(VENV_BIN / "yolo-sbatch"), "-A", "vision", "-p", partition, "train", f"data={dataset}",
+                              "model=yolov8n.yaml"], env=env, capture_output=True, text=True, cwd="/tmp")  # fmt: skip
+        error = res.stderr.splitlines()[-1]
+        assert res.returncode == 1 and error.startswith("Error: job not submitted: ") and "Invalid partition" in error
+        assert error.endswith(f" ({hint}Slurm's partitions: a100, t4)"), error
+    assert cluster.cmd("squeue", "-h", "-o", "%i").stdout == before
+
+
+@pytest.mark.cluster
+def test_a_project_folder_she_cannot_write_is_refused_before_the_job_pays_for_it(cluster: Slurm) -> None:
+    """alice with ``project=`` a root-owned folder (the README's project folder, once root's):
+    the job failed on a PermissionError and was charged. Now one Error: line, even for a dry run; a
+    folder this host does not show (a compute node's scratch) is left to the job."""
+    folder = Path("/var/tmp/slurm-yolo-tests") / f"project-{os.getpid()}"
+    from slurm_yolo.synthetic import make_dataset
+
+    data = make_dataset(folder / "ds", train=4, val=2, size=32)
+    for p in [folder, *folder.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    (folder / "roots").mkdir(mode=0o755)
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/home/alice", "SLURM_YOLO_CONFIG": str(cluster.config_path)}
+
+    def dry_run(project: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", str(VENV_BIN / "yolo-sbatch"), "--dry-run",
+                               "-p", "t4", "train", f"data={data}", "model=yolov8n.yaml", f"project={project}"],
+                              env=env, capture_output=True, text=True, cwd="/tmp")  # fmt: skip
+
+    for project, blocked in ((folder / "roots", folder / "roots"), (folder / "roots" / "mine", folder / "roots")):
+        res = dry_run(str(project))
+        assert (res.returncode, res.stdout) == (1, "")
+        assert res.stderr == (f"Error: project={project}: {blocked} is not a folder you can write (the job would fail"
+                              " on it): give project= a folder of yours\n")  # fmt: skip
+    assert dry_run("/nonexistent-scratch/alice/runs").returncode == 0
+
+
+@pytest.mark.cluster
 def test_minicluster_status_says_what_runs(cluster: None) -> None:
     res = subprocess.run([str(REPO / "deploy" / "minicluster"), "status"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr

@@ -90,6 +90,18 @@ def test_days_left_is_never_negative() -> None:
     assert list(left[:3]) == [10.0, 0.0, 0.0] and left[3:].isna().all()  # overdrawn: spent; not burning: never
 
 
+def test_a_bucket_above_its_capacity_burns_down_to_it_before_refills_count() -> None:
+    """1,000 above a 600 cap burning 50 a day against a 20-a-day refill: 8 days to the cap at 50 a
+    day (refills stop there), then 600 / 30 = 20 days: 28 in all; its net burn now is 50, not 30."""
+    import pandas as pd
+
+    s = pd.Series
+    net, left = report.bucket_burn(s([1000.0, 500.0, 1000.0, 1000.0]), s([50.0, 50.0, 10.0, 50.0]),
+                                   s([20.0, 20.0, 20.0, 0.0]), s([600.0, 600.0, 600.0, 0.0]))  # fmt: skip
+    assert list(net) == [50.0, 30.0, 10.0, 50.0]
+    assert list(left[[0, 1, 3]]) == [28.0, 500 / 30, 20.0] and pd.isna(left[2])  # refills keep up with 10 a day
+
+
 def test_tables_show_human_units_and_machine_formats_raw_numbers(site_config: Path) -> None:
     from slurm_yolo.report import output
 

@@ -47,6 +47,13 @@ def test_auto_batch_counts_as_ultralytics_cpu_default(batch: str, used: int) -> 
         (["train", "data=d.yaml", "epochs=1", "epochs=2"], "key 'epochs' given twice"),
         (["train", "data=d.yaml", "name="], "key 'name' has no value"),
         (["trian", "data=d.yaml"], "unexpected argument 'trian' (did you mean 'train'?)"),
+        (
+            ["train", "data=d.yaml", "--priority", "prod"],
+            "'--priority' is not a training key: yolo-sbatch's options go"
+            " before the training words (yolo-sbatch --priority ... train key=value ...)",
+        ),
+        (["train", "data=d.yaml", "--wait"], "yolo-sbatch --wait ... train key=value ..."),
+        (["yolo", "train", "data=d.yaml"], "drop 'yolo': yolo-sbatch takes the words that follow it"),
         (["data=d.yaml"], "missing mode"),
         (["predict", "data=d.yaml"], "mode 'predict' is not supported"),
         (["train", "epochs=3"], "missing data="),

@@ -291,7 +291,8 @@ def check_options(path: Path, owner: str) -> Path:
         raise SlurmYoloError(f"paths.owner {owner!r} is not a user on this host") from None
     if not db.is_keeper(owner):
         raise SlurmYoloError(
-            f"permission denied: the ledger is read and written only by root or the SlurmUser ({owner})"
+            f"permission denied: the ledger's database is opened only by root or the SlurmUser ({owner}); users read"
+            " balances from its published copy, and admins change it as root"
         )
     if st.st_uid != owner_uid or st.st_mode & 0o077:
         raise SlurmYoloError(f"the ledger's MariaDB option file {path} must be the SlurmUser's alone:"

@@ -274,9 +274,24 @@ def budgets(config: Config, days: float = 7.0, now: float | None = None) -> pd.D
     age = (at - out["account"].map(first).fillna(at).astype(float)) / 86400
     out["burn_days"] = age.clip(lower=MIN_BURN_DAYS, upper=days)
     out["burn_per_day"] = out["charged_recent"] / out["burn_days"]
-    out["net_burn_per_day"] = out["burn_per_day"] - out["rate_per_day"]
-    out["days_left"] = days_left(out["balance"], out["net_burn_per_day"])
+    out["net_burn_per_day"], out["days_left"] = bucket_burn(out["balance"], out["burn_per_day"], out["rate_per_day"],
+                                                            out["capacity"])  # fmt: skip
     return out[BUDGET_COLUMNS]
+
+
+def bucket_burn(
+    balance: pd.Series, burn: pd.Series, rate: pd.Series, capacity: pd.Series
+) -> tuple[pd.Series, pd.Series]:
+    """(net burn now, days left) of token buckets (pure). Refills stop at the capacity: an account
+    above it burns its charges alone until it is down to the capacity (``quota set`` 120G a day up to
+    600G adds nothing to a 1 TTok balance, so its net burn is not -120G a day), then charges less
+    refills; NaN days where refills keep up (never)."""
+    net_now = burn - rate.where(balance < capacity, 0)
+    above = (balance - capacity).clip(lower=0).where(rate > 0, 0)  # without a quota, the whole balance burns down
+    to_capacity = (above / burn.where(burn > 0)).astype(float)
+    return net_now, (to_capacity.where(above > 0, 0.0) + days_left(balance - above, burn - rate)).where(
+        balance > 0, 0.0
+    )
 
 
 # How each movement kind moves an account's balance (``Ledger._move``): a charge comes out of the hold.
