@@ -321,3 +321,38 @@ def require_association(account: str | None, bin_dir: Path) -> None:
     problem = association_problem(account, bin_dir)
     if problem:
         raise UsageError(problem)
+
+
+def settlement(config: Config, job_id: int, timeout: float = 30.0, poll: float = 1.0) -> str:
+    """What a finished job's run was charged, in the submit line's units, once the ledger has settled
+    it (the epilog settles it seconds after the job ends, once sacct has its end): what ``--wait``
+    ends with, so the user sees the cost after the run beside the hold before it. A line saying where
+    to look when the ledger has not settled it within ``timeout``."""
+    bin_dir = Path(config["slurm"]["bin_dir"])
+    try:
+        cluster = commands.cluster_name(bin_dir)
+    except SlurmError:
+        cluster = None
+    deadline = time.monotonic() + timeout
+    runs: list[ledger.store.Row] = []
+    while True:
+        lg = ledger.reader(config)
+        if lg is not None:
+            with lg:
+                runs = lg.runs(job_id, cluster)
+        if not runs:  # held at its start, so in the hooks' books: these are other books
+            return f"job {job_id}: no run of it in the ledger at {ledger.where(config)} (not the hooks' config?)"
+        if runs[-1]["state"] == "settled" or time.monotonic() >= deadline:
+            break
+        time.sleep(poll)
+    r = runs[-1]  # a requeued job's last run
+    if r["state"] != "settled":
+        return f"job {job_id}: not settled yet (slurm-yolo ledger history {r['account']} shows its charge once it is)"
+    hours = (r["elapsed"] or 0) * float(r["gpus"]) / 3600
+    part = config.partition(str(r["partition"]))
+    money = (f" = {cost.fmt_money(hours * part.cost_per_gpu_hour, config['ledger']['currency'])}"
+             if part.cost_per_gpu_hour > 0 else "")  # fmt: skip
+    return (
+        f"job {job_id}: charged {fmt_tokens(r['charge'])} of budget for {cost.fmt_amount(hours)} GPU-h{money},"
+        f" {fmt_tokens(r['refund'])} of its {fmt_tokens(r['hold'])} hold back"
+    )

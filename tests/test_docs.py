@@ -21,6 +21,7 @@ from conftest import REPO, VENV_BIN, Slurm, fund, set_test_prices
 from slurm_yolo import calibration, spec
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
+from slurm_yolo.estimate import fmt_tokens
 from slurm_yolo.ledger import policy
 from slurm_yolo.synthetic import make_dataset
 
@@ -143,6 +144,11 @@ def test_every_example_runs_on_the_bundled_cluster(cluster: Slurm, tmp_path: Pat
             if "--wait" not in argv:
                 for job in submitted:
                     cluster.cmd("scancel", str(job), check=False)
+            if "--wait" in argv:  # it ends with what the run was charged, as the ledger settled it
+                job = submitted[-1]
+                row = cluster.settled(job)[0]
+                assert (f"job {job}: charged {fmt_tokens(row['charge'])} of budget for" in res.stdout
+                        and f", {fmt_tokens(row['refund'])} of its {fmt_tokens(row['hold'])} hold back" in res.stdout), res.stdout  # fmt: skip
             allowed = (0, 1) if any(argv[: len(f)] == f for f in FINDERS) else (0,)
             assert res.returncode in allowed and "Error:" not in res.stderr and "Traceback" not in res.stderr, (
                 where, res.stdout, res.stderr)  # fmt: skip

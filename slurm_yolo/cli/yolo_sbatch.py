@@ -114,6 +114,7 @@ def main(
         state = follow(job_id, timeout=wait_limit) if not as_json else commands.wait_for_end(job_id, timeout=wait_limit)
         if state == "COMPLETED":
             click.echo(f"job {job_id} {state}", err=as_json)
+            click.echo(submission.settlement(config, job_id), err=as_json)  # the cost after, beside the hold before
         else:
             click.echo(f"job {job_id} {state}: its log is {submission.log_file(options, job_id)}", err=as_json)
             raise SystemExit(1)
