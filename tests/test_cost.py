@@ -48,7 +48,9 @@ def test_dry_run_shows_the_hold_in_budget_tokens_gpu_hours_and_money(dataset: Pa
     assert d["effective_tokens"] != d["hold_tokens"]  # work and budget: two quantities
     out = CliRunner().invoke(yolo_sbatch, ["--dry-run", "--explain", *words]).stdout
     line = next(x for x in out.splitlines() if x.startswith("Not submitted"))
-    assert f"holds {fmt_tokens(d['hold_tokens'])} of budget = {limit * share / 3600:.2f} GPU-h" in line
+    hours = limit * share / 3600
+    shown = f"{hours:,.2f}" if hours >= 0.01 else f"{hours:.3g}"  # a short shard job's is not "0.00"
+    assert f"holds {fmt_tokens(d['hold_tokens'])} of budget = {shown} GPU-h" in line
     assert line.endswith(f" = {cost.fmt_money(limit * share / 3600 * 0.5, 'EUR')})")
     explained = next(x for x in out.splitlines() if x.startswith("cost: "))
     assert f"x {1_000_000:,} tokens/GPU-s x rate 1)" in explained and "cost_per_gpu_hour 0.5" in explained
