@@ -62,7 +62,7 @@ def quote(limit_seconds: int, predicted_seconds: float, gpu_share: Fraction, pri
         gpu_share=gpu_share, price=price, rate_ppm=rate_ppm,
         hold_tokens=policy.tokens(limit_seconds, gpu_share, price, rate_ppm),
         expected_tokens=policy.tokens(expected, gpu_share, price, rate_ppm),
-        hold_gpu_hours=limit_seconds * float(gpu_share) / 3600, expected_gpu_hours=expected * float(gpu_share) / 3600,
+        hold_gpu_hours=gpu_hours(limit_seconds, gpu_share), expected_gpu_hours=gpu_hours(expected, gpu_share),
         cost_per_gpu_hour=cost_per_gpu_hour, currency=currency,
     )  # fmt: skip
 
@@ -83,12 +83,17 @@ def prices(config: Config, lg: Ledger | None, partition: str, qos: str) -> tuple
     return lg.price_at(partition, time.time(), default, cluster), lg.tier_rate(qos, cluster)
 
 
+def gpu_hours(seconds: float, gpu_share: Fraction | float) -> float:
+    """GPU-hours of ``seconds`` on ``gpu_share`` GPUs (a shard: a share of one): what money is counted in."""
+    return seconds * float(gpu_share) / 3600
+
+
 def spend(runs: Iterable[tuple[str, str, float, int]], cost_per_gpu_hour: Mapping[str, float]) -> dict[str, float]:
     """Per account, the money its runs (account, partition, GPU share, elapsed seconds) cost: their
     GPU-hours at each partition's ``cost_per_gpu_hour`` (a partition without one costs nothing)."""
     out: dict[str, float] = {}
     for account, partition, gpus, elapsed in runs:
-        out[account] = out.get(account, 0.0) + elapsed * gpus / 3600 * cost_per_gpu_hour.get(partition, 0.0)
+        out[account] = out.get(account, 0.0) + gpu_hours(elapsed, gpus) * cost_per_gpu_hour.get(partition, 0.0)
     return out
 
 

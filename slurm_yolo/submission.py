@@ -336,7 +336,7 @@ def settlement(config: Config, job_id: int, timeout: float = 30.0, poll: float =
     deadline = time.monotonic() + timeout
     runs: list[ledger.store.Row] = []
     while True:
-        lg = ledger.reader(config)
+        lg = ledger.reader(config)  # opened anew each time: a write publishes a new copy, renamed in
         if lg is not None:
             with lg:
                 runs = lg.runs(job_id, cluster)
@@ -348,7 +348,7 @@ def settlement(config: Config, job_id: int, timeout: float = 30.0, poll: float =
     r = runs[-1]  # a requeued job's last run
     if r["state"] != "settled":
         return f"job {job_id}: not settled yet (slurm-yolo ledger history {r['account']} shows its charge once it is)"
-    hours = (r["elapsed"] or 0) * float(r["gpus"]) / 3600
+    hours = cost.gpu_hours(r["elapsed"] or 0, float(r["gpus"]))
     part = config.partition(str(r["partition"]))
     money = (f" = {cost.fmt_money(hours * part.cost_per_gpu_hour, config['ledger']['currency'])}"
              if part.cost_per_gpu_hour > 0 else "")  # fmt: skip

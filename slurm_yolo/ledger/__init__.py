@@ -697,10 +697,10 @@ class Ledger:
         return {r[0]: int(r[1]) for r in rows}
 
     def settled_since(self, since: float) -> list[store.Row]:
-        """(account, cluster, partition, gpus, elapsed) of the runs settled since ``since``: GPU-hours,
-        and so money at each partition's cost_per_gpu_hour, per account (``alerts``)."""
+        """(account, partition, gpus, elapsed) of the runs settled since ``since``: GPU-hours, and so
+        money at each partition's cost_per_gpu_hour, per account (``alerts``)."""
         return self.conn.execute(
-            "SELECT account, cluster, `partition`, gpus, elapsed FROM jobs WHERE state = 'settled' AND settled_at >= ?",
+            "SELECT account, `partition`, gpus, elapsed FROM jobs WHERE state = 'settled' AND settled_at >= ?",
             (since,),
         ).fetchall()
 
