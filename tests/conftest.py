@@ -237,10 +237,13 @@ def cluster_of_release(release: str) -> Slurm:
     return slurm
 
 
-def nothing_pending_elsewhere(slurm: Slurm, account: str) -> None:
-    """On a shared ledger, what the other bundled cluster counts for ``account`` is counted here too:
-    before a test that needs exact numbers, that cluster's jobs of the account (an earlier test's) are
-    cancelled and its count has drained from the ledger (its hookd drops it once nothing is pending)."""
+def nothing_pending(slurm: Slurm, account: str) -> None:
+    """Before a test that needs exact numbers: ``account``'s jobs (an earlier test's) are cancelled and
+    gone from this cluster, so its job_submit.lua counts nothing pending for it; on a shared ledger
+    the other bundled cluster's are cancelled too, and what that cluster counted for the account has
+    drained from the ledger (its hookd drops it once nothing is pending there)."""
+    slurm.cmd("scancel", "-A", account, check=False)
+    poll(f"{account}'s jobs gone", lambda: not slurm.cmd("squeue", "-h", "-A", account, "-o", "%i").stdout.strip(), 120)
     if slurm.config()["ledger"]["backend"] != "mariadb":
         return
     for release in RELEASES:

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PRICE, REPO, Slurm, balance_path, fund, last_movement, nothing_pending_elsewhere, poll
+from conftest import PRICE, REPO, Slurm, balance_path, fund, last_movement, nothing_pending, poll
 
 pytestmark = pytest.mark.cluster
 A100 = PRICE["a100"]
@@ -39,11 +39,11 @@ def gone_from_controller(slurm: Slurm, job: int, timeout: float = 240) -> None:
 
 @pytest.fixture
 def lean(priced: Slurm) -> Iterator[Slurm]:
-    """The cluster with a100 priced as PRICE says (no later rise scheduled), vision's jobs gone after."""
+    """The cluster with a100 priced as PRICE says (no later rise scheduled), vision's jobs gone before and after."""
     prices = json.loads(priced.cli("ledger", "price", "show", "--json").stdout)["prices"]
     later = [p for p in prices if p["partition"] == "a100" and p.get("effective_at", 0) > time.time()]
     assert not later, f"an a100 price rise is scheduled on this cluster: {later}"
-    nothing_pending_elsewhere(priced, "vision")
+    nothing_pending(priced, "vision")
     yield priced
     priced.cmd("scancel", "-A", "vision", check=False)
     fund(priced, ("vision",), 10**15)

@@ -24,7 +24,7 @@ from conftest import (
     cluster_of_release,
     fund,
     last_movement,
-    nothing_pending_elsewhere,
+    nothing_pending,
     poll,
 )
 
@@ -46,8 +46,8 @@ def both() -> Iterator[tuple[Slurm, Slurm]]:
     for partition, price in PRICE.items():  # one admin, one price list: set through either cluster
         old.cli("ledger", "price", "set", partition, str(price), "--reason", "tests")
     old.cli("ledger", "tiers", "normal", "1")
-    nothing_pending_elsewhere(old, "vision")
-    nothing_pending_elsewhere(new, "vision")
+    nothing_pending(old, "vision")
+    nothing_pending(new, "vision")
     yield old, new
     for slurm in (old, new):
         slurm.cmd("scancel", "-A", "vision", check=False)
