@@ -21,7 +21,7 @@ from typing import NamedTuple
 from . import db, ledger
 from .config import Config
 from .errors import SlurmYoloError, UnreachableError
-from .ledger import comment, policy
+from .ledger import comment, policy, store
 from .slurm import commands
 from .slurm.records import JobRecord
 
@@ -177,11 +177,8 @@ def _compare(lg: ledger.Ledger, config: Config, records: list[JobRecord], commen
         if row["state"] != "settled":
             findings.append(Finding("unsettled", key, f"{rec.state} in sacct, still held ({row['hold']})"))
             continue
-        # `scontrol requeue` of a finished job makes slurmdbd rewrite that run as REQUEUED, its elapsed
-        # stretched to the requeue (seen on 22.05 and 24.11): the run ended as the ledger settled it from
-        # sacct's final record then, and owes what that end state and elapsed time owed
         state, ran = rec.state, rec.elapsed
-        if rec.state == "REQUEUED" and row["end_state"] != "REQUEUED":
+        if _ended_before(rec, row):
             state, ran = row["end_state"], row["elapsed"]
         limit = ledger.limit_seconds(rec.time_limit, config)
         due = policy.charge(state, ran, limit, ledger.run_share(row), row["price"], row["rate_ppm"], rules)
@@ -203,6 +200,20 @@ def _compare(lg: ledger.Ledger, config: Config, records: list[JobRecord], commen
             findings.append(Finding("missing-in-sacct", row["job_key"], "held in the ledger, no such run in sacct"))
     findings += [Finding("books", "-", problem) for problem in lg.check()]
     return findings
+
+
+def _ended_before(rec: JobRecord, row: store.Row) -> bool:
+    """A run ends once: the ledger settled it from sacct's final record of that end, and a later rewrite
+    of the record does not change what it owed. Two are known. `scontrol requeue` of a finished job
+    makes slurmdbd rewrite the run as REQUEUED, its elapsed stretched to the requeue (22.05 and 24.11).
+    A backup controller that takes over from state saved before the run's end (the primary died in
+    between) still counts it as running, and ends it again at its time limit: slurmdbd then holds a
+    TIMEOUT that ended after the ledger had settled the run's real end (tests/test_failover_cluster.py)."""
+    if rec.state == "REQUEUED":
+        return row["end_state"] != "REQUEUED"
+    if (row["end_state"], row["elapsed"]) == (rec.state, rec.elapsed):
+        return False
+    return rec.start > 0 and rec.start + int(row["elapsed"]) <= float(row["settled_at"]) < rec.end
 
 
 def audit_path(config: Config) -> Path:

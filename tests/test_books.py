@@ -146,6 +146,24 @@ def test_audit_knows_slurmdbd_rewrites_a_requeued_finished_run_as_requeued(cfg: 
     assert [(f.kind, f.key.split(":")[1]) for f in found] == [("differs", "13")]
 
 
+def test_audit_keeps_a_run_s_first_end_when_a_backup_controller_ends_it_again(cfg: config.Config) -> None:
+    """A backup controller that took over from state saved before a run's end ends it again at its
+    limit: slurmdbd's record becomes a TIMEOUT that ended after the ledger had settled the real end
+    (COMPLETED, 3 s). No finding. A TIMEOUT that had ended before the ledger settled something else is
+    one (tests/test_failover_cluster.py runs the real thing)."""
+    submit = int(time.time()) - 100  # the run started at submit + 5 and ended 3 s later
+    with ledger.writer(cfg) as lg:
+        settle(lg, 21, "COMPLETED", 3, submit)
+        settle(lg, 22, "COMPLETED", 3, submit)
+        texts = {r["job_id"]: r["text"] for r in lg.unwritten_comments()}
+    again = record(21, "TIMEOUT", 600, submit)  # ends 500 s from now: after the ledger settled
+    before = record(22, "TIMEOUT", 60, submit)  # ended 35 s ago, before the ledger settled
+    comments = {("yolo", job, submit): text for job, text in texts.items()}
+    with ledger.reader(cfg) as lg:
+        found = books._compare(lg, cfg, [again, before], comments, time.time() + 600, 0, "yolo")
+    assert [(f.kind, f.key.split(":")[1]) for f in found] == [("differs", "22")]
+
+
 def test_sweeps_ask_sacct_a_day_at_a_time_and_one_failing_day_spares_the_rest(home: Path) -> None:
     """A week is seven sacct calls; the one sacct fails (here: the oldest day) is reported, the other
     days are read, and the ledger's own checks still run."""
