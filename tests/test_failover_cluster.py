@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import PRICE, VENV_BIN, Slurm, cluster_of_release, fund, poll, set_test_prices
@@ -218,7 +219,7 @@ def ha() -> Iterator[tuple[Slurm, dict[str, Host]]]:
              and out.count("UP") == 2, 60)  # fmt: skip
         poll(
             "the node idle",
-            lambda: admin_after_failover(ha) or ha.cmd("sinfo", "-h", "-N", "-o", "%T").stdout.strip() == "idle",
+            lambda: not admin_after_failover(ha) and ha.cmd("sinfo", "-h", "-N", "-o", "%T").stdout.strip() == "idle",
             90,
         )
         set_test_prices(shared)  # one price list for the grant (the 22.05 cluster has every partition)
@@ -254,36 +255,51 @@ def ended(ha: Slurm, array: int, count: int) -> list[dict[str, str]] | None:
     return done if len(done) >= count else None
 
 
-def admin_after_failover(ha: Slurm, array: int | None = None) -> None:
-    """What an admin does after a failover, as Slurm 22.05 asks: a node drained with "Duplicate
-    jobid" (the new controller launched again a task the old one had launched) is resumed, and the
-    array's tasks held after a launch that failed ("launch failed requeued held") are released."""
+def admin_after_failover(ha: Slurm, array: int | None = None) -> list[str]:
+    """What an admin does after a failover, as Slurm 22.05 asks (what was done, one line each): a node
+    drained with "Duplicate jobid" (the new controller launched again a task the old one had
+    launched) is resumed, and the array's tasks held after a launch that failed ("launch failed
+    requeued held") are released."""
+    done = []
     if "drain" in ha.cmd("sinfo", "-h", "-N", "-o", "%T", check=False).stdout:
         ha.cmd("scontrol", "update", "nodename=ha-gpu-1", "state=resume", check=False)
-    if array is None:
-        return
-    out = ha.cmd("squeue", "-h", "-j", str(array), "-o", "%i %r", check=False).stdout
+        done.append("resumed ha-gpu-1")
+    out = ha.cmd("squeue", "-h", "-j", str(array), "-o", "%i %r", check=False).stdout if array else ""
     for line in out.splitlines():
         task, reason = line.split(maxsplit=1)
         if "held" in reason.lower() or "launch failed" in reason.lower():
             ha.cmd("scontrol", "release", task, check=False)
+            done.append(f"released {task}")
+    return done
+
+
+def sacct_runs(ha: Slurm, array: int) -> list[dict[str, str]]:
+    """slurmdbd's record of every run of every task (``-D``: a requeued task has one per run), times
+    in epoch seconds, read without slurm-yolo's parsers."""
+    fields = ["JobIDRaw", "JobID", "Submit", "Start", "State", "ElapsedRaw", "AllocTRES"]
+    out = subprocess.run([str(ha.bin_dir / "sacct"), "-X", "-D", "-n", "-P", "-j", str(array), "-o", ",".join(fields)],
+                         capture_output=True, text=True, check=True, env=ha.env() | {"SLURM_TIME_FORMAT": "%s"}).stdout  # fmt: skip
+    return [dict(zip(fields, line.split("|"), strict=True)) for line in out.splitlines() if line.strip()]
 
 
 def assert_every_task_settled_once(ha: Slurm, array: int, since: int, times: Path) -> None:
-    """Each task's run is in the ledger once, settled: held 60 s x its GPUs x 3,000, charged elapsed x
-    GPUs x 3,000 as slurmdbd's record has it (a TIMEOUT at least its hold; a NODE_FAIL nothing). One
-    exception, Slurm's: a task the backup controller thought still running (the primary died after its
-    end, before it saved that) is ended again at its time limit, and slurmdbd's record becomes that
-    TIMEOUT. The task's own clock says it ended after 3 s: it pays the COMPLETED run it had."""
+    """Each run of each task (a launch that failed over a change of controller is requeued: a run of its
+    own) is in the ledger once, under its own submit time, settled: held 60 s x its GPUs x 3,000,
+    charged elapsed x GPUs x 3,000 as slurmdbd's record has it (a TIMEOUT at least its hold; a
+    NODE_FAIL nothing). One exception, Slurm's: a task the new controller thought still running (the
+    old one ended it after its last state save) is ended again at its time limit, and slurmdbd's
+    record becomes that TIMEOUT. The task's own clock says it ended after 3 s: it pays the COMPLETED
+    run it had."""
 
-    def all_settled() -> list[tuple[dict[str, str], list[dict]]] | None:
-        tasks = sacct_tasks(ha, array)
-        with ha.ledger() as lg:
-            runs = {int(t["JobIDRaw"]): [dict(r) for r in lg.runs(int(t["JobIDRaw"]), "yoloha") if r["submit_time"] >= since]
-                    for t in tasks}  # fmt: skip  # job ids come again after a failover: this array's runs
-        pairs = [(t, runs[int(t["JobIDRaw"])]) for t in tasks]
-        settled = all(rs and all(r["state"] == "settled" for r in rs) for _, rs in pairs)
-        return pairs if len(pairs) == TASKS and settled else None
+    def all_settled() -> list[tuple[dict[str, str], dict[str, Any] | None]] | None:
+        records = [r for r in sacct_runs(ha, array) if r["Start"].isdigit() and r["Start"] != "0"]
+        with ha.ledger() as lg:  # job ids come again after a failover: this array's runs only
+            runs = {(r["job_id"], r["submit_time"]): dict(r) for job in {int(t["JobIDRaw"]) for t in records}
+                    for r in lg.runs(job, "yoloha") if r["submit_time"] >= since}  # fmt: skip
+        pairs = [(t, runs.pop((int(t["JobIDRaw"]), int(t["Submit"])), None)) for t in records]
+        assert not runs or len({t["JobID"] for t in records}) < TASKS, f"runs sacct does not have: {runs}"
+        done = len({t["JobID"] for t in records}) == TASKS and all(r and r["state"] == "settled" for _, r in pairs)
+        return pairs if done else None
 
     # The hooks settle what they saw; a run whose hook died with its host (or was killed by a slurmctld
     # taking over) is cron's: `ledger reconcile` holds and settles what the hooks missed.
@@ -292,30 +308,31 @@ def assert_every_task_settled_once(ha: Slurm, array: int, since: int, times: Pat
         time.sleep(0.3)
     if pairs is None:
         pairs = poll(
-            "every task settled, with cron's reconcile", lambda: ha.cli("ledger", "reconcile") and all_settled(), 240
+            "every run settled, with cron's reconcile", lambda: ha.cli("ledger", "reconcile") and all_settled(), 240
         )
-    by_cron = sum(1 for _, runs in pairs for r in runs if "reconcile" in (r["held_by"], r["settled_by"]))
-    print(f"{by_cron} run(s) held or settled by cron's reconcile")
+    settled = [(t, r) for t, r in pairs if r is not None]
+    by_cron = sum(1 for _, r in settled if "reconcile" in (r["held_by"], r["settled_by"]))
     wrong, again = [], 0
-    for task, runs in pairs:
+    for task, row in settled:
         gpus = int(next(kv.split("=")[1] for kv in task["AllocTRES"].split(",") if kv.startswith("gres/gpu=")))
         state, ran = task["State"].split()[0], int(task["ElapsedRaw"])
         index = task["JobID"].split("_")[1]
         start, end = (times / f"{index}.start"), (times / f"{index}.end")
         if state == "TIMEOUT" and end.is_file():  # ended by itself; Slurm ended it once more
             took = float(end.read_text()) - float(start.read_text())
-            runs_ok = len(runs) == 1 and runs[0]["end_state"] == "COMPLETED" and abs(runs[0]["elapsed"] - took) <= 1.5
-            state, ran, again = "COMPLETED", runs[0]["elapsed"] if runs_ok else -1, again + 1
+            state, ran = "COMPLETED", row["elapsed"] if abs(row["elapsed"] - took) <= 1.5 else -1
+            again += 1
         hold = 60 * gpus * PRICE["a100"]
         charge = {"NODE_FAIL": 0, "TIMEOUT": max(hold, ran * gpus * PRICE["a100"])}.get(
             state, ran * gpus * PRICE["a100"]
         )
-        mine = [r for r in runs if (r["end_state"], r["elapsed"]) == (state, ran)]
-        if len(runs) != 1 or len(mine) != 1 or (mine[0]["hold"], mine[0]["charge"]) != (hold, charge):
-            wrong.append((task, runs))
+        if (row["end_state"], row["elapsed"], row["hold"], row["charge"]) != (state, ran, hold, charge):
+            wrong.append((task, row))
     assert not wrong, wrong[:3]
-    print(f"{again} task(s) ended again by the controller in charge")
-    keys = {r["job_key"] for _, runs in pairs for r in runs}
+    print(f"{len(settled)} runs of {TASKS} tasks; {by_cron} held or settled by cron's reconcile; "
+          f"{again} ended again by the controller in charge")  # fmt: skip
+    pairs_keys = {r["job_key"] for _, r in settled}
+    keys = pairs_keys
 
     def audited() -> list[dict[str, str]]:
         findings = json.loads(ha.cli("ledger", "audit", "--window-days", "0.1", "--min-age", "0", "--json",
@@ -363,7 +380,14 @@ def array_through(ha: Slurm, times: Path, change: Callable[[], None]) -> None:
     change()
     poll("the backup in control", lambda: ping(ha) == {"ctl-a": "DOWN", "ctl-b": "UP"}
          and ha.cmd("squeue", "-h", "-j", str(array), check=False).returncode == 0, 60)  # fmt: skip
-    poll("every task ended", lambda: admin_after_failover(ha, array) or ended(ha, array, TASKS), 600)
+    helped: list[str] = []
+
+    def all_ended() -> list[dict[str, str]] | None:
+        helped.extend(admin_after_failover(ha, array))
+        return ended(ha, array, TASKS)
+
+    poll("every task ended", all_ended, 600)
+    print(f"the admin's help after the change of controller: {helped or 'none'}")
     assert_every_task_settled_once(ha, array, since, times)
 
 
