@@ -100,7 +100,7 @@ def write_site(shared: Slurm) -> Slurm:
     own state folder and hookd socket at the same path) and the hook wrappers."""
     for sub in ("etc", "bin", "dev", "slurm-yolo", "node/spool", "host"):
         (BASE / sub).mkdir(parents=True, exist_ok=True)
-    for sub in ("ctld", *(f"hosts/{h}/{d}" for h in (*HOSTS, "admin") for d in ("run", "log", "state"))):
+    for sub in ("ctld", *(f"hosts/{h}/{d}" for h in HOSTS for d in ("run", "log", "state"))):
         (BASE / sub).mkdir(parents=True, exist_ok=True)
         shutil.chown(BASE / sub, "slurm", "slurm")
     for i in range(GPUS):
@@ -154,11 +154,10 @@ class Host:
         assert self.holder.stdout is not None and self.holder.stdout.readline().strip() == "ready"
         self.ns = os.readlink(f"/proc/{self.holder.pid}/ns/mnt")
 
-    def run(self, *argv: str, env: dict[str, str] | None = None, background: bool = False) -> None:
+    def run(self, *argv: str, background: bool = False) -> None:
         """``argv`` on this host, as root; in the background a daemon that stays (its log on the host)."""
         full = ["nsenter", "-t", str(self.holder.pid), "-u", "-m", "--", "env",
-                f"SLURM_CONF={CONF}/slurm.conf", f"SLURM_YOLO_CONFIG={BASE}/slurm-yolo/config.toml",
-                *(f"{k}={v}" for k, v in (env or {}).items()), *argv]  # fmt: skip
+                f"SLURM_CONF={CONF}/slurm.conf", f"SLURM_YOLO_CONFIG={BASE}/slurm-yolo/config.toml", *argv]  # fmt: skip
         if background:
             with open(BASE / "hosts" / self.name / "log" / f"{Path(argv[0]).name}.out", "ab") as log:
                 subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
@@ -195,6 +194,7 @@ class Host:
             time.sleep(0.1)
 
     def remove(self) -> None:
+        """The host is gone for good: its processes, and the namespace with them."""
         self.die()
         self.holder.kill()
         self.holder.wait()
@@ -223,8 +223,7 @@ def ha() -> Iterator[tuple[Slurm, dict[str, Host]]]:
         for name in HOSTS:
             hosts[name] = Host(name)
             hosts[name].boot()
-        poll("both controllers up", lambda: "DOWN" not in (out := ha.cmd("scontrol", "ping", check=False).stdout)
-             and out.count("UP") == 2, 60)  # fmt: skip
+        poll("both controllers up", lambda: ping(ha) == {"ctl-a": "UP", "ctl-b": "UP"}, 60)
         poll(
             "the node idle",
             lambda: not admin_after_failover(ha) and ha.cmd("sinfo", "-h", "-N", "-o", "%T").stdout.strip() == "idle",
