@@ -206,11 +206,16 @@ def _ended_before(rec: JobRecord, row: store.Row) -> bool:
     """A run ends once: the ledger settled it from sacct's final record of that end, and a later rewrite
     of the record does not change what it owed. Two are known. `scontrol requeue` of a finished job
     makes slurmdbd rewrite the run as REQUEUED, its elapsed stretched to the requeue (22.05 and 24.11).
-    A backup controller that takes over from state saved before the run's end (the primary died in
-    between) still counts it as running, and ends it again at its time limit: slurmdbd then holds a
-    TIMEOUT that ended after the ledger had settled the run's real end (tests/test_failover_cluster.py)."""
+    Two more come with a change of controller (tests/test_failover_cluster.py). One that takes over from
+    state saved before the run's end (the primary died in between) still counts it as running, and
+    ends it again at its time limit: slurmdbd then holds a TIMEOUT that ended after the ledger had
+    settled the run's real end. One that launches again a run the old one had launched (the node says
+    "Duplicate jobid") requeues it: the ledger settles the REQUEUED run from its first launch, and
+    slurmdbd later moves the record's start to the second launch, after the ledger held the run."""
     if rec.state == "REQUEUED":
-        return row["end_state"] != "REQUEUED"
+        if row["end_state"] != "REQUEUED":
+            return True
+        return rec.start > float(row["held_at"]) + 1 and rec.elapsed < int(row["elapsed"])
     if (row["end_state"], row["elapsed"]) == (rec.state, rec.elapsed):
         return False
     return rec.start > 0 and rec.start + int(row["elapsed"]) <= float(row["settled_at"]) < rec.end

@@ -164,6 +164,25 @@ def test_audit_keeps_a_run_s_first_end_when_a_backup_controller_ends_it_again(cf
     assert [(f.kind, f.key.split(":")[1]) for f in found] == [("differs", "22")]
 
 
+def test_audit_keeps_a_requeue_s_first_launch_when_slurmdbd_moves_its_start_to_a_second(cfg: config.Config) -> None:
+    """A controller that took over launched again a run the old one had launched; the node refused it
+    and the run was requeued. The ledger settled REQUEUED from the first launch (76 s); slurmdbd then
+    moved the record's start to the second launch, after the ledger held the run (1 s). No finding.
+    A REQUEUED record that started before the hold and differs is one."""
+    submit = int(time.time()) - 100
+    with ledger.writer(cfg) as lg:
+        settle(lg, 31, "REQUEUED", 76, submit)
+        settle(lg, 32, "REQUEUED", 76, submit)
+        texts = {r["job_id"]: r["text"] for r in lg.unwritten_comments()}
+    now = int(time.time())
+    moved = record(31, "REQUEUED", 1, submit)._replace(start=now + 75, end=now + 76)
+    shorter = record(32, "REQUEUED", 1, submit)  # started at submit + 5, before the ledger held it
+    comments = {("yolo", job, submit): text for job, text in texts.items()}
+    with ledger.reader(cfg) as lg:
+        found = books._compare(lg, cfg, [moved, shorter], comments, time.time() + 600, 0, "yolo")
+    assert [(f.kind, f.key.split(":")[1]) for f in found] == [("differs", "32")]
+
+
 def test_sweeps_ask_sacct_a_day_at_a_time_and_one_failing_day_spares_the_rest(home: Path) -> None:
     """A week is seven sacct calls; the one sacct fails (here: the oldest day) is reported, the other
     days are read, and the ledger's own checks still run."""
