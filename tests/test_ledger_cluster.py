@@ -570,14 +570,17 @@ def test_no_lock_a_user_can_take_freezes_the_books(funded: Slurm, alice_locks: d
 
 
 def _hookd_descendants(slurm: Slurm) -> list[str]:
-    """The processes under this cluster's hookd (its own root: the host's, or the 24.11 chroot)."""
+    """The processes under this cluster's hookd (its own root: the host's, or the 24.11 chroot; and
+    this host's mount namespace: the backup-controller test's hosts run hookds of their own)."""
     procs: dict[int, tuple[int, str, str]] = {}
+    here = os.readlink("/proc/self/ns/mnt")
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
                 cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                procs[int(entry.name)] = (ppid, cmd, os.readlink(entry / "root"))
+                ns = os.readlink(entry / "ns" / "mnt")
+                procs[int(entry.name)] = (ppid, cmd, os.readlink(entry / "root") if ns == here else "")
             except OSError:
                 continue
     hookd = {pid for pid, (_, cmd, root) in procs.items()
