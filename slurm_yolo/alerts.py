@@ -1,4 +1,5 @@
-"""Alerts an admin acts on: budgets nearly spent, users refused again and again, k drifting, bad predictions.
+"""Alerts an admin acts on: budgets nearly spent, users refused again and again, k drifting, bad predictions,
+GPUs of running jobs that idle or overheat.
 
 Refusals are recorded by the trusted side alone: slurmctld's job_submit.lua appends one line per
 refused submission to ``refusals.log`` in the state dir, a file of the state's owner (the SlurmUser):
@@ -18,11 +19,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from . import availability, books, calibration, cost, ledger
+from . import availability, books, calibration, cost, efficiency, ledger
 from .config import Config
 from .errors import SlurmYoloError
 from .ledger import store
 from .parse import read_bytes
+from .parse.records import job_records
 from .slurm import commands
 
 REFUSALS_TAIL_BYTES = 4 * 1024 * 1024  # ~40 bytes a refusal: the newest 100,000, weeks of them
@@ -31,7 +33,9 @@ _REFUSAL = re.compile(r"(\d{1,12}) (\S{1,200}) (\d{1,10}) (-?\d{1,20}) (-?\d{1,2
 
 @dataclass(frozen=True)
 class Alert:
-    kind: str  # budget, money, hook, books, audit, refusals, k-drift, prediction, slurmdbd
+    kind: (
+        str  # budget, money, hook, books, audit, refusals, k-drift, prediction, slurmdbd, gpu-idle, gpu-hot, slurmctld
+    )
     subject: str
     message: str
 
@@ -159,6 +163,25 @@ def check(config: Config, budget_share: float = 0.8, refusals: int = 3, drift: f
         if pred > 0 and abs(actual - pred) / pred > error_bound:
             alerts.append(Alert("prediction", f"job {job}", f"on {part}: predicted {pred:.0f} s, ran {actual:.0f} s"))
     return alerts
+
+
+def gpu_alerts(config: Config, now: float | None = None) -> list[Alert]:
+    """Running jobs whose GPUs idle or overheat, by their usage records (``efficiency.running_alerts``,
+    thresholds in ``[efficiency]``); a job whose records say nothing of its GPUs is none. squeue not
+    answering is itself an alert."""
+    t = efficiency.thresholds(config)
+    now = time.time() if now is None else now
+    try:
+        running = commands.running_jobs(bin_dir=Path(config["slurm"]["bin_dir"]))
+    except SlurmYoloError as e:
+        return [Alert("slurmctld", "squeue", f"did not answer: {e} (no GPU alerts)")]
+    out = []
+    for row in running:
+        if row["JobID"].isdigit():
+            records = job_records(row["WorkDir"], int(row["JobID"]), row["UserName"])
+            for kind, message in efficiency.running_alerts(records, now, t):
+                out.append(Alert(kind, f"job {row['JobID']}", f"{row['UserName']}'s: {message}"))
+    return out
 
 
 def money_alerts(config: Config, runs: Iterable[store.Row], per_week: float) -> list[Alert]:

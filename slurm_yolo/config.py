@@ -107,6 +107,13 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "stall_minutes": 30.0,  # no new usage record or stdout for this long: a zombie
         "action": "requeue",  # or "cancel"
     },
+    "efficiency": {
+        # GPU efficiency and health (slurm_yolo/efficiency.py, from the launcher's NVML samples): the
+        # report's under-used GPU-hours and the alerts.
+        "low_util_pct": 85.0,  # GPU time of epochs under this utilisation is under-used
+        "idle_minutes": 30.0,  # a running job under low_util_pct this long is an alert (0: never)
+        "temp_limit_c": 85.0,  # a GPU hotter than this in a running job's latest epoch is an alert
+    },
     "qos": {
         "short": "yolo-short",
         "short_max_minutes": 60,

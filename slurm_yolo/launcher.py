@@ -73,8 +73,10 @@ class UsageLog:
 def start_record(s: spec_mod.TrainSpec, gpus: int, cpus: int) -> dict[str, Any]:
     """The workload this job trains (dataset counted, model resolved as yolo-sbatch did), and the
     CPUs it has (a GPU site's data-loader term reads them)."""
-    record: dict[str, Any] = {"kind": "start", "imgsz": s.imgsz, "epochs": s.epochs, "gpus": max(1, gpus), "cpus": cpus,
-                              "partition": os.environ.get("SLURM_JOB_PARTITION")}  # fmt: skip
+    batch = s.get("batch")  # a batch the user named; auto (-1, a memory fraction) is ultralytics' choice: unknown
+    record: dict[str, Any] = {"kind": "start", "imgsz": s.imgsz, "epochs": s.epochs,
+                              "batch": s.batch if isinstance(batch, (int, float)) and batch >= 1 else None,
+                              "gpus": max(1, gpus), "cpus": cpus, "partition": os.environ.get("SLURM_JOB_PARTITION")}  # fmt: skip
     try:
         cfg = config_mod.load()
         counts = dataset.count(str(s.get("data")), cfg.cache_dir / "datasets.json")
@@ -218,13 +220,15 @@ def freeze(root: int) -> set[int]:
 
 
 class GpuUsage:
-    """Peak GPU memory and mean utilisation of the training's processes between two epoch records,
-    sampled by NVML from outside (DDP workers included). Nothing without a GPU, NVML or a process of
-    the training on a GPU (a GPU is counted only while the training's processes use it: a shard job
-    shares it with others)."""
+    """Peak GPU memory, mean utilisation and the hottest temperature of the training's GPUs between two
+    epoch records, and the GPU's memory, sampled by NVML from outside (DDP workers included). Nothing
+    without a GPU, NVML or a process of the training on a GPU (a GPU is counted only while the
+    training's processes use it: a shard job shares it with others). ``efficiency`` reads them."""
 
     def __init__(self) -> None:
         self.peak_bytes = 0
+        self.total_bytes = 0
+        self.hottest: float | None = None
         self.utilisation: list[float] = []
         try:
             import pynvml
@@ -243,7 +247,10 @@ class GpuUsage:
                 )
                 if used:
                     self.peak_bytes = max(self.peak_bytes, used)
+                    self.total_bytes = max(self.total_bytes, int(self.nvml.nvmlDeviceGetMemoryInfo(h).total))
                     self.utilisation.append(float(self.nvml.nvmlDeviceGetUtilizationRates(h).gpu))
+                    temp = float(self.nvml.nvmlDeviceGetTemperature(h, self.nvml.NVML_TEMPERATURE_GPU))
+                    self.hottest = temp if self.hottest is None else max(self.hottest, temp)
             except self.nvml.NVMLError:
                 continue
 
@@ -252,9 +259,13 @@ class GpuUsage:
         out = {}
         if self.peak_bytes:
             out["gpu_mem_gb"] = self.peak_bytes / 1e9
+        if self.total_bytes:
+            out["gpu_mem_total_gb"] = self.total_bytes / 1e9
         if self.utilisation:
             out["gpu_util_pct"] = sum(self.utilisation) / len(self.utilisation)
-        self.peak_bytes, self.utilisation = 0, []
+        if self.hottest is not None:
+            out["gpu_temp_c"] = self.hottest
+        self.peak_bytes, self.total_bytes, self.hottest, self.utilisation = 0, 0, None, []
         return out
 
 

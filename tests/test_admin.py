@@ -6,8 +6,10 @@ import base64
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -372,3 +374,46 @@ def test_a_users_own_account_without_a_deposit_is_in_her_balances(cluster: Slurm
             "sacctmgr", "-i", "delete", "user", "bob", f"account={name}", f"cluster={cluster.name}", check=False
         )
         cluster.cmd("sacctmgr", "-i", "delete", "account", name, f"cluster={cluster.name}", check=False)
+
+
+def test_alerts_catch_a_running_jobs_idle_and_overheated_gpu_from_its_usage_records(cluster: Slurm,
+                                                                                    tmp_path: Path) -> None:  # fmt: skip
+    """A GPU job on the real cluster whose usage records (recorded as the launcher writes them: an
+    epoch every 10 minutes, NVML's figures) say its GPU ran at 12% for the last 40 minutes and at
+    91 C in its latest epoch: `slurm-yolo alerts` names it twice (gpu-idle, gpu-hot) and exits 1. A
+    busy, cool job beside it is not named. The records are alice's, in her job's work dir."""
+    now = time.time()
+    folders = {}
+    for name, util, temp in (("idle", 12.0, 91.0), ("busy", 97.0, 70.0)):
+        folder = Path(tempfile.mkdtemp(prefix=f"gpu-{name}-", dir="/tmp"))
+        shutil.chown(folder, "alice")
+        records = [{"kind": "start", "imgsz": 640, "epochs": 10, "batch": 16, "gpus": 1}] + [
+            {"kind": "epoch", "time": now - (4 - n) * 600, "epoch": n, "epochs": 10, "images": 500, "seconds": 600,
+             "gpu_util_pct": util, "gpu_mem_gb": 3.1, "gpu_mem_total_gb": 40.0, "gpu_temp_c": temp}
+            for n in range(5)
+        ]  # fmt: skip
+        (folder / "records").write_text("".join(json.dumps(r) + "\n" for r in records))
+        folders[name] = folder
+    script = 'cp records "yolo-usage-$SLURM_JOB_ID.jsonl" && sleep 120'
+    jobs = {name: cluster.sbatch("-A", "vision", "-p", "a100", "--gres=gpu:a100:1", "-t", "3", f"--chdir={folder}",
+                                 script=script, user="alice") for name, folder in folders.items()}  # fmt: skip
+    try:
+
+        def named() -> dict[str, set[str]] | None:
+            for name, job in jobs.items():
+                if not (folders[name] / f"yolo-usage-{job}.jsonl").is_file():
+                    return None
+            res = cluster.cli("alerts", "--json", check=False)
+            found: dict[str, set[str]] = {}
+            for a in json.loads(res.stdout):
+                if a["kind"].startswith("gpu-"):
+                    found.setdefault(a["subject"], set()).add(a["kind"])
+            return found if res.returncode == 1 else None
+
+        found = poll("both jobs running with their records", named, 90)
+        assert found.get(f"job {jobs['idle']}") == {"gpu-idle", "gpu-hot"}
+        assert f"job {jobs['busy']}" not in found
+    finally:
+        cluster.cmd("scancel", *map(str, jobs.values()), check=False)
+        for folder in folders.values():
+            shutil.rmtree(folder, ignore_errors=True)

@@ -28,7 +28,7 @@ FILTERS = [
 
 
 @click.command()
-@click.option("--view", "views", multiple=True, type=click.Choice(["usage", "accuracy", "waits", "failures", "k", "roi", "budgets"]),
+@click.option("--view", "views", multiple=True, type=click.Choice(["usage", "accuracy", "waits", "failures", "k", "roi", "efficiency", "budgets"]),
               help="Views to show (repeatable; default: all).")  # fmt: skip
 @click.option("--csv", "as_csv", is_flag=True, help="Raw numbers: tokens, seconds, GPU-hours, shares as fractions.")
 @click.option("--json", "as_json", is_flag=True, help="Raw numbers, as --csv (a missing value: null).")
@@ -37,7 +37,8 @@ FILTERS = [
     "html_file",
     type=click.Path(path_type=Path),
     default=None,
-    help="Write an HTML page with plots: usage over time, burn-downs, predicted vs actual run time.",
+    help="Write an HTML page with plots: usage over time, burn-downs, predicted vs actual run time, images/s "
+    "against GPU memory per batch size.",
 )
 @click.option(
     "--sacct-file",
@@ -55,7 +56,8 @@ FILTERS = [
 @library_errors
 def report(views: tuple[str, ...], as_csv: bool, as_json: bool, html_file: Path | None, sacct_file: Path | None,
            delimiter: str, **filters: str | None) -> None:  # fmt: skip
-    """Tokens, GPU-hours, prediction accuracy, waits, failures, k, ROI and budgets from sacct + the ledger
+    """Tokens, GPU-hours, prediction accuracy, waits, failures, k, ROI, GPU efficiency (utilisation, memory,
+    temperature, from the jobs' usage records; thresholds in [efficiency]) and budgets from sacct + the ledger
     (of the accounts you may see: Slurm's PrivateData rule). The table and --html show human units
     (MTok/GTok, GPU-hours, durations, days); --csv and --json raw numbers (tokens, seconds, fractions)."""
     from .. import report as report_mod
@@ -146,7 +148,8 @@ def recalibrate(partitions: tuple[str, ...], window_days: float, min_samples: in
 def alerts(as_json: bool, mail_to: str | None, budget_share: float, refusals: int, drift: float, error_bound: float,
            spend_per_week: float) -> None:  # fmt: skip
     """Budgets nearly spent, accounts spending past a weekly amount, repeated refusals, drifting k,
-    badly predicted jobs (exit 1 when any)."""
+    badly predicted jobs, running jobs whose GPUs idle or overheat (their usage records; thresholds in
+    [efficiency]) (exit 1 when any)."""
     from ..report import recent_predictions
 
     config = load_config()
@@ -156,6 +159,7 @@ def alerts(as_json: bool, mail_to: str | None, budget_share: float, refusals: in
     except UnreachableError as e:
         predictions, unreached = [], str(e)
     found = alerts_mod.check(config, budget_share, refusals, drift, error_bound, predictions, unreached, spend_per_week)
+    found += alerts_mod.gpu_alerts(config)
     if as_json:
         echo_json(alerts_mod.to_dicts(found))
     else:

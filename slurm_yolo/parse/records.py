@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import pwd
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,6 +12,7 @@ from typing import Any
 from . import EpochStats, ParseResult, losses_and_metrics, read_text
 
 MAX_USAGE_BYTES = 16 * 1024 * 1024  # a usage file holds a few hundred bytes per epoch
+TAIL_BYTES = 1024 * 1024  # what reports and alerts read of one: its last few thousand epochs
 # In the job's work dir (the folder it starts in: --chdir, else the submit dir), where the epilog,
 # ``watch`` and the watchdog look for it.
 USAGE_NAME = "yolo-usage-{job}.jsonl"
@@ -30,6 +33,25 @@ def iter_records(path: Path, text: str | None = None) -> Iterator[dict[str, Any]
             continue
         if isinstance(rec, dict):
             yield rec
+
+
+@functools.cache
+def _uid(user: str) -> int | None:
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return None
+
+
+def job_records(workdir: str, job_id: int, user: str) -> list[dict[str, Any]]:
+    """A job's usage records in its work dir, for reports and alerts. A work dir names any folder and a
+    user writes what is in it, so the file is read only if the job's user owns it, never through a
+    link, FIFO or device, and only its tail (``read_text``)."""
+    uid = _uid(user)
+    if uid is None or not workdir.startswith("/"):
+        return []
+    path = Path(workdir) / USAGE_NAME.format(job=int(job_id))
+    return list(iter_records(path, read_text(path, [], TAIL_BYTES, owner=uid)))
 
 
 def parse_records(path: Path, text: str | None = None) -> ParseResult:

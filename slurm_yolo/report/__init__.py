@@ -9,9 +9,7 @@ accounting in its AdminComment (written by the epilog).
 
 from __future__ import annotations
 
-import functools
 import math
-import pwd
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -22,15 +20,15 @@ from pathlib import Path
 import pandas as pd
 
 from .. import calibration, ledger
+from .. import efficiency as eff
 from ..config import Config
 from ..errors import UnreachableError
-from ..parse import read_text
-from ..parse.records import iter_records
+from ..parse.records import job_records
 from ..slurm import commands, parsers
 
 FIELDS = ["JobIDRaw", "Account", "User", "Partition", "QOS", "State", "Submit", "Start", "End", "ElapsedRaw",
           "TimelimitRaw", "AllocTRES", "Comment", "AdminComment", "WorkDir"]  # fmt: skip
-VIEWS = ("usage", "accuracy", "waits", "failures", "k", "roi", "budgets")
+VIEWS = ("usage", "accuracy", "waits", "failures", "k", "roi", "efficiency", "budgets")
 BILLED = ("hold", "charge", "refund", "price")  # what each run was held and billed at
 
 
@@ -192,27 +190,10 @@ def k_history(config: Config) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["partition", "at", "k", "n", "source"])
 
 
-ROI_TAIL_BYTES = 1024 * 1024  # a usage file's last records, where its final validation is
-
-
-@functools.cache
-def _uid(user: str) -> int | None:
-    try:
-        return pwd.getpwnam(user).pw_uid
-    except KeyError:
-        return None
-
-
 def final_map(workdir: str, job_id: int, user: str) -> float | None:
-    """mAP50-95 of a job's last validation, from its usage records. A work dir names any folder and a
-    user writes what is in it, so the file is read only if the job's user owns it, never through a
-    link, FIFO or device, and only its tail (``parse.read_text``)."""
-    uid = _uid(user)
-    if uid is None or not workdir.startswith("/"):
-        return None
-    path = Path(workdir) / f"yolo-usage-{job_id}.jsonl"
+    """mAP50-95 of a job's last validation, from its usage records (``parse.records.job_records``)."""
     last = None
-    for rec in iter_records(path, read_text(path, [], ROI_TAIL_BYTES, owner=uid)):
+    for rec in job_records(workdir, job_id, user):
         metrics = rec.get("metrics") if rec.get("kind") in ("epoch", "end") else None
         value = metrics.get("metrics/mAP50-95(B)") if isinstance(metrics, dict) else None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -239,6 +220,33 @@ def roi(df: pd.DataFrame) -> pd.DataFrame:
     done["map_per_money"] = done["map50_95"] / done["money"].where(done["money"] > 0)
     return done[["job_id", "Account", "User", "Partition", "map50_95", "gtok_charged", "map_per_gtok", "money",
                  "map_per_money"]]  # fmt: skip
+
+
+EFFICIENCY_COLUMNS = ["job_id", "Account", "User", "Partition", "gpus", "gpu_hours", "util_pct", "low_util_gpu_hours",
+                      "mem_gb", "mem_total_gb", "temp_c", "batch", "images_per_s", "fits_shard"]  # fmt: skip
+
+
+def efficiency(df: pd.DataFrame, config: Config) -> pd.DataFrame:
+    """Each GPU job's efficiency and health from its usage records (``efficiency.summarize``): its mean
+    utilisation, the GPU-hours under ``efficiency.low_util_pct`` (its GPU-hours x the share of its
+    sampled epoch time under it), peak memory against the GPU's, the hottest temperature, images/s
+    per batch size, and whether it would have fit a shard (a partition's 1/shards_per_gpu, else
+    ``light.gpu_share``). Jobs whose records carry no GPU figures are left out."""
+    low = eff.thresholds(config).low_util_pct
+    ran = df[df["yolo"] & (df["gpus"] > 0) & (df["elapsed"] > 0)]
+    rows = []
+    for job_id, runs in ran.groupby("job_id", sort=True):
+        last = runs.iloc[-1]
+        use = eff.summarize(job_records(str(last["WorkDir"]), int(job_id), str(last["User"])), low)
+        if use is None:
+            continue
+        part = config.partitions.get(str(last["Partition"]))
+        share = 1 / part.shards_per_gpu if part and part.shards_per_gpu > 1 else float(config["light"]["gpu_share"])
+        hours = float(runs["gpu_hours"].sum())
+        rows.append([int(job_id), last["Account"], last["User"], last["Partition"], float(last["gpus"]), hours,
+                     use.util_pct, hours * use.low_share, use.mem_gb, use.mem_total_gb, use.temp_c, use.batch,
+                     use.images_per_s, int(last["gpus"]) <= 1 and use.fits(share)])  # fmt: skip
+    return pd.DataFrame(rows, columns=EFFICIENCY_COLUMNS)
 
 
 BUDGET_COLUMNS = ["account", "balance", "held", "charged", "rate_per_day", "capacity", "burn_per_day", "burn_days",
@@ -351,6 +359,7 @@ def build(config: Config, f: Filters, views: tuple[str, ...] = VIEWS, saved: lis
     makers = {
         "usage": lambda: usage(runs), "accuracy": lambda: accuracy(runs), "waits": lambda: waits(runs),
         "failures": lambda: failures(runs), "k": lambda: k_history(config), "roi": lambda: roi(runs),
+        "efficiency": lambda: efficiency(runs, config),
         "budgets": budget_view,
     }  # fmt: skip
     return {v: makers[v]() for v in views}

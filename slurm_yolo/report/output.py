@@ -77,6 +77,9 @@ UNITS: dict[str, dict[str, Callable[[float], str]]] = {
     "k": {"k": lambda x: f"{x:.4g} s/MTok"},
     "roi": {"gtok_charged": lambda x: fmt_tokens(x * 1e9), "map_per_gtok": lambda x: f"{_number(x)}/GTok",
             "money": fmt_amount, "map_per_money": _number},
+    "efficiency": {"gpu_hours": fmt_gpu_hours, "low_util_gpu_hours": fmt_gpu_hours, "util_pct": lambda x: f"{x:.0f}%",
+                   "mem_gb": lambda x: f"{x:.1f} GB", "mem_total_gb": lambda x: f"{x:.0f} GB",
+                   "temp_c": lambda x: f"{x:.0f} C", "images_per_s": lambda x: f"{_number(x)}/s"},
     "budgets": {**_TOKENS, "rate_per_day": _per_day, "burn_per_day": _per_day, "net_burn_per_day": _per_day,
                 "burn_days": lambda d: fmt_duration(d * 86400), "days_left": fmt_days},
 }  # fmt: skip
@@ -88,6 +91,8 @@ HEADERS = {
     "realised_coverage": "coverage realised", "map50_95": "mAP50-95", "gtok_charged": "charged",
     "map_per_gtok": "mAP50-95 per GTok", "money": "cost", "map_per_money": "mAP50-95 per unit of cost", "rate_per_day": "refill", "capacity": "refill cap", "burn_per_day": "burn",
     "burn_days": "burn measured over", "net_burn_per_day": "net burn", "days_left": "days left", "job_id": "job",
+    "util_pct": "GPU util", "low_util_gpu_hours": "GPU-hours under-used", "mem_gb": "GPU memory",
+    "mem_total_gb": "of the GPU's", "temp_c": "hottest", "images_per_s": "images/s", "fits_shard": "fits a shard",
 }  # fmt: skip
 NAN_WORDS = ("days_left",)  # columns whose formatter speaks for a missing value
 
@@ -292,7 +297,30 @@ def _budget_plot(plt: Any, view: pd.DataFrame, history: pd.DataFrame | None) -> 
     return fig
 
 
-PLOTS = {"usage": _usage_plot, "accuracy": _accuracy_plot, "waits": _waits_plot, "k": _k_plot, "budgets": _budget_plot}
+def _efficiency_plot(plt: Any, view: pd.DataFrame, _: pd.DataFrame | None) -> Any:
+    """Each job's images/s against its peak GPU memory, by batch size: where a bigger batch stops paying."""
+    points = view.dropna(subset=["mem_gb", "images_per_s"])
+    if points.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for batch, g in points.groupby(points["batch"].fillna(0).astype(int), sort=True):
+        ax.scatter(g["mem_gb"], g["images_per_s"], label=f"batch {batch}" if batch else "batch unknown")
+    ax.set_xlabel("peak GPU memory (GB)")
+    ax.set_ylabel("images/s")
+    ax.set_title("throughput against GPU memory, per batch size")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+PLOTS = {
+    "usage": _usage_plot,
+    "accuracy": _accuracy_plot,
+    "waits": _waits_plot,
+    "k": _k_plot,
+    "efficiency": _efficiency_plot,
+    "budgets": _budget_plot,
+}
 
 
 def plots(views: dict[str, pd.DataFrame], series: dict[str, pd.DataFrame] | None = None) -> dict[str, str]:
