@@ -28,6 +28,8 @@ RANGES = {  # what NVML can report; a value outside is junk, not a figure
     "seconds": (0.0, 366 * 86400.0),
     "time": (0.0, 1e11),
 }
+MAX_IMAGES_PER_S = 1e7  # far past any GPU: an epoch claiming more (1e-300 s, say) says nothing of its speed
+CLOCK_SKEW = 300.0  # a record written "later" than now by more than this is not from this job's clock
 
 
 @dataclass(frozen=True)
@@ -78,10 +80,10 @@ class GpuUse:
 
     def fits(self, share: float) -> bool:
         """Would the job have run on ``share`` of a GPU: its peak memory within that share of the GPU's
-        memory, and its utilisation within that share of the GPU's time."""
+        memory, and its utilisation within that share of the GPU's time (a float's last bit spared)."""
         if self.mem_gb is None or self.mem_total_gb is None or self.util_pct is None:
             return False
-        return self.mem_gb <= share * self.mem_total_gb and self.util_pct <= share * 100
+        return self.mem_gb <= share * self.mem_total_gb * (1 + 1e-9) and self.util_pct <= share * 100 * (1 + 1e-9)
 
 
 def _epochs(records: Iterable[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], int | None]:
@@ -111,7 +113,7 @@ def summarize(records: Iterable[Mapping[str, Any]], low_util_pct: float) -> GpuU
             weighted += util * s
             low += s if util < low_util_pct else 0.0
         n = rec.get("images")
-        if isinstance(n, int) and not isinstance(n, bool) and 0 < n < 1 << 40 and s > 0:
+        if isinstance(n, int) and not isinstance(n, bool) and 0 < n < 1 << 40 and s > 0 and n / s <= MAX_IMAGES_PER_S:
             images, image_seconds = images + n, image_seconds + s
         for key in ("gpu_mem_gb", "gpu_mem_total_gb", "gpu_temp_c"):
             x = figure(rec, key)
@@ -129,10 +131,13 @@ def running_alerts(records: Iterable[Mapping[str, Any]], now: float, t: Threshol
     """What is wrong now with a running job, from its records, as (kind, message): ``gpu-idle`` when
     every epoch of the last ``idle_minutes`` ran under the utilisation threshold (the epochs recorded
     in that window must reach back to its start: a job is judged only on what it recorded), ``gpu-hot``
-    when a GPU ran over the temperature limit in its latest epoch."""
+    when a GPU ran over the temperature limit in the epoch that ended last. A record dated after now
+    is not this job's clock and is left out (a user cannot park one in the future to hide the rest).
+    A job whose records stopped is the watchdog's (``watchdog``: a zombie), not an idle GPU's."""
     epochs, _ = _epochs(records)
-    timed = [(figure(r, "time"), figure(r, "seconds"), r) for r in epochs]
-    spans = sorted((end - (s or 0.0), end, r) for end, s, r in timed if end is not None)
+    timed = [(figure(r, "time"), figure(r, "seconds") or 0.0, r) for r in epochs]
+    spans = sorted(((end - s, end, r) for end, s, r in timed if end is not None and end <= now + CLOCK_SKEW),
+                   key=lambda span: (span[1], span[0]))  # by end; never by the records themselves  # fmt: skip
     out = []
     window = t.idle_minutes * 60
     recent = [(begin, r) for begin, end, r in spans if end >= now - window]

@@ -152,3 +152,67 @@ def test_the_launcher_records_what_the_efficiency_view_reads(monkeypatch: pytest
     assert gpu.take() == {}
     use = efficiency.summarize([{"kind": "epoch", "epoch": 1, "seconds": 10, "images": 10, **rec}], 85.0)
     assert use is not None and (use.util_pct, use.mem_gb, use.mem_total_gb, use.temp_c) == (50.0, 3.0, 80.0, 84.0)
+
+
+def test_records_a_user_shapes_neither_raise_nor_hide_the_rest() -> None:
+    """Two epochs alike to the second (sorting must not compare the records), one parked in the
+    future (left out: it would be "recent" and "latest" forever), an epoch that claims 10^12 images in
+    10^-300 s (no speed), and a heat figure read from the epoch that ended last."""
+    alike = [epoch(n, NOW, 60.0, 90.0) for n in (1, 2)]
+    assert efficiency.running_alerts(alike, NOW, T) == []
+    idle = [epoch(n, NOW - (5 - n) * 600, 600, 5) for n in range(1, 6)]
+    parked = [*idle, epoch(99, 1e11, 60, 100, temp=20)]
+    assert [kind for kind, _ in efficiency.running_alerts(parked, NOW, T)] == ["gpu-idle"]
+    late_cool = [epoch(1, NOW - 60, 10, 95, temp=110), epoch(2, NOW, 1000, 95, temp=30)]
+    assert efficiency.running_alerts(late_cool, NOW, T) == []  # the 110 C epoch began later, ended first
+    fast = [epoch(1, NOW, 1e-300, 95, images=10**12), epoch(2, NOW, 100, 95, images=1000)]
+    use = efficiency.summarize(fast, 85.0)
+    assert use is not None and use.images_per_s == 10.0
+
+
+def test_random_hostile_records_never_raise() -> None:
+    """Any JSON-shaped junk a user can write, in any place of an epoch record."""
+    import random
+
+    rng = random.Random(7)
+    junk = [None, True, False, 0, -1, 2**70, -(2**70), 1e308, -1e308, float("nan"), float("inf"), "", "x", "90",
+            [], [1], {}, {"a": 1}, 1e-300, NOW, NOW + 1e9]  # fmt: skip
+    keys = ["kind", "time", "epoch", "seconds", "images", "gpu_util_pct", "gpu_mem_gb", "gpu_mem_total_gb",
+            "gpu_temp_c", "batch"]  # fmt: skip
+    for _ in range(2000):
+        records = []
+        for _ in range(rng.randrange(0, 6)):
+            rec: dict[str, Any] = {"kind": rng.choice(["epoch", "start", "end", None]), "epoch": rng.randrange(3)}
+            for key in rng.sample(keys, rng.randrange(len(keys))):
+                rec[key] = rng.choice(junk)
+            records.append(rec)
+        efficiency.running_alerts(records, NOW, T)
+        use = efficiency.summarize(records, 85.0)
+        if use is not None and use.util_pct is not None:
+            assert 0 <= use.util_pct <= 100
+
+
+def test_the_plot_names_the_commonest_batch_sizes_and_the_rest_as_one() -> None:
+    """A user's 300 jobs of 300 batch sizes make no 300-entry legend (a page as tall as a wall)."""
+    import matplotlib
+    import pandas as pd
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from slurm_yolo.report import output
+
+    view = pd.DataFrame({"mem_gb": [1.0 + i / 100 for i in range(300)], "images_per_s": [100.0] * 300,
+                         "batch": pd.array([2] * 5 + list(range(10, 305)), dtype="Int64")})  # fmt: skip
+    fig = output.PLOTS["efficiency"](plt, view, None)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert len(labels) == output.PLOT_BATCHES + 1 and "batch 2" in labels and labels[-1] == "other batch sizes"
+    plt.close(fig)
+
+
+def test_a_saved_sacct_file_s_nul_in_a_work_dir_or_user_reads_nothing() -> None:
+    """Real sacct prints no NUL; a saved file may hold one: no record, no traceback."""
+    from slurm_yolo.parse.records import job_records
+
+    assert job_records("/tmp/w\x00x", 1, getpass.getuser()) == []
+    assert job_records("/tmp", 1, "ali\x00ce") == []

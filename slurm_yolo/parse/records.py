@@ -39,7 +39,7 @@ def iter_records(path: Path, text: str | None = None) -> Iterator[dict[str, Any]
 def _uid(user: str) -> int | None:
     try:
         return pwd.getpwnam(user).pw_uid
-    except KeyError:
+    except (KeyError, ValueError):  # ValueError: a NUL in the name (a saved sacct file's)
         return None
 
 
@@ -48,7 +48,7 @@ def job_records(workdir: str, job_id: int, user: str) -> list[dict[str, Any]]:
     user writes what is in it, so the file is read only if the job's user owns it, never through a
     link, FIFO or device, and only its tail (``read_text``)."""
     uid = _uid(user)
-    if uid is None or not workdir.startswith("/"):
+    if uid is None or not workdir.startswith("/") or "\0" in workdir:
         return []
     path = Path(workdir) / USAGE_NAME.format(job=int(job_id))
     return list(iter_records(path, read_text(path, [], TAIL_BYTES, owner=uid)))

@@ -65,7 +65,8 @@ def fetch_or_unreached(config: Config, f: Filters) -> tuple[list[list[str]], str
 def read_saved(text: str, delimiter: str = "|") -> list[list[str]]:
     """Saved ``sacct -X -D -n -p -o FIELDS`` output (a delimiter after every field), for benchmarks and
     audits. Saved with sacct's ``--delimiter`` set to a string no field holds, any text survives; with
-    ``|``, a record whose text holds one is dropped."""
+    ``|``, a record whose text holds one is dropped, and a job name or comment holding ``|`` and
+    newlines can pose as whole records of its own (a guessable delimiter: save with your own)."""
     return parsers.delimited(text, len(FIELDS), delimiter)
 
 
@@ -246,7 +247,9 @@ def efficiency(df: pd.DataFrame, config: Config) -> pd.DataFrame:
         rows.append([int(job_id), last["Account"], last["User"], last["Partition"], float(last["gpus"]), hours,
                      use.util_pct, hours * use.low_share, use.mem_gb, use.mem_total_gb, use.temp_c, use.batch,
                      use.images_per_s, int(last["gpus"]) <= 1 and use.fits(share)])  # fmt: skip
-    return pd.DataFrame(rows, columns=EFFICIENCY_COLUMNS)
+    view = pd.DataFrame(rows, columns=EFFICIENCY_COLUMNS)
+    view["batch"] = view["batch"].astype("Int64")  # a whole number, or none (auto batch): never 16.0
+    return view
 
 
 BUDGET_COLUMNS = ["account", "balance", "held", "charged", "rate_per_day", "capacity", "burn_per_day", "burn_days",

@@ -297,14 +297,21 @@ def _budget_plot(plt: Any, view: pd.DataFrame, history: pd.DataFrame | None) -> 
     return fig
 
 
+PLOT_BATCHES = 8  # batch sizes the efficiency plot names in its legend
+
+
 def _efficiency_plot(plt: Any, view: pd.DataFrame, _: pd.DataFrame | None) -> Any:
     """Each job's images/s against its peak GPU memory, by batch size: where a bigger batch stops paying."""
     points = view.dropna(subset=["mem_gb", "images_per_s"])
     if points.empty:
         return None
     fig, ax = plt.subplots(figsize=(6, 4))
-    for batch, g in points.groupby(points["batch"].fillna(0).astype(int), sort=True):
-        ax.scatter(g["mem_gb"], g["images_per_s"], label=f"batch {batch}" if batch else "batch unknown")
+    batch = points["batch"].fillna(0).astype(int)
+    shown = set(batch.value_counts().index[:PLOT_BATCHES])  # the commonest; the rest as one
+    groups = points.groupby(batch.where(batch.isin(shown), -1))
+    for size, g in sorted(groups, key=lambda kv: (int(kv[0]) <= 0, abs(int(kv[0])))):  # sizes, unknown, the rest
+        label = {0: "batch unknown", -1: "other batch sizes"}.get(int(size), f"batch {size}")
+        ax.scatter(g["mem_gb"], g["images_per_s"], label=label)
     ax.set_xlabel("peak GPU memory (GB)")
     ax.set_ylabel("images/s")
     ax.set_title("throughput against GPU memory, per batch size")

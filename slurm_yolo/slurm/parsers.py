@@ -46,7 +46,9 @@ def delimited(text: str, width: int, delimiter: str) -> list[list[str]]:
     newline after every record), split on D alone: a field may hold newlines. A record is ``width``
     fields whose next field starts with the newline that ends it; where that is not so (a field that
     holds D itself, which only a saved file with a guessable D can have), the fields up to the next
-    line are skipped, so a record that does not line up is dropped, never shifted into another."""
+    line are skipped, so a record that does not line up is dropped, never shifted into another. Text
+    holding D and newlines that lines up as whole records of its own is read as them: only a D no
+    user could have written (sacct's output here draws one at random) keeps them out."""
     tokens = text.split(delimiter)
     last = len(tokens) - 1  # what follows the final delimiter: the final newline
     records = []
