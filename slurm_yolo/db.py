@@ -94,6 +94,9 @@ def publish_copy(snapshot: Callable[[Path], None], path: Path) -> None:
     tmp = path.with_name(f".{path.name}.publish.{os.getpid()}.{threading.get_ident()}")
     tmp.unlink(missing_ok=True)
     try:
+        # the copy is the owner's alone while it is written (SQLite gives its journal the file's mode):
+        # world-readable only once it is whole, a moment before the rename
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
         snapshot(tmp)
         copy = sqlite3.connect(tmp, isolation_level=None)
         try:

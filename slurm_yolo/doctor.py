@@ -221,7 +221,10 @@ def _books(config: Config, cc: ControllerConfig) -> list[Problem]:
             out.append(Problem(f"{private} is mode {stat.S_IMODE(pst.st_mode):o}, owner uid {pst.st_uid}: users could open"
                                " (and lock) the books", f"chown {owner}: {private} && chmod 700 {private}"))  # fmt: skip
         for entry in private.iterdir():
-            est = entry.lstat()
+            try:
+                est = entry.lstat()
+            except FileNotFoundError:
+                continue  # a writer's passing file, gone meanwhile
             if stat.S_ISREG(est.st_mode) and est.st_mode & 0o077:
                 out.append(Problem(f"{entry} is mode {stat.S_IMODE(est.st_mode):o}", f"chmod 600 {entry}"))
     except FileNotFoundError:

@@ -451,3 +451,31 @@ def test_a_cluster_follows_a_block_that_turned_round_since_its_last_look() -> No
     apart, ask = settler.blocks_apart(set(), set(), apart)
     assert (apart, ask) == (set(), set())
     assert settler.blocks_apart({"a", "b"}, {"b", "c"}, {("a", True)}) == ({("a", True), ("c", False)}, {"c"})
+
+
+def test_a_published_copy_is_the_owners_alone_until_it_is_whole(tmp_path: Path) -> None:
+    """``db.publish_copy`` writes its copy (and the journal SQLite keeps beside it) mode 600 in the
+    private folder; only the whole copy, renamed into place, is world-readable. `slurm-yolo doctor`
+    once caught a 644 journal there in the middle of a publish."""
+    from slurm_yolo import db
+
+    seen: list[tuple[str, int]] = []
+    books = tmp_path / "ledger.db"
+
+    def snapshot(path: Path) -> None:
+        copy = sqlite3.connect(path, isolation_level=None)
+        try:
+            copy.execute("BEGIN")
+            copy.execute("CREATE TABLE t (x INTEGER PRIMARY KEY)")
+            copy.execute("INSERT INTO t VALUES (1)")
+            seen.extend(
+                (p.name.rsplit("-", 1)[-1], p.stat().st_mode & 0o777) for p in tmp_path.glob(".ledger.db.publish.*")
+            )
+            copy.execute("COMMIT")
+        finally:
+            copy.close()
+
+    db.publish_copy(snapshot, books)
+    assert sorted(mode for _, mode in seen) == [0o600, 0o600] and any(n == "journal" for n, _ in seen), seen
+    assert db.published(books).stat().st_mode & 0o777 == 0o644
+    assert not list(tmp_path.glob(".ledger.db.publish.*"))
