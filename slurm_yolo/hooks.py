@@ -38,7 +38,9 @@ if TYPE_CHECKING:
     import subprocess
 
 SACCT_LAG_SECONDS = 3.0  # how long a hook without hookd waits for sacct to catch up with slurmctld
-PAST_A_YEAR_AT_LEAST = 366 * 86400  # the hold of a run whose limit squeue and sacct cannot tell yet
+# The hold of a run whose limit squeue and sacct cannot tell yet (22.05's scontrol prints a limit past
+# a year as INVALID): job_submit.lua's MAX_LIMIT_SECONDS, the longest limit it admits for a GPU job.
+PAST_A_YEAR_AT_LEAST = 366 * 86400
 CANCEL_AFTER = 2.0  # a prolog's scancel waits for slurmctld to see the prolog end (see slurm.detached)
 
 

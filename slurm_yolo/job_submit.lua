@@ -37,6 +37,9 @@ local HOOKD_SOCKET = "@HOOKD_SOCKET@"
 local NO_VAL, INFINITE, NO_VAL16 = 4294967294, 4294967295, 65534
 local PENDING, RUNNING = 0, 1
 local SOCKETS_UNKNOWN = 2
+-- The longest limit a GPU job may ask (hooks.PAST_A_YEAR_AT_LEAST): 22.05's scontrol prints a longer
+-- one as INVALID, and a prolog that cannot read a limit holds this much; a longer job would run past it.
+local MAX_LIMIT_SECONDS = 366 * 86400
 
 local function valid(n)
   return n ~= nil and n ~= NO_VAL and n ~= INFINITE and n ~= NO_VAL16
@@ -437,6 +440,11 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   end
   local worst, why, seconds = desc_worst(state, job_desc, part_list)
   if is_zero(worst) then return slurm.SUCCESS end
+  if seconds > MAX_LIMIT_SECONDS then
+    slurm.log_user(string.format("slurm-yolo: a GPU job's time limit can be at most 366 days (this one: %d days);" ..
+                                 " set a shorter --time", math.floor(seconds / 86400)))
+    return slurm.ESLURM_INVALID_TIME_LIMIT or slurm.ERROR
+  end
   local tasks = array_size(job_desc.array_inx)
   if tasks == nil then
     slurm.log_user("slurm-yolo: --array=" .. tostring(job_desc.array_inx) .. " not understood (e.g. 0-9, 1,3,5, 0-99:2%4)")

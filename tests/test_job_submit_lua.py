@@ -78,7 +78,7 @@ def request(
     kind = rng.choice(["gpu", "shard"])
     count = rng.choice([1, 2, 3, 8, 10**9 - 1] if big else [1, 2, 3, 4, 8])
     nodes = rng.choice([1, 1, 2, 64, 99999] if big else [1, 1, 2])
-    limit = rng.choice([NO_VAL, 1, 5, 60, 1440, 527040, 4294967293] if big else [NO_VAL, 1, 5, 60, 1440])
+    limit = rng.choice([NO_VAL, 1, 5, 60, 1440, 527040] if big else [NO_VAL, 1, 5, 60, 1440])
     qos = rng.choice([*tiers, "unknown"])
     exclusive = rng.random() < 0.15
     tasks, array = rng.choice(
