@@ -33,9 +33,8 @@ _REFUSAL = re.compile(r"(\d{1,12}) (\S{1,200}) (\d{1,10}) (-?\d{1,20}) (-?\d{1,2
 
 @dataclass(frozen=True)
 class Alert:
-    kind: (
-        str  # budget, money, hook, books, audit, refusals, k-drift, prediction, slurmdbd, gpu-idle, gpu-hot, slurmctld
-    )
+    # budget, money, hook, books, audit, refusals, k-drift, prediction, slurmdbd, gpu-idle, gpu-hot, slurmctld
+    kind: str
     subject: str
     message: str
 

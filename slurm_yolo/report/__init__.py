@@ -9,6 +9,7 @@ accounting in its AdminComment (written by the epilog).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import time
@@ -191,10 +192,13 @@ def k_history(config: Config) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["partition", "at", "k", "n", "source"])
 
 
-def final_map(workdir: str, job_id: int, user: str) -> float | None:
+Records = Callable[[str, int, str], list[dict[str, object]]]  # a job's usage records: parse.records.job_records
+
+
+def final_map(workdir: str, job_id: int, user: str, records: Records = job_records) -> float | None:
     """mAP50-95 of a job's last validation, from its usage records (``parse.records.job_records``)."""
     last = None
-    for rec in job_records(workdir, job_id, user):
+    for rec in records(workdir, job_id, user):
         metrics = rec.get("metrics") if rec.get("kind") in ("epoch", "end") else None
         value = metrics.get("metrics/mAP50-95(B)") if isinstance(metrics, dict) else None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -206,12 +210,12 @@ def final_map(workdir: str, job_id: int, user: str) -> float | None:
     return last
 
 
-def roi(df: pd.DataFrame) -> pd.DataFrame:
+def roi(df: pd.DataFrame, records: Records = job_records) -> pd.DataFrame:
     """Final mAP50-95 per GTok charged and per unit of money (its GPU-hours at the partition's
     cost_per_gpu_hour), per job, where the job left its results."""
     done = df[df["yolo"] & (df["state"] == "COMPLETED")].copy()
     done["map50_95"] = [
-        final_map(w, j, u) for w, j, u in zip(done["WorkDir"], done["job_id"], done["User"], strict=True)
+        final_map(w, j, u, records) for w, j, u in zip(done["WorkDir"], done["job_id"], done["User"], strict=True)
     ]
     runs = df[df["yolo"]].groupby("job_id")
     done["gtok_charged"] = done["job_id"].map(runs["charge"].sum()) / 1e9
@@ -227,7 +231,7 @@ EFFICIENCY_COLUMNS = ["job_id", "Account", "User", "Partition", "gpus", "gpu_hou
                       "mem_gb", "mem_total_gb", "temp_c", "batch", "images_per_s", "fits_shard"]  # fmt: skip
 
 
-def efficiency(df: pd.DataFrame, config: Config) -> pd.DataFrame:
+def efficiency(df: pd.DataFrame, config: Config, records: Records = job_records) -> pd.DataFrame:
     """Each GPU job's efficiency and health from its usage records (``efficiency.summarize``): its mean
     utilisation, the GPU-hours under ``efficiency.low_util_pct`` (its GPU-hours x the share of its
     sampled epoch time under it), peak memory against the GPU's, the hottest temperature, images/s
@@ -238,7 +242,7 @@ def efficiency(df: pd.DataFrame, config: Config) -> pd.DataFrame:
     rows = []
     for job_id, runs in ran.groupby("job_id", sort=True):
         last = runs.iloc[-1]
-        use = eff.summarize(job_records(str(last["WorkDir"]), int(job_id), str(last["User"])), low)
+        use = eff.summarize(records(str(last["WorkDir"]), int(job_id), str(last["User"])), low)
         if use is None:
             continue
         part = config.partitions.get(str(last["Partition"]))
@@ -354,6 +358,7 @@ def build(config: Config, f: Filters, views: tuple[str, ...] = VIEWS, saved: lis
     """The selected views of the accounts ``visible`` keeps of those it is given (``visibility``;
     default: all), over ``df`` (``jobs``) when the caller has it."""
     runs = jobs(config, f, saved, visible) if df is None else df
+    records = functools.lru_cache(maxsize=None)(job_records)  # ROI and efficiency read each file once per build
 
     def budget_view() -> pd.DataFrame:
         b = budgets(config)
@@ -361,8 +366,8 @@ def build(config: Config, f: Filters, views: tuple[str, ...] = VIEWS, saved: lis
 
     makers = {
         "usage": lambda: usage(runs), "accuracy": lambda: accuracy(runs), "waits": lambda: waits(runs),
-        "failures": lambda: failures(runs), "k": lambda: k_history(config), "roi": lambda: roi(runs),
-        "efficiency": lambda: efficiency(runs, config),
+        "failures": lambda: failures(runs), "k": lambda: k_history(config), "roi": lambda: roi(runs, records),
+        "efficiency": lambda: efficiency(runs, config, records),
         "budgets": budget_view,
     }  # fmt: skip
     return {v: makers[v]() for v in views}
