@@ -1,14 +1,15 @@
 """Measured throughput back into k: each finished job nudges its partition's model.
 
-The epilog starts this detached (it must not slow the epilog): the job's usage records give the
-workload (the launcher's ``start`` record) and the training seconds actually measured. The run is
+The settler runs this after a job's epilog (it must not slow the epilog): the summary the job's
+launcher left in its Comment (``beacon``: the workload and the training seconds actually measured,
+from its usage records; the controller reads no file of the user's) makes the sample. The run is
 stored as a calibration sample (the cron refit, ``slurm-yolo recalibrate``, reads them all), and k
 moves now by an exponentially weighted step toward the value that would have predicted this run,
 unless the run is an outlier (a broken job must not move k).
 
-The records are the user's own, so they are checked against Slurm and what they can move is bounded:
+The summary is the user's own, so it is checked against Slurm and what it can move is bounded:
 
-- Training never took longer than Slurm's elapsed for the job: the records' training seconds are
+- Training never took longer than Slurm's elapsed for the job: the summary's training seconds are
   capped at it, and without an elapsed from Slurm (or a uid to answer for the move) nothing moves.
 - One job moves each learned term (k, every fixed time term, the start-up) by a factor within
   [1/(1 + JOB_STEP), 1 + JOB_STEP] of its current value, however few runs the partition has.
@@ -23,15 +24,12 @@ asked-versus-applied (``moves`` in calibration.db), for the next refit to weigh 
 
 from __future__ import annotations
 
-import math
-from dataclasses import astuple, dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from . import calibration
+from .beacon import Beacon
 from .config import Config
-from .estimate import Workload
-from .parse.records import iter_records, parse_records, read_usage
 from .timemodel import Sample, TimeModel, components, final_val_seconds, predict_train_seconds, startup_seconds
 
 ALPHA = 0.3  # weight of one job in the running k
@@ -58,31 +56,20 @@ class Feedback:
     ratio: float | None = None
 
 
-def sample_from_usage(path: Path, key: str, owner: int | None = None, elapsed: int | None = None) -> Sample | None:
-    """The finished job as a calibration sample (None when its records say too little). The file is
-    the job's user's: read bounded, never through a link or from a FIFO or device, and only when
-    ``owner`` (the job's uid, when given) owns it. ``elapsed`` (Slurm's, not the user's) caps the
-    training time the records claim, and is the whole job's time when the records show one
-    uninterrupted run that fits in it; a requeued job's elapsed covers its last run only."""
-    text = read_usage(path, [], owner)
-    records = list(iter_records(path, text))
-    start = next((r for r in records if r.get("kind") == "start"), None)
-    parsed = parse_records(path, text)
-    if not start or not isinstance(start.get("workload"), dict) or not parsed.per_epoch:
+def sample_from_beacon(b: Beacon | None, key: str, elapsed: int | None = None) -> Sample | None:
+    """The finished job as a calibration sample, from the summary its launcher left in its Comment
+    (None when that says too little). ``elapsed`` (Slurm's, not the user's) caps the training time
+    the summary claims, and is the whole job's time when one uninterrupted run did the training and
+    it fits in it; a requeued job's elapsed covers its last run only."""
+    if b is None or b.workload is None or b.epochs_done <= 0 or b.train_seconds <= 0:
         return None
-    w = Workload(**start["workload"])  # type: ignore[arg-type]
-    done = parsed.epochs_completed
+    w, done, seconds = b.workload, b.epochs_done, b.train_seconds
     passes = done if w.val_passes >= w.epochs else (1 if done >= w.epochs else 0)
-    seconds = sum(e.seconds or 0.0 for e in parsed.per_epoch)
-    numbers = [v for v in (*astuple(w), seconds) if isinstance(v, (int, float))]
-    if seconds <= 0 or not all(math.isfinite(v) for v in numbers):  # NaN or inf in the user's records
-        return None
-    one_run = not any(r.get("kind") in ("resume", "requeue") for r in records)
-    total = float(elapsed) if elapsed and one_run and elapsed >= seconds else None
+    total = float(elapsed) if elapsed and b.one_run and elapsed >= seconds else None
     if elapsed:
-        seconds = min(seconds, float(elapsed))  # the records are the user's; Slurm's clock is not
-    return Sample(replace(w, epochs=done, val_passes=passes), int(str(start.get("gpus") or 1)), seconds, key=key,
-                  total_seconds=total, cpus=int(str(start.get("cpus") or 0)))  # fmt: skip
+        seconds = min(seconds, float(elapsed))  # the summary is the user's; Slurm's clock is not
+    return Sample(replace(w, epochs=done, val_passes=passes), b.gpus, seconds, key=key, total_seconds=total,
+                  cpus=b.cpus)  # fmt: skip
 
 
 def nudge(tm: TimeModel, sample: Sample, ddp_eff: float, reference_gflops: float) -> tuple[TimeModel, float, str]:
@@ -156,17 +143,17 @@ def bound(current: TimeModel, wanted: TimeModel, used: Move) -> tuple[TimeModel,
     return tm, asked, applied
 
 
-def job_feedback(config: Config, partition: str, job_id: int, usage: Path, cluster: str = "default",
+def job_feedback(config: Config, partition: str, job_id: int, summary: Beacon | None, cluster: str = "default",
                  owner: int | None = None, elapsed: int | None = None) -> Feedback | None:  # fmt: skip
     """Record the job's measured run and nudge its partition's k (the time model only: no hold or
-    charge reads k), within the bounds of the module docstring; None when it left no usable records.
+    charge reads k), within the bounds of the module docstring; None when its summary says too little.
     Without Slurm's ``elapsed`` the records cannot be checked, and without the job's ``owner`` no
     user answers for the move: neither is then recorded."""
     if not elapsed or owner is None:
         k = calibration.load(config, partition).model.k
         why = "no elapsed time from Slurm to check the records against" if not elapsed else "no job uid"
         return Feedback(partition, job_id, False, f"{why}: not recorded, k unchanged", k, k)
-    sample = sample_from_usage(usage, key=f"job:{cluster}:{job_id}", owner=owner, elapsed=elapsed)
+    sample = sample_from_beacon(summary, key=f"job:{cluster}:{job_id}", elapsed=elapsed)
     if sample is None:
         return None
     part = config.partition(partition)

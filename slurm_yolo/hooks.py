@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import ledger
+from . import beacon, ledger
 from . import settler as settler_mod
 from .config import ENV_OVERRIDES, Config, load
 from .errors import SlurmYoloError
@@ -128,7 +128,7 @@ def epilog(env: Mapping[str, str], config: Config, settler: Settler | None = Non
     job_id = int(env["SLURM_JOB_ID"])
     cluster = cluster_of(env)
     estimate = policy.user_estimate(env.get("SPANK_YOLO_TOKENS"), env.get("SLURM_JOB_COMMENT"))
-    facts = {"work_dir": env.get("SLURM_JOB_WORK_DIR", ""), "uid": env.get("SLURM_JOB_UID", ""),
+    facts = {"summary": beacon.summary_text(env.get("SLURM_JOB_COMMENT")), "uid": env.get("SLURM_JOB_UID", ""),
              "estimate": "" if estimate is None else str(estimate),
              "ended": "1" if env.get("SLURM_SCRIPT_CONTEXT") == "epilog_slurmctld" else ""}  # fmt: skip
     with ledger.writer(config, publish=False) as lg:

@@ -11,6 +11,9 @@ job starts in (``--chdir``, else the submit dir), where the epilog, ``watch`` an
 ``start`` (the workload, GPUs and CPUs: what the k feedback needs), ``epoch`` per results.csv row
 (images, tokens, seconds, metrics, and GPU memory and utilisation of the training's processes from
 NVML when there is a GPU), ``checkpoint`` per saved last.pt, ``requeue``, ``resume`` and ``end``.
+The controller reads none of them (it may not mount the work dir): their summary, and when the
+training last showed progress, go to the job's own Comment (``beacon``), where the epilog's feedback
+and the watchdog read it.
 
 USR2 (Slurm's ``--signal=B:USR2@N`` near the time limit, or a preemption's, passed on by the batch
 script) asks for a requeue: at the next saved epoch (a new row, and a whole last.pt written after it)
@@ -31,8 +34,8 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from . import beacon, dataset, estimate
 from . import config as config_mod
-from . import dataset, estimate
 from . import spec as spec_mod
 from .errors import SlurmYoloError, UsageError
 from .parse.records import USAGE_NAME, iter_records
@@ -42,6 +45,7 @@ from .slurm import commands
 POLL_SECONDS = 1.0  # how often the run folder is read: an epoch's record is at most this late
 REQUEUE_POLL_SECONDS = 0.1  # once USR2 asked: a look must fall between a saved last.pt and the next row
 STOP_GRACE_SECONDS = 10.0  # SIGTERM to the training's processes, then SIGKILL
+BEACON_SECONDS = 60.0  # the least time between two summaries in the Comment: each is an RPC to slurmctld
 TRAINER = [sys.executable, "-m", "slurm_yolo.trainer"]  # + the plan (JSON) and the report's file descriptor
 
 
@@ -68,6 +72,76 @@ class UsageLog:
                   "restart": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0), **record}  # fmt: skip
         with open(self.path, "a") as f:
             f.write(json.dumps(record, default=float) + "\n")
+
+
+def _bin_dir() -> Path | None:
+    """Slurm's commands as the config names them; None (where they usually are) without a readable config."""
+    try:
+        return Path(config_mod.load()["slurm"]["bin_dir"])
+    except SlurmYoloError:
+        return None
+
+
+def _job_target() -> str | None:
+    """This job as scontrol names it alone (an array task by ``ARRAY_TASK``); None outside a job."""
+    if "SLURM_JOB_ID" not in os.environ:
+        return None
+    return commands.job_target(int(os.environ["SLURM_JOB_ID"]), os.environ.get("SLURM_ARRAY_JOB_ID", ""),
+                               os.environ.get("SLURM_ARRAY_TASK_ID", ""))  # fmt: skip
+
+
+class CommentReporter:
+    """Keeps the job's summary (``beacon``) in its Comment, after the estimate yolo-sbatch put there:
+    when the usage records or the job's output have moved, at most every ``BEACON_SECONDS``, and
+    always at the end and before a requeue. Progress is the records or the job's own stdout and stderr
+    (the fds this process writes to, wherever Slurm opened them) growing or being written. A failed
+    update is said once on stderr and never stops the training."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.target, self.bin_dir = path, _job_target(), _bin_dir()
+        self.head, self.failed = "", False
+        if self.target is not None:
+            try:
+                self.head = commands.job_comment(self.target, bin_dir=self.bin_dir)
+            except SlurmYoloError as e:  # writing without it would drop yolo-sbatch's estimate
+                self._fail(e)
+                self.target = None
+        self.marks = self._marks()
+        self.progress_at = time.time()
+        self.sent, self.sent_at = "", float("-inf")
+
+    def _marks(self) -> tuple[float, ...]:
+        marks: list[float] = []
+        for stat in (lambda: os.stat(self.path), lambda: os.fstat(1), lambda: os.fstat(2)):
+            try:
+                st = stat()
+                marks += [st.st_size, st.st_mtime]
+            except OSError:
+                marks += [-1.0, -1.0]
+        return tuple(marks)
+
+    def poll(self, force: bool = False) -> None:
+        marks = self._marks()
+        if marks != self.marks:
+            self.marks, self.progress_at = marks, time.time()
+        if self.target is None or (not force and time.monotonic() - self.sent_at < BEACON_SECONDS):
+            return
+        summary = beacon.from_records(self.path, self.progress_at)
+        text = beacon.with_beacon(self.head, summary) if summary else ""
+        if not text or text == self.sent:
+            return
+        try:
+            commands.set_job_comment(self.target, text, bin_dir=self.bin_dir)
+            self.sent, self.sent_at = text, time.monotonic()
+        except SlurmYoloError as e:
+            self.sent_at = time.monotonic()  # try again after the interval, not on every poll
+            self._fail(e)
+
+    def _fail(self, e: SlurmYoloError) -> None:
+        if not self.failed:
+            print(f"slurm-yolo: the job's summary could not be written to its Comment ({e}); the controller "
+                  "learns nothing from this run", file=sys.stderr)  # fmt: skip
+        self.failed = True
 
 
 def start_record(s: spec_mod.TrainSpec, gpus: int, cpus: int) -> dict[str, Any]:
@@ -286,6 +360,7 @@ class Supervisor:
         self.row_time = 0.0  # results.csv's time of the previous row of this run (it restarts at 0 on resume)
         self.row_seen = time.monotonic()
         self.metrics: dict[str, float] = {}
+        self.reporter = CommentReporter(log.path)
 
     def _on_usr2(self, signum: int, frame: Any) -> None:
         if self.requeue_after is None:
@@ -326,6 +401,7 @@ class Supervisor:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.child.wait(wait)  # an exit ends the wait at once
             self._read_folder()
+            self.reporter.poll()
             code = self.child.poll()
             if code is not None:
                 break
@@ -337,6 +413,7 @@ class Supervisor:
         if code == 0 and self.folder is not None:
             self.log.write({"kind": "end", "epochs_completed": self.folder.epoch,
                             "seconds": time.monotonic() - self.started, "metrics": self.metrics})  # fmt: skip
+            self.reporter.poll(force=True)  # before the job ends: the epilog reads the Comment as it is then
         return code if code >= 0 else 128 - code
 
     def _started(self, report: bytes) -> None:
@@ -396,13 +473,10 @@ class Supervisor:
     def _requeue(self) -> int:
         """Record the requeue, then ask Slurm for it (an array task alone, never its whole array)."""
         self.log.write({"kind": "requeue", "epoch": self.checkpoint_epoch})
-        job = commands.job_target(int(os.environ["SLURM_JOB_ID"]), os.environ.get("SLURM_ARRAY_JOB_ID", ""),
-                                  os.environ.get("SLURM_ARRAY_TASK_ID", ""))  # fmt: skip
-        try:
-            bin_dir: Path | None = Path(config_mod.load()["slurm"]["bin_dir"])
-        except SlurmYoloError:
-            bin_dir = None  # no readable config on this node: Slurm's commands where they usually are
-        commands.requeue(job, bin_dir=bin_dir)
+        self.reporter.poll(force=True)
+        job = _job_target()
+        assert job is not None  # _requeue_due: this is a job
+        commands.requeue(job, bin_dir=_bin_dir())
         return 0
 
     def _terminate(self) -> int:

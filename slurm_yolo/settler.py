@@ -22,12 +22,11 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from . import books, ledger
+from . import beacon, books, ledger
 from .config import Config
 from .errors import SlurmYoloError
 from .eventlog import log_event
 from .ledger import policy
-from .parse.records import USAGE_NAME
 from .slurm import commands
 from .slurm.records import JobRecord
 
@@ -119,14 +118,14 @@ def unfinished(lg: ledger.Ledger, runs: list[JobRecord], cluster: str, job_id: i
 
 
 class FeedbackJob(NamedTuple):
-    """A completed run whose usage records may feed its partition's time model."""
+    """A completed run whose launcher's summary (``beacon``) may feed its partition's time model."""
 
     job_id: int
     partition: str
     cluster: str
     uid: int
     elapsed: int
-    usage: Path
+    summary: beacon.Beacon | None
 
 
 class Followups:
@@ -151,10 +150,10 @@ class Followups:
         from . import feedback
 
         def step() -> None:
-            done = feedback.job_feedback(self.config, job.partition, job.job_id, job.usage, job.cluster, job.uid,
+            done = feedback.job_feedback(self.config, job.partition, job.job_id, job.summary, job.cluster, job.uid,
                                          job.elapsed)  # fmt: skip
             log_event(self.config, {"event": "feedback", "job": job.job_id, "partition": job.partition,
-                                    "result": done.reason if done else "no usable usage records"})  # fmt: skip
+                                    "result": done.reason if done else "no usable summary in its Comment"})  # fmt: skip
 
         self._guard("feedback", step)
 
@@ -170,17 +169,17 @@ class Followups:
 
     def after(self, settled: list[Settled], facts: Mapping[str, str] | None = None) -> None:
         """What follows settlements: blocked accounts' limits, their AdminComments, and (a completed
-        run whose epilog said where the job worked and as whom) the time model's feedback."""
+        run whose epilog said as whom it ran and what its launcher summed up) the time model's feedback."""
         self.enforce(done.account for _, _, done in settled if done.blocked is not None)
         if settled:
             self.comments()
-        work_dir, uid = (facts or {}).get("work_dir", ""), (facts or {}).get("uid", "")
-        if not (self.config["ledger"]["feedback"] and work_dir.startswith("/") and uid.isdigit()):
+        summary, uid = (facts or {}).get("summary", ""), (facts or {}).get("uid", "")
+        if not (self.config["ledger"]["feedback"] and summary and uid.isdigit()):
             return
         for rec, _, _ in settled:
             if rec.state == "COMPLETED":
-                usage = Path(work_dir) / USAGE_NAME.format(job=rec.job_id)
-                self.feedback(FeedbackJob(rec.job_id, rec.partition, rec.cluster, int(uid), rec.elapsed, usage))
+                job = FeedbackJob(rec.job_id, rec.partition, rec.cluster, int(uid), rec.elapsed, beacon.decode(summary))
+                self.feedback(job)
 
 
 class Worker(Followups):

@@ -1,8 +1,14 @@
-"""Zombie jobs: running, but their usage records and stdout have not moved for too long.
+"""Zombie jobs: running, but their training has shown no progress for too long.
 
 Such a job holds GPUs and produces nothing (a hung dataloader, a deadlocked DDP rank). The
 watchdog requeues or cancels it, by policy, so its GPUs return to the pool; the epilog then
 settles it by the ledger's usual cause rules.
+
+It judges by what slurmctld shows, never by the users' files (a controller may mount none of them):
+the summary the job's launcher keeps in its Comment (``beacon``) says when its usage records or its
+output last moved. A job with no such summary (not run by ``slurm-yolo run``) is not judged. The
+time is the job's own claim, as a file's mtime was: a user can keep her own job from being judged a
+zombie, not make another's one.
 """
 
 from __future__ import annotations
@@ -12,10 +18,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import beacon
 from .config import Config
 from .eventlog import log_event
-from .parse.records import USAGE_NAME
-from .progress import expand_pattern
 from .slurm import commands, parsers
 
 
@@ -30,35 +35,26 @@ class Zombie:
     action: str
 
 
-def _last_progress(paths: list[Path]) -> tuple[float | None, list[str]]:
-    times, seen = [], []
-    for p in paths:
-        try:
-            times.append(p.stat().st_mtime)
-            seen.append(str(p))
-        except OSError:
-            continue
-    return (max(times) if times else None), seen
-
-
 def find_zombies(config: Config, stall_seconds: float, now: float | None = None) -> list[Zombie]:
-    """Running jobs whose usage records and stdout are all older than ``stall_seconds``."""
+    """Running jobs whose launcher last showed progress more than ``stall_seconds`` ago (in this
+    run of the job: at most its time used)."""
     now = now or time.time()
     zombies = []
     for row in commands.running_jobs(bin_dir=Path(config["slurm"]["bin_dir"])):
         used = parsers.duration(row["TimeUsed"]) or 0
         if not row["JobID"].isdigit() or used < stall_seconds:
             continue  # too young to be silent that long
-        job_id = int(row["JobID"])
-        array = (row["ArrayJobID"], row["ArrayTaskID"]) if row["ArrayTaskID"].isdigit() else ()
-        stdout = expand_pattern(row["STDOUT"], job_id, row["Name"], row["UserName"], *array)
-        paths = [Path(row["WorkDir"]) / USAGE_NAME.format(job=job_id), Path(stdout)]
-        last, seen = _last_progress(paths)
-        if last is None:
+        summary = beacon.decode(beacon.summary_text(row["Comment"]))
+        if summary is None:
             continue  # nothing to judge by: not a job we can watch
-        if now - last > stall_seconds:
+        silent = min(now - min(summary.at, now), used)
+        if silent > stall_seconds:
+            job_id = int(row["JobID"])
+            array = (row["ArrayJobID"], row["ArrayTaskID"]) if row["ArrayTaskID"].isdigit() else ()
             target = commands.job_target(job_id, *array)
-            zombies.append(Zombie(job_id, target, now - last, seen, config["watchdog"]["action"]))
+            seen = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(summary.at))
+            zombies.append(Zombie(job_id, target, silent, [f"last progress {seen} (its Comment)"],
+                                  config["watchdog"]["action"]))  # fmt: skip
     return zombies
 
 

@@ -1,4 +1,4 @@
-"""Hostile usage records against the real calibration store: what one job and one user can move.
+"""Hostile summaries (a job's Comment, from usage records it wrote itself) against the real calibration store: what one job and one user can move.
 
 Expected values are the bound's numbers written out (one job: x1.1 or /1.1; one user per admin save:
 the same), not the feedback module's formulas.
@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from slurm_yolo import calibration, estimate, feedback, spec
+from slurm_yolo import beacon, calibration, estimate, feedback, spec
 from slurm_yolo import config as config_mod
 
 PART = "t4"
 
 
-def forged(folder: Path, job: int, seconds: float, uid: int | None = None) -> Path:
-    """A well-formed usage file a job wrote itself: yolov8n, 5 epochs at 320 px, claiming ``seconds``
-    of training in its one epoch."""
+def forged(folder: Path, job: int, seconds: float) -> beacon.Beacon | None:
+    """The summary a job posts in its Comment for a well-formed usage file it wrote itself: yolov8n,
+    5 epochs at 320 px, claiming ``seconds`` of training in its one epoch; as the controller reads it."""
     m = estimate.lookup_model("yolov8n")
     assert m is not None
     w = estimate.workload(spec.parse(["train", "data=d.yaml", "epochs=5", "imgsz=320"]), 200, 50, m)
@@ -28,15 +28,14 @@ def forged(folder: Path, job: int, seconds: float, uid: int | None = None) -> Pa
     recs = [{"kind": "start", "gpus": 1, "workload": w.to_dict()},
             {"kind": "epoch", "epoch": 1, "epochs": 5, "images": 200, "tokens": 200 * 320**2, "seconds": seconds}]  # fmt: skip
     path.write_text("\n".join(map(json.dumps, recs)))
-    if uid is not None:
-        os.chown(path, uid, -1)
-    return path
+    posted = beacon.from_records(path, 1_700_000_000)
+    return beacon.decode(beacon.summary_text(beacon.with_beacon("yolo:eff=1", posted))) if posted else None
 
 
 def feed(cfg: config_mod.Config, folder: Path, job: int, seconds: float, elapsed: int | None,
          uid: int | None = None) -> feedback.Feedback | None:  # fmt: skip
     owner = os.getuid() if uid is None else uid
-    return feedback.job_feedback(cfg, PART, job, forged(folder, job, seconds, uid), "c", owner, elapsed)
+    return feedback.job_feedback(cfg, PART, job, forged(folder, job, seconds), "c", owner, elapsed)
 
 
 def model(cfg: config_mod.Config) -> calibration.TimeModel:
@@ -95,7 +94,6 @@ def test_an_admin_save_opens_a_new_window_for_each_user(tmp_path: Path) -> None:
     assert model(cfg).k == pytest.approx(1.0 / 1.1**2, rel=1e-12)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="a second user's usage file needs chown")
 def test_each_user_has_their_own_bound(tmp_path: Path) -> None:
     cfg = config_mod.load()
     for job, uid in ((1, 4001), (2, 4001), (3, 4002), (4, 4002), (5, 4003)):
@@ -104,7 +102,7 @@ def test_each_user_has_their_own_bound(tmp_path: Path) -> None:
 
 
 def test_training_beyond_slurms_elapsed_is_capped(tmp_path: Path) -> None:
-    s = feedback.sample_from_usage(forged(tmp_path, 1, 5000.0), "k", elapsed=100)
+    s = feedback.sample_from_beacon(forged(tmp_path, 1, 5000.0), "k", elapsed=100)
     assert s is not None and s.train_seconds == 100.0
     assert s.total_seconds is None  # records that disagree with Slurm teach no start-up
     cfg = config_mod.load()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_yolo import estimate, feedback, progress, spec
+from slurm_yolo import beacon, estimate, feedback, progress, spec
 from slurm_yolo.parse.records import parse_records
 from slurm_yolo.timemodel import Sample, TimeModel, predict_train_seconds
 
@@ -37,6 +37,12 @@ def test_few_runs_follow_the_measurements() -> None:
     assert predict_train_seconds(sample(1).workload, tm, 1, 0.9, 8.86) == pytest.approx(pred * 5)
 
 
+def from_usage(path: Path, key: str, elapsed: int | None = None) -> Sample | None:
+    """What the controller makes of the summary the launcher posts for these records."""
+    posted = beacon.from_records(path, 1_700_000_000)
+    return feedback.sample_from_beacon(beacon.decode(beacon.encode(posted)) if posted else None, key, elapsed)
+
+
 def test_sample_from_usage(tmp_path: Path) -> None:
     w = sample(1).workload
     f = tmp_path / "u.jsonl"
@@ -44,16 +50,16 @@ def test_sample_from_usage(tmp_path: Path) -> None:
         {"kind": "epoch", "epoch": e, "epochs": 5, "images": 200, "tokens": 200 * 320**2, "seconds": 3.0} for e in (1, 2, 3)
     ]  # fmt: skip
     f.write_text("\n".join(map(json.dumps, recs)))
-    s = feedback.sample_from_usage(f, "k1")
+    s = from_usage(f, "k1")
     assert s is not None and s.train_seconds == 9.0 and s.workload.epochs == 3 and s.workload.val_passes == 3
     assert s.total_seconds is None
-    assert feedback.sample_from_usage(tmp_path / "missing.jsonl", "k") is None
-    job = feedback.sample_from_usage(f, "k1", elapsed=20)
+    assert from_usage(tmp_path / "missing.jsonl", "k") is None
+    job = from_usage(f, "k1", elapsed=20)
     assert job is not None and job.total_seconds == 20.0  # Slurm's elapsed: the whole job
-    assert feedback.sample_from_usage(f, "k1", elapsed=5).total_seconds is None  # type: ignore[union-attr]  # < training
+    assert from_usage(f, "k1", elapsed=5).total_seconds is None  # type: ignore[union-attr]  # < training
     with f.open("a") as out:
         out.write("\n" + json.dumps({"kind": "resume", "from": "last.pt"}))
-    assert feedback.sample_from_usage(f, "k1", elapsed=20).total_seconds is None  # type: ignore[union-attr]  # requeued
+    assert from_usage(f, "k1", elapsed=20).total_seconds is None  # type: ignore[union-attr]  # requeued
 
 
 def test_jobs_teach_the_startup_run_folders_cannot() -> None:
@@ -90,7 +96,7 @@ def test_expand_pattern(pattern: str, out: str) -> None:
 def test_a_usage_file_nested_past_pythons_recursion_is_no_sample(tmp_path: Path) -> None:
     f = tmp_path / "yolo-usage-1.jsonl"
     f.write_text("[" * 100_000 + "\n" + '{"kind": "start"}\n')
-    assert feedback.sample_from_usage(f, "deep") is None
+    assert from_usage(f, "deep") is None
 
 
 def test_a_short_run_moves_the_whole_model() -> None:

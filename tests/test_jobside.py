@@ -1,9 +1,12 @@
-"""The job side on the real cluster: real training jobs, k feedback, checkpoint/requeue/resume, watchdog."""
+"""The job side on the real cluster: real training jobs, k feedback, checkpoint/requeue/resume, watchdog.
+
+The jobs work on the bundled site's users' file system (deploy/minicluster's USERS_FS), which this
+host (login and compute node) sees and the controller (slurmctld and hookd, in a mount namespace of
+their own) does not: the feedback and the watchdog reach the controller through Slurm alone."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tempfile
@@ -16,11 +19,11 @@ import pytest
 from click.testing import CliRunner
 from conftest import Slurm, poll, skip_requeue_delay
 
-from slurm_yolo import calibration, ledger, watchdog
+from slurm_yolo import beacon, calibration, ledger, watchdog
 from slurm_yolo import config as config_mod
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
-from slurm_yolo.feedback import sample_from_usage
+from slurm_yolo.feedback import sample_from_beacon
 from slurm_yolo.fitting import fit
 from slurm_yolo.parse.results import EpochRow, read_results_csv
 from slurm_yolo.slurm import commands
@@ -28,13 +31,22 @@ from slurm_yolo.slurm import commands
 pytestmark = [pytest.mark.cluster, pytest.mark.train]
 
 
+USERS_FS = Path("/tmp/slurm-yolo-users")
+
+
+def controller_sees(path: Path, slurm: Slurm) -> bool:
+    """Whether ``path`` is there for this cluster's slurmctld and hookd (each in its own view)."""
+    run = slurm.state_dir.parent.parent / "run"
+    pids = [int((run / f"{name}.pid").read_text()) for name in ("slurmctld", "hookd")]
+    return any(Path(f"/proc/{pid}/root{path}").exists() for pid in pids)
+
+
 @pytest.fixture
 def job_dir(cluster: Slurm, yolo_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A submit folder the SlurmUser can read (the epilog's feedback reads the usage records there),
-    and the system config the hooks use, with the job's font dir."""
-    base = Path("/var/tmp/slurm-yolo-tests")
-    base.mkdir(mode=0o755, exist_ok=True)
-    tmp_path = Path(tempfile.mkdtemp(dir=base))
+    """A submit folder on the users' file system, which the controller cannot see, and the system
+    config the hooks use, with the job's font dir."""
+    assert (USERS_FS / ".users-fs").is_file(), "deploy/minicluster up makes the users' file system"
+    tmp_path = Path(tempfile.mkdtemp(dir=USERS_FS))
     monkeypatch.delenv("SLURM_YOLO_HOME", raising=False)
     cfg = tmp_path / "config.toml"
     cfg.write_text(cluster.config_path.read_text().replace(
@@ -73,11 +85,19 @@ def train_words(folder: Path, dataset: Path, name: str, epochs: int = 2) -> list
             f"project={folder}/runs", f"name={name}", "exist_ok=True"]  # fmt: skip
 
 
-def test_job_feedback_moves_k_and_the_next_estimate(job_dir: Path, dataset: Path) -> None:
+def test_job_feedback_moves_k_and_the_next_estimate(job_dir: Path, dataset: Path, cluster: Slurm) -> None:
     first = submit(["-p", "t4", "--wait", *train_words(job_dir, dataset, "fb1")])
     assert commands.wait_for_end(first, timeout=30) == "COMPLETED"
-    s1 = sample_from_usage(job_dir / f"yolo-usage-{first}.jsonl", "x")
+    usage = job_dir / f"yolo-usage-{first}.jsonl"
+    assert usage.is_file() and not controller_sees(usage, cluster)
+    # What the launcher left in the job's Comment, as slurmdbd keeps it: the summary of its records.
+    comment = cluster.cmd("sacct", "-X", "-n", "-P", "-j", str(first), "-o", "Comment").stdout.strip()
+    posted = beacon.decode(beacon.summary_text(comment))
+    assert comment.startswith("yolo:tok=") and posted is not None and posted.epochs_done == 2 and posted.one_run
+    s1 = sample_from_beacon(posted, "x")
     assert s1 is not None and s1.workload.epochs == 2
+    epochs = [r for r in records(job_dir, first) if r["kind"] == "epoch"]
+    assert s1.train_seconds == pytest.approx(sum(r["seconds"] for r in epochs), abs=1e-5)
     # The first job's own feedback (hookd's, after its epilog) lands first: after the baseline below
     # (an admin's save, a new budget window) it would spend root's share of the window's moves.
     poll(f"job {first}'s feedback", lambda: feedback_logged(first), timeout=90)
@@ -149,16 +169,21 @@ def test_signal_checkpoints_requeues_and_resumes(job_dir: Path, dataset: Path, c
     assert next(r for r in recs if r["kind"] == "resume")["from"] == saved["last"]
 
 
-def test_watchdog_requeues_or_cancels_a_silent_job(job_dir: Path) -> None:
-    script = '#!/bin/bash\necho started\necho \'{"kind": "start"}\' > yolo-usage-$SLURM_JOB_ID.jsonl\nsleep 600\n'
+def says(at: str) -> str:
+    """A job script's line that writes its summary into its own Comment, as the launcher does, with
+    its progress last seen at the shell expression ``at``; an array task names itself ARRAY_TASK (its
+    own id may be the array's, which names every task)."""
+    return ('T=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_$SLURM_ARRAY_TASK_ID}\n'
+            f'scontrol update JobId=${{T:-$SLURM_JOB_ID}} Comment="yolo:eff=1;run:at=$(({at})),ep=1,s=1,one=1,g=1,c=1"'
+            " || exit 3\n")  # fmt: skip
+
+
+def test_watchdog_requeues_or_cancels_a_silent_job(job_dir: Path, cluster: Slurm) -> None:
+    script = f"#!/bin/bash\necho started\n{says('$(date +%s) - 3600')}sleep 600\n"
     job = commands.submit(script, ["-p", "t4", "--gres=gpu:t4:1", "-t", "15", "-o", str(job_dir / "z-%j.out")])
     assert commands.wait_for_state(job, {"RUNNING"}, timeout=30) == "RUNNING"
-    usage = poll(
-        "usage file", lambda: (job_dir / f"yolo-usage-{job}.jsonl").exists() and job_dir / f"yolo-usage-{job}.jsonl"
-    )
-    old = time.time() - 3600
-    for f in (usage, job_dir / f"z-{job}.out"):
-        os.utime(f, (old, old))
+    poll("its summary", lambda: ";run:" in commands.job_comment(str(job)))
+    assert not controller_sees(job_dir / f"z-{job}.out", cluster)
     time.sleep(4)  # older than the stall time below, as a job
     dry = CliRunner().invoke(admin, ["watchdog", "--stall-minutes", "0.05", "--dry-run", "--json"])
     assert dry.exit_code == 0 and [z["job_id"] for z in json.loads(dry.output)] == [job]
@@ -169,10 +194,12 @@ def test_watchdog_requeues_or_cancels_a_silent_job(job_dir: Path) -> None:
 
 
 def test_watchdog_acts_on_one_array_task_alone(job_dir: Path) -> None:
-    """squeue's own output: an array task's JobID is its own id (its usage file's name), a job name
-    with ``|`` moves no field, and the watchdog cancels that task, not its array. Only this test's
-    jobs are acted on (others may share the cluster)."""
-    script = "#!/bin/bash\necho started\necho '{}' > yolo-usage-$SLURM_JOB_ID.jsonl\nsleep 600\n"
+    """squeue's own output: an array task's JobID is its own id, a job name with ``|`` moves no
+    field, and the watchdog cancels that task, not its array. Only this test's jobs are acted on
+    (others may share the cluster). Task 1 stopped making progress an hour ago; task 2 says so
+    every second."""
+    script = ("#!/bin/bash\necho started\nif [ $SLURM_ARRAY_TASK_ID = 1 ]; then\n"
+              f"{says('$(date +%s) - 3600')}sleep 600\nfi\nwhile :; do\n{says('$(date +%s)')}sleep 1\ndone\n")  # fmt: skip
     array = commands.submit(
         script, ["-p", "t4", "-t", "15", "-a", "1-2", "-J", "z|a|b", "-o", str(job_dir / "z-%A_%a.out")]
     )
@@ -181,22 +208,17 @@ def test_watchdog_acts_on_one_array_task_alone(job_dir: Path) -> None:
         out = subprocess.run(["/usr/bin/squeue", "-h", "-j", str(array), "-t", "RUNNING", "-o", "%i %A"],
                              capture_output=True, text=True, check=False).stdout.split()  # fmt: skip
         found = {task: int(own) for task, own in zip(out[::2], out[1::2], strict=False)}
-        ready = len(found) == 2 and all((job_dir / f"yolo-usage-{own}.jsonl").exists() for own in found.values())
+        ready = len(found) == 2 and all(";run:" in commands.job_comment(task) for task in found)
         return found if ready else None
 
     try:
         own = poll("both tasks running", tasks, timeout=60)
         silent, busy = own[f"{array}_1"], own[f"{array}_2"]
-        old = time.time() - 3600
-        for f in (f"yolo-usage-{silent}.jsonl", f"z-{array}_1.out"):
-            os.utime(job_dir / f, (old, old))
         time.sleep(4)  # older than the stall time below, as jobs
-        for f in (f"yolo-usage-{busy}.jsonl", f"z-{array}_2.out"):
-            os.utime(job_dir / f)
         cfg = config_mod.load()
         mine = [z for z in watchdog.find_zombies(cfg, 3.0) if z.job_id in own.values()]
         assert [(z.job_id, z.target) for z in mine] == [(silent, f"{array}_1")]
-        assert mine[0].evidence == [str(job_dir / f"yolo-usage-{silent}.jsonl"), str(job_dir / f"z-{array}_1.out")]
+        assert mine[0].evidence[0].startswith("last progress ") and mine[0].evidence[0].endswith("(its Comment)")
         watchdog.act(cfg, [replace(mine[0], action="cancel")])
         assert commands.wait_for_end(silent, timeout=60).startswith("CANCELLED")
         assert commands.job_state(busy) == "RUNNING"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_yolo import launcher
+from slurm_yolo import beacon, launcher
 
 FAKE_TRAINER = r"""
 import json, os, subprocess, sys, time, zipfile
@@ -75,6 +75,9 @@ def job(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
         stub = bin_dir / name
         stub.write_text(f'#!/bin/sh\necho "{name} $*" >> {tmp_path}/slurm.log\n')
         stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
+    squeue = bin_dir / "squeue"  # the job's Comment, as yolo-sbatch wrote it: -O Comment:DELIMITER
+    squeue.write_text('#!/bin/sh\nfor a; do d="${a#Comment:}"; done\nprintf "%s%s\\n" "yolo:eff=7,pred_s=1" "$d"\n')
+    squeue.chmod(squeue.stat().st_mode | stat.S_IEXEC)
     (home / "config.toml").write_text(f'[slurm]\nbin_dir = "{bin_dir}"\n')
     work = tmp_path / "work"
     work.mkdir()
@@ -158,7 +161,13 @@ def test_usr2_requeues_the_array_task_at_the_next_checkpoint_and_the_next_run_re
     assert 2 <= requeue["epoch"] < 40 and recs[-1] == requeue
     assert any(r["kind"] == "checkpoint" and r["epoch"] == requeue["epoch"] for r in recs[asked:])  # saved after USR2
     assert not any(r["kind"] == "end" for r in recs)
-    assert (tmp_path / "slurm.log").read_text() == "scontrol requeue 100_5\n"
+    *updates, last = (tmp_path / "slurm.log").read_text().splitlines()
+    assert last == "scontrol requeue 100_5"  # after the summary of what was done, for the epilog's feedback
+    assert updates and all(u.startswith("scontrol update JobId=100_5 Comment=yolo:eff=7,pred_s=1;run:at=")
+                           for u in updates)  # fmt: skip
+    summary = beacon.decode(beacon.summary_text(updates[-1].split("Comment=", 1)[1]))
+    assert summary is not None and summary.epochs_done == requeue["epoch"] and summary.one_run is False
+    assert summary.workload is not None and summary.workload.train_images == 16
     folder = job / "runs" / "run"
     assert ended(int((folder / "worker.pid").read_text()))  # the DDP-like worker went with the training
     rows = launcher.read_results_csv(folder / "results.csv")

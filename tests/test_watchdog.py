@@ -1,12 +1,11 @@
 """The watchdog on stand-in Slurm commands: it acts on an array task alone (``ARRAY_TASK``: the task's
-own id can be the array's, which names every task), finds its files by the task's own id, and reads
-squeue's fields whatever a job's name holds (``|``, newlines). The real cluster's run is
-test_jobside's."""
+own id can be the array's, which names every task), judges each job by the summary in its own Comment
+(no file of the user's), and reads squeue's fields whatever a job's name or comment holds (``|``,
+newlines, a summary's mark). The real cluster's run is test_jobside's."""
 
 from __future__ import annotations
 
 import json
-import os
 import stat
 import sys
 import time
@@ -17,12 +16,27 @@ from click.testing import CliRunner
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.progress import expand_pattern
 
-# squeue -O JobID,ArrayJobID,ArrayTaskID,Name,UserName,WorkDir,STDOUT,TimeUsed, as Slurm prints them
+NOW = int(time.time())
+SILENT = f"yolo:eff=1;run:at={NOW - 3600},ep=2,s=30,one=1,g=1,c=2"  # progress an hour ago
+BUSY = f"yolo:eff=1;run:at={NOW - 5},ep=9,s=300,one=1,g=1,c=2"
+# squeue -O JobID,ArrayJobID,ArrayTaskID,Name,UserName,WorkDir,STDOUT,TimeUsed,Comment, as Slurm prints them
 ROWS = [
-    ("101", "100", "5", "evil|w2|x\nname", "alice", "{w1}", "{w1}/z-%A_%a.out", "1:00:00"),  # silent array task
-    ("100", "100", "7", "ok", "alice", "{w1}", "{w1}/z-%A_%a.out", "1:00:00"),  # the array's record: it writes
-    ("200", "200", "N/A", "a|b|c", "bob", "{w2}", "{w2}/z-%j.out", "2:00:00"),  # silent plain job
-    ("300", "300", "N/A", "young", "bob", "{w2}", "{w2}/y-%j.out", "0:20"),  # too young to judge
+    ("101", "100", "5", "evil|w2|x\nname", "alice", "/w1", "/w1/z-%A_%a.out", "1:00:00", SILENT),  # silent task
+    ("100", "100", "7", "ok", "alice", "/w1", "/w1/z-%A_%a.out", "1:00:00", BUSY),  # the array's record: training
+    ("200", "200", "N/A", "a|b|c", "bob", "/w2", "/w2/z-%j.out", "2:00:00", "x|y\n" + SILENT),  # silent job
+    ("300", "300", "N/A", "young", "bob", "/w2", "/w2/y-%j.out", "0:20", SILENT),  # too young to judge
+    ("400", "400", "N/A", "plain", "bob", "/w2", "/w2/p-%j.out", "2:00:00", "mine;run:at=1,x=2"),  # no summary
+    (
+        "500",
+        "500",
+        "N/A",
+        "ahead",
+        "bob",
+        "/w2",
+        "/w2/p-%j.out",
+        "2:00:00",
+        BUSY.replace(f"at={NOW - 5}", "at=99999999999"),
+    ),
 ]
 SQUEUE = r"""#!{python}
 import json, sys
@@ -35,11 +49,7 @@ for row in json.load(open({rows!r})):
 
 
 def test_watchdog_acts_on_the_array_task_alone(tmp_path: Path, home: Path) -> None:
-    w1, w2 = tmp_path / "w1", tmp_path / "w2"
-    w1.mkdir()
-    w2.mkdir()
-    rows = [[v.format(w1=w1, w2=w2) for v in row] for row in ROWS]
-    (tmp_path / "rows.json").write_text(json.dumps(rows))
+    (tmp_path / "rows.json").write_text(json.dumps(ROWS))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "squeue").write_text(SQUEUE.format(python=sys.executable, rows=str(tmp_path / "rows.json")))
@@ -48,17 +58,15 @@ def test_watchdog_acts_on_the_array_task_alone(tmp_path: Path, home: Path) -> No
     for f in bin_dir.iterdir():
         f.chmod(f.stat().st_mode | stat.S_IEXEC)
     (home / "config.toml").write_text(f'[slurm]\nbin_dir = "{bin_dir}"\n')
-    old = time.time() - 3600
-    for name in ("w1/yolo-usage-101.jsonl", "w1/z-100_5.out", "w2/yolo-usage-200.jsonl", "w2/z-200.out"):
-        (tmp_path / name).write_text("{}\n")
-        os.utime(tmp_path / name, (old, old))
-    (w1 / "yolo-usage-100.jsonl").write_text("{}\n")  # task 7 (job 100) is training
 
     dry = CliRunner().invoke(admin, ["watchdog", "--stall-minutes", "10", "--dry-run", "--json"])
     assert dry.exit_code == 0, dry.output
     found = json.loads(dry.output)
     assert [(z["job_id"], z["target"]) for z in found] == [(101, "100_5"), (200, "200")]
-    assert found[0]["evidence"] == [str(w1 / "yolo-usage-101.jsonl"), str(w1 / "z-100_5.out")]
+    assert found[0]["evidence"] == [
+        f"last progress {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(NOW - 3600))} (its Comment)"
+    ]
+    assert 3600 <= found[0]["silent_seconds"] < 3700  # the summary's own time, not a file's
     assert not (tmp_path / "slurm.log").exists()
 
     res = CliRunner().invoke(admin, ["watchdog", "--stall-minutes", "10"])

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import click
 
-from .. import durations, progress, watchdog
+from .. import beacon, durations, progress, watchdog
 from .. import feedback as feedback_mod
 from ..eventlog import log_event
 from ..parse import parse_path
@@ -69,11 +70,12 @@ def feedback(job_id: int, partition: str, cluster: str, uid: int | None, elapsed
     each completed run; by hand, for a run it could not read)."""
     config = load_config()
     try:
-        result = feedback_mod.job_feedback(config, partition, job_id, usage, cluster, uid, elapsed)
+        summary = beacon.from_records(usage, time.time(), owner=uid)
+        result = feedback_mod.job_feedback(config, partition, job_id, summary, cluster, uid, elapsed)
     except Exception as e:  # in hooks.log too, beside the settler's own
         log_event(config, {"event": "feedback", "job": job_id, "alert": f"{type(e).__name__}: {e}"})
         raise
-    reason = result.reason if result else "no usable usage records"
+    reason = result.reason if result else "no usable usage records (or not the job user's file)"
     log_event(config, {"event": "feedback", "job": job_id, "partition": partition, "result": reason})
     click.echo(f"job {job_id}: {reason}")
 

@@ -73,7 +73,7 @@ def read_saved(text: str, delimiter: str = "|") -> list[list[str]]:
 
 def _kv(series: pd.Series, key: str) -> pd.Series:
     """A numeric ``key=`` field of ``yolo:k=v,...`` summaries."""
-    return pd.to_numeric(series.str.extract(rf"(?:^yolo:|,){key}=([^,]*)", expand=False), errors="coerce")
+    return pd.to_numeric(series.str.extract(rf"(?:^yolo:|,){key}=([^,;]*)", expand=False), errors="coerce")
 
 
 def parse_jobs(rows: list[list[str]], shards_per_gpu: dict[str, int] | None = None) -> pd.DataFrame:

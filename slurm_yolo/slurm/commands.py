@@ -230,7 +230,26 @@ def cancel(job: str, bin_dir: Path | None = None) -> None:
     run(["scancel", _checked_target(job)], bin_dir=bin_dir)
 
 
-RUNNING_FIELDS = ("JobID", "ArrayJobID", "ArrayTaskID", "Name", "UserName", "WorkDir", "STDOUT", "TimeUsed")
+def job_comment(job: str, bin_dir: Path | None = None) -> str:
+    """The job's Comment as slurmctld holds it now (``job_target``; "" when it has none or is gone).
+    The field ends with a delimiter drawn at random for this call, as in ``running_jobs``."""
+    delimiter = f"<{secrets.token_hex(16)}>"
+    res = run(["squeue", "-h", "-t", "all", "-j", _checked_target(job), "-O", f"Comment:{delimiter}"], bin_dir=bin_dir)
+    rows = parsers.delimited(res.stdout, 1, delimiter)
+    return rows[0][0] if len(rows) == 1 else ""
+
+
+def set_job_comment(job: str, text: str, bin_dir: Path | None = None, timeout: float = 10.0) -> None:
+    """``scontrol update`` the job's Comment (``job_target``): what any user may do to her own job,
+    as the launcher does to tell the controller its summary (``beacon``)."""
+    if "\n" in text or len(text) > COMMENT_MAX:
+        raise UsageError(f"a Comment of {len(text)} characters or with a newline: Slurm keeps {COMMENT_MAX}, one line")
+    run(["scontrol", "update", f"JobId={_checked_target(job)}", f"Comment={text}"], bin_dir=bin_dir, timeout=timeout)
+
+
+COMMENT_MAX = 1000  # Slurm refuses a comment past 1024 characters (22.05 and 24.11)
+RUNNING_FIELDS = ("JobID", "ArrayJobID", "ArrayTaskID", "Name", "UserName", "WorkDir", "STDOUT", "TimeUsed",
+                  "Comment")  # fmt: skip
 
 
 def running_jobs(bin_dir: Path | None = None) -> list[dict[str, str]]:

@@ -1,0 +1,106 @@
+"""The controller reads nothing of the users', on the real bundled clusters (Slurm 22.05 and 24.11).
+
+The jobs work on deploy/minicluster's users' file system, which this host and the 24.11 root see
+(login and compute nodes) and slurmctld and hookd do not (each runs in a mount namespace where it is
+an empty tmpfs). A job's launcher tells the controller what it did through its own Comment
+(``beacon``), and the epilog's feedback reads it there: a completed run becomes a calibration sample,
+its training seconds capped at Slurm's elapsed. The job here is the launcher's own reporter
+(``launcher.CommentReporter``) on usage records written as the launcher writes them, so that it runs
+on 24.11 too, whose root has no torch; test_jobside trains for real on 22.05.
+
+Expected values come from the records the test wrote and sacct's ElapsedRaw, not from the code.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import Slurm, poll
+
+from slurm_yolo import beacon, calibration, estimate, spec
+
+pytestmark = pytest.mark.cluster
+USERS_FS = Path("/tmp/slurm-yolo-users")
+REPORT = (
+    "import os\n"
+    "from pathlib import Path\n"
+    "from slurm_yolo.launcher import CommentReporter\n"
+    "CommentReporter(Path('yolo-usage-' + os.environ['SLURM_JOB_ID'] + '.jsonl')).poll(force=True)\n"
+)
+
+
+def controller_sees(slurm: Slurm, path: Path) -> bool:
+    """Whether ``path`` is there for the cluster's slurmctld or its hookd, each in its own view."""
+    run = slurm.state_dir.parent.parent / "run"
+    return any(
+        Path(f"/proc/{(run / f'{d}.pid').read_text().strip()}/root{path}").exists() for d in ("slurmctld", "hookd")
+    )
+
+
+@pytest.fixture
+def work(slurm: Slurm) -> Iterator[Path]:
+    assert (USERS_FS / ".users-fs").is_file(), "deploy/minicluster up makes the users' file system"
+    folder = Path(tempfile.mkdtemp(dir=USERS_FS))
+    folder.chmod(0o777)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def records(seconds: list[float]) -> str:
+    """A usage file as the launcher writes it: yolov8n on 40 images at 320 px, ``seconds`` per epoch."""
+    m = estimate.lookup_model("yolov8n")
+    assert m is not None
+    w = estimate.workload(spec.parse(["train", "data=d.yaml", f"epochs={len(seconds)}", "imgsz=320"]), 40, 8, m)
+    recs = [{"kind": "start", "gpus": 1, "cpus": 1, "workload": w.to_dict()}]
+    recs += [{"kind": "epoch", "epoch": i + 1, "epochs": len(seconds), "images": 40, "tokens": 40 * 320**2,
+              "seconds": s} for i, s in enumerate(seconds)]  # fmt: skip
+    return "".join(json.dumps(r) + "\n" for r in recs)
+
+
+def run_reporting(slurm: Slurm, work: Path, seconds: list[float], sleep: int) -> int:
+    """alice's job: its usage records, the launcher's reporter, then ``sleep`` seconds more; its id."""
+    # the installed package (deploy/install), or in the 24.11 root this source tree with its own Python
+    python = "/opt/slurm-yolo/venv/bin/python" if slurm.root == Path("/") else "PYTHONPATH=/opt/slurm-yolo/src python3"
+    script = (f"cat > yolo-usage-$SLURM_JOB_ID.jsonl <<'EOF'\n{records(seconds)}EOF\n"
+              f"{python} -c \"{REPORT}\" || exit 3\nsleep {sleep}\n")  # fmt: skip
+    return slurm.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "2", "-D", str(work), "--comment=yolo:eff=1,pred_s=9",
+                        script=script, user="alice")  # fmt: skip
+
+
+def sample_of(slurm: Slurm, job: int) -> calibration.Sample | None:
+    with calibration.Store(slurm.config()) as store:
+        found = [s for s in store.samples("t4", limit=10**6) if s.key == f"job:{slurm.name}:{job}"]
+    return found[0] if found else None
+
+
+def test_a_completed_runs_feedback_reaches_a_controller_that_cannot_see_its_work_dir(slurm: Slurm, work: Path) -> None:
+    job = run_reporting(slurm, work, [1.5, 2.25, 3.0], sleep=2)
+    row = slurm.ended(job)[0]
+    assert row["State"] == "COMPLETED"
+    usage = work / f"yolo-usage-{job}.jsonl"
+    assert usage.is_file() and not controller_sees(slurm, usage)
+    comment = slurm.cmd("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "Comment").stdout.strip()
+    assert comment.startswith("yolo:eff=1,pred_s=9;run:at="), comment  # the estimate kept, the summary after it
+    got = poll(f"job {job}'s sample", lambda: sample_of(slurm, job))
+    elapsed = int(row["ElapsedRaw"])
+    assert got.train_seconds == pytest.approx(min(6.75, elapsed))  # 1.5 + 2.25 + 3.0, within Slurm's elapsed
+    assert got.workload.epochs == 3 and got.workload.train_images == 40 and got.workload.imgsz == 320
+    assert got.total_seconds == (float(elapsed) if elapsed >= 6.75 else None)  # one run: the job's whole time
+
+
+def test_a_summary_claiming_more_than_slurm_saw_is_capped_at_its_elapsed(slurm: Slurm, work: Path) -> None:
+    """alice's job claims 100,000 s of training in a job Slurm saw run for seconds."""
+    job = run_reporting(slurm, work, [50_000.0, 50_000.0], sleep=1)
+    row = slurm.ended(job)[0]
+    assert row["State"] == "COMPLETED"
+    got = poll(f"job {job}'s sample", lambda: sample_of(slurm, job))
+    assert got.train_seconds == float(row["ElapsedRaw"]) and got.total_seconds is None
+    summary = beacon.decode(
+        beacon.summary_text(slurm.cmd("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "Comment").stdout.strip())
+    )
+    assert summary is not None and summary.train_seconds == 100_000.0  # what she claimed, kept by Slurm as she wrote it
