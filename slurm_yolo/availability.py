@@ -40,7 +40,7 @@ _PATH = re.compile(r"/[^\x00-\x1f\x7f\"'\\]*")  # also no ': the hook client's p
 
 
 def path(config: Config) -> Path:
-    return config.state_dir / FILE_NAME
+    return config.public_dir / FILE_NAME
 
 
 def refusals_path(config: Config) -> Path:
@@ -98,7 +98,7 @@ def render(config: Config, now: float, accounts: Iterable[Any], prices: Iterable
 def publish(config: Config, text: Callable[[float], str]) -> None:
     """Rewrite the file (atomically: the script reads either the old or the new) with ``text(now)``;
     the caller holds the ledger's publishing lock, so the file left behind is never the older."""
-    target = path(config)
+    target = db.public_folder(config.public_dir) / FILE_NAME
     body = text(time.time())
     tmp = target.with_name(f".{FILE_NAME}.{os.getpid()}.{threading.get_ident()}")
     tmp.write_text(body)

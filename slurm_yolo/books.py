@@ -222,7 +222,7 @@ def _ended_before(rec: JobRecord, row: store.Row) -> bool:
 
 
 def audit_path(config: Config) -> Path:
-    return config.state_dir / AUDIT_NAME
+    return config.public_dir / AUDIT_NAME
 
 
 def requeue_comments(config: Config, findings: list[Finding]) -> int:
@@ -245,7 +245,7 @@ def save(config: Config, findings: list[Finding], window_days: float) -> None:
     so that ``last`` accepts it), atomically."""
     target = audit_path(config)
     with db.as_state_owner(config.state_dir, config["paths"]["owner"]):
-        tmp = target.with_name(f".{AUDIT_NAME}.{os.getpid()}")
+        tmp = db.public_folder(target.parent) / f".{AUDIT_NAME}.{os.getpid()}"
         tmp.write_text(json.dumps({"at": time.time(), "window_days": window_days,
                                    "findings": [f._asdict() for f in findings]}) + "\n")  # fmt: skip
         os.replace(tmp, target)

@@ -119,7 +119,7 @@ def db_path(config: Config) -> Path:
 
 def load(config: Config, partition: str) -> Calibrated:
     """The partition's current model (read-only; the config prior when uncalibrated)."""
-    conn = db.connect_read(db_path(config))
+    conn = db.connect_read(db_path(config), config.public_dir)
     if conn is None:
         return Calibrated(prior(config), "config prior (no calibration database)")
     try:
@@ -145,7 +145,7 @@ class HistoryEntry(NamedTuple):
 
 def history(config: Config, partition: str | None = None) -> list[HistoryEntry]:
     """Every model a partition (or every partition) has had, oldest first (read-only)."""
-    conn = db.connect_read(db_path(config))
+    conn = db.connect_read(db_path(config), config.public_dir)
     if conn is None:
         return []
     try:
@@ -156,6 +156,13 @@ def history(config: Config, partition: str | None = None) -> list[HistoryEntry]:
     finally:
         conn.close()
     return [HistoryEntry(r["partition"], r["at"], r["source"], _model_from_json(r["model"])) for r in rows]
+
+
+def publish(config: Config) -> None:
+    """Write calibration.db's published copy again, changed or not (``ledger publish``: a new public
+    folder has the time models before their next save)."""
+    with Store(config) as store:
+        db.publish_copy(db.backup_into(store.conn), db_path(config), config.public_dir)
 
 
 class Store:
@@ -181,7 +188,7 @@ class Store:
         """Publish what changed (still as the state's owner), then let go."""
         try:
             if self.conn.total_changes:
-                db.publish_copy(db.backup_into(self.conn), db_path(self.config))
+                db.publish_copy(db.backup_into(self.conn), db_path(self.config), self.config.public_dir)
         finally:
             self.conn.close()
             self._stack.close()

@@ -28,6 +28,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "state_dir": str(SYSTEM_STATE),  # calibration.db, ledger.db (owned by the SlurmUser)
         "owner": "slurm",  # the SlurmUser: owns the state; root writes it as this user
         "cache_dir": "",  # per-user caches (dataset counts); default ~/.cache/slurm-yolo
+        # The published, world-readable copies (ledger.db, calibration.db, availability, audit.json):
+        # "" keeps them in state_dir; a folder of their own can be shared read-only with login nodes,
+        # which then plan with the site's time models and prices and never see the state dir.
+        "public_dir": "",
     },
     "slurm": {
         "bin_dir": "/usr/bin",  # absolute: slurmctld-side hooks run with no PATH
@@ -163,6 +167,11 @@ class Config:
         return Path(self.values["paths"]["state_dir"])
 
     @property
+    def public_dir(self) -> Path:
+        """Where the published copies are (``paths.public_dir``, else the state dir)."""
+        return Path(self.values["paths"]["public_dir"] or self.values["paths"]["state_dir"])
+
+    @property
     def cache_dir(self) -> Path:
         if self.values["paths"]["cache_dir"]:
             return Path(self.values["paths"]["cache_dir"])
@@ -259,7 +268,8 @@ def load(path: Path | None = None, env: Mapping[str, str] = os.environ) -> Confi
     home = env.get("SLURM_YOLO_HOME")
     if home:
         values["paths"]["state_dir"] = home
-        sources["paths.state_dir"] = "env SLURM_YOLO_HOME"
+        values["paths"]["public_dir"] = ""  # a trial's own state: its copies beside it
+        sources["paths.state_dir"] = sources["paths.public_dir"] = "env SLURM_YOLO_HOME"
     if values["watchdog"]["action"] not in ("requeue", "cancel"):
         raise UsageError("config watchdog.action: must be 'requeue' or 'cancel'")
     if values["ledger"]["backend"] not in ("sqlite", "mariadb"):

@@ -4,9 +4,9 @@ The databases (ledger, calibration), their -wal/-shm files and every lock live i
 a folder only the SlurmUser (and root) can enter: a file a user can open is a file she can lock (a
 read-only descriptor takes an ``flock``, and a POSIX read lock on one byte of -shm stops every
 SQLite writer), so nothing a writer waits on may be openable by users. What users read (balances,
-k) is a **published copy**: ``publish_copy`` writes a consistent snapshot beside the folder
-(``STATE/ledger.db``) and swaps it in with a rename, so a reader holds an old inode that no writer
-ever opens again. Readers who can enter the folder read the live database; others read the copy,
+k) is a **published copy**: ``publish_copy`` writes a consistent snapshot in the public folder
+(``paths.public_dir``, by default the state folder itself: ``STATE/ledger.db``) and swaps it in with
+a rename, so a reader holds an old inode that no writer ever opens again. Readers who can enter the folder read the live database; others read the copy,
 ``immutable=1`` (no locks taken). Every wait (SQLite's busy handler, a lock file) has a bound: past
 it is one error line, never a hang.
 """
@@ -39,8 +39,20 @@ def private_dir(state_dir: Path) -> Path:
     return state_dir / PRIVATE
 
 
-def published(path: Path) -> Path:
-    """The published copy of the private database ``path`` (``STATE/private/x.db`` -> ``STATE/x.db``)."""
+def published(path: Path, public: Path) -> Path:
+    """The published copy of the private database ``path`` in the folder ``public`` (the config's
+    ``public_dir``: ``STATE/private/x.db`` -> ``PUBLIC/x.db``)."""
+    return public / path.name
+
+
+def public_folder(public: Path) -> Path:
+    """The public folder, made (world-readable, not writable) when it is not there yet."""
+    public.mkdir(mode=0o755, parents=True, exist_ok=True)
+    return public
+
+
+def legacy(path: Path) -> Path:
+    """Where an earlier release kept the private database ``path``: in the state folder itself."""
     return path.parent.parent / path.name
 
 
@@ -86,12 +98,13 @@ def locked(path: Path, what: str, seconds: float = LOCK_SECONDS) -> Iterator[Non
         os.close(fd)
 
 
-def publish_copy(snapshot: Callable[[Path], None], path: Path) -> None:
-    """Publish a consistent snapshot of the books at ``published(path)``, world-readable, swapped in
-    with a rename (a reader keeps the inode it opened; no writer opens it again). ``snapshot(tmp)``
-    writes the copy as a new SQLite file (``backup_into``, or a MariaDB ledger's rows)."""
-    target = published(path)
-    tmp = path.with_name(f".{path.name}.publish.{os.getpid()}.{threading.get_ident()}")
+def publish_copy(snapshot: Callable[[Path], None], path: Path, public: Path) -> None:
+    """Publish a consistent snapshot of the books at ``published(path, public)``, world-readable,
+    swapped in with a rename (a reader keeps the inode it opened; no writer opens it again).
+    ``snapshot(tmp)`` writes the copy as a new SQLite file (``backup_into``, or a MariaDB ledger's
+    rows), beside its target (one file system, whatever the public folder is)."""
+    target = published(path, public_folder(public))
+    tmp = target.with_name(f".{path.name}.publish.{os.getpid()}.{threading.get_ident()}")
     tmp.unlink(missing_ok=True)
     try:
         # the copy is the owner's alone while it is written (SQLite gives its journal the file's mode):
@@ -127,7 +140,7 @@ def adopt_legacy(path: Path) -> None:
     """An earlier release kept ``path`` in the state folder itself, where users could open (and lock)
     it: copy its books into the private folder (a new inode no user holds), once, before any writer
     opens ``path``. The old file is then overwritten by the first published copy."""
-    old = published(path)
+    old = legacy(path)
     if os.path.exists(path) or not old.is_file():
         return
     src = sqlite3.connect(old, timeout=BUSY_TIMEOUT_MS / 1000)  # the owner's: its -wal is read too
@@ -250,7 +263,7 @@ def connect_write(path: Path, migrations: Sequence[str], wal: bool = False) -> s
     try:
         make_private(path.parent.parent)
         if not os.path.exists(path):  # made once, under a lock: see create_private
-            with locked(path.parent / "adopt.lock", f"moving {published(path)} into {path.parent}"):
+            with locked(path.parent / "adopt.lock", f"moving {legacy(path)} into {path.parent}"):
                 adopt_legacy(path)
                 if not os.path.exists(path):
                     create_private(path)
@@ -269,14 +282,15 @@ def connect_write(path: Path, migrations: Sequence[str], wal: bool = False) -> s
     return conn
 
 
-def connect_read(path: Path) -> sqlite3.Connection | None:
+def connect_read(path: Path, public: Path) -> sqlite3.Connection | None:
     """A read-only connection to the private database ``path`` when this user can enter its folder,
-    else to its published copy (``immutable=1``: no lock taken); None when neither exists yet."""
+    else to its published copy in ``public`` (``immutable=1``: no lock taken); None when neither
+    exists (yet, or on this host)."""
     suffixes: tuple[str, ...] = ("?mode=ro", "?immutable=1")
     if os.access(path.parent, os.X_OK) and os.path.exists(path):
         pass
-    elif published(path).is_file():
-        path, suffixes = published(path), ("?immutable=1",)
+    elif published(path, public).is_file():
+        path, suffixes = published(path, public), ("?immutable=1",)
     else:
         return None
     uri = "file:" + str(path.resolve()).replace("%", "%25").replace("?", "%3f").replace("#", "%23")

@@ -11,6 +11,7 @@ notes (what is fine but worth knowing) do not.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import re
@@ -214,6 +215,10 @@ def _books(config: Config, cc: ControllerConfig) -> list[Problem]:
             *out,
             Problem(f"{state}: {e.strerror}", f"install -d -o {owner} -m 755 {state} (deploy/install --site)"),
         ]
+    public = config.public_dir
+    with contextlib.suppress(FileNotFoundError):  # made by the first publish
+        if public != state and public.stat().st_mode & 0o002:
+            out.append(Problem(f"{public} (the published copies) is writable by everyone", f"chmod o-w {public}"))
     private = db.private_dir(state)
     try:
         pst = private.stat()

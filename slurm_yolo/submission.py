@@ -225,7 +225,8 @@ def prepare(
         0, f"data: {counts.yaml_path}: {counts.train} train, {counts.val} val images, {counts.source}"
     )
     script = scripts[[p.partition for p in plans].index(chosen.partition)]
-    warnings = tuple(filter(None, [config_mod.missing(config), missing_weights(s, options), unpriced]))
+    warnings = tuple(filter(None, [config_mod.missing(config), unpublished(config), missing_weights(s, options),
+                                   unpriced]))  # fmt: skip
     if partition != "auto" and config.partitions and partition not in config.partitions:  # a typo plans "cleanly"
         warnings += (f"partition {partition} is not one of the configured ({', '.join(sorted(config.partitions))}):"
                     " planned with the defaults (whole GPUs, the prior k); Slurm refuses it if it does not exist",)  # fmt: skip
@@ -241,6 +242,18 @@ def prepare(
            f" (the partition's cost_per_gpu_hour {q.cost_per_gpu_hour:g})" if q.cost_per_gpu_hour > 0 else "")
     )  # fmt: skip
     return Prepared(spec=s, counts=counts, plan=chosen, script=script, options=options, quote=q, warnings=warnings)
+
+
+def unpublished(config: Config) -> str:
+    """A line for a host whose site config names a public folder it does not have ('' otherwise):
+    a login node not given the published copies plans with the config's prior k and default price,
+    which slurmctld's admission and the prolog do not use."""
+    if config.path is None or config.public_dir.is_dir():
+        return ""
+    return (
+        f"{config.public_dir} is not on this host: planned with the config's prior k and default price, not"
+        " the site's time models and prices; share paths.public_dir with this host read-only (docs/site-install.md)"
+    )
 
 
 def quotes_for(config: Config, plans: list[plan.Plan]) -> tuple[list[cost.Quote], str]:

@@ -215,8 +215,9 @@ class Slurm(NamedTuple):
 def own_ledger_config(slurm: Slurm) -> str:
     """The cluster's config text for a test's own state folder (SLURM_YOLO_HOME): its own SQLite
     ledger there, never the cluster's books (which may be the shared MariaDB ledger), and no Slurm
-    limits or AdminComments written from it."""
-    text = re.sub(r"(?m)^(backend|mariadb_options) = .*\n", "", slurm.config_path.read_text())
+    limits or AdminComments written from it; its published copies beside it, not in the cluster's
+    public folder."""
+    text = re.sub(r"(?m)^(backend|mariadb_options|public_dir) = .*\n", "", slurm.config_path.read_text())
     return text.replace("[ledger]\n", "[ledger]\nenforce = false\nadmin_comment = false\n")
 
 

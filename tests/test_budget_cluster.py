@@ -14,15 +14,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PRICE, REPO, Slurm, balance_path, fund, last_movement, nothing_pending, poll
+from conftest import PRICE, REPO, VENV_BIN, Slurm, balance_path, fund, last_movement, nothing_pending, poll
+
+from slurm_yolo.synthetic import make_dataset
 
 pytestmark = pytest.mark.cluster
 A100 = PRICE["a100"]
@@ -321,3 +325,70 @@ def test_chaos_over_200_jobs_leaves_sacct_and_the_ledger_in_agreement(lean: Slur
         settled = [r for j in jobs for r in lg.runs(j, lean.name)]
     assert all(r["state"] == "settled" for r in settled)
     assert {r["job_id"] for r in settled} == set(jobs)  # every job started a GPU run and paid for it
+
+
+# A "login node": the cluster's slurm-yolo folder replaced, in a mount namespace of its own, by one
+# that holds only what a site gives a login node: the config and the published copies (shared
+# read-only); no state dir, no books, no ledger credentials, no hooks.
+LOGIN_NODE = r"""
+yolo=$1; shift
+keep=$(mktemp -d)
+mount --bind "$yolo" "$keep" && mount -t tmpfs -o mode=0755,size=1m login-node "$yolo" || exit 99
+mkdir "$yolo/public" && touch "$yolo/config.toml" || exit 99
+mount --bind -o ro "$keep/public" "$yolo/public" && mount --bind -o ro "$keep/config.toml" "$yolo/config.toml" || exit 99
+umount -l "$keep"
+[ -e "$yolo/state" ] && exit 98
+exec "$@"
+"""
+
+
+def on_a_login_node(slurm: Slurm, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``yolo-sbatch ARGS`` as alice on a login node (``LOGIN_NODE``). On 24.11 it runs as root with
+    MINICLUSTER_USER=alice: the cluster's commands there are wrappers that chroot, as alice."""
+    yolo = slurm.config_path.parent
+    user = ["/usr/sbin/runuser", "-u", "alice", "--"] if slurm.root == Path("/") else []
+    argv = ["/usr/bin/unshare", "-m", "--propagation", "private", "--", "/bin/sh", "-c", LOGIN_NODE, "sh", str(yolo),
+            *user, str(VENV_BIN / "yolo-sbatch"), *args]  # fmt: skip
+    return subprocess.run(argv, env=slurm.env("alice"), capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def test_a_login_node_without_the_state_dir_plans_as_the_controller_does_and_is_refused(
+    lean: Slurm, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The plan (k, GPUs, limit, the hold at the site's price) on a login node that sees only the
+    config and the published copies is the one a host with the state dir makes; a submission goes
+    through, and one the account cannot cover is refused in one line, with nothing queued."""
+    users = Path("/tmp/slurm-yolo-users")  # deploy/minicluster's users' file system: login and compute see it
+    work = Path(tempfile.mkdtemp(dir=users))
+    try:
+        work.chmod(0o755)
+        data = make_dataset(work, train=16, val=8, size=96)
+        subprocess.run(["chmod", "-R", "a+rX", str(work)], check=True)
+        words = ["-A", "vision", "-p", "t4", "train", "model=yolov8n.yaml", f"data={data}", "epochs=1", "imgsz=64"]
+        full = subprocess.run([str(VENV_BIN / "yolo-sbatch"), "--dry-run", "--json", *words], env=lean.env(),
+                              capture_output=True, text=True, cwd=work, timeout=120)  # fmt: skip
+        login = on_a_login_node(lean, work, "--dry-run", "--json", *words)
+        assert full.returncode == 0 and login.returncode == 0, full.stderr + login.stderr
+        assert login.stderr == "", login.stderr  # no warning: it found all it plans with
+        here, there = json.loads(full.stdout), json.loads(login.stdout)
+        keys = ("k", "gres", "time_limit_seconds", "qos", "hold_tokens", "price_tokens_per_gpu_second", "hold_money")
+        assert {k: there[k] for k in keys} == {k: here[k] for k in keys}
+        assert there["price_tokens_per_gpu_second"] == PRICE["t4"]  # the site's price, not the default
+
+        res = on_a_login_node(lean, work, "--json", *words)
+        assert res.returncode == 0, res.stderr
+        job = int(json.loads(res.stdout)["job_id"])
+        assert lean.cmd("squeue", "-h", "-j", str(job), "-o", "%a").stdout.strip() == "vision"
+        lean.cmd("scancel", str(job))
+        gone_from_controller(lean, job)
+
+        fund(lean, ("vision",), there["hold_tokens"] - 1)
+        before = last_movement(lean)
+        res = on_a_login_node(lean, work, *words)
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode != 0 and len(lines) == 1 and lines[0].startswith("Error:"), res.stderr
+        assert "vision" in lines[0] and "cannot cover" in lines[0], lines[0]
+        assert lean.cmd("squeue", "-h", "-A", "vision", "-o", "%i").stdout.strip() == ""
+        assert last_movement(lean) == before  # no token moved
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

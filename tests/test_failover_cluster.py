@@ -152,6 +152,7 @@ PidFile={BASE}/dbd/slurmdbd.pid
     config = (
         "\n".join(lines)
         .replace(f'state_dir = "{shared.state_dir}"', f'state_dir = "{BASE}/host/state"')
+        .replace(f'public_dir = "{shared.config().public_dir}"', f'public_dir = "{BASE}/host/public"')
         .replace("spank_tokens = true", f'spank_tokens = false\nbin_dir = "{BASE}/bin"')
     )
     assert f"{BASE}/host/state" in config and f'mariadb_options = "{cnf}"' in config

@@ -454,13 +454,14 @@ def test_a_cluster_follows_a_block_that_turned_round_since_its_last_look() -> No
 
 
 def test_a_published_copy_is_the_owners_alone_until_it_is_whole(tmp_path: Path) -> None:
-    """``db.publish_copy`` writes its copy (and the journal SQLite keeps beside it) mode 600 in the
-    private folder; only the whole copy, renamed into place, is world-readable. `slurm-yolo doctor`
+    """``db.publish_copy`` writes its copy (and the journal SQLite keeps beside it) mode 600 beside
+    its target in the public folder (made when missing); only the whole copy, renamed into place, is
+    world-readable. `slurm-yolo doctor`
     once caught a 644 journal there in the middle of a publish."""
     from slurm_yolo import db
 
     seen: list[tuple[str, int]] = []
-    books = tmp_path / "ledger.db"
+    books, public = tmp_path / "private" / "ledger.db", tmp_path / "public"
 
     def snapshot(path: Path) -> None:
         copy = sqlite3.connect(path, isolation_level=None)
@@ -469,13 +470,14 @@ def test_a_published_copy_is_the_owners_alone_until_it_is_whole(tmp_path: Path) 
             copy.execute("CREATE TABLE t (x INTEGER PRIMARY KEY)")
             copy.execute("INSERT INTO t VALUES (1)")
             seen.extend(
-                (p.name.rsplit("-", 1)[-1], p.stat().st_mode & 0o777) for p in tmp_path.glob(".ledger.db.publish.*")
+                (p.name.rsplit("-", 1)[-1], p.stat().st_mode & 0o777) for p in public.glob(".ledger.db.publish.*")
             )
             copy.execute("COMMIT")
         finally:
             copy.close()
 
-    db.publish_copy(snapshot, books)
+    db.publish_copy(snapshot, books, public)
     assert sorted(mode for _, mode in seen) == [0o600, 0o600] and any(n == "journal" for n, _ in seen), seen
-    assert db.published(books).stat().st_mode & 0o777 == 0o644
-    assert not list(tmp_path.glob(".ledger.db.publish.*"))
+    assert db.published(books, public) == public / "ledger.db"
+    assert db.published(books, public).stat().st_mode & 0o777 == 0o644 and public.stat().st_mode & 0o777 == 0o755
+    assert not list(public.glob(".ledger.db.publish.*"))

@@ -534,7 +534,7 @@ def alice_locks(funded: Slurm) -> Iterator[dict[str, list[str]]]:
     """alice holding every lock she can on the cluster's slurm-yolo state (until the test ends)."""
     ready = _hostile_dir(funded, "locks") / "held"
     proc = subprocess.Popen(["/usr/sbin/runuser", "-u", "alice", "--", "/usr/bin/python3", "-c", LOCKER,
-                             str(funded.state_dir), str(ready)], cwd="/tmp", start_new_session=True)  # fmt: skip
+                             str(funded.state_dir.parent), str(ready)], cwd="/tmp", start_new_session=True)  # fmt: skip
     try:
         poll("alice's locks", lambda: ready.exists() or proc.poll() is not None, timeout=60)
         assert proc.poll() is None
@@ -545,11 +545,12 @@ def alice_locks(funded: Slurm) -> Iterator[dict[str, list[str]]]:
 
 
 def test_no_lock_a_user_can_take_freezes_the_books(funded: Slurm, alice_locks: dict[str, list[str]]) -> None:
-    """alice locks all she can open under the state folder; nothing she holds is on the write path:
+    """alice locks all she can open of the cluster's slurm-yolo folders (its state, its public copies,
+    its config); nothing she holds is on the write path:
     root's deposit goes through, her GPU job is held and charged its elapsed time to the token, and
     so is the run she starts again by requeueing her finished job (a requeue passes no admission)."""
-    state = funded.state_dir
-    assert str(state / "ledger.db") in alice_locks and alice_locks[str(state / "ledger.db")]  # the published copy
+    state, copy = funded.state_dir, str(funded.config().public_dir / "ledger.db")
+    assert alice_locks.get(copy)  # the published copy
     assert not [p for p in alice_locks if p.startswith(str(state / "private"))]  # the books: out of her reach
     with funded.ledger() as lg:
         before = lg.balance("vision")

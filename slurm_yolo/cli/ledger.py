@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from .. import admission, availability, books, enforcement, ledger, visibility
+from .. import admission, availability, books, calibration, enforcement, ledger, visibility
 from .. import config as config_mod
 from ..config import Config
 from ..errors import UsageError
@@ -446,11 +446,12 @@ def enforce(accounts: tuple[str, ...]) -> None:
 @ledger_group.command()
 @library_errors
 def publish() -> None:
-    """Rewrite the balances slurmctld's admission reads (every ledger write does this too; cron and
-    a new install use it)."""
+    """Rewrite the balances slurmctld's admission reads, and the copies of the books and the time
+    models users and login nodes read (every write does this too; cron and a new install use it)."""
     config = load_config()
     ledger.publish(config)
-    click.echo(f"published {availability.path(config)}")
+    calibration.publish(config)
+    click.echo(f"published in {config.public_dir}: availability, ledger.db, calibration.db")
 
 
 @ledger_group.command()

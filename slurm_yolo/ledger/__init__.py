@@ -177,7 +177,7 @@ def publish_from(lg: Ledger, config: Config) -> None:
         with db.locked(db.private_dir(config.state_dir) / "publish.lock", "publishing the ledger"):
             availability.publish(config, lambda now: availability.render(config, now, lg.accounts(), lg.prices(),
                                                                          lg.tiers(), lg.held_jobs()))  # fmt: skip
-            db.publish_copy(lg.conn.snapshot, db_path(config))
+            db.publish_copy(lg.conn.snapshot, db_path(config), config.public_dir)
     except (OSError, sqlite3.Error, SlurmYoloError) as e:
         print(f"slurm-yolo: the ledger's published copies not updated: {e}", file=sys.stderr)
 
@@ -191,10 +191,12 @@ def publish(config: Config) -> None:
 def reader(config: Config) -> Ledger | None:
     """A read-only ledger for any user: the books themselves for root and the SlurmUser (who can
     read the MariaDB option file, or enter the private folder), the published copy for everyone
-    else (None when there is neither yet)."""
-    if on_mariadb(config) and is_keeper(config):
+    else, and on a host that has no option file but the copy (a login node's root); None when there
+    is neither."""
+    copy = db.published(db_path(config), config.public_dir)
+    if on_mariadb(config) and is_keeper(config) and (os.path.lexists(options_path(config)) or not copy.is_file()):
         return Ledger(mariadb.connect(options_path(config), config["paths"]["owner"]))
-    conn = db.connect_read(db_path(config))
+    conn = db.connect_read(db_path(config), config.public_dir)
     return Ledger(store.SqliteStore(conn)) if conn else None
 
 

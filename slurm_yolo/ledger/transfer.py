@@ -39,7 +39,7 @@ def to_mariadb(config: Config, options: Path) -> Transferred:
             f"permission denied: the books are moved by root or the SlurmUser ({config['paths']['owner']})"
         )
     path = db_path(config)
-    if not path.exists() and not db.published(path).is_file():
+    if not path.exists() and not db.published(path, config.public_dir).is_file():
         raise UsageError(f"no SQLite ledger at {path} to move (a new site: just set ledger.backend)")
     target = mariadb.connect(options, config["paths"]["owner"])
     try:
