@@ -52,9 +52,9 @@ def check(config: Config, plan: Plan, account: str | None, q: Quote) -> str | No
             return None
     finally:
         lg.close()
-    need = q.hold_tokens
-    pending = sum(policy.user_estimate(None, c) or 0 for c in commands.pending_comments(name, bin_dir))
-    left = row["balance"] - pending
+    # The balance alone: the account's pending jobs are slurmctld's admission's to reckon, from their
+    # own limits and GPUs (job_submit.lua); their comments are their users' text, never evidence here.
+    need, left = q.hold_tokens, row["balance"]
     if need > left:
         _log_refusal(name, need, left)
         wait = bucket.seconds_until(need - left, row["rate_per_day"])
@@ -66,8 +66,7 @@ def check(config: Config, plan: Plan, account: str | None, q: Quote) -> str | No
         raise QuotaError(
             f"account {name} cannot cover this job: needs {fmt_tokens(need)} (what its start holds: "
             f"{plan.time_limit_seconds // 60} min x {q.gpu_share} GPU x {q.price:,} tokens/GPU-s x {policy.rate_text(q.rate_ppm)};"
-            f" its work is {fmt_tokens(plan.effective_tokens)}), has {fmt_tokens(max(0, left))} left"
-            f" (balance {fmt_tokens(row['balance'])} - pending jobs {fmt_tokens(pending)}); {refill}"
+            f" its work is {fmt_tokens(plan.effective_tokens)}), has {fmt_tokens(max(0, left))} left; {refill}"
         )
     return name
 

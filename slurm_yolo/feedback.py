@@ -18,6 +18,11 @@ The summary is the user's own, so it is checked against Slurm and what it can mo
   1 + USER_STEP], and the start-up alike: once a user's moves reach the bound, that user's jobs can
   only move the term back.
 
+- No job changes ``n``, the number of runs the partition's model was fitted on: it sets the limit's
+  buffer (an uncalibrated partition's limit is doubled) and when outliers are refused, so only an
+  admin's fit (``calibrate``, the cron's ``recalibrate``, which weighs every job's sample) moves it.
+- The summary's counts must be whole and positive, and its GPUs are at most those Slurm allocated.
+
 What a job asked beyond that is not applied: its sample is stored and the move is recorded as
 asked-versus-applied (``moves`` in calibration.db), for the next refit to weigh with every other run.
 """
@@ -56,20 +61,24 @@ class Feedback:
     ratio: float | None = None
 
 
-def sample_from_beacon(b: Beacon | None, key: str, elapsed: int | None = None) -> Sample | None:
+def sample_from_beacon(b: Beacon | None, key: str, elapsed: int | None = None,
+                       gpus: int | None = None) -> Sample | None:  # fmt: skip
     """The finished job as a calibration sample, from the summary its launcher left in its Comment
-    (None when that says too little). ``elapsed`` (Slurm's, not the user's) caps the training time
-    the summary claims, and is the whole job's time when one uninterrupted run did the training and
-    it fits in it; a requeued job's elapsed covers its last run only."""
+    (None when that says too little, or a count that cannot be: no images, no epochs, no FLOPs).
+    ``elapsed`` (Slurm's, not the user's) caps the training time the summary claims, and is the
+    whole job's time when one uninterrupted run did the training and it fits in it; a requeued job's
+    elapsed covers its last run only. ``gpus`` (what Slurm allocated, whole) caps the GPUs claimed."""
     if b is None or b.workload is None or b.epochs_done <= 0 or b.train_seconds <= 0:
         return None
     w, done, seconds = b.workload, b.epochs_done, b.train_seconds
+    if min(w.train_images, w.imgsz, w.epochs, w.batch, w.gflops, b.gpus) <= 0 or done > w.epochs:
+        return None
     passes = done if w.val_passes >= w.epochs else (1 if done >= w.epochs else 0)
     total = float(elapsed) if elapsed and b.one_run and elapsed >= seconds else None
     if elapsed:
         seconds = min(seconds, float(elapsed))  # the summary is the user's; Slurm's clock is not
-    return Sample(replace(w, epochs=done, val_passes=passes), b.gpus, seconds, key=key, total_seconds=total,
-                  cpus=b.cpus)  # fmt: skip
+    return Sample(replace(w, epochs=done, val_passes=passes), min(b.gpus, gpus or b.gpus), seconds, key=key,
+                  total_seconds=total, cpus=b.cpus)  # fmt: skip
 
 
 def nudge(tm: TimeModel, sample: Sample, ddp_eff: float, reference_gflops: float) -> tuple[TimeModel, float, str]:
@@ -144,7 +153,7 @@ def bound(current: TimeModel, wanted: TimeModel, used: Move) -> tuple[TimeModel,
 
 
 def job_feedback(config: Config, partition: str, job_id: int, summary: Beacon | None, cluster: str = "default",
-                 owner: int | None = None, elapsed: int | None = None) -> Feedback | None:  # fmt: skip
+                 owner: int | None = None, elapsed: int | None = None, gpus: int | None = None) -> Feedback | None:  # fmt: skip
     """Record the job's measured run and nudge its partition's k (the time model only: no hold or
     charge reads k), within the bounds of the module docstring; None when its summary says too little.
     Without Slurm's ``elapsed`` the records cannot be checked, and without the job's ``owner`` no
@@ -153,7 +162,7 @@ def job_feedback(config: Config, partition: str, job_id: int, summary: Beacon | 
         k = calibration.load(config, partition).model.k
         why = "no elapsed time from Slurm to check the records against" if not elapsed else "no job uid"
         return Feedback(partition, job_id, False, f"{why}: not recorded, k unchanged", k, k)
-    sample = sample_from_beacon(summary, key=f"job:{cluster}:{job_id}", elapsed=elapsed)
+    sample = sample_from_beacon(summary, key=f"job:{cluster}:{job_id}", elapsed=elapsed, gpus=gpus)
     if sample is None:
         return None
     part = config.partition(partition)
@@ -171,5 +180,5 @@ def job_feedback(config: Config, partition: str, job_id: int, summary: Beacon | 
                     " the rest waits for recalibrate")  # fmt: skip
         moved = applied != Move()
         if moved:
-            store.save(partition, replace(tm, n=current.n + 1), f"job {job_id}", owner)
+            store.save(partition, tm, f"job {job_id}", owner)  # n, the runs behind the fit, stays the admin's
     return Feedback(partition, job_id, moved, why, current.k, tm.k, ratio)

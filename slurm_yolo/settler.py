@@ -15,6 +15,7 @@ sacct for what no hook reported (a failed prolog, an epilog slurmctld never ran)
 from __future__ import annotations
 
 import json
+import math
 import queue
 import threading
 import time
@@ -126,6 +127,7 @@ class FeedbackJob(NamedTuple):
     uid: int
     elapsed: int
     summary: beacon.Beacon | None
+    gpus: int  # whole GPUs Slurm allocated the run (a shard's job: 1): what the summary may claim at most
 
 
 class Followups:
@@ -151,21 +153,22 @@ class Followups:
 
         def step() -> None:
             done = feedback.job_feedback(self.config, job.partition, job.job_id, job.summary, job.cluster, job.uid,
-                                         job.elapsed)  # fmt: skip
+                                         job.elapsed, job.gpus)  # fmt: skip
             log_event(self.config, {"event": "feedback", "job": job.job_id, "partition": job.partition,
                                     "result": done.reason if done else "no usable summary in its Comment"})  # fmt: skip
 
-        self._guard("feedback", step)
+        self._guard("feedback", step, job.job_id)
 
     def cancel(self, target: str) -> None:
         """Cancel a job now (a prolog's own cancel: hookd's worker, after ``hooks.CANCEL_AFTER``)."""
         self._guard("cancel", lambda: commands.cancel(target, bin_dir=_bin_dir(self.config)))
 
-    def _guard(self, what: str, step: Callable[[], object]) -> None:
+    def _guard(self, what: str, step: Callable[[], object], job: int | None = None) -> None:
         try:
             step()
         except Exception as e:  # noqa: BLE001 - side work never undoes a settlement; cron repeats it
-            log_event(self.config, {"event": what, "alert": f"{type(e).__name__}: {e}"})
+            log_event(self.config, {"event": what, **({"job": job} if job is not None else {}),
+                                    "alert": f"{type(e).__name__}: {e}"})  # fmt: skip
 
     def after(self, settled: list[Settled], facts: Mapping[str, str] | None = None) -> None:
         """What follows settlements: blocked accounts' limits, their AdminComments, and (a completed
@@ -178,7 +181,9 @@ class Followups:
             return
         for rec, _, _ in settled:
             if rec.state == "COMPLETED":
-                job = FeedbackJob(rec.job_id, rec.partition, rec.cluster, int(uid), rec.elapsed, beacon.decode(summary))
+                gpus = math.ceil(policy.gpus(rec.tres, self.config.partition(rec.partition).shards_per_gpu))
+                job = FeedbackJob(rec.job_id, rec.partition, rec.cluster, int(uid), rec.elapsed, beacon.decode(summary),
+                                  max(1, gpus))  # fmt: skip
                 self.feedback(job)
 
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from . import beacon
 from .config import Config
+from .errors import SlurmError
 from .eventlog import log_event
 from .slurm import commands, parsers
 
@@ -33,6 +34,7 @@ class Zombie:
     silent_seconds: float
     evidence: list[str]
     action: str
+    error: str = ""  # what Slurm said when the action failed (the next zombie is acted on all the same)
 
 
 def find_zombies(config: Config, stall_seconds: float, now: float | None = None) -> list[Zombie]:
@@ -59,14 +61,24 @@ def find_zombies(config: Config, stall_seconds: float, now: float | None = None)
 
 
 def act(config: Config, zombies: list[Zombie], dry_run: bool = False) -> list[Zombie]:
-    """Requeue or cancel each zombie; log what was done and why."""
+    """Requeue or cancel each zombie; log what was done and why. A job Slurm will not requeue (its
+    user asked ``--no-requeue``, or it is no batch job) is cancelled instead; a job Slurm refuses
+    both keeps its error and the others are acted on all the same (one job must not shield the rest)."""
     bin_dir = Path(config["slurm"]["bin_dir"])
+    done = []
     for z in zombies:
         reason = f"slurm-yolo watchdog: no progress for {z.silent_seconds / 60:.0f} min ({', '.join(z.evidence)})"
         if not dry_run:
-            if z.action == "requeue":
-                commands.requeue(z.target, bin_dir=bin_dir)
-            else:
-                commands.cancel(z.target, bin_dir=bin_dir)
+            try:
+                if z.action == "requeue":
+                    try:
+                        commands.requeue(z.target, bin_dir=bin_dir)
+                    except SlurmError as e:
+                        z = replace(z, action="cancel", error=f"requeue refused: {e}")
+                if z.action == "cancel":
+                    commands.cancel(z.target, bin_dir=bin_dir)
+            except SlurmError as e:
+                z = replace(z, action="none", error=f"{z.error}; {e}" if z.error else str(e))
             log_event(config, {"reason": reason, "pid": os.getpid(), **asdict(z)}, name="watchdog.log")
-    return zombies
+        done.append(z)
+    return done

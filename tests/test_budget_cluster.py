@@ -392,3 +392,27 @@ def test_a_login_node_without_the_state_dir_plans_as_the_controller_does_and_is_
         assert last_movement(lean) == before  # no token moved
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_a_teammates_pending_comment_is_no_claim_on_the_budget(lean: Slurm) -> None:
+    """A hostile helper's finding: yolo-sbatch subtracted the ``eff=`` of the account's pending jobs,
+    their users' own text, from the balance, so one member could refuse every teammate's job. A
+    pending job's comment claiming 10^18 tokens changes nothing now; slurmctld's admission counts
+    pending jobs from their own limits and GPUs."""
+    users = Path("/tmp/slurm-yolo-users")
+    work = Path(tempfile.mkdtemp(dir=users))
+    try:
+        work.chmod(0o755)
+        data = make_dataset(work, train=16, val=8, size=96)
+        subprocess.run(["chmod", "-R", "a+rX", str(work)], check=True)
+        lean.sbatch("-A", "vision", "-p", "t4", "-t", "1", "--hold", "--comment=yolo:eff=999999999999999999",
+                    user="alice")  # fmt: skip
+        res = subprocess.run([str(VENV_BIN / "yolo-sbatch"), "--json", "-A", "vision", "-p", "t4", "train",
+                              "model=yolov8n.yaml", f"data={data}", "epochs=1", "imgsz=64"], env=lean.env(),
+                             capture_output=True, text=True, cwd=work, timeout=120)  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        job = int(json.loads(res.stdout)["job_id"])
+        lean.cmd("scancel", str(job))
+    finally:
+        lean.cmd("scancel", "-A", "vision", check=False)
+        shutil.rmtree(work, ignore_errors=True)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from slurm_yolo import beacon, calibration, estimate, feedback, spec
+from slurm_yolo import beacon, calibration, estimate, feedback, spec, timemodel
 from slurm_yolo import config as config_mod
 
 PART = "t4"
@@ -52,7 +53,7 @@ def test_a_record_claiming_no_training_on_a_new_partition_moves_k_by_one_step(tm
     assert after.k == pytest.approx(1.0 / 1.1, rel=1e-12)
     assert after.overhead_seconds == pytest.approx(5.0 / 1.1, rel=1e-12)  # fixed costs dominate: moved with k
     assert after.startup_seconds == pytest.approx(20.0 / 1.1, rel=1e-12)  # elapsed 4 s asks less than 18 s
-    assert after.n == 1
+    assert after.n == 0  # the runs behind the fit: only an admin's fit moves it
     with calibration.Store(cfg) as store:
         (sample,) = store.samples(PART)  # the run is kept for the refit, and what it asked is pending
         (move,) = store.conn.execute("SELECT * FROM moves").fetchall()
@@ -138,3 +139,32 @@ def test_a_record_of_nan_or_infinite_seconds_is_no_sample(tmp_path: Path, second
     assert model(cfg).n == 0 and model(cfg).k == 1.0
     with calibration.Store(cfg) as store:
         assert store.samples(PART) == []
+
+
+def test_forged_jobs_never_make_a_partition_look_calibrated(tmp_path: Path) -> None:
+    """A hostile helper's finding: each job that moved k added one to ``n``, the runs behind the
+    model, which halves an uncalibrated partition's doubled limit at 1 and refuses honest runs as
+    outliers from 5. Eight jobs alternating fast and slow claims leave n at 0 and the limit doubled."""
+    cfg = config_mod.load()
+    for job in range(1, 9):
+        feed(cfg, tmp_path, job, 1e-6 if job % 2 else 5000.0, elapsed=5000)
+    after = model(cfg)
+    assert after.n == 0 and timemodel.buffer_for(after, 0.2, 600.0).value == 1.0
+    assert 1 / 1.1 - 1e-9 <= after.k <= 1.1 + 1e-9
+
+
+def test_a_summary_of_counts_that_cannot_be_is_no_sample(tmp_path: Path) -> None:
+    """No FLOPs (a ZeroDivisionError in the feedback once), no images, more epochs done than planned."""
+    good = forged(tmp_path, 1, 10.0)
+    assert good is not None and good.workload is not None
+    for change in ({"gflops": 0.0}, {"train_images": 0}, {"batch": 0}, {"epochs": 0}):
+        bad = replace(good, workload=replace(good.workload, **change))
+        assert feedback.sample_from_beacon(bad, "k", elapsed=100) is None, change
+    assert feedback.sample_from_beacon(replace(good, epochs_done=6), "k", elapsed=100) is None
+
+
+def test_the_gpus_claimed_are_at_most_those_slurm_allocated(tmp_path: Path) -> None:
+    good = forged(tmp_path, 1, 10.0)
+    assert good is not None
+    s = feedback.sample_from_beacon(replace(good, gpus=1000), "k", elapsed=100, gpus=1)
+    assert s is not None and s.gpus == 1

@@ -127,11 +127,12 @@ def watchdog_cmd(stall_minutes: float | None, action: str | None, dry_run: bool,
         echo_json([z.__dict__ for z in found])
         return
     for z in found:
-        click.echo(
-            f"job {z.target}: silent {z.silent_seconds / 60:.1f} min -> {z.action}{' (dry run)' if dry_run else ''}"
-        )
+        click.echo(f"job {z.target}: silent {z.silent_seconds / 60:.1f} min -> {z.action}"
+                   + (" (dry run)" if dry_run else "") + (f" ({z.error})" if z.error else ""))  # fmt: skip
     if not found:
         click.echo(f"no running job silent for {stall / 60:g} min or more")
+    if any(z.action == "none" for z in found):
+        raise SystemExit(1)  # cron mails it: a zombie Slurm would not end
 
 
 COMMANDS = (parse, feedback, watch, watchdog_cmd)

@@ -63,7 +63,9 @@ def run(
     full = [_binary(argv[0], bin_dir), *argv[1:]]
     env = {**os.environ, "SLURM_TIME_FORMAT": time_format}
     try:
-        proc = subprocess.run(full, input=input, capture_output=True, text=True, timeout=timeout, env=env)
+        # Users' text (job names, comments, paths) may hold any byte: never a decoding error of ours
+        proc = subprocess.run(full, input=input, capture_output=True, encoding="utf-8", errors="replace",
+                              timeout=timeout, env=env)  # fmt: skip
     except FileNotFoundError:
         raise SlurmError(f"{argv[0]}: command not found (is Slurm installed?)") from None
     except subprocess.TimeoutExpired as e:  # what Slurm said meanwhile says why (a controller it retries)
@@ -75,7 +77,9 @@ def run(
         text = proc.stderr or proc.stdout
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         ours = [ln for ln in lines if "slurm-yolo:" in ln]  # job_submit.lua's reason beats Slurm's generic last line
-        reason = (ours or lines)[-1] if lines else f"exit code {proc.returncode}"
+        # "Try 'sbatch --help'" follows the real reason (an option this host's sbatch lacks: no SPANK plugin)
+        told = [ln for ln in lines if not ln.startswith("Try ")] or lines
+        reason = (ours or told)[-1] if lines else f"exit code {proc.returncode}"
         unreachable = any(marker in text for marker in UNREACHABLE)
         if unreachable or check:
             raise (UnreachableError if unreachable else SlurmError)(f"{argv[0]} failed: {reason}")

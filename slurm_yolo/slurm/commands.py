@@ -420,10 +420,9 @@ def default_account(user: str, bin_dir: Path | None = None) -> str:
     return res.stdout.strip().splitlines()[0] if res.stdout.strip() else ""
 
 
-def pending_comments(account: str, bin_dir: Path | None = None) -> list[str]:
-    """Comments of the account's pending jobs (yolo-sbatch writes each job's estimate there)."""
-    res = run(["squeue", "-h", "-A", account, "-t", "PENDING", "-o", "%k"], bin_dir=bin_dir)
-    return [line.strip() for line in res.stdout.splitlines() if line.strip()]
+def sbatch_help(bin_dir: Path | None = None) -> str:
+    """``sbatch --help``: the options this host's sbatch takes (a SPANK plugin's among them)."""
+    return run(["sbatch", "--help"], bin_dir=bin_dir).stdout
 
 
 def pending_accounts(bin_dir: Path | None = None) -> set[str]:
