@@ -45,6 +45,22 @@ def published(path: Path, public: Path) -> Path:
     return public / path.name
 
 
+PUBLISHED = ("ledger.db", "calibration.db")  # the copies a login node plans with (balances and prices; time models)
+
+
+def public_problem(public: Path) -> str:
+    """What keeps this user from the published copies in ``public`` ('' when both are readable),
+    never an exception: a login node must be told, not crash."""
+    try:
+        missing = [n for n in PUBLISHED if not (public / n).is_file()]
+        unreadable = [n for n in PUBLISHED if n not in missing and not os.access(public / n, os.R_OK)]
+    except OSError as e:  # a folder this user may not enter
+        return f"{public}: {e.strerror}"
+    if missing:
+        return f"{public} has no {' or '.join(missing)}"
+    return f"{', '.join(str(public / n) for n in unreadable)} not readable" if unreadable else ""
+
+
 def public_folder(public: Path) -> Path:
     """The public folder, made (world-readable, not writable) when it is not there yet."""
     public.mkdir(mode=0o755, parents=True, exist_ok=True)
@@ -289,7 +305,7 @@ def connect_read(path: Path, public: Path) -> sqlite3.Connection | None:
     suffixes: tuple[str, ...] = ("?mode=ro", "?immutable=1")
     if os.access(path.parent, os.X_OK) and os.path.exists(path):
         pass
-    elif published(path, public).is_file():
+    elif _is_file(published(path, public)):
         path, suffixes = published(path, public), ("?immutable=1",)
     else:
         return None
@@ -305,6 +321,14 @@ def connect_read(path: Path, public: Path) -> sqlite3.Connection | None:
         except sqlite3.Error as e:
             last = e
     raise SlurmYoloError(f"cannot read {path}: {last}")
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError as e:  # a public folder this user may not enter
+        raise SlurmYoloError(f"cannot read {path}: {e.strerror}: the public folder must be open to every user"
+                             " (chmod 755)") from None  # fmt: skip
 
 
 def refuse_moved(conn: sqlite3.Connection, path: Path | str) -> None:

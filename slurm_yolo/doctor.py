@@ -274,6 +274,22 @@ def _hookd(config: Config) -> list[Problem]:
 
 
 def _login(config: Config, notes: list[str]) -> list[Problem]:
+    out = []
+    public = config.public_dir
+    why = db.public_problem(public) if os.path.isdir(public) else f"{public} is not on this host"
+    if why:
+        out.append(Problem(f"{why}: yolo-sbatch plans here with the prior k and the default price",
+                           f"mount the controller's {public} here read-only (or rsync it from cron):"
+                           " docs/site-install.md"))  # fmt: skip
+    if config["slurm"]["spank_tokens"]:
+        try:
+            helps = "--yolo-tokens" in commands.sbatch_help(Path(config["slurm"]["bin_dir"]))
+        except SlurmYoloError:
+            helps = True  # Slurm's own trouble: the checks before say so
+        if not helps:
+            out.append(Problem("slurm.spank_tokens is on, but this host's sbatch has no --yolo-tokens: every"
+                               " submission fails", "make -C spank install, and deploy/plugstack.conf in"
+                               " /etc/slurm/plugstack.conf.d/"))  # fmt: skip
     try:
         lg = ledger.reader(config)
     except SlurmYoloError:
@@ -283,7 +299,7 @@ def _login(config: Config, notes: list[str]) -> list[Problem]:
                      " check to slurmctld's admission, which refuses at submit")  # fmt: skip
     else:
         lg.close()
-    return []
+    return out
 
 
 def _compute(config: Config) -> list[Problem]:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from . import admission, calibration, cost, dataset, estimate, ledger, plan, progress, render, spec
+from . import admission, calibration, cost, dataset, db, estimate, ledger, plan, progress, render, spec
 from . import config as config_mod
 from .config import Config
 from .errors import QuotaError, SlurmError, SlurmYoloError, UnreachableError, UsageError
@@ -245,14 +245,24 @@ def prepare(
 
 
 def unpublished(config: Config) -> str:
-    """A line for a host whose site config names a public folder it does not have ('' otherwise):
-    a login node not given the published copies plans with the config's prior k and default price,
-    which slurmctld's admission and the prolog do not use."""
-    if config.path is None or config.public_dir.is_dir():
+    """A line for a host whose site config names a public folder it does not have, or one without
+    the published copies ('' otherwise, and for a host that reads the books themselves): a login
+    node not given them plans with the config's prior k and default price, which slurmctld's
+    admission and the prolog do not use."""
+    if config.path is None or os.access(db.private_dir(config.state_dir), os.X_OK):
+        return ""
+    public = config.public_dir
+    if not os.path.isdir(public):
+        why = f"{public} is not on this host"
+    elif config["paths"]["public_dir"]:  # a folder of its own: it must hold the copies
+        why = db.public_problem(public)
+    else:
+        return ""  # the state dir itself, as on a single host: an empty one is a new site
+    if not why:
         return ""
     return (
-        f"{config.public_dir} is not on this host: planned with the config's prior k and default price, not"
-        " the site's time models and prices; share paths.public_dir with this host read-only (docs/site-install.md)"
+        f"{why}: planned with the config's prior k and default price, not the site's time models and"
+        " prices; share paths.public_dir with this host read-only (docs/site-install.md)"
     )
 
 

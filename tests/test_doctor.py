@@ -73,6 +73,53 @@ def test_the_bundled_controller_has_no_problems(cluster: Slurm, monkeypatch: pyt
 
 
 @pytest.mark.cluster
+def test_a_login_node_is_told_what_it_lacks(cluster: Slurm, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The bundled cluster's config on a "login node" whose public folder is empty, then unreadable,
+    then missing; and one whose sbatch does not take --yolo-tokens (no SPANK plugin)."""
+    monkeypatch.delenv("SLURM_YOLO_HOME", raising=False)
+    monkeypatch.setenv("SLURM_YOLO_CONFIG", str(cluster.config_path))
+    ok = CliRunner().invoke(admin, ["doctor", "--role", "login"])
+    assert ok.exit_code == 0 and ok.stdout.splitlines()[-1].endswith("no problems"), ok.output
+    public, own = tmp_path / "public", tmp_path / "config.toml"
+    public.mkdir()
+    own.write_text(cluster.config_path.read_text().replace(f'public_dir = "{cluster.config().public_dir}"',
+                                                           f'public_dir = "{public}"'))  # fmt: skip
+    monkeypatch.setenv("SLURM_YOLO_CONFIG", str(own))
+
+    def problems() -> list[str]:
+        res = CliRunner().invoke(admin, ["doctor", "--role", "login", "--json"])
+        assert res.exit_code == 1, res.output
+        return [f"{p['what']} | {p['fix']}" for p in json.loads(res.stdout)["problems"]]
+
+    assert problems() == [f"{public} has no ledger.db or calibration.db: yolo-sbatch plans here with the prior k and the"
+                          f" default price | mount the controller's {public} here read-only (or rsync it from cron):"
+                          " docs/site-install.md"]  # fmt: skip
+    (public / "ledger.db").write_bytes(b"")
+    (public / "calibration.db").write_bytes(b"")
+    with pytest.MonkeyPatch.context() as m:  # as a user would find them (root reads anything)
+        m.setattr(os, "access", lambda path, mode, **kw: not str(path).startswith(str(public)))
+        assert problems()[0].startswith(f"{public / 'ledger.db'}, {public / 'calibration.db'} not readable")
+    for f in public.iterdir():
+        f.unlink()
+    public.rmdir()
+    assert problems()[0].startswith(f"{public} is not on this host: ")
+    bare = tmp_path / "bin"  # Slurm's commands, but an sbatch without the SPANK plugin's option
+    bare.mkdir()
+    for name in os.listdir(cluster.bin_dir):
+        (bare / name).symlink_to(cluster.bin_dir / name)
+    (bare / "sbatch").unlink()
+    (bare / "sbatch").write_text(
+        f'#!/bin/sh\n[ "$1" = --help ] && exec {cluster.bin_dir / "sbatch"} --help | grep -v yolo-tokens\n'
+    )
+    (bare / "sbatch").chmod(0o755)
+    own.write_text(own.read_text().replace("[slurm]\n", f'[slurm]\nbin_dir = "{bare}"\n', 1)
+                   if "bin_dir" not in own.read_text() else own.read_text().replace(f'bin_dir = "{cluster.bin_dir}"', f'bin_dir = "{bare}"'))  # fmt: skip
+    assert any(
+        p.startswith("slurm.spank_tokens is on, but this host's sbatch has no --yolo-tokens") for p in problems()
+    )
+
+
+@pytest.mark.cluster
 def test_another_clusters_admission_script_is_not_to_be_overwritten(monkeypatch: pytest.MonkeyPatch) -> None:
     """The 24.11 cluster's slurmctld reads its job_submit.lua in its own root; on the host, the path it
     prints holds the 22.05 cluster's. The doctor on the host with 24.11's config said to overwrite

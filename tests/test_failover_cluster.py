@@ -96,7 +96,7 @@ def write_site(shared: Slurm) -> Slurm:
     own state folder and hookd socket at the same path) and the hook wrappers."""
     for sub in ("etc", "bin", "dev", "slurm-yolo", "node/spool", "host"):
         (BASE / sub).mkdir(parents=True, exist_ok=True)
-    for sub in ("ctld", "dbd", *(f"hosts/{h}/{d}" for h in HOSTS for d in ("run", "log", "state"))):
+    for sub in ("ctld", "dbd", *(f"hosts/{h}/{d}" for h in HOSTS for d in ("run", "log", "state", "public"))):
         (BASE / sub).mkdir(parents=True, exist_ok=True)
         shutil.chown(BASE / sub, "slurm", "slurm")
     for i in range(GPUS):
@@ -187,7 +187,7 @@ class Host:
 
     def run(self, *argv: str, background: bool = False) -> None:
         """``argv`` on this host, as root; in the background a daemon that stays (its log on the host)."""
-        full = ["nsenter", "-t", str(self.holder.pid), "-u", "-m", "--", "env",
+        full = ["nsenter", "-t", str(self.holder.pid), "-u", "-m", "--", "env", "-u", "SLURM_YOLO_HOME",  # the host's state
                 f"SLURM_CONF={CONF}/slurm.conf", f"SLURM_YOLO_CONFIG={BASE}/slurm-yolo/config.toml", *argv]  # fmt: skip
         if background:
             with open(BASE / "hosts" / self.name / "log" / f"{Path(argv[0]).name}.out", "ab") as log:

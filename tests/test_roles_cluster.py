@@ -78,29 +78,51 @@ def sample_of(slurm: Slurm, job: int) -> calibration.Sample | None:
     return found[0] if found else None
 
 
-def test_a_completed_runs_feedback_reaches_a_controller_that_cannot_see_its_work_dir(slurm: Slurm, work: Path) -> None:
-    job = run_reporting(slurm, work, [1.5, 2.25, 3.0], sleep=2)
-    row = slurm.ended(job)[0]
+def test_completed_runs_feedback_reaches_a_controller_that_cannot_see_their_work_dirs(slurm: Slurm, work: Path) -> None:
+    """An honest run's summary becomes its sample; alice's other job claims 100,000 s of training in
+    a job Slurm saw run for seconds, and its sample is capped at Slurm's elapsed. (The two jobs run
+    at once: their waits overlap.)"""
+    honest = run_reporting(slurm, work, [1.5, 2.25, 3.0], sleep=2)
+    forged = run_reporting(slurm, work, [50_000.0, 50_000.0], sleep=1)
+    row = slurm.ended(honest)[0]
     assert row["State"] == "COMPLETED"
-    usage = work / f"yolo-usage-{job}.jsonl"
+    usage = work / f"yolo-usage-{honest}.jsonl"
     assert usage.is_file() and not controller_sees(slurm, usage)
-    comment = slurm.cmd("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "Comment").stdout.strip()
+    comment = slurm.cmd("sacct", "-X", "-n", "-P", "-j", str(honest), "-o", "Comment").stdout.strip()
     assert comment.startswith("yolo:eff=1,pred_s=9;run:at="), comment  # the estimate kept, the summary after it
-    got = poll(f"job {job}'s sample", lambda: sample_of(slurm, job))
+    got = poll(f"job {honest}'s sample", lambda: sample_of(slurm, honest))
     elapsed = int(row["ElapsedRaw"])
     assert got.train_seconds == pytest.approx(min(6.75, elapsed))  # 1.5 + 2.25 + 3.0, within Slurm's elapsed
     assert got.workload.epochs == 3 and got.workload.train_images == 40 and got.workload.imgsz == 320
     assert got.total_seconds == (float(elapsed) if elapsed >= 6.75 else None)  # one run: the job's whole time
+    assert got.gpus == 1
 
-
-def test_a_summary_claiming_more_than_slurm_saw_is_capped_at_its_elapsed(slurm: Slurm, work: Path) -> None:
-    """alice's job claims 100,000 s of training in a job Slurm saw run for seconds."""
-    job = run_reporting(slurm, work, [50_000.0, 50_000.0], sleep=1)
-    row = slurm.ended(job)[0]
+    row = slurm.ended(forged)[0]
     assert row["State"] == "COMPLETED"
-    got = poll(f"job {job}'s sample", lambda: sample_of(slurm, job))
+    got = poll(f"job {forged}'s sample", lambda: sample_of(slurm, forged))
     assert got.train_seconds == float(row["ElapsedRaw"]) and got.total_seconds is None
-    summary = beacon.decode(
-        beacon.summary_text(slurm.cmd("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "Comment").stdout.strip())
-    )
-    assert summary is not None and summary.train_seconds == 100_000.0  # what she claimed, kept by Slurm as she wrote it
+    text = slurm.cmd("sacct", "-X", "-n", "-P", "-j", str(forged), "-o", "Comment").stdout.strip()
+    summary = beacon.decode(beacon.summary_text(text))
+    assert summary is not None and summary.train_seconds == 100_000.0  # what she claimed, kept as she wrote it
+
+
+def test_the_watchdog_on_the_controller_judges_a_job_by_its_comment_alone(slurm: Slurm, work: Path) -> None:
+    """alice's job whose launcher last saw progress an hour ago, working where the controller cannot
+    look: `slurm-yolo watchdog` as the cluster's admins run it finds it, and cancels it alone."""
+    stale = ('T=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_$SLURM_ARRAY_TASK_ID}\n'
+             'scontrol update JobId=${T:-$SLURM_JOB_ID} Comment="yolo:eff=1;run:at=$(($(date +%s) - 3600)),ep=1,s=1,'
+             'one=1,g=1,c=1" || exit 3\nsleep 300\n')  # fmt: skip
+    job = slurm.sbatch("-p", "t4", "--gres=shard:t4:1", "-t", "10", "-D", str(work), script=stale, user="alice")
+    try:
+        poll("its summary", lambda: ";run:" in slurm.cmd("squeue", "-h", "-j", str(job), "-o", "%k").stdout)
+        assert not controller_sees(slurm, work)
+        poll("4 s of running", lambda: slurm.cmd("squeue", "-h", "-j", str(job), "-o", "%M").stdout.strip()
+             not in ("", "0:00", "0:01", "0:02", "0:03", "0:04"))  # fmt: skip
+        dry = slurm.cli("watchdog", "--stall-minutes", "0.05", "--dry-run", "--json")
+        mine = [z for z in json.loads(dry.stdout) if z["job_id"] == job]
+        assert len(mine) == 1 and mine[0]["evidence"][0].endswith("(its Comment)"), dry.stdout
+        cancelled = slurm.cli("watchdog", "--stall-minutes", "0.05", "--action", "cancel")
+        assert f"job {job}: silent" in cancelled.stdout
+        assert slurm.ended(job)[0]["State"].startswith("CANCELLED")
+    finally:
+        slurm.cmd("scancel", str(job), check=False)

@@ -125,7 +125,12 @@ def options_path(config: Config) -> Path:
 
 
 def where(config: Config) -> str:
-    """Where the books are, for messages."""
+    """Where the books are, for messages: for a reader who does not keep them, the copy she reads."""
+    copy = db.published(db_path(config), config.public_dir)
+    if not is_keeper(config) or (
+        on_mariadb(config) and not os.path.lexists(options_path(config)) and os.path.isfile(copy)
+    ):
+        return f"{copy} (the published copy)"
     return f"MariaDB ({options_path(config)})" if on_mariadb(config) else str(db_path(config))
 
 
@@ -194,7 +199,7 @@ def reader(config: Config) -> Ledger | None:
     else, and on a host that has no option file but the copy (a login node's root); None when there
     is neither."""
     copy = db.published(db_path(config), config.public_dir)
-    if on_mariadb(config) and is_keeper(config) and (os.path.lexists(options_path(config)) or not copy.is_file()):
+    if on_mariadb(config) and is_keeper(config) and (os.path.lexists(options_path(config)) or not os.path.isfile(copy)):
         return Ledger(mariadb.connect(options_path(config), config["paths"]["owner"]))
     conn = db.connect_read(db_path(config), config.public_dir)
     return Ledger(store.SqliteStore(conn)) if conn else None
