@@ -250,10 +250,13 @@ def tokens(w: Workload, val_weight: float) -> float:
 
 
 def fmt_tokens(n: float) -> str:
-    """Human units: 1.23 TTok, 1.23 GTok, 456.0 MTok, 12.3 kTok, 42 Tok: a small charge never reads 0.0."""
+    """Human units: 1.23 TTok, 1.23 GTok, 456.0 MTok, 0.15 MTok, 12.3 kTok, 42 Tok: a small charge never
+    reads 0.0, and a tenth of a MTok keeps two figures (150 kTok is not "0.1 MTok")."""
     for unit, scale, digits in (("TTok", 1e12, 2), ("GTok", 1e9, 2), ("MTok", 1e6, 1), ("kTok", 1e3, 1)):
-        if abs(n) >= scale or (unit == "MTok" and abs(n) >= 1e5):
+        if abs(n) >= scale:
             return f"{n / scale:.{digits}f} {unit}"
+        if unit == "MTok" and abs(n) >= 1e5:
+            return f"{n / scale:.2f} {unit}"
     return f"{n:.0f} Tok"
 
 

@@ -42,7 +42,8 @@ def test_fraction_and_val_false() -> None:
 def test_units() -> None:
     assert estimate.fmt_tokens(1.5e9) == "1.50 GTok"
     assert estimate.fmt_tokens(2.5e6) == "2.5 MTok"
-    assert estimate.fmt_tokens(3.2e12) == "3.20 TTok" and estimate.fmt_tokens(2e5) == "0.2 MTok"
+    assert estimate.fmt_tokens(3.2e12) == "3.20 TTok" and estimate.fmt_tokens(2e5) == "0.20 MTok"
+    assert estimate.fmt_tokens(1.5e5) == "0.15 MTok"  # a newcomer's 150 kTok hold read "0.1 MTok"
     assert estimate.fmt_tokens(30_000) == "30.0 kTok" and estimate.fmt_tokens(42) == "42 Tok"
     assert estimate.fmt_tokens(-1.5e9) == "-1.50 GTok" and estimate.fmt_tokens(0) == "0 Tok"
     assert estimate.images_640(640**2 * 10) == "10" and estimate.images_640(640**2 * 12_345) == "12,345"

@@ -125,7 +125,7 @@ def test_tables_show_human_units_and_machine_formats_raw_numbers(site_config: Pa
 
 @pytest.mark.parametrize(
     ("value", "shown"),
-    [(2.1e9, "2.10 GTok"), (5e5, "0.5 MTok"), (float("nan"), "")],
+    [(2.1e9, "2.10 GTok"), (5e5, "0.50 MTok"), (float("nan"), "")],
 )
 def test_token_columns_use_the_ledgers_formatter(value: float, shown: str) -> None:
     import pandas as pd
