@@ -366,13 +366,21 @@ def test_forged_spank_and_comment_values_in_the_hooks_environment(funded: Slurm)
         funded.cli("ledger", "reconcile")  # a pending job cancelled: its hand-made hold is settled from sacct
 
 
+# A summary as the launcher writes it, but with no FLOPs: once a ZeroDivisionError in the feedback
+HOSTILE_SUMMARY = ("yolo:eff=1;run:at=1,ep=3,s=10,one=1,g=1,c=0,tr=1000,va=640,sz=640,ne=3,b=16,vp=3,m=yolov8n.pt,"
+                   "f=yolov8,gf=0,ms=table")  # fmt: skip
+
+
 @pytest.mark.parametrize("kind", ["symlink to /dev/zero", "fifo", "1 GB"])
 def test_a_hostile_usage_file_neither_blocks_nor_feeds_the_controller(funded: Slurm, kind: str) -> None:
+    """The controller opens no usage file (the feedback reads the job's Comment): a file that would
+    block or flood a reader changes nothing, and the forged summary beside it is refused, unblocked."""
     work = _hostile_dir(funded, f"usage-{kind.split()[0]}")
     make = {"symlink to /dev/zero": "ln -s /dev/zero", "fifo": "mkfifo", "1 GB": "truncate -s 1G"}[kind]
     before = calibration.load(funded.config(), "t4").model.k
     job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", "-D", str(work), user="alice",
-                        script=f"{make} yolo-usage-$SLURM_JOB_ID.jsonl; sleep 2")  # fmt: skip  # ran: the file is read
+                        script=f"{make} yolo-usage-$SLURM_JOB_ID.jsonl\n"
+                               f"scontrol update JobId=$SLURM_JOB_ID Comment='{HOSTILE_SUMMARY}' || exit 3\nsleep 2")  # fmt: skip
     assert_billed(funded, job, 60, 1, "t4", "COMPLETED")
     log = funded.state_dir / "private" / "hooks.log"
 
@@ -383,8 +391,8 @@ def test_a_hostile_usage_file_neither_blocks_nor_feeds_the_controller(funded: Sl
                 return rec
         return None
 
-    rec = poll("the feedback's verdict", feedback_done, timeout=60)  # the settler's worker read it, unblocked
-    assert rec.get("result") == "no usable usage records", rec
+    rec = poll("the feedback's verdict", feedback_done, timeout=60)  # the settler's worker, unblocked
+    assert rec.get("result") == "no usable summary in its Comment", rec
     assert calibration.load(funded.config(), "t4").model.k == before
 
 
