@@ -182,7 +182,11 @@ def test_hookd_leaves_no_children(cluster: None, state: Path) -> None:
     try:
         jobs = ended_jobs(3)
         for job in jobs:
-            env = {**hook_env(state, job), "SLURM_JOB_WORK_DIR": str(state), "SLURM_JOB_UID": "0"}
+            env = {
+                **hook_env(state, job),
+                "SLURM_JOB_UID": "0",  # a launcher's summary in its Comment
+                "SLURM_JOB_COMMENT": "yolo:eff=1;run:at=1,ep=1,s=1,one=1,g=1,c=1",
+            }
             for hook in ("prolog", "epilog"):
                 assert subprocess.run([str(CLIENT), hook], env=env, timeout=60, check=False).returncode == 0
 
