@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -70,9 +70,8 @@ def _plain(b: Beacon) -> Beacon:
     """``b`` as the Comment can carry it: six decimals, the model's file name."""
     w = b.workload
     if w is not None:
-        w = type(w)(**{f.name: getattr(w, f.name) for f in fields(w)} | {
-            "model": Path(w.model).name, "gflops": float(_number(w.gflops))})  # fmt: skip
-    return Beacon(b.at, b.epochs_done, float(_number(b.train_seconds)), b.one_run, b.gpus, b.cpus, w)
+        w = replace(w, model=Path(w.model).name, gflops=float(_number(w.gflops)))
+    return replace(b, train_seconds=float(_number(b.train_seconds)), workload=w)
 
 
 def with_beacon(comment: str, b: Beacon) -> str:

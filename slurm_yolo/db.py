@@ -51,6 +51,8 @@ PUBLISHED = ("ledger.db", "calibration.db")  # the copies a login node plans wit
 def public_problem(public: Path) -> str:
     """What keeps this user from the published copies in ``public`` ('' when both are readable),
     never an exception: a login node must be told, not crash."""
+    if not os.path.isdir(public):
+        return f"{public} is not on this host"
     try:
         missing = [n for n in PUBLISHED if not (public / n).is_file()]
         unreadable = [n for n in PUBLISHED if n not in missing and not os.access(public / n, os.R_OK)]

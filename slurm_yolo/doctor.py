@@ -276,7 +276,7 @@ def _hookd(config: Config) -> list[Problem]:
 def _login(config: Config, notes: list[str]) -> list[Problem]:
     out = []
     public = config.public_dir
-    why = db.public_problem(public) if os.path.isdir(public) else f"{public} is not on this host"
+    why = db.public_problem(public)
     if why:
         out.append(Problem(f"{why}: yolo-sbatch plans here with the prior k and the default price",
                            f"mount the controller's {public} here read-only (or rsync it from cron):"

@@ -252,12 +252,9 @@ def unpublished(config: Config) -> str:
     if config.path is None or os.access(db.private_dir(config.state_dir), os.X_OK):
         return ""
     public = config.public_dir
-    if not os.path.isdir(public):
-        why = f"{public} is not on this host"
-    elif config["paths"]["public_dir"]:  # a folder of its own: it must hold the copies
-        why = db.public_problem(public)
-    else:
+    if config["paths"]["public_dir"] == "" and os.path.isdir(public):
         return ""  # the state dir itself, as on a single host: an empty one is a new site
+    why = db.public_problem(public)  # a folder of its own must hold the copies
     if not why:
         return ""
     return (

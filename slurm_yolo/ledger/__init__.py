@@ -126,12 +126,20 @@ def options_path(config: Config) -> Path:
 
 def where(config: Config) -> str:
     """Where the books are, for messages: for a reader who does not keep them, the copy she reads."""
+    if reads_mariadb(config):
+        return f"MariaDB ({options_path(config)})"
+    if not is_keeper(config) or on_mariadb(config):
+        return f"{db.published(db_path(config), config.public_dir)} (the published copy)"
+    return str(db_path(config))
+
+
+def reads_mariadb(config: Config) -> bool:
+    """Whether this process reads the MariaDB books themselves: root or the SlurmUser on a host with
+    the option file (without it, a login node's root reads the published copy where there is one)."""
     copy = db.published(db_path(config), config.public_dir)
-    if not is_keeper(config) or (
-        on_mariadb(config) and not os.path.lexists(options_path(config)) and os.path.isfile(copy)
-    ):
-        return f"{copy} (the published copy)"
-    return f"MariaDB ({options_path(config)})" if on_mariadb(config) else str(db_path(config))
+    return (
+        on_mariadb(config) and is_keeper(config) and (os.path.lexists(options_path(config)) or not os.path.isfile(copy))
+    )
 
 
 def exists(config: Config) -> bool:
@@ -198,8 +206,7 @@ def reader(config: Config) -> Ledger | None:
     read the MariaDB option file, or enter the private folder), the published copy for everyone
     else, and on a host that has no option file but the copy (a login node's root); None when there
     is neither."""
-    copy = db.published(db_path(config), config.public_dir)
-    if on_mariadb(config) and is_keeper(config) and (os.path.lexists(options_path(config)) or not os.path.isfile(copy)):
+    if reads_mariadb(config):
         return Ledger(mariadb.connect(options_path(config), config["paths"]["owner"]))
     conn = db.connect_read(db_path(config), config.public_dir)
     return Ledger(store.SqliteStore(conn)) if conn else None
