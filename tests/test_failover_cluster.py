@@ -233,7 +233,9 @@ class Host:
 
 @pytest.fixture
 def ha() -> Iterator[tuple[Slurm, dict[str, Host]]]:
-    shared = bundled("22.05")  # its config is the site's but for the ledger; its books untouched (CI tests them meanwhile)
+    shared = bundled(
+        "22.05"
+    )  # its config is the site's but for the ledger; its books untouched (CI tests them meanwhile)
     ha = write_site(shared)
     env = os.environ | {"SLURM_CONF": f"{CONF}/slurm.conf"}
     hosts: dict[str, Host] = {}
