@@ -2,9 +2,10 @@
 
 A site's hosts each need something else. The **controller** (slurmctld runs its hooks there) needs
 the config the hooks read, PrologSlurmctld and EpilogSlurmctld wired to the hook client, the
-admission script, a ledger it can write whose files no user can open, hookd answering, and a clock
-in step. A **login** node needs the config and Slurm's client commands. A **compute** node needs the
-``[train]`` install at ``job.python``. ``auto`` takes the controller when this host is one of
+admission script, the config's QOS tiers in Slurm, a ledger it can write whose files no user can
+open, hookd answering, the published copies, and a clock in step. A **login** node needs the config,
+Slurm's client commands, the published copies and sbatch's ``--yolo-tokens``. A **compute** node
+needs the ``[train]`` install at ``job.python`` and the SPANK plugin in its plugstack. ``auto`` takes the controller when this host is one of
 slurmctld's hosts, compute when a slurmd runs here, else login. Problems change the exit code;
 notes (what is fine but worth knowing) do not.
 """
@@ -22,7 +23,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from . import availability, db, ledger
+from . import availability, books, db, ledger
 from .config import Config, config_path
 from .errors import SlurmError, SlurmYoloError
 from .slurm import commands
@@ -30,6 +31,8 @@ from .slurm.parsers import ControllerConfig
 
 SUPPORTED = ("22.05", "24.11")  # the releases the money path is tested on
 CLOCK_SLACK_SECONDS = 5.0  # beyond the time the question took: slurmctld prints its clock to the second
+AUDIT_LATE_SECONDS = 3 * 3600  # cron's `ledger audit` runs hourly (deploy/crontab): three missed runs
+SPANK_PLUGIN = "yolo_tokens.so"
 ROLES = ("auto", "controller", "login", "compute")
 HOOK_KEYS = ("PrologSlurmctld", "EpilogSlurmctld")
 
@@ -87,11 +90,12 @@ def check(config: Config, role: str = "auto") -> Report:
         release = cc.values.get("SLURM_VERSION", "")
         problems += _slurm(cc, release, notes, (asked, answered))
     if role == "controller" and cc is not None:
-        problems += _hooks(config, cc) + _admission(config, cc) + _books(config, cc) + _hookd(config)
+        problems += _hooks(config, cc) + _admission(config, cc) + _qos(config) + _books(config, cc) + _hookd(config)
+        problems += _published(config, notes)
     elif role == "login":
         problems += _login(config, notes)
     elif role == "compute":
-        problems += _compute(config)
+        problems += _compute(config) + _plugstack(config, cc)
     return Report(role, release, problems, notes)
 
 
@@ -186,6 +190,39 @@ def _admission(config: Config, cc: ControllerConfig) -> list[Problem]:
                         f"slurm-yolo ledger admission-script --cluster {cc.values.get('ClusterName', 'NAME')} > {target}"
                         " (a site's own script: merge it into that)")]  # fmt: skip
     return []
+
+
+def _qos(config: Config) -> list[Problem]:
+    """The tiers the config names must be QOS Slurm knows: yolo-sbatch submits with them, and sbatch
+    refuses a QOS slurmdbd does not have."""
+    try:
+        known = set(commands.qos_names(Path(config["slurm"]["bin_dir"])))
+    except SlurmError as e:
+        return [Problem(f"sacctmgr cannot list the QOS ({e})", "check that slurmdbd runs and this host may ask it")]
+    out = []
+    for tier, name in config["qos"].items():
+        if isinstance(name, str) and name not in known:
+            out.append(Problem(f"[qos] {tier} = {name!r}, a QOS Slurm does not have: every {tier} submission fails",
+                               f"sacctmgr -i add qos {name} (docs/site-install.md), and give it to the accounts"))  # fmt: skip
+    return out
+
+
+def _published(config: Config, notes: list[str]) -> list[Problem]:
+    """What the controller publishes for login nodes and job_submit.lua, and cron's trace: the hourly
+    audit (the loop that also settles lost epilogs, retries comments and refills quotas). A loop that
+    has not run is a note, not a problem: a fresh install has not reached its first hour, and the
+    bundled test clusters run it by hand."""
+    out = []
+    why = db.public_problem(config.public_dir)
+    if why:
+        out.append(Problem(f"{why}: login nodes plan with the prior k and the default price",
+                           "slurm-yolo ledger publish (deploy/crontab repeats it every 15 minutes)"))  # fmt: skip
+    last = books.last(config)
+    if last is None or time.time() - last.at > AUDIT_LATE_SECONDS:
+        when = "has never run" if last is None else f"last ran {(time.time() - last.at) / 3600:.0f} h ago"
+        notes.append(f"ledger audit {when} ({books.audit_path(config)}): unless cron runs deploy/crontab here (as on"
+                     " a site's controllers), lost epilogs wait for a hand-run ledger reconcile")  # fmt: skip
+    return out
 
 
 def _owner_uid(config: Config) -> int | None:
@@ -300,6 +337,40 @@ def _login(config: Config, notes: list[str]) -> list[Problem]:
     else:
         lg.close()
     return out
+
+
+def _plugstack_paths(conf: Path, depth: int = 0) -> list[Path]:
+    """The SPANK plugins a plugstack file loads, its ``include`` globs followed (a few deep)."""
+    try:
+        lines = conf.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        words = line.split("#")[0].split()
+        if len(words) >= 2 and words[0] in ("optional", "required"):
+            out.append(Path(words[1]))
+        elif len(words) >= 2 and words[0] == "include" and depth < 4:
+            pattern = words[1] if words[1].startswith("/") else str(conf.parent / words[1])
+            for path in sorted(Path("/").glob(pattern.lstrip("/"))):
+                out += _plugstack_paths(path, depth + 1)
+    return out
+
+
+def _plugstack(config: Config, cc: ControllerConfig | None) -> list[Problem]:
+    """slurmstepd on this node loads the SPANK plugin that carries --yolo-tokens, when the config says
+    sbatch passes it (slurm.spank_tokens)."""
+    if not config["slurm"]["spank_tokens"] or cc is None:
+        return []
+    value = cc.values.get("PlugStackConfig", "(null)")
+    conf = Path(cc.values.get("SLURM_CONF", "/etc/slurm/slurm.conf")).parent / "plugstack.conf"
+    if value not in ("", "(null)"):
+        conf = Path(value)
+    if not any(p.name == SPANK_PLUGIN and p.is_file() for p in _plugstack_paths(conf)):
+        return [Problem(f"{conf} loads no {SPANK_PLUGIN}, while slurm.spank_tokens is on: jobs carry --yolo-tokens,"
+                        " an option slurmstepd here does not know", "make -C spank install, and deploy/plugstack.conf in"
+                        f" {conf.parent}/plugstack.conf.d/ (included from {conf.name})")]  # fmt: skip
+    return []
 
 
 def _compute(config: Config) -> list[Problem]:

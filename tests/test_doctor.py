@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import Slurm, cluster_of_release, own_ledger_config
+from conftest import VENV_BIN, Slurm, cluster_of_release, own_ledger_config
 
+from slurm_yolo import config as config_mod
 from slurm_yolo import doctor
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.slurm import parsers
@@ -165,3 +167,84 @@ def test_a_controller_with_books_users_can_open_and_another_config_is_told_what_
             f"run the doctor as the hooks do: SLURM_YOLO_CONFIG={cluster.config_path} slurm-yolo doctor"
         )
     assert "/etc/slurm/job_submit.lua is not the admission script of this config and release" in problems
+
+
+def test_a_compute_nodes_plugstack_is_followed_to_the_plugin(site_config: Path, tmp_path: Path) -> None:
+    """The plugin is found through plugstack.conf's include globs; a plugstack that loads another plugin,
+    or names a yolo_tokens.so that is not there, is a problem; with spank_tokens off, none."""
+    lib, conf_d = tmp_path / "lib", tmp_path / "plugstack.conf.d"
+    lib.mkdir()
+    conf_d.mkdir()
+    (tmp_path / "plugstack.conf").write_text("# the site's\ninclude plugstack.conf.d/*.conf\n")
+    (conf_d / "other.conf").write_text(f"required {lib / 'other.so'} x=1\n")
+    config = config_mod.load(site_config)
+    cc = parsers.ControllerConfig(None, {"SLURM_CONF": str(tmp_path / "slurm.conf"), "PlugStackConfig": "(null)"}, ())
+
+    def whats() -> list[str]:
+        return [p.what for p in doctor._plugstack(config, cc)]
+
+    missing = [f"{tmp_path / 'plugstack.conf'} loads no yolo_tokens.so, while slurm.spank_tokens is on: jobs carry"
+               " --yolo-tokens, an option slurmstepd here does not know"]  # fmt: skip
+    assert whats() == missing
+    (conf_d / "slurm-yolo.conf").write_text(f"optional {lib / 'yolo_tokens.so'}  # deploy/plugstack.conf\n")
+    assert whats() == missing  # named, but not installed
+    (lib / "yolo_tokens.so").write_bytes(b"")
+    assert whats() == []
+    elsewhere = tmp_path / "site-plugstack.conf"  # PlugStackConfig set in slurm.conf
+    elsewhere.write_text(f"optional {lib / 'other.so'}\n")
+    cc.values["PlugStackConfig"] = str(elsewhere)
+    assert whats() == [missing[0].replace(str(tmp_path / "plugstack.conf"), str(elsewhere))]
+    site_config.write_text(site_config.read_text().replace("spank_tokens = true", "spank_tokens = false"))
+    assert doctor._plugstack(config_mod.load(site_config), cc) == []
+
+
+@pytest.mark.cluster
+def test_a_compute_node_without_the_spank_plugin_is_told(cluster: Slurm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compute node (this host, in a mount namespace of the test's) whose plugstack.conf.d has lost the
+    plugin's line: the doctor says so, and what to install."""
+    line = Path("/etc/slurm/plugstack.conf.d/slurm-yolo.conf")
+    assert line.is_file()
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_YOLO_HOME"} | {
+        "SLURM_YOLO_CONFIG": str(cluster.config_path)
+    }
+    script = f'mount --bind /dev/null {line} && exec "$@"'
+    argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
+            str(VENV_BIN / "slurm-yolo"), "doctor", "--role", "compute", "--json"]  # fmt: skip
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert res.returncode == 1, res.stdout + res.stderr
+    problems = {p["what"]: p["fix"] for p in json.loads(res.stdout)["problems"]}
+    what = ("/etc/slurm/plugstack.conf loads no yolo_tokens.so, while slurm.spank_tokens is on: jobs carry"
+            " --yolo-tokens, an option slurmstepd here does not know")  # fmt: skip
+    assert problems[what] == ("make -C spank install, and deploy/plugstack.conf in /etc/slurm/plugstack.conf.d/"
+                              " (included from plugstack.conf)")  # fmt: skip
+    assert line.stat().st_size > 0  # the host's own line, untouched
+
+
+@pytest.mark.cluster
+def test_a_controller_without_its_tiers_copies_or_cron_is_told(
+    cluster: Slurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A controller's config (state of the test's own) whose explore tier names a QOS Slurm lacks (its
+    sacctmgr step left out), whose public folder was never published, and whose cron never audited."""
+    state, public = tmp_path / "state", tmp_path / "public"
+    state.mkdir()
+    public.mkdir()
+    text = own_ledger_config(cluster).replace(f'state_dir = "{cluster.state_dir}"',
+                                              f'state_dir = "{state}"\npublic_dir = "{public}"')  # fmt: skip
+    own = tmp_path / "config.toml"
+    own.write_text(text.replace('explore = "yolo-explore"', 'explore = "yolo-nowhere"'))
+    monkeypatch.delenv("SLURM_YOLO_HOME", raising=False)
+    monkeypatch.setenv("SLURM_YOLO_CONFIG", str(own))
+    res = CliRunner().invoke(admin, ["doctor", "--role", "controller", "--json"])
+    assert res.exit_code == 1, res.output
+    d = json.loads(res.stdout)
+    problems = {p["what"]: p["fix"] for p in d["problems"]}
+    assert problems["[qos] explore = 'yolo-nowhere', a QOS Slurm does not have: every explore submission fails"] == (
+        "sacctmgr -i add qos yolo-nowhere (docs/site-install.md), and give it to the accounts"
+    )
+    assert not [w for w in problems if w.startswith("[qos] ") and "nowhere" not in w]  # the others exist
+    published = f"{public} has no ledger.db or calibration.db: login nodes plan with the prior k and the default price"
+    assert problems[published] == "slurm-yolo ledger publish (deploy/crontab repeats it every 15 minutes)"
+    assert f"ledger audit has never run ({public / 'audit.json'}): unless cron runs deploy/crontab here" in " ".join(
+        d["notes"]
+    )
