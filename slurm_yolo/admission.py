@@ -38,29 +38,33 @@ def parse_tokens(text: str, allow_negative: bool = False) -> int:
     return value
 
 
-def check(config: Config, plan: Plan, account: str | None, q: Quote) -> str | None:
-    """Raise QuotaError when the job's hold (``q``, ``cost.quote``) does not fit; the account checked
-    (None: not metered)."""
+def check(config: Config, plan: Plan, account: str | None, q: Quote) -> float:
+    """Raise QuotaError when the job's hold (``q``, ``cost.quote``) does not fit, now or after the
+    account's refill within ``ledger.credit_wait_minutes``; how many seconds it waits for that refill
+    (0: it fits now, or the account is not metered). slurmctld's admission decides the same with the
+    account's pending jobs counted, and sets the job's begin time."""
     lg = ledger.reader(config)
     if lg is None:
-        return None
+        return 0.0
     bin_dir = Path(config["slurm"]["bin_dir"])
     try:
         name = account or commands.default_account(current_user(), bin_dir)
         row = lg.account(name)
         if row is None:
-            return None
+            return 0.0
     finally:
         lg.close()
     # The balance alone: the account's pending jobs are slurmctld's admission's to reckon, from their
     # own limits and GPUs (job_submit.lua); their comments are their users' text, never evidence here.
     need, left = q.hold_tokens, row["balance"]
+    wait = bucket.seconds_to_cover(need, left, row["capacity"], row["rate_per_day"])
+    if wait is not None and wait <= float(config["ledger"]["credit_wait_minutes"]) * 60:
+        return wait
     if need > left:
         _log_refusal(name, need, left)
-        wait = bucket.seconds_until(need - left, row["rate_per_day"])
         refill = (
             f"refills {fmt_tokens(row['rate_per_day'])}/day, enough in {wait / 3600:.1f} h"
-            if wait is not None and need - left <= row["capacity"]
+            if wait is not None
             else "no refill covers it: ask for a deposit"
         )
         raise QuotaError(
@@ -68,7 +72,7 @@ def check(config: Config, plan: Plan, account: str | None, q: Quote) -> str | No
             f"{plan.time_limit_seconds // 60} min x {q.gpu_share} GPU x {q.price:,} tokens/GPU-s x {policy.rate_text(q.rate_ppm)};"
             f" its work is {fmt_tokens(plan.effective_tokens)}), has {fmt_tokens(max(0, left))} left; {refill}"
         )
-    return name
+    return 0.0
 
 
 def _log_refusal(account: str, need: int, left: int) -> None:

@@ -5,7 +5,7 @@ through, one at a time) and must cost little there, so it reads no database: the
 text file after each of its writers commits, and the Lua script reads it on every GPU submission.
 
 The file holds, as of its ``stamp``, in whole numbers: each account's balance (holds already taken
-out), the price versions of each partition (the one in effect and those scheduled after it), each QOS
+out) with its quota's capacity and refill per day, how long a job may wait for credits, the price versions of each partition (the one in effect and those scheduled after it), each QOS
 tier's rate in parts per million, the hold of a run without a time limit, and shards per GPU. The
 script multiplies them as ``policy.tokens`` does, exactly and rounded up once. The script subtracts what slurmctld's own job list still commits (pending GPU jobs,
 and runs started after ``stamp`` that no hold covers yet), so 20 submissions racing for the last tokens
@@ -34,7 +34,7 @@ from .ledger import policy
 
 FILE_NAME = "availability"
 REFUSALS_NAME = "refusals.log"  # appended by the Lua script (as the SlurmUser), read by ``alerts``
-VERSION = 3  # 3: rates in parts per million (whole numbers, like every other number here)
+VERSION = 4  # 3: rates in parts per million (whole numbers, like every other number here); 4: quotas, credit wait
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
 _PATH = re.compile(r"/[^\x00-\x1f\x7f\"'\\]*")  # also no ': the hook client's path goes into a shell word
 
@@ -84,13 +84,15 @@ def render(config: Config, now: float, accounts: Iterable[Any], prices: Iterable
     if led.get("backend") == "mariadb":
         lines.append("shared 1")  # several clusters may share it: the script asks the ledger too
     lines.append(f"maxrate {max([policy.RATE_SCALE, *rates.values()])}")
+    lines.append(f"creditwait {int(float(led['credit_wait_minutes']) * 60)}")
     for (cluster, name), versions in sorted(price_versions(prices, now).items()):
         if _plain(name, cluster):
             lines += [f"price {name} {price} {at} {cluster}".rstrip() for at, price in versions]
     lines += [f"rate {q} {r} {c}".rstrip() for (q, c), r in sorted(rates.items()) if _plain(q, c)]
     lines += [f"shards {p.name} {p.shards_per_gpu}" for p in config.partitions.values() if _NAME.fullmatch(p.name)]
     lines += [f"gpus {p.name} {p.gpus_per_node}" for p in config.partitions.values() if _NAME.fullmatch(p.name)]
-    lines += [f"account {a['name']} {int(a['balance'])}" for a in accounts if _NAME.fullmatch(str(a["name"]))]
+    lines += [f"account {a['name']} {int(a['balance'])} {int(a['capacity'])} {int(a['rate_per_day'])}"
+              for a in accounts if _NAME.fullmatch(str(a["name"]))]  # fmt: skip
     lines += [f"held {cluster} {int(job)}" for cluster, job in sorted(set(held)) if _NAME.fullmatch(cluster)]
     return "\n".join(lines) + "\n"
 

@@ -85,6 +85,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "refund_node_fail": True,  # NODE_FAIL / BOOT_FAIL runs are refunded in full
         "refund_preempted": True,
         "charge_timeout_full": True,  # a job's own TIMEOUT is charged its whole hold
+        # A GPU job its account cannot cover now, but whose quota's refill will within this many minutes,
+        # is accepted and waits (its begin time) until then; 0: refused, as beyond it.
+        "credit_wait_minutes": 0.0,
         "cancel_over_budget": True,  # a run whose hold the account cannot cover (admitted before it lost tokens) is cancelled at start
         "enforce": True,  # a dry account's GPU jobs are stopped by Slurm (GrpTRESRunMins gres=0)
         "admin_comment": True,  # the epilog writes its summary into the job's AdminComment (sacctmgr)

@@ -172,11 +172,13 @@ local ZERO, ONE, MILLION = big(0), big(1), big(1000000)
 local PRICING = {unlimited = true, default_price = true, maxrate = true, price = true, rate = true, shards = true}
 
 -- The published state: {stamp, unlimited, shared, default_price, maxrate, price{partition: {{from, price}...}},
--- own_price{} (this cluster's), rate{} (this cluster's where it has one), shards{}, account{}, held{job id: true}}.
+-- own_price{} (this cluster's), rate{} (this cluster's where it has one), shards{}, account{},
+-- quota{account: {capacity, per_day}}, credit_wait (seconds), held{job id: true}}.
 local function read_state()
   local f = io.open(AVAILABILITY, "r")
   if not f then return nil end
-  local s = {price = {}, own_price = {}, rate = {}, shards = {}, gpus = {}, account = {}, held = {}, maxrate = MILLION}
+  local s = {price = {}, own_price = {}, rate = {}, shards = {}, gpus = {}, account = {}, quota = {}, held = {},
+             maxrate = MILLION, credit_wait = 0}
   local own_rate, pricing, now = {}, {}, os.time()
   local ok = false
   for line in f:lines() do
@@ -184,7 +186,7 @@ local function read_state()
     if PRICING[key] then  -- what a worst case is reckoned from, and which price versions are in effect now
       pricing[#pricing + 1] = key == "price" and (tonumber(c) or 0) > now and line .. " later" or line
     end
-    if key == "slurm-yolo-availability" then ok = (a == "3")
+    if key == "slurm-yolo-availability" then ok = (a == "4")
     elseif key == "stamp" then s.stamp = tonumber(a)
     elseif key == "unlimited" then s.unlimited = tonumber(a)
     elseif key == "shared" then s.shared = (a == "1")
@@ -199,7 +201,8 @@ local function read_state()
     elseif key == "rate" and c == "" then s.rate[a] = big(b)
     elseif key == "shards" then s.shards[a] = tonumber(b)
     elseif key == "gpus" then s.gpus[a] = tonumber(b)
-    elseif key == "account" then s.account[a] = big(b)
+    elseif key == "account" then s.account[a], s.quota[a] = big(b), {capacity = big(c), per_day = tonumber(d)}
+    elseif key == "creditwait" then s.credit_wait = tonumber(a)
     end
   end
   f:close()
@@ -422,6 +425,31 @@ local function note_refusal(account, uid, need, left)
   end
 end
 
+-- How long until the account's refill covers ``total`` (its pending worst cases and this job's) from
+-- ``balance``, when that is within the configured wait (bucket.seconds_to_cover); nil: never, or later.
+-- In seconds from now, from the published balance (older than the ledger's: never sooner than it).
+local function credit_wait(state, account, total, balance)
+  local q = state.quota[account]
+  if not q or not q.capacity or not q.per_day or q.per_day <= 0 or state.credit_wait <= 0
+     or cmp(total, q.capacity) > 0 then
+    return nil
+  end
+  local short = tonumber(text(add(total, neg(balance)))) or math.huge
+  local wait = math.ceil(short / q.per_day * 86400)
+  if wait > state.credit_wait then return nil end
+  return wait
+end
+
+-- The job starts no sooner than ``wait`` seconds from now (a later --begin of its own stays); the user
+-- is told when, and squeue shows BeginTime.
+local function wait_for_credits(job_desc, account, wait)
+  local begin = os.time() + wait
+  if not valid(job_desc.begin_time) or (job_desc.begin_time or 0) < begin then job_desc.begin_time = begin end
+  slurm.log_user(string.format("slurm-yolo: account %s waits for credits: its refill covers this job by %s" ..
+                               " (in %d min); the job waits until then and starts by itself (squeue: BeginTime)",
+                               account, os.date("%H:%M", begin), math.ceil(wait / 60)))
+end
+
 local function fmt(n)
   local out = text(n):reverse():gsub("(%d%d%d)", "%1,"):reverse()
   return (out:gsub("^(%-?),", "%1"))
@@ -463,7 +491,12 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   elseif state.shared then  -- the ledger decides, with every cluster's commitments and its own balance
     line = ask_ledger(account, need, totals)
     local b, here, there = tostring(line or ""):match("^refused (%-?%d+) (%d+) (%d+)$")
-    if b then
+    local wait = tonumber(tostring(line or ""):match("^wait (%d+)$"))
+    if wait then  -- the ledger counts it now, as a pending job of this cluster
+      wait_for_credits(job_desc, account, wait)
+      recent[#recent + 1] = {t = os.time(), account = account, need = need}
+      return slurm.SUCCESS
+    elseif b then
       balance, pending, elsewhere = big(b), big(here), big(there)
     elseif line ~= "ok" then
       slurm.log_user("slurm-yolo: the shared token ledger did not answer (" .. tostring(line or "no answer"):sub(1, 200) ..
@@ -472,7 +505,10 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     end
   end
   local left = add(add(balance, neg(pending)), neg(elsewhere or ZERO))
-  if line ~= "ok" and cmp(need, left) > 0 then  -- "ok": the ledger's balance is fresher than the published one
+  local wait = not state.shared and cmp(need, left) > 0 and credit_wait(state, account, add(need, pending), balance)
+  if wait then
+    wait_for_credits(job_desc, account, wait)
+  elseif line ~= "ok" and cmp(need, left) > 0 then  -- "ok": the ledger's balance is fresher than the published one
     note_refusal(account, submit_uid or -1, need, left)
     local where = elsewhere and string.format(
       " across the clusters that share its budget (balance %s, minus %s for its pending and starting GPU jobs" ..

@@ -14,6 +14,7 @@ strictly as anything else: names as Slurm could ever make them, amounts as whole
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -65,12 +66,16 @@ def parse(fields: list[str]) -> Request:
 
 
 def answer(config: Config, request: Request) -> str:
-    """The line the script reads: ``ok``, or ``refused BALANCE HERE ELSEWHERE`` (the numbers its
+    """The line the script reads: ``ok``; ``wait SECONDS`` (the account's refill covers the job then,
+    within ``ledger.credit_wait_minutes``); or ``refused BALANCE HERE ELSEWHERE`` (the numbers its
     message shows). A ledger that cannot decide raises (the caller answers ``error: ...``)."""
+    max_wait = float(config["ledger"]["credit_wait_minutes"]) * 60
     with ledger.writer(config, publish=False) as lg:
-        got = lg.admit(request.cluster, request.account, request.need, request.committed)
+        got = lg.admit(request.cluster, request.account, request.need, request.committed, max_wait)
     if got.ok:
         return "ok\n"
+    if got.wait > 0:
+        return f"wait {math.ceil(got.wait)}\n"
     return f"refused {got.balance} {got.committed_here} {got.committed_elsewhere}\n"
 
 

@@ -286,17 +286,23 @@ def quotes_for(config: Config, plans: list[plan.Plan]) -> tuple[list[cost.Quote]
             lg.close()
 
 
-def submit(config: Config, prepared: Prepared) -> int:
-    """Check the account's tokens cover the job, then submit with the real sbatch; the job id. A
-    refusal of an account the user may not use says so (admission runs before Slurm checks the
-    association, so it would otherwise read as an account with nothing left)."""
+class Submitted(NamedTuple):
+    job_id: int
+    credit_wait: float  # seconds the job waits for its account's refill to cover it (0: none)
+
+
+def submit(config: Config, prepared: Prepared) -> Submitted:
+    """Check the account's tokens cover the job (now, or after a refill it may wait for), then submit
+    with the real sbatch. A refusal of an account the user may not use says so (admission runs before
+    Slurm checks the association, so it would otherwise read as an account with nothing left)."""
     unread = config_mod.missing(config)
     if unread:  # a plan on the defaults (whole GPUs, the prior k, the default price) can hold far more than the site's
         raise UsageError(f"job not submitted: {unread} (--dry-run plans on the defaults)")
     bin_dir = Path(config["slurm"]["bin_dir"])
     try:
-        admission.check(config, prepared.plan, prepared.options.account, prepared.quote)
-        return commands.submit(prepared.script, [], bin_dir=bin_dir, timeout=config["slurm"]["timeout_seconds"])
+        wait = admission.check(config, prepared.plan, prepared.options.account, prepared.quote)
+        job_id = commands.submit(prepared.script, [], bin_dir=bin_dir, timeout=config["slurm"]["timeout_seconds"])
+        return Submitted(job_id, wait)
     except QuotaError:
         require_association(prepared.options.account, bin_dir)
         raise

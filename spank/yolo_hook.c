@@ -150,8 +150,9 @@ static int forward(const char *ev)
 
 /*
  * `slurm-yolo-hook admit CLUSTER ACCOUNT NEED [ACCOUNT=TOKENS ...]`: job_submit.lua's question on a
- * ledger several clusters share. Prints hookd's answer line ("ok", "refused ...", "error: ...") and
- * exits 0 only on "ok"; no answer is a refusal (there is no Python fallback: slurmctld waits).
+ * ledger several clusters share. Prints hookd's answer line ("ok", "wait SECONDS", "refused ...",
+ * "error: ...") and exits 0 only on "ok" or "wait" (admitted, or admitted to wait for credits); no
+ * answer is a refusal (there is no Python fallback: slurmctld waits).
  */
 static int admit(int argc, char **argv)
 {
@@ -176,7 +177,7 @@ static int admit(int argc, char **argv)
 		return 2;
 	}
 	fputs(reply, stdout);
-	return strcmp(reply, "ok\n") ? 1 : 0;
+	return strcmp(reply, "ok\n") && strncmp(reply, "wait ", 5) ? 1 : 0;
 }
 
 int main(int argc, char **argv)

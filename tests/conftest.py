@@ -194,7 +194,7 @@ class Slurm(NamedTuple):
         """slurmdbd's own record of each run, read here without slurm-yolo's parsers: the test's facts.
         Only the job's own rows: ``-j`` of an array's last task (whose raw id is the array's) lists
         every task."""
-        fields = ["JobIDRaw", "Submit", "State", "ElapsedRaw", "AllocTRES", "TimelimitRaw", "End"]
+        fields = ["JobIDRaw", "Submit", "State", "ElapsedRaw", "AllocTRES", "TimelimitRaw", "End", "Start"]
         res = self.cmd("sacct", "-X", "-D", "-n", "-P", "-j", str(job), "-o", ",".join(fields))
         rows = [dict(zip(fields, line.split("|"), strict=True)) for line in res.stdout.splitlines() if line.strip()]
         return [r for r in rows if r["JobIDRaw"] == str(job)]

@@ -91,16 +91,17 @@ def test_availability_lists_balances_prices_rates_and_held_jobs(cfg: config.Conf
         lg.hold(run(41), 5, None, "test")
         text = availability.render(cfg, now, lg.accounts(), lg.prices(), lg.tiers(), lg.held_jobs())
     lines = text.splitlines()
-    assert lines[0] == "slurm-yolo-availability 3" and f"stamp {int(now)}" in lines
+    assert lines[0] == "slurm-yolo-availability 4" and f"stamp {int(now)}" in lines
     later = int(t0 + 86400) + 1  # a scheduled price: the script switches to it when it takes effect
     assert [line for line in lines if line.startswith("price a100")] == [
         "price a100 3000 0",
         f"price a100 5000 {later}",
     ]
-    assert "account vision 4995" in lines and "maxrate 1500000" in lines and "held yolo 41" in lines
+    assert "account vision 4995 0 0" in lines and "maxrate 1500000" in lines and "held yolo 41" in lines
     assert "rate yolo-prod 800000" in lines and [line for line in lines if line.startswith("account")] == [
-        "account vision 4995"
+        "account vision 4995 0 0"  # no quota: no capacity, no refill
     ]
+    assert f"creditwait {int(cfg['ledger']['credit_wait_minutes'] * 60)}" in lines
     assert Path(availability.path(cfg)).read_text().splitlines()[2:] == lines[2:]  # every write published it
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from conftest import PRICE, REPO, VENV_BIN, Slurm, balance_path, fund, last_movement, nothing_pending, poll
 
+from slurm_yolo import ledger
 from slurm_yolo.synthetic import make_dataset
 
 pytestmark = pytest.mark.cluster
@@ -151,6 +152,39 @@ def test_a_run_its_account_no_longer_covers_is_cancelled_at_start(lean: Slurm) -
     rec = lean.ended(job)[0]
     assert rec["State"].startswith("CANCELLED") and int(rec["ElapsedRaw"]) < 30
     assert (row["hold"], row["charge"]) == (600 * A100, int(rec["ElapsedRaw"]) * A100)
+
+
+def test_a_job_the_refill_covers_soon_waits_for_credits_then_starts_by_itself(lean: Slurm) -> None:
+    """An account short of a GPU job's worst case whose quota refills the rest within the config's
+    ``credit_wait_minutes`` (60 on the bundled clusters): plain sbatch is accepted and told when, the
+    job pends on BeginTime until the refill covers it, starts by itself, and pays its elapsed time as
+    any run; the account never goes below zero. A job the bucket could never hold is refused with its
+    numbers, as before."""
+    worst = 60 * A100  # -t 1 on one a100, QOS normal (rate 1)
+    fund(lean, ("vision",), worst // 2)
+    per_day = worst // 2 * 86400 // 40  # the other half in about 40 s
+    with ledger.writer(lean.config()) as lg:
+        lg.set_quota("vision", per_day, 3 * worst, "test")
+    before = last_movement(lean)
+    submitted = time.time()
+    res = lean.cmd("sbatch", "--parsable", "-o", "/dev/null", "-A", "vision", "-p", "a100", "--gres=gpu:a100:1",
+                   "-t", "1", user="alice", input="#!/bin/bash\nsleep 1\n")  # fmt: skip
+    job = int(res.stdout.strip().split(";")[0])
+    assert "slurm-yolo: account vision waits for credits: its refill covers this job by " in res.stderr, res.stderr
+    assert "starts by itself (squeue: BeginTime)" in res.stderr
+    assert lean.cmd("squeue", "-h", "-j", str(job), "-o", "%T %r").stdout.split() == ["PENDING", "BeginTime"]
+    never = lean.cmd("sbatch", "-A", "vision", "-p", "a100", "--gres=gpu:a100:2", "-t", "10", "--wrap", "true",
+                     user="alice", check=False)  # fmt: skip
+    assert (
+        never.returncode != 0
+        and f"account vision cannot cover this job: its worst case is {20 * worst:,}" in never.stderr
+    )
+    row = lean.settled(job, timeout=240)[0]
+    rec = lean.ended(job)[0]
+    start = time.mktime(time.strptime(rec["Start"], "%Y-%m-%dT%H:%M:%S"))
+    assert rec["State"] == "COMPLETED" and start >= int(submitted) + 38, (rec, submitted)  # not before the refill
+    assert (row["hold"], row["charge"]) == (worst, int(rec["ElapsedRaw"]) * A100)
+    assert min(balance_path(lean, "vision", before)) >= 0
 
 
 def _cluster_state(slurm: Slurm) -> Path:

@@ -156,7 +156,7 @@ def test_lua_worst_cases_equal_the_policy(tmp_path: Path, home: Path) -> None:
     ]
     tiers["prod"] = 700_001  # the script's cluster's own rate
     cases = [request(rng, i, partitions, tiers, big=i % 3 == 0) for i in range(CASES)]
-    accounts = [{"name": f"{c['account']}{suffix}", "balance": balance}
+    accounts = [{"name": f"{c['account']}{suffix}", "balance": balance, "capacity": 0, "rate_per_day": 0}
                 for c in cases
                 for suffix, balance in (("z", 0), ("ok", c["need"] + c["pending"]), ("no", c["need"] + c["pending"] - 1))]  # fmt: skip
     text = availability.render(cfg, now, accounts, prices, tier_rows, [])
@@ -192,7 +192,10 @@ def test_gpus_slurm_derives_from_ntasks_per_gpu_are_counted(tmp_path: Path, home
     cfg = config.load()
     cfg = replace(cfg, partitions={"p0": Partition("p0", gpus_per_node=8, shards_per_gpu=0)})
     price, need = 1000, 60 * 2 * 1000
-    accounts = [{"name": "tz", "balance": 0}, {"name": "tok", "balance": need}, {"name": "tno", "balance": need - 1}]
+    accounts = [
+        {"name": n, "balance": b, "capacity": 0, "rate_per_day": 0}
+        for n, b in (("tz", 0), ("tok", need), ("tno", need - 1))
+    ]
     prices = [{"id": 1, "cluster": "", "partition": "p0", "price": price, "effective_at": time.time() - 60}]
     availability.path(cfg).parent.mkdir(parents=True, exist_ok=True)
     availability.path(cfg).write_text(availability.render(cfg, time.time(), accounts, prices, [], []))
@@ -210,3 +213,67 @@ def test_gpus_slurm_derives_from_ntasks_per_gpu_are_counted(tmp_path: Path, home
     assert dict(line.split(" ") for line in out.splitlines()) == {"tz": "2050", "tok": "0", "tno": "2050"}
     refused = [line.split(" ") for line in availability.refusals_path(cfg).read_text().splitlines()]
     assert [(r[1], r[3]) for r in refused] == [("tz", str(need)), ("tno", str(need))]
+
+
+WAIT_DRIVER = """
+slurm = {SUCCESS = 0, ERROR = -1, ESLURM_ACCOUNTING_POLICY = 2050, jobs = {}}
+local told = ""
+slurm.log_user = function(fmt, ...) told = string.format(fmt, ...) end
+dofile(arg[1])
+for _, case in ipairs(dofile(arg[2])) do
+  told = ""
+  local desc = {}
+  for k, v in pairs(case.desc) do desc[k] = v end
+  local rc = slurm_job_submit(desc, case.parts, 1000)
+  print(desc.account .. "|" .. rc .. "|" .. (desc.begin_time and desc.begin_time - os.time() or -1) .. "|" .. told)
+end
+"""
+
+
+@pytest.mark.skipif(LUA is None and not IN_CI, reason="no lua5.1 (apt-get install lua5.1, as deploy/install does)")
+def test_a_job_the_refill_covers_soon_waits_for_it(tmp_path: Path, home: Path) -> None:
+    """An account short of a job's worst case whose quota refills it within ledger.credit_wait_minutes:
+    the job is accepted with a begin time when the refill covers it, and the user is told when; one
+    beyond the wait, beyond the bucket's capacity or without a quota is refused as before. A --begin
+    later than the refill stays the user's."""
+    cfg = config.load()
+    cfg = replace(cfg, partitions={"p0": Partition("p0", gpus_per_node=8, shards_per_gpu=0)},
+                  values={**cfg.values, "ledger": {**cfg["ledger"], "credit_wait_minutes": 60}})  # fmt: skip
+    price = 1000
+    need = 60 * price  # a minute of one GPU
+    per_day = need * 144  # a job's worth every 600 s
+    accounts = [
+        {"name": "soon", "balance": need // 2, "capacity": 2 * need, "rate_per_day": per_day},  # half: 300 s
+        {"name": "dry", "balance": -need, "capacity": 2 * need, "rate_per_day": per_day},  # overdrawn: 1200 s
+        {"name": "later", "balance": need // 2, "capacity": 2 * need, "rate_per_day": per_day},  # its own --begin
+        {"name": "full", "balance": 0, "capacity": need - 1, "rate_per_day": per_day},  # the bucket never holds it
+        {"name": "slow", "balance": 0, "capacity": 2 * need, "rate_per_day": need * 12},  # 2 h
+        {"name": "none", "balance": 0, "capacity": 0, "rate_per_day": 0},  # no quota
+    ]
+    prices = [{"id": 1, "cluster": "", "partition": "p0", "price": price, "effective_at": time.time() - 60}]
+    availability.path(cfg).parent.mkdir(parents=True, exist_ok=True)
+    availability.path(cfg).write_text(availability.render(cfg, time.time(), accounts, prices, [], []))
+    db.make_private(cfg.state_dir)
+    script = tmp_path / "job_submit.lua"
+    script.write_text(availability.script(cfg, "yolo"))
+    part = {"default_time": NO_VAL, "max_time": INFINITE, "flag_default": 0}
+    far = int(time.time()) + 7200
+    cases = [{"desc": {"account": a["name"], "time_limit": 1, "partition": "p0", "tres_per_node": "gres:gpu:1",
+                       "min_nodes": 1, "max_nodes": 1, **({"begin_time": far} if a["name"] == "later" else {})},
+              "parts": {"p0": part}} for a in accounts]  # fmt: skip
+    (tmp_path / "cases.lua").write_text("return " + lua(cases))
+    (tmp_path / "driver.lua").write_text(WAIT_DRIVER)
+    assert LUA is not None, "CI installs lua5.1 (deploy/install)"
+    out = subprocess.run([LUA, str(tmp_path / "driver.lua"), str(script), str(tmp_path / "cases.lua")],
+                         capture_output=True, text=True, check=True, timeout=120).stdout  # fmt: skip
+    got = {line.split("|")[0]: line.split("|")[1:] for line in out.splitlines()}
+    waits = {a: int(begin) for a, (rc, begin, _) in got.items() if rc == "0"}
+    assert sorted(waits) == ["dry", "later", "soon"], got
+    expected = {"soon": 300, "dry": 1200, "later": far - int(time.time())}
+    assert all(abs(waits[a] - expected[a]) <= 1 for a in waits), (waits, expected)  # a second may tick meanwhile
+    assert got["soon"][2].startswith("slurm-yolo: account soon waits for credits: its refill covers this job by ")
+    assert got["soon"][2].endswith(" (in 5 min); the job waits until then and starts by itself (squeue: BeginTime)")
+    for name in ("full", "slow", "none"):
+        assert got[name][0] == "2050" and f"account {name} cannot cover this job" in got[name][2], got[name]
+    refused = [line.split(" ")[1] for line in availability.refusals_path(cfg).read_text().splitlines()]
+    assert refused == ["full", "slow", "none"]

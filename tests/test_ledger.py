@@ -387,21 +387,21 @@ def test_admit_across_clusters_never_overcommits(cfg: config.Config) -> None:
     with ledger.writer(cfg) as lg:
         lg.credit("acct", 1000, "t")
         a = lg.admit("east", "acct", 400, {})
-        assert a == (True, 1000, 0, 0)
+        assert a == (True, 1000, 0, 0, 0.0)
         b = lg.admit("west", "acct", 500, {"other": 7})
-        assert b == (True, 1000, 0, 400)  # east's 400 counted; 400 + 500 <= 1000
+        assert b == (True, 1000, 0, 400, 0.0)  # east's 400 counted; 400 + 500 <= 1000
         c = lg.admit("east", "acct", 200, {"acct": 400})  # east's own count: its job still pending
-        assert c == (False, 1000, 400, 500)  # 400 + 500 + 200 > 1000
+        assert c == (False, 1000, 400, 500, 0.0)  # 400 + 500 + 200 > 1000
         assert {(r["cluster"], r["account"], r["tokens"]) for r in lg.commitments()} == {
             ("east", "acct", 400), ("west", "acct", 500), ("west", "other", 7)}  # fmt: skip
         lg.hold(run()._replace(cluster="west"), 500, None, "prolog")  # west's job started: its hold, not its commitment
         assert lg.account("acct")["balance"] == 500
         assert {(r["cluster"], r["tokens"]) for r in lg.commitments() if r["account"] == "acct"} == {("east", 400)}
-        assert lg.admit("east", "acct", 100, {"acct": 400}) == (True, 500, 400, 0)
-        assert lg.admit("west", "acct", 1, {}) == (False, 500, 0, 500)
-        assert lg.admit("west", "nobody", 1, {}) == (False, 0, 0, 0)  # no ledger entry: nothing to spend
-        assert lg.admit("west", "ACCT", 1, {"acct": 0}) == (False, 0, 0, 0)  # names compare byte for byte
-        assert lg.admit("west", "acct", 1, {"ACCT": 1}) == (False, 500, 0, 500)  # on both backends
+        assert lg.admit("east", "acct", 100, {"acct": 400}) == (True, 500, 400, 0, 0.0)
+        assert lg.admit("west", "acct", 1, {}) == (False, 500, 0, 500, 0.0)
+        assert lg.admit("west", "nobody", 1, {}) == (False, 0, 0, 0, 0.0)  # no ledger entry: nothing to spend
+        assert lg.admit("west", "ACCT", 1, {"acct": 0}) == (False, 0, 0, 0, 0.0)  # names compare byte for byte
+        assert lg.admit("west", "acct", 1, {"ACCT": 1}) == (False, 500, 0, 500, 0.0)  # on both backends
         assert [(r["cluster"], r["account"]) for r in lg.commitments("west")] == [("west", "ACCT")]
         lg.admit("west", "nobody", 1, {})  # west's next admission: what it counts now, nothing
         assert lg.account("nobody") is None
@@ -411,6 +411,27 @@ def test_admit_across_clusters_never_overcommits(cfg: config.Config) -> None:
         lg.forget_commitments("east", ["acct"], time.time() + 1)  # east has no job of acct pending any more
         assert lg.commitments() == []
         assert lg.check() == []
+
+
+def test_admit_lets_a_job_wait_for_what_the_refill_brings_within_the_wait(cfg: config.Config) -> None:
+    """Short of a job's worst case, an account whose quota refills the rest within ``max_wait`` is
+    admitted to wait (how long: what its refill takes, counted from now), and the job counts as this
+    cluster's commitment as an admitted one does; beyond the wait, or past the bucket's capacity, it is
+    refused and counts nothing."""
+    day = 86400
+    with ledger.writer(cfg) as lg:
+        lg.credit("acct", 1000, "t")
+        lg.set_quota("acct", 864_000, 5000, "t")  # 10 tokens a second, up to 5000
+        got = lg.admit("east", "acct", 1600, {}, max_wait=120)
+        assert got.ok is False and 59 <= got.wait <= 60 and got.balance in (1000, 1010)  # 600 short: a minute
+        assert [(r["account"], r["tokens"]) for r in lg.commitments("east")] == [("acct", 1600)]
+        later = lg.admit("east", "acct", 1000, {"acct": 1600}, max_wait=120)  # behind the first: 160 s
+        assert later.ok is False and later.wait == 0.0 and later.committed_here == 1600
+        assert [(r["account"], r["tokens"]) for r in lg.commitments("east")] == [("acct", 1600)]
+        assert lg.admit("east", "acct", 1000, {"acct": 1600}, max_wait=day).wait > 150
+        assert lg.admit("west", "acct", 6000, {}, max_wait=day).wait == 0.0  # the bucket never holds it
+        assert lg.admit("west", "acct", 2000, {}, max_wait=0).wait == 0.0  # no waiting configured
+        assert lg.account("acct")["held"] == 0 and lg.check() == []
 
 
 def test_a_cluster_joins_once_and_a_migrated_ledger_keeps_its_history(sqlite_cfg: config.Config) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import click
@@ -85,7 +86,9 @@ def main(
     wait_limit = durations.parse(wait_timeout) if wait else None  # a bad value submits nothing
     prepared = submission.prepare(config, list(words), request, options, flops_factor)
     p = prepared.plan
-    job_id = None if dry_run else submission.submit(config, prepared)  # a refusal is its one Error: line
+    submitted = None if dry_run else submission.submit(config, prepared)  # a refusal is its one Error: line
+    job_id = submitted.job_id if submitted else None
+    waits_until = time.time() + submitted.credit_wait if submitted and submitted.credit_wait else None
     bin_dir = Path(config["slurm"]["bin_dir"])
     unsure = submission.association_problem(account, bin_dir) if dry_run else ""  # a submission would be refused
     for warning in (*prepared.warnings, *filter(None, [unsure and f"{unsure}; a submission would be refused"])):
@@ -93,12 +96,13 @@ def main(
     q = prepared.quote
     if as_json:
         echo_json({**p.to_dict(), **q.to_dict(), "dataset": prepared.counts._asdict(), "script": prepared.script,
-                   "job_id": job_id})  # fmt: skip
+                   "job_id": job_id, "waits_for_credits_until": waits_until})  # fmt: skip
     else:
         if explain:
             for line in p.explain:
                 click.echo(line)
-        start = f", expected start {plan.clock(p.expected_start)}" if p.expected_start is not None else ""
+        starts = max(filter(None, [p.expected_start, waits_until]), default=None)
+        start = f", expected start {plan.clock(starts)}" if starts is not None else ""
         summary = (f"({p.partition}, {p.gres}, qos {p.qos}, limit {p.time_limit_seconds // 60} min, predicted"
                    f" {durations.fmt_minutes(p.predicted_seconds)}, work {fmt_tokens(p.effective_tokens)}; holds"
                    f" {fmt_tokens(q.hold_tokens)} of budget = {cost.fmt_amount(q.hold_gpu_hours)} GPU-h"
@@ -108,6 +112,9 @@ def main(
             click.echo(prepared.script, nl=False)
         else:
             click.echo(f"Submitted batch job {job_id} {summary}")
+            if waits_until is not None:
+                click.echo(f"It waits for credits: its account's refill covers its hold by {plan.clock(waits_until)};"
+                           " it starts by itself then (squeue: BeginTime)")  # fmt: skip
     if wait and job_id is not None:
         from .job import follow  # the job-side commands: only when following a job
 

@@ -82,6 +82,7 @@ class Admission(NamedTuple):
     balance: int
     committed_here: int  # the account's pending worst cases on the asking cluster, before this job
     committed_elsewhere: int  # and on the ledger's other clusters
+    wait: float = 0.0  # not ok now, but the account's refill covers it in this many seconds: it waits
 
 
 class Settlement(NamedTuple):
@@ -445,35 +446,43 @@ class Ledger:
 
         return self._atomic(body)
 
-    def admit(self, cluster: str, account: str, need: int, committed: dict[str, int]) -> Admission:
+    def admit(self, cluster: str, account: str, need: int, committed: dict[str, int],
+              max_wait: float = 0.0) -> Admission:  # fmt: skip
         """Admission on a ledger several clusters share, in one turn with every other cluster's: the
         job (worst case ``need``) fits when the account's balance covers what ``cluster`` commits to it
         (``committed``: its pending GPU jobs per account, as its job_submit.lua counts them), what the
-        other clusters committed at their last admission, and ``need``. This cluster's commitments
-        are replaced by ``committed`` (and ``need`` when admitted): what the next admission anywhere
-        sees. Stale only upward (a job started since is counted until its cluster's next admission,
-        a hold takes its amount off at once): never generous."""
+        other clusters committed at their last admission, and ``need``; or, when the account's refill
+        covers all that within ``max_wait`` seconds, it waits that long (``Admission.wait``). This
+        cluster's commitments are replaced by ``committed`` (and ``need`` when admitted or waiting):
+        what the next admission anywhere sees. Stale only upward (a job started since is counted until
+        its cluster's next admission, a hold takes its amount off at once): never generous."""
         now = time.time()
 
         def body() -> Admission:
             self.conn.execute("DELETE FROM commitments WHERE cluster = ?", (cluster,))
             mine = dict(committed)
-            balance = 0  # an account without a ledger entry has nothing to spend
+            balance, capacity, rate = 0, 0, 0  # an account without a ledger entry has nothing to spend
             if self.conn.execute("SELECT 1 FROM accounts WHERE name = ?", (account,)).fetchone() is not None:
                 self._refill(account, now)
-                balance = self._account(account, now)["balance"]
+                row = self._account(account, now)
+                balance, capacity, rate = row["balance"], row["capacity"], row["rate_per_day"]
             elsewhere = self.conn.execute(
                 "SELECT coalesce(sum(tokens), 0) FROM commitments WHERE account = ? AND cluster <> ?",
                 (account, cluster),
             ).fetchone()[0]
-            ok = need + mine.get(account, 0) + elsewhere <= balance
-            if ok:
+            total = need + mine.get(account, 0) + elsewhere
+            ok = total <= balance
+            wait = None if ok or max_wait <= 0 else bucket.seconds_to_cover(total, balance, capacity, rate)
+            waits = wait is not None and wait <= max_wait
+            if ok or waits:
                 mine[account] = mine.get(account, 0) + need
             for name, tokens in mine.items():
                 if tokens > 0:
                     self.conn.execute("INSERT INTO commitments (cluster, account, tokens, counted_at) VALUES (?, ?, ?, ?)",
                                       (cluster, name, tokens, now))  # fmt: skip
-            return Admission(ok, int(balance), committed.get(account, 0), int(elsewhere))
+            return Admission(
+                ok, int(balance), committed.get(account, 0), int(elsewhere), float(wait or 0) if waits else 0.0
+            )
 
         return self._atomic(body)
 

@@ -30,3 +30,14 @@ def seconds_until(tokens: int, rate_per_day: int) -> float | None:
     if rate_per_day <= 0:
         return None
     return math.ceil(tokens / rate_per_day * DAY)
+
+
+def seconds_to_cover(total: int, balance: int, capacity: int, rate_per_day: int) -> float | None:
+    """How long until the bucket's refill lifts ``balance`` to ``total`` (0: it covers it now; None:
+    never, since refills stop at ``capacity``). Counted from now, not from the last refill mark: never
+    sooner than the ledger will credit it."""
+    if total <= balance:
+        return 0.0
+    if total > capacity:
+        return None
+    return seconds_until(total - balance, rate_per_day)
