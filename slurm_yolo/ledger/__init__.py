@@ -919,7 +919,13 @@ class Ledger:
         ).fetchall()
 
     def check(self) -> list[str]:
-        """Every violation of the ledger's invariants (empty: the books balance, to the token)."""
+        """Every violation of the ledger's invariants (empty: the books balance, to the token), read
+        from one moment of them: on a ledger other controllers and clusters write meanwhile, a hold
+        committed between two of its reads would otherwise read as a difference."""
+        with self.conn.consistent():
+            return self._check()
+
+    def _check(self) -> list[str]:
         problems = []
         sums = {
             (r["account"], r["kind"]): r["total"]

@@ -447,6 +447,21 @@ class Connection:
             for at in range(0, len(rows), 500):
                 c.executemany(sql, rows[at : at + 500])
 
+    @contextlib.contextmanager
+    def consistent(self) -> Iterator[None]:
+        if self.in_transaction:
+            yield
+            return
+        with self._conn.cursor() as c:
+            c.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+        self.in_transaction = True  # no reconnect mid-way: that would read another moment
+        try:
+            yield
+        finally:
+            self.in_transaction = False
+            with contextlib.suppress(*_errors()), self._conn.cursor() as c:
+                c.execute("COMMIT")
+
     def snapshot(self, path: Path) -> None:
         """The books as a new SQLite file (the published copy users read): the SQLite schema at its
         latest version, then each table's rows, read in one consistent snapshot."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -59,6 +60,10 @@ class Store(Protocol):
 
     def snapshot(self, path: Path) -> None:
         """Write a consistent copy of the books to a new SQLite file at ``path`` (what users read)."""
+
+    def consistent(self) -> AbstractContextManager[None]:
+        """Reads, until the block ends, of one moment of the books: writers on other hosts or clusters
+        committing meanwhile are not half seen (a check of a live shared ledger)."""
 
     def close(self) -> None: ...
 
@@ -107,6 +112,17 @@ class SqliteStore:
 
     def snapshot(self, path: Path) -> None:
         db.backup_into(self.raw)(path)
+
+    @contextmanager
+    def consistent(self) -> Iterator[None]:
+        if self.raw.in_transaction:  # a write transaction's reads are of one moment already
+            yield
+            return
+        self.raw.execute("BEGIN")  # deferred: WAL gives this reader the books as of its first read
+        try:
+            yield
+        finally:
+            self.raw.execute("COMMIT")
 
     def close(self) -> None:
         if self._on_close is not None:
