@@ -288,7 +288,8 @@ def quotes_for(config: Config, plans: list[plan.Plan]) -> tuple[list[cost.Quote]
 
 class Submitted(NamedTuple):
     job_id: int
-    credit_wait: float  # seconds the job waits for its account's refill to cover it (0: none)
+    credit_wait: float  # seconds the job waits for its account's refill to cover it, by the published books
+    told: list[str]  # what slurmctld's admission told the submitter (its wait, counted with pending jobs)
 
 
 def submit(config: Config, prepared: Prepared) -> Submitted:
@@ -301,8 +302,9 @@ def submit(config: Config, prepared: Prepared) -> Submitted:
     bin_dir = Path(config["slurm"]["bin_dir"])
     try:
         wait = admission.check(config, prepared.plan, prepared.options.account, prepared.quote)
-        job_id = commands.submit(prepared.script, [], bin_dir=bin_dir, timeout=config["slurm"]["timeout_seconds"])
-        return Submitted(job_id, wait)
+        job_id, told = commands.submit_told(prepared.script, [], bin_dir=bin_dir,
+                                            timeout=config["slurm"]["timeout_seconds"])  # fmt: skip
+        return Submitted(job_id, wait, told)
     except QuotaError:
         require_association(prepared.options.account, bin_dir)
         raise

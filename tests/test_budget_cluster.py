@@ -159,12 +159,12 @@ def test_a_job_the_refill_covers_soon_waits_for_credits_then_starts_by_itself(le
     ``credit_wait_minutes`` (60 on the bundled clusters): plain sbatch is accepted and told when, the
     job pends on BeginTime until the refill covers it, starts by itself, and pays its elapsed time as
     any run; the account never goes below zero. A job the bucket could never hold is refused with its
-    numbers, as before."""
+    numbers, as before; yolo-sbatch on a login node, behind the waiting job, says until when it waits."""
     worst = 60 * A100  # -t 1 on one a100, QOS normal (rate 1)
     fund(lean, ("vision",), worst // 2)
     per_day = worst // 2 * 86400 // 40  # the other half in about 40 s
     with ledger.writer(lean.config()) as lg:
-        lg.set_quota("vision", per_day, 3 * worst, "test")
+        lg.set_quota("vision", per_day, 10 * worst, "test")
     before = last_movement(lean)
     submitted = time.time()
     res = lean.cmd("sbatch", "--parsable", "-o", "/dev/null", "-A", "vision", "-p", "a100", "--gres=gpu:a100:1",
@@ -175,10 +175,23 @@ def test_a_job_the_refill_covers_soon_waits_for_credits_then_starts_by_itself(le
     assert lean.cmd("squeue", "-h", "-j", str(job), "-o", "%T %r").stdout.split() == ["PENDING", "BeginTime"]
     never = lean.cmd("sbatch", "-A", "vision", "-p", "a100", "--gres=gpu:a100:2", "-t", "10", "--wrap", "true",
                      user="alice", check=False)  # fmt: skip
-    assert (
-        never.returncode != 0
-        and f"account vision cannot cover this job: its worst case is {20 * worst:,}" in never.stderr
-    )
+    assert never.returncode != 0 and f"cannot cover this job: its worst case is {20 * worst:,}" in never.stderr
+    work = Path(tempfile.mkdtemp(dir="/tmp/slurm-yolo-users"))  # yolo-sbatch on a login node, behind that job
+    try:
+        work.chmod(0o755)
+        data = make_dataset(work, train=8, val=4, size=64)
+        subprocess.run(["chmod", "-R", "a+rX", str(work)], check=True)
+        words = ["-A", "vision", "-p", "t4", "train", "model=yolov8n.yaml", f"data={data}", "epochs=1", "imgsz=64"]
+        res = on_a_login_node(lean, work, "--json", *words)
+        assert res.returncode == 0, res.stderr
+        behind = json.loads(res.stdout)
+        assert behind["waits_for_credits_until"] > time.time(), behind  # its own check, on the published books
+        assert (
+            "slurm-yolo: account vision waits for credits: its refill covers this job by " in res.stderr
+        )  # slurmctld's
+        lean.cmd("scancel", str(behind["job_id"]))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     row = lean.settled(job, timeout=240)[0]
     rec = lean.ended(job)[0]
     start = time.mktime(time.strptime(rec["Start"], "%Y-%m-%dT%H:%M:%S"))

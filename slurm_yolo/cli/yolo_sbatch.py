@@ -112,9 +112,8 @@ def main(
             click.echo(prepared.script, nl=False)
         else:
             click.echo(f"Submitted batch job {job_id} {summary}")
-            if waits_until is not None:
-                click.echo(f"It waits for credits: its account's refill covers its hold by {plan.clock(waits_until)};"
-                           " it starts by itself then (squeue: BeginTime)")  # fmt: skip
+    for line in submitted.told if submitted else []:  # slurmctld's word: e.g. until when the job waits for credits
+        click.echo(line, err=as_json)
     if wait and job_id is not None:
         from .job import follow  # the job-side commands: only when following a job
 

@@ -18,8 +18,16 @@ from .records import FINAL_STATES, JobRecord, comments_from_sacct, from_sacct, f
 
 def submit(script: str, args: list[str], bin_dir: Path | None = None, timeout: float = 30.0) -> int:
     """Submit a job script on stdin with extra sbatch arguments (never through a shell); its job id."""
+    return submit_told(script, args, bin_dir, timeout)[0]
+
+
+def submit_told(script: str, args: list[str], bin_dir: Path | None = None,
+                timeout: float = 30.0) -> tuple[int, list[str]]:  # fmt: skip
+    """``submit``, and what slurmctld's admission script told the submitter of an accepted job (sbatch
+    prints it on stderr: that it waits for credits, and until when)."""
     res = run(["sbatch", "--parsable", *args], input=script, bin_dir=bin_dir, timeout=timeout)
-    return parsers.sbatch_job_id(res.stdout)
+    told = [line.strip().removeprefix("sbatch: ") for line in res.stderr.splitlines() if "slurm-yolo: " in line]
+    return parsers.sbatch_job_id(res.stdout), told
 
 
 def show_job(job_id: int, bin_dir: Path | None = None) -> dict[str, str]:
