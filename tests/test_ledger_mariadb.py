@@ -320,3 +320,24 @@ def test_a_database_of_an_earlier_release_is_upgraded_in_place(mariadb_options: 
         assert lg.admit("east", "nobody", 1, {}).ok is False  # the commitments table is back
     finally:
         lg.close()
+
+
+def test_a_check_reads_one_moment_while_another_host_writes(mariadb_options: Path, tmp_path: Path) -> None:
+    """A reader of one moment (``Ledger.check``, the published copy) sees nothing another connection
+    commits meanwhile: the sessions read committed rows, and a snapshot under that level lasted one
+    statement (CI caught ``check`` finding a hold in the account's row but not in its movements)."""
+    reader = ledger.Ledger(mariadb.connect(mariadb_options, OWNER))
+    writer = ledger.Ledger(mariadb.connect(mariadb_options, OWNER))
+    try:
+        writer.credit("acct", 1000, "t")
+        with reader.conn.consistent():
+            before = reader.account("acct")["balance"]
+            writer.hold(run(91), 300, None, "prolog")
+            assert reader.account("acct")["balance"] == before  # still the moment it began
+            assert reader._check() == []
+        assert reader.account("acct")["balance"] == before - 300
+        reader.conn.snapshot(tmp_path / "copy.db")  # the published copy: also one moment
+        assert reader.check() == []
+    finally:
+        reader.close()
+        writer.close()
