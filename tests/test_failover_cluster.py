@@ -3,7 +3,7 @@ slurmctld, each on a "host" of its own that this test makes (a UTS and mount nam
 name, its own run, log and slurm-yolo state folders, its own hookd), at its own loopback address,
 sharing Slurm's StateSaveLocation and the ledger, as a site's two controller hosts share them. The
 cluster has its own slurmdbd (and accounting database) and its own ledger account, so it depends on
-neither bundled cluster: CI runs it beside their tests on SQLite books.
+neither bundled cluster: CI runs it beside their money tests (the 22.05 cluster's on the same ledger).
 
 A 200-task GPU array runs while the primary host dies (every process on it killed with SIGKILL: its
 slurmctld, its hookd, the hooks they were running), and another while an admin moves control with
@@ -136,7 +136,7 @@ PidFile={BASE}/dbd/slurmdbd.pid
     subprocess.run(["mysql", "--protocol=socket", "-e", "GRANT ALL ON slurm_acct_db_ha.* TO 'slurm'@'127.0.0.1'"],
                    check=True)  # fmt: skip
     # the shared MariaDB ledger, whatever books the bundled clusters run on (CI runs this beside their
-    # SQLite phase): its option file, the SlurmUser's alone
+    # money tests): its option file, the SlurmUser's alone
     cnf = BASE / "slurm-yolo" / "ledger.cnf"
     cnf.write_text("[client]\nhost = 127.0.0.1\nport = 3306\nuser = slurm_yolo\n"
                    f"password = {(CLUSTER_STATE / 'ledger-dbpass').read_text().strip()}\ndatabase = slurm_yolo_ledger\n")  # fmt: skip
