@@ -288,8 +288,8 @@ def quotes_for(config: Config, plans: list[plan.Plan]) -> tuple[list[cost.Quote]
 
 class Submitted(NamedTuple):
     job_id: int
-    credit_wait: float  # seconds the job waits for its account's refill to cover it, by the published books
-    told: list[str]  # what slurmctld's admission told the submitter (its wait, counted with pending jobs)
+    told: list[str]  # what slurmctld's admission told the submitter (that it waits for credits)
+    waits_until: float | None  # the begin time slurmctld gave a job that waits for credits
 
 
 def submit(config: Config, prepared: Prepared) -> Submitted:
@@ -304,7 +304,6 @@ def submit(config: Config, prepared: Prepared) -> Submitted:
         wait = admission.check(config, prepared.plan, prepared.options.account, prepared.quote)
         job_id, told = commands.submit_told(prepared.script, [], bin_dir=bin_dir,
                                             timeout=config["slurm"]["timeout_seconds"])  # fmt: skip
-        return Submitted(job_id, wait, told)
     except QuotaError:
         require_association(prepared.options.account, bin_dir)
         raise
@@ -313,6 +312,13 @@ def submit(config: Config, prepared: Prepared) -> Submitted:
     except SlurmError as e:
         require_association(prepared.options.account, bin_dir)
         raise SlurmError(f"job not submitted: {e}{_partition_hint(str(e), prepared.plan.partition, bin_dir)}") from None
+    # its own reckoning (the published balance) or slurmctld's (the account's pending jobs counted too)
+    waits = wait > 0 or any("waits for credits" in line for line in told)
+    try:
+        until = commands.expected_start(job_id, bin_dir) if waits else None
+    except SlurmError:
+        until = None  # submitted all the same: the time is slurmctld's message's
+    return Submitted(job_id, told, until)
 
 
 def _partition_hint(error: str, partition: str, bin_dir: Path) -> str:

@@ -185,7 +185,7 @@ def test_a_job_the_refill_covers_soon_waits_for_credits_then_starts_by_itself(le
         res = on_a_login_node(lean, work, "--json", *words)
         assert res.returncode == 0, res.stderr
         behind = json.loads(res.stdout)
-        assert behind["waits_for_credits_until"] > time.time(), behind  # its own check, on the published books
+        assert behind["waits_for_credits_until"] > time.time() + 30, behind  # the begin time slurmctld gave it
         assert (
             "slurm-yolo: account vision waits for credits: its refill covers this job by " in res.stderr
         )  # slurmctld's

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import click
@@ -88,7 +87,7 @@ def main(
     p = prepared.plan
     submitted = None if dry_run else submission.submit(config, prepared)  # a refusal is its one Error: line
     job_id = submitted.job_id if submitted else None
-    waits_until = time.time() + submitted.credit_wait if submitted and submitted.credit_wait else None
+    waits_until = submitted.waits_until if submitted else None
     bin_dir = Path(config["slurm"]["bin_dir"])
     unsure = submission.association_problem(account, bin_dir) if dry_run else ""  # a submission would be refused
     for warning in (*prepared.warnings, *filter(None, [unsure and f"{unsure}; a submission would be refused"])):

@@ -30,6 +30,17 @@ def submit_told(script: str, args: list[str], bin_dir: Path | None = None,
     return parsers.sbatch_job_id(res.stdout), told
 
 
+def expected_start(job_id: int, bin_dir: Path | None = None) -> float | None:
+    """When slurmctld expects the pending job to start (its begin time, for one that waits for it), in
+    epoch seconds; None when it does not say."""
+    res = run(["squeue", "-h", "-j", str(int(job_id)), "-o", "%A %S"], bin_dir=bin_dir, time_format="%s")
+    for line in res.stdout.splitlines():
+        words = line.split()
+        if words[:1] == [str(int(job_id))] and len(words) == 2 and words[1].isdigit():
+            return float(words[1])
+    return None
+
+
 def show_job(job_id: int, bin_dir: Path | None = None) -> dict[str, str]:
     """``scontrol show job -o ID`` as a dict."""
     res = run(["scontrol", "show", "job", "-o", str(int(job_id))], bin_dir=bin_dir)
