@@ -90,7 +90,8 @@ def check(config: Config, role: str = "auto") -> Report:
         release = cc.values.get("SLURM_VERSION", "")
         problems += _slurm(cc, release, notes, (asked, answered))
     if role == "controller" and cc is not None:
-        problems += _hooks(config, cc) + _admission(config, cc) + _qos(config) + _books(config, cc) + _hookd(config)
+        problems += _hooks(config, cc) + _client(config) + _admission(config, cc) + _qos(config) + _books(config, cc)
+        problems += _hookd(config)
         problems += _published(config, notes)
     elif role == "login":
         problems += _login(config, notes)
@@ -139,7 +140,8 @@ def _hooks(config: Config, cc: ControllerConfig) -> list[Problem]:
         value = cc.values.get(key, "")
         if value in ("", "(null)"):
             out.append(Problem(f"{key} is not set: slurmctld holds and settles no tokens",
-                               f"set {key}={client} in slurm.conf (deploy/slurm.conf.snippet), then scontrol reconfigure"))  # fmt: skip
+                               f"set {key}={client} in slurm.conf (deploy/slurm.conf.snippet), then restart slurmctld"
+                               " (the first time it is set, scontrol reconfigure is not enough)"))  # fmt: skip
             continue
         path = Path(value)
         try:
@@ -162,6 +164,22 @@ def _hooks(config: Config, cc: ControllerConfig) -> list[Problem]:
             out.append(Problem(f"{key} runs with SLURM_YOLO_CONFIG={theirs}, this doctor with {config.path}",
                                f"run the doctor as the hooks do: SLURM_YOLO_CONFIG={theirs} slurm-yolo doctor"))  # fmt: skip
     return out
+
+
+def _client(config: Config) -> list[Problem]:
+    """The hook client every hook runs (slurm.conf's hooks, or a site's script that execs it)."""
+    client = Path(str(config["hookd"]["client"]))
+    try:
+        st = client.stat()
+    except OSError as e:
+        return [Problem(f"hookd.client {client}: {e.strerror}: the hooks cannot run",
+                        "make -C spank install (deploy/install --site controller)")]  # fmt: skip
+    if st.st_mode & 0o022:
+        return [Problem(f"hookd.client {client} is writable by others: whoever can write it runs code in slurmctld",
+                        f"chmod go-w {client}")]  # fmt: skip
+    if not os.access(client, os.X_OK):
+        return [Problem(f"hookd.client {client} is not executable", f"chmod 755 {client}")]
+    return []
 
 
 def _admission(config: Config, cc: ControllerConfig) -> list[Problem]:
@@ -217,6 +235,9 @@ def _published(config: Config, notes: list[str]) -> list[Problem]:
     if why:
         out.append(Problem(f"{why}: login nodes plan with the prior k and the default price",
                            "slurm-yolo ledger publish (deploy/crontab repeats it every 15 minutes)"))  # fmt: skip
+    elif not availability.path(config).is_file():
+        out.append(Problem(f"{availability.path(config)} is missing: slurmctld's admission refuses every GPU job",
+                           "slurm-yolo ledger publish"))  # fmt: skip
     last = books.last(config)
     if last is None or time.time() - last.at > AUDIT_LATE_SECONDS:
         when = "has never run" if last is None else f"last ran {(time.time() - last.at) / 3600:.0f} h ago"
@@ -242,15 +263,19 @@ def _books(config: Config, cc: ControllerConfig) -> list[Problem]:
     uid = _owner_uid(config)
     if uid is None:
         return [*out, Problem(f"paths.owner {owner} is no user on this host", "set [paths] owner to the SlurmUser")]
+    who = slurm_user or owner  # whose the books must be: the hooks run as the SlurmUser
     state = config.state_dir
     try:
         st = state.stat()
         if st.st_mode & 0o002:
             out.append(Problem(f"{state} is writable by everyone", f"chmod o-w {state}"))
+        if st.st_uid != uid:
+            out.append(Problem(f"{state} is owner uid {st.st_uid}, not {owner}'s: the hooks cannot make the books there",
+                               f"chown {who}: {state}"))  # fmt: skip
     except OSError as e:
         return [
             *out,
-            Problem(f"{state}: {e.strerror}", f"install -d -o {owner} -m 755 {state} (deploy/install --site)"),
+            Problem(f"{state}: {e.strerror}", f"install -d -o {who} -m 755 {state} (deploy/install --site)"),
         ]
     public = config.public_dir
     with contextlib.suppress(FileNotFoundError):  # made by the first publish
@@ -279,9 +304,14 @@ def _books(config: Config, cc: ControllerConfig) -> list[Problem]:
             ost = opts.stat()
             if ost.st_uid != uid or ost.st_mode & 0o077:
                 out.append(Problem(f"{opts} (the ledger's credentials) is mode {stat.S_IMODE(ost.st_mode):o}, owner uid"
-                                   f" {ost.st_uid}", f"chown {owner}: {opts} && chmod 600 {opts}"))  # fmt: skip
+                                   f" {ost.st_uid}", f"chown {who}: {opts} && chmod 600 {opts}"))  # fmt: skip
         except OSError as e:
             out.append(Problem(f"{opts}: {e.strerror}", "write the option file (docs/money.md: On the site's MariaDB)"))
+    books = db.private_dir(state) / "ledger.db"
+    if not ledger.on_mariadb(config) and not books.is_file():  # the published copy is no ledger
+        out.append(Problem(f"no ledger yet at {books}",
+                           "slurm-yolo ledger deposit ACCOUNT AMOUNT makes it (the hooks would, at the first GPU job)"))  # fmt: skip
+        return out
     try:
         lg = ledger.reader(config)
         if lg is None:
@@ -301,19 +331,31 @@ def _books(config: Config, cc: ControllerConfig) -> list[Problem]:
 
 
 def _hookd(config: Config) -> list[Problem]:
-    from .hookd import answers
+    from .hookd import answers, served_config
 
     path = Path(config["hookd"]["socket"])
     if not answers(path):
         return [Problem(f"hookd does not answer at {path}: every hook starts Python instead (slower, and an epilog"
                         " waits for sacct)", "systemctl enable --now slurm-yolo-hookd (deploy/slurm-yolo-hookd.service)")]  # fmt: skip
+    served = served_config(path)
+    if served is None or config.path is None:
+        return []
+    mtime, theirs = served
+    if theirs != str(config.path):
+        return [Problem(f"the hookd at {path} serves {theirs or 'no config'}, this doctor reads {config.path}",
+                        "run the doctor with the config the hooks use, or start hookd with this one"
+                        " (SLURM_YOLO_CONFIG in its unit), then systemctl restart slurm-yolo-hookd")]  # fmt: skip
+    with contextlib.suppress(OSError):
+        if config.path.stat().st_mtime != mtime:
+            return [Problem(f"hookd read {config.path} before its last change: it holds, settles and admits by the old one",
+                            "systemctl restart slurm-yolo-hookd")]  # fmt: skip
     return []
 
 
 def _login(config: Config, notes: list[str]) -> list[Problem]:
     out = []
     public = config.public_dir
-    why = db.public_problem(public)
+    why = db.public_problem(public) if config.path is not None else ""  # without the site's config: its own line
     if why:
         out.append(Problem(f"{why}: yolo-sbatch plans here with the prior k and the default price",
                            f"mount the controller's {public} here read-only (or rsync it from cron):"

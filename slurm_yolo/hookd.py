@@ -68,6 +68,9 @@ def peer_uid(sock: socket.socket) -> int:
     return struct.unpack("3i", creds)[1]
 
 
+CONFIG_QUESTION = b"config\0"  # the doctor's: which config this hookd serves
+
+
 def _read_request(sock: socket.socket) -> bytes:
     chunks, size = [], 0
     while chunk := sock.recv(65536):
@@ -131,6 +134,9 @@ class _Handler(socketserver.BaseRequestHandler):
             return
         try:
             data = _read_request(sock)
+            if data == CONFIG_QUESTION:
+                _answer(sock, f"{self.server.config_mtime!r} {self.server.config.path or ''}\n")
+                return
             if data.startswith(shared_admission.EVENT.encode() + b"\0"):
                 self._admit(sock, data)
                 return
@@ -160,6 +166,7 @@ class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
     def __init__(self, path: Path, config: Config) -> None:
         self.config = config  # read once, at start: never chosen by a request
+        self.config_mtime = config.path.stat().st_mtime if config.path else 0.0  # what the doctor compares
         bin_dir = Path(config["slurm"]["bin_dir"])
         self.jobs: Batched[JobRecord] = Batched(partial(commands.current_runs, bin_dir=bin_dir), missing=None)
         old = os.umask(0o177)  # the socket: the SlurmUser (and root) only
@@ -174,6 +181,25 @@ class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         Path(self.server_address).unlink(missing_ok=True)  # type: ignore[arg-type]  # clients fall back now
         self.server_close()
         self.settler.stop()
+
+
+def served_config(path: Path) -> tuple[float, str] | None:
+    """The config the hookd at ``path`` read at its start: the file's modification time then, and its
+    path ('' for none); None when no hookd answers (or one from before it was asked this)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(5.0)
+        try:
+            probe.connect(str(path))
+            probe.sendall(CONFIG_QUESTION)
+            probe.shutdown(socket.SHUT_WR)
+            reply = _read_request(probe).decode("utf-8", "replace")
+        except (OSError, ValueError):
+            return None
+    mtime, _, served = reply.rstrip("\n").partition(" ")
+    try:
+        return float(mtime), served
+    except ValueError:
+        return None
 
 
 def answers(path: Path) -> bool:

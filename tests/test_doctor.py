@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -248,3 +249,60 @@ def test_a_controller_without_its_tiers_copies_or_cron_is_told(
     assert f"ledger audit has never run ({public / 'audit.json'}): unless cron runs deploy/crontab here" in " ".join(
         d["notes"]
     )
+
+
+@pytest.mark.cluster
+def test_a_controller_install_with_pieces_left_out_is_told_each(
+    cluster: Slurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a helper playing a new admin left out and the doctor missed: a state dir root kept (the
+    hooks could never make the books there), books never made (the published copy is no ledger), the
+    availability file job_submit.lua reads, and the hook client; each is now one line with its fix,
+    and a fix never chowns to root because paths.owner says so."""
+    state, public = tmp_path / "state", tmp_path / "public"
+    state.mkdir()
+    public.mkdir()
+    for name in ("ledger.db", "calibration.db"):  # published once, but not the availability file
+        (public / name).write_bytes(b"")
+    text = own_ledger_config(cluster).replace(f'state_dir = "{cluster.state_dir}"',
+                                              f'state_dir = "{state}"\npublic_dir = "{public}"')  # fmt: skip
+    text = text.replace("[hookd]\n", f'[hookd]\nclient = "{tmp_path / "no-client"}"\n', 1)
+    if "[hookd]" not in text:
+        text += f'\n[hookd]\nclient = "{tmp_path / "no-client"}"\n'
+    own = tmp_path / "config.toml"
+    text = re.sub(r"(?m)^owner = .*\n", "", text)  # the SlurmUser, the default
+    own.write_text(text.replace("[paths]\n", '[paths]\nowner = "root"\n', 1))
+    monkeypatch.delenv("SLURM_YOLO_HOME", raising=False)
+    monkeypatch.setenv("SLURM_YOLO_CONFIG", str(own))
+    res = CliRunner().invoke(admin, ["doctor", "--role", "controller", "--json"])
+    assert res.exit_code == 1, res.output
+    problems = {p["what"]: p["fix"] for p in json.loads(res.stdout)["problems"]}
+    assert problems["paths.owner is root, but slurmctld runs its hooks as slurm"] == 'set owner = "slurm" under [paths]'
+    assert problems[f"no ledger yet at {state / 'private' / 'ledger.db'}"].startswith("slurm-yolo ledger deposit")
+    assert problems[f"{public / 'availability'} is missing: slurmctld's admission refuses every GPU job"] == (
+        "slurm-yolo ledger publish"
+    )
+    assert problems[f"hookd.client {tmp_path / 'no-client'}: No such file or directory: the hooks cannot run"] == (
+        "make -C spank install (deploy/install --site controller)"
+    )
+    assert not [fix for fix in problems.values() if "chown root" in fix]
+    own.write_text(text)  # the SlurmUser as owner: root's state dir is now the problem
+    res = CliRunner().invoke(admin, ["doctor", "--role", "controller", "--json"])
+    assert res.stdout, res.output
+    problems = {p["what"]: p["fix"] for p in json.loads(res.stdout)["problems"]}
+    assert (
+        problems[f"{state} is owner uid 0, not slurm's: the hooks cannot make the books there"]
+        == f"chown slurm: {state}"
+    )
+
+
+@pytest.mark.cluster
+def test_a_login_node_without_the_config_is_not_told_to_mount_the_state_dir(
+    cluster: Slurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SLURM_YOLO_HOME", raising=False)
+    monkeypatch.setenv("SLURM_YOLO_CONFIG", str(tmp_path / "missing.toml"))
+    monkeypatch.setenv("SLURM_CONF", str(cluster.root / "etc/slurm/slurm.conf"))
+    res = CliRunner().invoke(admin, ["doctor", "--role", "login", "--json"])
+    whats = [p["what"] for p in json.loads(res.stdout)["problems"]]
+    assert whats[0].startswith("no slurm-yolo config was read") and not [w for w in whats if "/var/lib/slurm-yolo" in w]

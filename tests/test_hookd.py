@@ -8,6 +8,7 @@ private hookd on their own socket and state, to kill it, refuse users and replay
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import signal
@@ -429,3 +430,28 @@ def test_the_real_script_on_a_shared_ledger_asks_hookd(cluster: None, state: Pat
     with ledger.reader(cfg) as lg:  # type: ignore[union-attr]
         assert [(r["cluster"], r["account"], r["tokens"]) for r in lg.commitments()] == [("east", "vision", 600)]
         assert lg.account("vision")["balance"] == 1_000
+
+
+def test_the_doctor_asks_hookd_which_config_it_serves(hookd: subprocess.Popen[bytes], state: Path) -> None:
+    """A hookd answers the doctor with the config it read at its start: another config's hookd on the
+    socket, or this config changed since, is a problem with what to do (a helper playing a new admin
+    found a stale hookd passed as answering)."""
+    from slurm_yolo import doctor
+    from slurm_yolo.hookd import served_config
+
+    path = state / "config.toml"
+    served = served_config(state / "hookd.sock")
+    assert served == (path.stat().st_mtime, str(path))
+    cfg = config_mod.load(path, env={"SLURM_YOLO_HOME": str(state)})
+    assert doctor._hookd(cfg) == []
+    other = state / "other.toml"
+    other.write_text(path.read_text())
+    assert [p.what for p in doctor._hookd(config_mod.load(other, env={"SLURM_YOLO_HOME": str(state)}))] == [
+        f"the hookd at {state / 'hookd.sock'} serves {path}, this doctor reads {other}"
+    ]
+    later = path.stat().st_mtime + 5
+    os.utime(path, (later, later))  # an admin's edit after hookd started
+    assert [(p.what, p.fix) for p in doctor._hookd(cfg)] == [
+        (f"hookd read {path} before its last change: it holds, settles and admits by the old one",
+         "systemctl restart slurm-yolo-hookd")
+    ]  # fmt: skip
