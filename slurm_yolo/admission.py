@@ -58,15 +58,19 @@ def check(config: Config, plan: Plan, account: str | None, q: Quote) -> float:
     # own limits and GPUs (job_submit.lua); their comments are their users' text, never evidence here.
     need, left = q.hold_tokens, row["balance"]
     wait = bucket.seconds_to_cover(need, left, row["capacity"], row["rate_per_day"])
-    if wait is not None and wait <= float(config["ledger"]["credit_wait_minutes"]) * 60:
+    max_wait = float(config["ledger"]["credit_wait_minutes"]) * 60
+    if wait is not None and wait <= max_wait:
         return wait
     if need > left:
         _log_refusal(name, need, left)
-        refill = (
-            f"refills {fmt_tokens(row['rate_per_day'])}/day, enough in {wait / 3600:.1f} h"
-            if wait is not None
-            else "no refill covers it: ask for a deposit"
-        )
+        if wait is not None:
+            refill = (f"refills {fmt_tokens(row['rate_per_day'])}/day, enough in {wait / 3600:.1f} h, longer than"
+                      f" a job may wait for credits here ({max_wait / 60:.0f} min): submit it then, or ask for a deposit")  # fmt: skip
+        elif row["rate_per_day"] > 0:
+            refill = (f"its quota holds at most {fmt_tokens(row['capacity'])}, less than this hold: ask for a"
+                      " deposit, or a quota with a larger --burst")  # fmt: skip
+        else:
+            refill = "no refill covers it: ask for a deposit"
         raise QuotaError(
             f"account {name} cannot cover this job: needs {fmt_tokens(need)} (what its start holds: "
             f"{plan.time_limit_seconds // 60} min x {q.gpu_share} GPU x {q.price:,} tokens/GPU-s x {policy.rate_text(q.rate_ppm)};"
