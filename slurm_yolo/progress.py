@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import SlurmYoloError
 from .parse import ParseResult
 from .parse.records import USAGE_NAME, parse_records
 from .slurm import commands
@@ -41,13 +44,15 @@ def progress(records: ParseResult) -> Progress:
     return Progress(records.epochs_completed, records.epochs_total, tokens, total, rate, eta)
 
 
-def render(state: str, p: Progress | None, width: int = 24) -> str:
+def render(state: str, p: Progress | None, width: int = 24, starts: float | None = None) -> str:
     """One status line: state, bar, epoch, training tokens done/total, MTok/s, ETA.
 
     The tokens are those trained (train images x imgsz^2 per epoch, as the usage records count
     them): fewer than the submit line's work, which adds the validation passes and scales by
     the model's FLOPs. The line says "trained" so the two are never read as one number."""
     if p is None or not p.epoch:
+        if state == "PENDING" and starts is not None:  # e.g. the begin time of a job that waits for credits
+            return f"PENDING: expected to start {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(starts))}"
         return state if state in FINAL_STATES else f"{state}: waiting for the first epoch"
     share = min(1.0, p.tokens_done / p.tokens_total) if p.tokens_total else 0.0
     bar = "█" * round(share * width) + "░" * (width - round(share * width))
@@ -76,7 +81,11 @@ def watch(job_id: int, emit: Callable[[str], None], poll: float = 2.0, bin_dir: 
         if state == "UNKNOWN":
             continue  # not yet (or no longer) known to Slurm: a state to print, or an error, comes next
         p = progress(parse_records(path)) if path and path.exists() else None
-        line = render(state, p)
+        starts = None
+        if state == "PENDING":
+            with contextlib.suppress(SlurmYoloError):  # only what the line shows: the state is known
+                starts = commands.expected_start(job_id, bin_dir)
+        line = render(state, p, starts=starts)
         if line != last:
             emit(line)
             last = line

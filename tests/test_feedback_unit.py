@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -83,6 +84,8 @@ def test_progress_line(tmp_path: Path) -> None:
     line = progress.render("RUNNING", p)
     assert "epoch 2/4" in line and "2.0/4.0 MTok" in line and "0.50 MTok/s" in line and "ETA 0:04" in line
     assert "waiting" in progress.render("PENDING", None)
+    at = time.mktime((2026, 12, 3, 14, 32, 0, 0, 0, -1))  # a job that waits for credits: its begin time
+    assert progress.render("PENDING", None, starts=at) == "PENDING: expected to start 2026-12-03T14:32:00"
     assert progress.render("FAILED", None) == "FAILED"
 
 
