@@ -547,6 +547,13 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
                    " at submission): cancel and resubmit")
     return slurm.ESLURM_ACCESS_DENIED or slurm.ERROR
   end
+  local begin, began = job_desc.begin_time, job_rec.begin_time
+  if valid(begin) and begin ~= 0 and (not valid(began) or begin < began) then
+    -- a job that waits for credits waits for its begin time alone: earlier, it would start uncovered
+    slurm.log_user("slurm-yolo: a submitted job's begin time can only move later (it may be waiting for" ..
+                   " its account's credits): cancel and resubmit")
+    return slurm.ESLURM_ACCESS_DENIED or slurm.ERROR
+  end
   for _, name in ipairs({"min_nodes", "max_nodes", "num_tasks", "ntasks_per_node", "shared"}) do
     if valid(job_desc[name]) then
       slurm.log_user("slurm-yolo: " .. name .. " of a submitted job cannot change (its budget " ..

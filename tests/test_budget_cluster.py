@@ -173,6 +173,12 @@ def test_a_job_the_refill_covers_soon_waits_for_credits_then_starts_by_itself(le
     assert "slurm-yolo: account vision waits for credits: its refill covers this job by " in res.stderr, res.stderr
     assert "starts by itself (squeue: BeginTime)" in res.stderr
     assert lean.cmd("squeue", "-h", "-j", str(job), "-o", "%T %r").stdout.split() == ["PENDING", "BeginTime"]
+    sooner = lean.cmd("scontrol", "update", f"jobid={job}", "StartTime=now", user="alice", check=False)
+    # a hostile helper's: started early, it ran uncovered until the prolog cancelled it (22.05's scontrol
+    # prints only "Access/permission denied", 24.11's the script's reason)
+    assert sooner.returncode != 0 and ("begin time can only move later" in sooner.stderr
+                                       or "Access/permission denied" in sooner.stderr), sooner  # fmt: skip
+    assert lean.cmd("squeue", "-h", "-j", str(job), "-o", "%T %r").stdout.split() == ["PENDING", "BeginTime"]
     never = lean.cmd("sbatch", "-A", "vision", "-p", "a100", "--gres=gpu:a100:2", "-t", "10", "--wrap", "true",
                      user="alice", check=False)  # fmt: skip
     assert never.returncode != 0 and f"cannot cover this job: its worst case is {20 * worst:,}" in never.stderr
