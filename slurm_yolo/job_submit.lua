@@ -435,7 +435,7 @@ local function credit_wait(state, account, total, balance)
     return nil
   end
   local short = tonumber(text(add(total, neg(balance)))) or math.huge
-  local wait = math.ceil(short / q.per_day * 86400)
+  local wait = math.ceil(short / q.per_day * 86400) + 2  -- bucket.COVER_MARGIN_SECONDS: os.time() is truncated
   if wait > state.credit_wait then return nil end
   return wait
 end

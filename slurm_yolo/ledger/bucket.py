@@ -32,12 +32,17 @@ def seconds_until(tokens: int, rate_per_day: int) -> float | None:
     return math.ceil(tokens / rate_per_day * DAY)
 
 
+COVER_MARGIN_SECONDS = 2  # a begin time is whole seconds from a clock read as whole seconds (Lua's os.time)
+
+
 def seconds_to_cover(total: int, balance: int, capacity: int, rate_per_day: int) -> float | None:
     """How long until the bucket's refill lifts ``balance`` to ``total`` (0: it covers it now; None:
-    never, since refills stop at ``capacity``). Counted from now, not from the last refill mark: never
-    sooner than the ledger will credit it."""
+    never, since refills stop at ``capacity``). Counted from now, not from the last refill mark, with
+    ``COVER_MARGIN_SECONDS`` more: a begin time set from a clock truncated to the second could fall up
+    to a second before the refill (CI caught a hold 1,286 tokens short at its begin time)."""
     if total <= balance:
         return 0.0
     if total > capacity:
         return None
-    return seconds_until(total - balance, rate_per_day)
+    wait = seconds_until(total - balance, rate_per_day)
+    return None if wait is None else wait + COVER_MARGIN_SECONDS
