@@ -228,7 +228,7 @@ def cluster_of_release(release: str) -> Slurm:
     return slurm
 
 
-def _between_ups(release: str) -> Slurm:
+def between_ups(release: str) -> Slurm:
     """The bundled cluster of ``release`` once it is up: another test (CI runs the other cluster's
     beside this one) may be bringing it back with ``deploy/minicluster up``, which takes its marker
     away until it is done."""
@@ -273,7 +273,7 @@ def nothing_pending(slurm: Slurm, account: str) -> None:
     if slurm.config()["ledger"]["backend"] != "mariadb":
         return
     for release in RELEASES:
-        other = _between_ups(release) if release != slurm.release else None
+        other = between_ups(release) if release != slurm.release else None
         if other is not None and other.config()["ledger"]["backend"] == "mariadb":
             other.cmd("scancel", "-A", account, check=False)
 

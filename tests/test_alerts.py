@@ -58,7 +58,11 @@ def refusal_alerts(config: config_mod.Config) -> list[alerts.Alert]:
     return [a for a in alerts.check(config, refusals=3) if a.kind == "refusals"]
 
 
-def test_alerts_count_the_logs_refusals(home: Path) -> None:
+def test_alerts_count_the_logs_refusals(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # alice (1001) may use vision, bob (1002) research: slurmdbd's word, stood in for (CI runs this
+    # while chaos tests kill the bundled cluster's slurmdbd)
+    mine = {"alice": ["vision"], "bob": ["research"]}
+    monkeypatch.setattr(alerts.commands, "accounts_of", lambda user, bin_dir=None: mine.get(user, []))
     config = config_mod.load()
     now = int(time.time())
     lines = [f"{now - 60 + i} vision 1001 5000 {i}\n" for i in range(3)] + [f"{now} research 1002 5 0\n", "garbage\n"]

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PRICE, VENV_BIN, Slurm, bundled, fund, poll
+from conftest import PRICE, VENV_BIN, Slurm, between_ups, fund, poll
 
 pytestmark = pytest.mark.cluster
 
@@ -233,9 +233,9 @@ class Host:
 
 @pytest.fixture
 def ha() -> Iterator[tuple[Slurm, dict[str, Host]]]:
-    shared = bundled(
-        "22.05"
-    )  # its config is the site's but for the ledger; its books untouched (CI tests them meanwhile)
+    # its config is the site's but for the ledger; its books untouched, and it may be coming back from
+    # an `up` of the money tests CI runs beside this one
+    shared = between_ups("22.05")
     ha = write_site(shared)
     env = os.environ | {"SLURM_CONF": f"{CONF}/slurm.conf"}
     hosts: dict[str, Host] = {}

@@ -50,12 +50,19 @@ def slurm_yolo(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[s
 
 @pytest.fixture
 def books(home: Path) -> dict[str, str]:
-    """A home with a ledger, three refusals of vision in its refusals.log, and a sacct that knows no
-    jobs (the output depends on nothing else running on the cluster)."""
+    """A home with a ledger, three refusals of vision in its refusals.log, a sacct that knows no jobs
+    and a sacctmgr that knows alice and bob's accounts (the output depends on nothing else running on
+    the cluster)."""
     fake = home / "bin"
     fake.mkdir()
     (fake / "sacct").write_text("#!/bin/sh\nexit 0\n")
     (fake / "sacct").chmod(0o755)
+    # alice (uid 1001) may use vision: slurmdbd's word, stood in for (CI runs this while chaos tests
+    # kill the bundled cluster's slurmdbd)
+    (fake / "sacctmgr").write_text(
+        '#!/bin/sh\ncase "$*" in *user=alice*) echo vision ;; *user=bob*) echo research ;; esac\n'
+    )
+    (fake / "sacctmgr").chmod(0o755)
     (home / "config.toml").write_text(f'[slurm]\nbin_dir = "{fake}"\n')
     with ledger.writer(config_mod.load()) as lg:
         lg.credit("vision", 5 * 10**9, "test", "hostile inputs")
