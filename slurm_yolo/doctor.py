@@ -307,9 +307,9 @@ def _books(config: Config, cc: ControllerConfig) -> list[Problem]:
                                    f" {ost.st_uid}", f"chown {who}: {opts} && chmod 600 {opts}"))  # fmt: skip
         except OSError as e:
             out.append(Problem(f"{opts}: {e.strerror}", "write the option file (docs/money.md: On the site's MariaDB)"))
-    books = db.private_dir(state) / "ledger.db"
-    if not ledger.on_mariadb(config) and not books.is_file():  # the published copy is no ledger
-        out.append(Problem(f"no ledger yet at {books}",
+    own = ledger.db_path(config)
+    if not ledger.on_mariadb(config) and not own.is_file():  # the published copy is no ledger
+        out.append(Problem(f"no ledger yet at {own}",
                            "slurm-yolo ledger deposit ACCOUNT AMOUNT makes it (the hooks would, at the first GPU job)"))  # fmt: skip
         return out
     try:

@@ -185,6 +185,26 @@ def test_lua_worst_cases_equal_the_policy(tmp_path: Path, home: Path) -> None:
     assert max(c["need"] for c in cases) > 2**64 and any(0 < c["need"] < 2**53 for c in cases)
 
 
+def run_on_p0(tmp_path: Path, cfg: config.Config, accounts: list[dict[str, Any]], price: int,
+              cases: list[dict[str, Any]], driver: str) -> str:  # fmt: skip
+    """The script of ``cfg`` (one partition, p0, at ``price``) run by ``driver`` on ``cases``, with
+    ``accounts`` published: what the driver printed."""
+    prices = [{"id": 1, "cluster": "", "partition": "p0", "price": price, "effective_at": time.time() - 60}]
+    availability.path(cfg).parent.mkdir(parents=True, exist_ok=True)
+    availability.path(cfg).write_text(availability.render(cfg, time.time(), accounts, prices, [], []))
+    db.make_private(cfg.state_dir)
+    script = tmp_path / "job_submit.lua"
+    script.write_text(availability.script(cfg, "yolo"))
+    (tmp_path / "cases.lua").write_text("return " + lua(cases))
+    (tmp_path / "driver.lua").write_text(driver)
+    assert LUA is not None, "CI installs lua5.1 (deploy/install)"
+    return subprocess.run([LUA, str(tmp_path / "driver.lua"), str(script), str(tmp_path / "cases.lua")],
+                          capture_output=True, text=True, check=True, timeout=120).stdout  # fmt: skip
+
+
+P0 = {"default_time": NO_VAL, "max_time": INFINITE, "flag_default": 0}  # a partition without limits
+
+
 @pytest.mark.skipif(LUA is None and not IN_CI, reason="no lua5.1 (apt-get install lua5.1, as deploy/install does)")
 def test_gpus_slurm_derives_from_ntasks_per_gpu_are_counted(tmp_path: Path, home: Path) -> None:
     """``--ntasks=6 --ntasks-per-gpu=4`` names no GPU count (Slurm gives the job 2 after the script):
@@ -196,20 +216,9 @@ def test_gpus_slurm_derives_from_ntasks_per_gpu_are_counted(tmp_path: Path, home
         {"name": n, "balance": b, "capacity": 0, "rate_per_day": 0}
         for n, b in (("tz", 0), ("tok", need), ("tno", need - 1))
     ]
-    prices = [{"id": 1, "cluster": "", "partition": "p0", "price": price, "effective_at": time.time() - 60}]
-    availability.path(cfg).parent.mkdir(parents=True, exist_ok=True)
-    availability.path(cfg).write_text(availability.render(cfg, time.time(), accounts, prices, [], []))
-    db.make_private(cfg.state_dir)
-    script = tmp_path / "job_submit.lua"
-    script.write_text(availability.script(cfg, "yolo"))
-    part = {"default_time": NO_VAL, "max_time": INFINITE, "flag_default": 0}
     case = {"account": "t", "desc": {"time_limit": 1, "partition": "p0", "num_tasks": 6, "ntasks_per_tres": 4,
-                                     "min_nodes": 1, "max_nodes": 1}, "parts": {"p0": part}, "jobs": []}  # fmt: skip
-    (tmp_path / "cases.lua").write_text("return " + lua([case]))
-    (tmp_path / "driver.lua").write_text(DRIVER)
-    assert LUA is not None, "CI installs lua5.1 (deploy/install)"
-    out = subprocess.run([LUA, str(tmp_path / "driver.lua"), str(script), str(tmp_path / "cases.lua")],
-                         capture_output=True, text=True, check=True, timeout=120).stdout  # fmt: skip
+                                     "min_nodes": 1, "max_nodes": 1}, "parts": {"p0": P0}, "jobs": []}  # fmt: skip
+    out = run_on_p0(tmp_path, cfg, accounts, price, [case], DRIVER)
     assert dict(line.split(" ") for line in out.splitlines()) == {"tz": "2050", "tok": "0", "tno": "2050"}
     refused = [line.split(" ") for line in availability.refusals_path(cfg).read_text().splitlines()]
     assert [(r[1], r[3]) for r in refused] == [("tz", str(need)), ("tno", str(need))]
@@ -250,22 +259,11 @@ def test_a_job_the_refill_covers_soon_waits_for_it(tmp_path: Path, home: Path) -
         {"name": "slow", "balance": 0, "capacity": 2 * need, "rate_per_day": need * 12},  # 2 h
         {"name": "none", "balance": 0, "capacity": 0, "rate_per_day": 0},  # no quota
     ]
-    prices = [{"id": 1, "cluster": "", "partition": "p0", "price": price, "effective_at": time.time() - 60}]
-    availability.path(cfg).parent.mkdir(parents=True, exist_ok=True)
-    availability.path(cfg).write_text(availability.render(cfg, time.time(), accounts, prices, [], []))
-    db.make_private(cfg.state_dir)
-    script = tmp_path / "job_submit.lua"
-    script.write_text(availability.script(cfg, "yolo"))
-    part = {"default_time": NO_VAL, "max_time": INFINITE, "flag_default": 0}
     far = int(time.time()) + 7200
     cases = [{"desc": {"account": a["name"], "time_limit": 1, "partition": "p0", "tres_per_node": "gres:gpu:1",
                        "min_nodes": 1, "max_nodes": 1, **({"begin_time": far} if a["name"] == "later" else {})},
-              "parts": {"p0": part}} for a in accounts]  # fmt: skip
-    (tmp_path / "cases.lua").write_text("return " + lua(cases))
-    (tmp_path / "driver.lua").write_text(WAIT_DRIVER)
-    assert LUA is not None, "CI installs lua5.1 (deploy/install)"
-    out = subprocess.run([LUA, str(tmp_path / "driver.lua"), str(script), str(tmp_path / "cases.lua")],
-                         capture_output=True, text=True, check=True, timeout=120).stdout  # fmt: skip
+              "parts": {"p0": P0}} for a in accounts]  # fmt: skip
+    out = run_on_p0(tmp_path, cfg, accounts, price, cases, WAIT_DRIVER)
     got = {line.split("|")[0]: line.split("|")[1:] for line in out.splitlines()}
     waits = {a: int(begin) for a, (rc, begin, _) in got.items() if rc == "0"}
     assert sorted(waits) == ["dry", "later", "soon"], got
