@@ -83,7 +83,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         # its hold always cancels its job (fail closed); "open" let GPU runs go unheld.
         "prolog_errors": "cancel",
         "refund_node_fail": True,  # NODE_FAIL / BOOT_FAIL runs are refunded in full
-        "refund_preempted": True,
+        "refund_preempted": False,  # a PREEMPTED run pays what it ran (ledger.policy.charge says why)
         "charge_timeout_full": True,  # a job's own TIMEOUT is charged its whole hold
         # A GPU job its account cannot cover now, but whose quota's refill will within this many minutes,
         # is accepted and waits (its begin time) until then; 0: refused, as beyond it.

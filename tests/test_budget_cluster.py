@@ -256,7 +256,7 @@ def test_a_run_that_ends_while_slurmdbd_is_down_is_settled_once_it_is_back(lean:
     lean.cli("ledger", "reconcile")  # cron's (the epilog's own child may have been first)
     row = lean.settled(job)[0]
     ran = int(rec["ElapsedRaw"])
-    due = {"NODE_FAIL": 0, "PREEMPTED": 0, "TIMEOUT": max(hold, ran * A100)}[cause]
+    due = {"NODE_FAIL": 0, "PREEMPTED": ran * A100, "TIMEOUT": max(hold, ran * A100)}[cause]  # policy.charge's rules
     refund = max(0, hold - due)  # a TIMEOUT run ends some seconds past its limit: those are its overrun
     assert (row["end_state"], row["hold"], row["charge"], row["refund"]) == (cause, hold, due, refund)
     with lean.ledger() as lg:

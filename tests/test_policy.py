@@ -78,7 +78,7 @@ def test_hold_seconds_caps_unlimited_jobs() -> None:
         ("COMPLETED", 500, 500 * PRICE),  # an admin extended its limit: the time it ran
         ("NODE_FAIL", 30, 0),
         ("BOOT_FAIL", 30, 0),
-        ("PREEMPTED", 30, 0),
+        ("PREEMPTED", 30, 30 * PRICE),  # what it ran: preempting your own run gains nothing
     ],
 )
 def test_charge_by_end_state(state: str, elapsed: int, expected: int) -> None:
@@ -97,6 +97,8 @@ def test_site_rules_change_what_failures_pay() -> None:
     strict = policy.Rules(refund_node_fail=False, refund_preempted=False, charge_timeout_full=False)
     assert policy.charge("NODE_FAIL", 30, 120, Fraction(1), 1, ONE, strict) == 30
     assert policy.charge("PREEMPTED", 30, 120, Fraction(1), 1, ONE, strict) == 30
+    lenient = policy.Rules(refund_preempted=True)  # a site where no user can preempt
+    assert policy.charge("PREEMPTED", 30, 120, Fraction(1), 1, ONE, lenient) == 0
     assert policy.charge("TIMEOUT", 30, 120, Fraction(1), 1, ONE, strict) == 30
 
 

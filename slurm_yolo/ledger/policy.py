@@ -35,7 +35,7 @@ class Rules(NamedTuple):
     """The site's choices for end states (``[ledger]`` in the config)."""
 
     refund_node_fail: bool = True
-    refund_preempted: bool = True
+    refund_preempted: bool = False  # see ``charge``: the rule that makes preempting your own run gain nothing
     charge_timeout_full: bool = True
 
 
@@ -108,7 +108,11 @@ def tokens(seconds: int, gpu_share: Fraction, price: int, rate_ppm: int) -> int:
 def charge(state: str, elapsed: int, limit: int, gpu_share: Fraction, price: int, rate_ppm: int,
            rules: Rules) -> int:  # fmt: skip
     """What a run that ended in ``state`` after ``elapsed`` seconds pays. Failures of the machine
-    (NODE_FAIL, BOOT_FAIL, PREEMPTED) are refunded when the site says so; a job's own TIMEOUT pays at
+    (NODE_FAIL, BOOT_FAIL) are refunded when the site says so (the default). A PREEMPTED run pays the
+    time it ran, grace time included, like any run (the default; ``refund_preempted`` refunds it, for
+    sites where no user can preempt): its epochs are checkpointed and the requeued run resumes from
+    them, so the time bought work that is kept, and a user who preempts her own run with a higher
+    tier gains nothing (each run pays its own seconds at its own tier's rate). A job's own TIMEOUT pays at
     least its ``limit``, the time limit in force when it ended (as ``hold_seconds`` reads sacct's: a
     limit its user lowered while it ran is what it timed out at, not the longer one its hold took);
     everything else pays the time it ran, past its hold too (an admin's time extension or
