@@ -317,3 +317,32 @@ def test_usage_and_roi_show_money_at_each_partitions_cost_per_gpu_hour(site_conf
     text = output.table({"usage": usage})
     assert " cost " in text.splitlines()[1] and "GPU-hours" in text.splitlines()[1]
     assert " cost (EUR) " in output.table({"usage": usage}, currency="EUR").splitlines()[1]
+
+
+def test_preemptions_per_tier_count_grace_ends_and_checkpoint_handovers() -> None:
+    """Runs of three explore jobs and a prod one: job 1 handed its GPUs over at a checkpoint (REQUEUED,
+    its launcher's record says preempted) and completed after; job 2 requeued at its time limit (not a
+    preemption); job 3's grace ran out (PREEMPTED) and it has not come back. Each run's charge is
+    its AdminComment's."""
+
+    def row(job: int, qos: str, state: str, submit: str, elapsed: int, charge: int) -> list[str]:
+        return [str(job), "vision", "alice", "a100", qos, state, submit, submit, submit, str(elapsed), "10",
+                "cpu=1,gres/gpu=1", "yolo:eff=1", f"yolo:run=1,hold=9,charge={charge},refund=0", f"/w{job}"]  # fmt: skip
+
+    rows = [row(1, "yolo-explore", "REQUEUED", "2026-12-03T10:00:00", 100, 300),
+            row(1, "yolo-explore", "COMPLETED", "2026-12-03T10:05:00", 200, 600),
+            row(2, "yolo-explore", "REQUEUED", "2026-12-03T10:00:01", 40, 120),
+            row(2, "yolo-explore", "COMPLETED", "2026-12-03T10:09:00", 40, 120),
+            row(3, "yolo-explore", "PREEMPTED", "2026-12-03T10:00:02", 50, 150),
+            row(4, "yolo-prod", "COMPLETED", "2026-12-03T10:01:00", 30, 90)]  # fmt: skip
+    why = {1: "preempted", 2: "time limit"}
+
+    def records(workdir: str, job_id: int, user: str) -> list[dict[str, object]]:
+        assert (workdir, user) == (f"/w{job_id}", "alice")
+        return [{"kind": "requeue", "restart": 0, "why": why[job_id]}] if job_id in why else []
+
+    got = report.preemptions(report.parse_jobs(rows), records)
+    assert got.to_dict("records") == [{
+        "Partition": "a100", "QOS": "yolo-explore", "runs": 5, "preempted": 2, "preempted_share": 0.4,
+        "preempted_gpu_hours": pytest.approx(150 / 3600), "preempted_tokens_charged": 450.0, "resumed_completed": 1,
+    }]  # fmt: skip

@@ -28,7 +28,7 @@ FILTERS = [
 
 
 @click.command()
-@click.option("--view", "views", multiple=True, type=click.Choice(["usage", "accuracy", "waits", "failures", "k", "roi", "efficiency", "budgets"]),
+@click.option("--view", "views", multiple=True, type=click.Choice(["usage", "accuracy", "waits", "failures", "preemptions", "k", "roi", "efficiency", "budgets"]),
               help="Views to show (repeatable; default: all).")  # fmt: skip
 @click.option("--csv", "as_csv", is_flag=True, help="Raw numbers: tokens, seconds, GPU-hours, shares as fractions.")
 @click.option("--json", "as_json", is_flag=True, help="Raw numbers, as --csv (a missing value: null).")
@@ -56,7 +56,7 @@ FILTERS = [
 @library_errors
 def report(views: tuple[str, ...], as_csv: bool, as_json: bool, html_file: Path | None, sacct_file: Path | None,
            delimiter: str, **filters: str | None) -> None:  # fmt: skip
-    """Tokens, GPU-hours, prediction accuracy, waits, failures, k, ROI, GPU efficiency (utilisation, memory,
+    """Tokens, GPU-hours, prediction accuracy, waits, failures, preemptions per tier, k, ROI, GPU efficiency (utilisation, memory,
     temperature, from the jobs' usage records; thresholds in [efficiency]) and budgets from sacct + the ledger
     (of the accounts you may see: Slurm's PrivateData rule). The table and --html show human units
     (MTok/GTok, GPU-hours, durations, days); --csv and --json raw numbers (tokens, seconds, fractions)."""

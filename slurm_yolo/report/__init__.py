@@ -29,7 +29,7 @@ from ..slurm import commands, parsers
 
 FIELDS = ["JobIDRaw", "Account", "User", "Partition", "QOS", "State", "Submit", "Start", "End", "ElapsedRaw",
           "TimelimitRaw", "AllocTRES", "Comment", "AdminComment", "WorkDir"]  # fmt: skip
-VIEWS = ("usage", "accuracy", "waits", "failures", "k", "roi", "efficiency", "budgets")
+VIEWS = ("usage", "accuracy", "waits", "failures", "preemptions", "k", "roi", "efficiency", "budgets")
 BILLED = ("hold", "charge", "refund", "price")  # what each run was held and billed at
 
 
@@ -183,6 +183,46 @@ def waits(df: pd.DataFrame) -> pd.DataFrame:
 def failures(df: pd.DataFrame) -> pd.DataFrame:
     """Runs by how they ended."""
     return df.groupby(["Partition", "state"]).size().rename("runs").reset_index().sort_values("runs", ascending=False)
+
+
+def preempted_in_grace(workdir: str, job_id: int, user: str, records: Records = job_records) -> set[int]:
+    """The runs (restart counts) of a job whose launcher handed its GPUs over to a preemption at a
+    checkpoint, within the grace time (its ``requeue`` record says ``why``): 22.05 records those runs
+    REQUEUED, as any requeue (later releases, PREEMPTED). A report's figure, never a bill: the user
+    writes the file."""
+    runs = set()
+    for r in records(workdir, job_id, user):
+        restart = r.get("restart")
+        if r.get("kind") == "requeue" and r.get("why") == "preempted" and isinstance(restart, int):
+            runs.add(restart)
+    return runs
+
+
+PREEMPTION_COLUMNS = ["Partition", "QOS", "runs", "preempted", "preempted_share", "preempted_gpu_hours",
+                      "preempted_tokens_charged", "resumed_completed"]  # fmt: skip
+
+
+def preemptions(df: pd.DataFrame, records: Records = job_records) -> pd.DataFrame:
+    """Preemptions per tier (QOS) and partition: runs that ended PREEMPTED (Slurm's grace ran out) and
+    runs the launcher requeued at a checkpoint in the grace (``preempted_in_grace``), the GPU-hours
+    and tokens they were charged (each pays the time it ran, ``ledger.policy.charge``), and how many
+    of the jobs so preempted went on to complete."""
+    rows = []
+    df = df.sort_values(["job_id", "submit"])
+    df = df.assign(restart=df.groupby("job_id").cumcount())
+    for (part, qos), g in df.groupby(["Partition", "QOS"], dropna=False):
+        hit = g["state"] == "PREEMPTED"
+        for i in g.index[(g["state"] == "REQUEUED") & g["yolo"]]:
+            run = g.loc[i]
+            if int(run["restart"]) in preempted_in_grace(str(run["WorkDir"]), int(run["job_id"]), str(run["User"]),
+                                                         records):  # fmt: skip
+                hit[i] = True
+        jobs_hit = set(g.loc[hit, "job_id"])
+        done = set(df.loc[df["job_id"].isin(jobs_hit) & (df["state"] == "COMPLETED"), "job_id"])
+        rows.append([part, qos, len(g), int(hit.sum()), float(hit.mean()) if len(g) else 0.0,
+                     float(g.loc[hit, "gpu_hours"].sum()), float(g.loc[hit, "charge"].fillna(0).sum()), len(done)])  # fmt: skip
+    view = pd.DataFrame(rows, columns=PREEMPTION_COLUMNS)
+    return view[view["preempted"] > 0].reset_index(drop=True) if len(view) else view
 
 
 def k_history(config: Config) -> pd.DataFrame:
@@ -366,7 +406,8 @@ def build(config: Config, f: Filters, views: tuple[str, ...] = VIEWS, saved: lis
 
     makers = {
         "usage": lambda: usage(runs), "accuracy": lambda: accuracy(runs), "waits": lambda: waits(runs),
-        "failures": lambda: failures(runs), "k": lambda: k_history(config), "roi": lambda: roi(runs, records),
+        "failures": lambda: failures(runs), "preemptions": lambda: preemptions(runs, records),
+        "k": lambda: k_history(config), "roi": lambda: roi(runs, records),
         "efficiency": lambda: efficiency(runs, config, records),
         "budgets": budget_view,
     }  # fmt: skip

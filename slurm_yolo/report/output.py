@@ -74,6 +74,8 @@ UNITS: dict[str, dict[str, Callable[[float], str]]] = {
                  "timeout_share": fmt_share, "over_reservation_median": lambda x: f"{x:.2f}x",
                  "promised_coverage": fmt_share, "realised_coverage": fmt_share},
     "waits": {"median": fmt_duration, "p90": fmt_duration, "max": fmt_duration},
+    "preemptions": {"preempted_share": fmt_share, "preempted_gpu_hours": fmt_gpu_hours,
+                    "preempted_tokens_charged": fmt_tokens},
     "k": {"k": lambda x: f"{x:.4g} s/MTok"},
     "roi": {"gtok_charged": lambda x: fmt_tokens(x * 1e9), "map_per_gtok": lambda x: f"{_number(x)}/GTok",
             "money": fmt_amount, "map_per_money": _number},
@@ -93,6 +95,8 @@ HEADERS = {
     "burn_days": "burn measured over", "net_burn_per_day": "net burn", "days_left": "days left", "job_id": "job",
     "util_pct": "GPU util", "low_util_gpu_hours": "GPU-hours under-used", "mem_gb": "GPU memory",
     "mem_total_gb": "of the GPU's", "temp_c": "hottest", "images_per_s": "images/s", "fits_shard": "fits a shard",
+    "preempted_share": "share", "preempted_gpu_hours": "their GPU-hours", "preempted_tokens_charged": "charged",
+    "resumed_completed": "resumed and completed",
 }  # fmt: skip
 NAN_WORDS = ("days_left",)  # columns whose formatter speaks for a missing value
 
