@@ -15,10 +15,15 @@ The controller reads none of them (it may not mount the work dir): their summary
 training last showed progress, go to the job's own Comment (``beacon``), where the epilog's feedback
 and the watchdog read it.
 
-USR2 (Slurm's ``--signal=B:USR2@N`` near the time limit, or a preemption's, passed on by the batch
-script) asks for a requeue: at the next saved epoch (a new row, and a whole last.pt written after it)
-the training's processes are frozen, the checkpoints checked whole, the processes killed (DDP workers
-included) and the job requeued; its next run (SLURM_RESTART_COUNT > 0) resumes from that last.pt.
+USR2 (Slurm's ``--signal=B:USR2@N`` near the time limit, passed on by the batch script) asks for a
+requeue: at the next saved epoch (a new row, and a whole last.pt written after it) the training's
+processes are frozen, the checkpoints checked whole, the processes killed (DDP workers included) and
+the job requeued; its next run (SLURM_RESTART_COUNT > 0) resumes from that last.pt. USR1 is a
+preemption (the batch script's watch step passes on the SIGTERM slurmctld sends the job's steps when
+a higher tier takes its GPUs): the same, within the site's GraceTime, so the GPUs are handed over at
+the first saved epoch instead of at the grace's end; the ``requeue`` record says ``why``. A grace
+that ends first requeues the job all the same (Slurm's SIGTERM, then SIGKILL): it resumes from the
+last epoch saved before it.
 """
 
 from __future__ import annotations
@@ -344,8 +349,8 @@ class GpuUsage:
 
 
 class Supervisor:
-    """Follows one training child to its end, writing the usage records; USR2 checkpoints and
-    requeues, SIGTERM and SIGINT stop the training."""
+    """Follows one training child to its end, writing the usage records; USR2 (the time limit) and
+    USR1 (a preemption) checkpoint and requeue, SIGTERM and SIGINT stop the training."""
 
     def __init__(self, s: spec_mod.TrainSpec, log: UsageLog, cpus: int, resume_from: str | None) -> None:
         self.spec, self.log, self.cpus, self.resume_from = s, log, cpus, resume_from
@@ -353,7 +358,8 @@ class Supervisor:
         self.images = 0
         self.folder: RunFolder | None = None
         self.gpu = GpuUsage()
-        self.requeue_after: int | None = None  # USR2: requeue at the first checkpoint after this many rows
+        self.requeue_after: int | None = None  # USR2/USR1: requeue at the first checkpoint after this many rows
+        self.requeue_why = "time limit"
         self.stop_signal = 0
         self.saved_rows = 0  # results.csv rows when last.pt was last saved after the newest
         self.checkpoint_epoch = 0
@@ -362,7 +368,9 @@ class Supervisor:
         self.metrics: dict[str, float] = {}
         self.reporter = CommentReporter(log.path)
 
-    def _on_usr2(self, signum: int, frame: Any) -> None:
+    def _on_requeue(self, signum: int, frame: Any) -> None:
+        if signum == signal.SIGUSR1:
+            self.requeue_why = "preempted"
         if self.requeue_after is None:
             self.requeue_after = self.saved_rows
 
@@ -371,7 +379,8 @@ class Supervisor:
 
     def run(self, plan: dict[str, Any]) -> int:
         """Start the training child for ``plan`` and follow it; the exit code for the job."""
-        signal.signal(signal.SIGUSR2, self._on_usr2)
+        signal.signal(signal.SIGUSR2, self._on_requeue)
+        signal.signal(signal.SIGUSR1, self._on_requeue)
         signal.signal(signal.SIGTERM, self._on_stop)
         signal.signal(signal.SIGINT, self._on_stop)
         if self.resume_from:  # its rows are there before the child starts: count them as earlier runs'
@@ -471,12 +480,17 @@ class Supervisor:
         return True
 
     def _requeue(self) -> int:
-        """Record the requeue, then ask Slurm for it (an array task alone, never its whole array)."""
-        self.log.write({"kind": "requeue", "epoch": self.checkpoint_epoch})
+        """Record the requeue, then ask Slurm for it (an array task alone, never its whole array);
+        in a preemption's grace, a Slurm that requeues a preempted job ending there
+        (``commands.requeues_when_preempted_job_ends``) is left to do it: the job just ends."""
+        self.log.write({"kind": "requeue", "epoch": self.checkpoint_epoch, "why": self.requeue_why})
         self.reporter.poll(force=True)
         job = _job_target()
         assert job is not None  # _requeue_due: this is a job
-        commands.requeue(job, bin_dir=_bin_dir())
+        bin_dir = _bin_dir()
+        if not (self.requeue_why == "preempted" and commands.preempted(job, bin_dir=bin_dir)
+                and commands.requeues_when_preempted_job_ends(bin_dir=bin_dir)):  # fmt: skip
+            commands.requeue(job, bin_dir=bin_dir)
         return 0
 
     def _terminate(self) -> int:

@@ -90,7 +90,7 @@ def job(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
         "SLURM_CPUS_PER_TASK",
     ):
         monkeypatch.delenv(var, raising=False)
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)}
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)}
     yield work
     for s, handler in handlers.items():
         signal.signal(s, handler)
@@ -187,6 +187,32 @@ def test_usr2_requeues_the_array_task_at_the_next_checkpoint_and_the_next_run_re
     epochs = [r["epoch"] for r in records(usage) if r["kind"] == "epoch"]
     assert epochs == list(range(1, 41))  # every epoch once, across both runs
     assert next(r for r in second if r["kind"] == "epoch")["seconds"] < 1  # time restarts with the resumed run
+
+
+@pytest.mark.parametrize(("version", "asks"), [("slurm-wlm 22.05.8", True), ("slurm 24.11.5", False)])
+def test_usr1_a_preemption_hands_over_at_the_next_checkpoint(job: Path, dataset: Path, tmp_path: Path, version: str,
+                                                             asks: bool, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The batch script's watch step passes a preemption on as USR1: the training stops at its next
+    saved epoch and the job requeues, by asking for it where Slurm would complete a job that ends in
+    its grace (22.05), by ending where Slurm requeues it itself (23.02 and later)."""
+    monkeypatch.setenv("SLURM_JOB_ID", "102")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    bin_dir = tmp_path / "bin"
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\n[ "$1" = --version ] && {{ echo "{version}"; exit 0; }}\n'
+                                      f'echo "scontrol $*" >> {tmp_path}/slurm.log\n')  # fmt: skip
+    (bin_dir / "squeue").write_text(  # the job's Comment, or the PreemptTime slurmctld set, each with its delimiter
+        '#!/bin/sh\nfor a; do case "$a" in Comment:*) printf "yolo:eff=7%s\\n" "${a#Comment:}";; '
+        'PreemptTime:*) printf "2026-12-03T11:19:35%s\\n" "${a#PreemptTime:}";; esac; done\n')  # fmt: skip
+    usage = job / "yolo-usage-102.jsonl"
+    signal_when(usage, signal.SIGUSR1, lambda recs: any(r["kind"] == "epoch" and r["epoch"] >= 2 for r in recs))
+    assert launcher.run(words(dataset, job / "runs", 40)) == 0
+    recs = records(usage)
+    requeue = next(r for r in recs if r["kind"] == "requeue")
+    assert requeue["why"] == "preempted" and 2 <= requeue["epoch"] < 40 and recs[-1] == requeue
+    assert any(r["kind"] == "checkpoint" and r["epoch"] == requeue["epoch"] for r in recs)
+    assert launcher.read_results_csv(job / "runs" / "run" / "results.csv")[-1].epoch == requeue["epoch"]
+    asked = [line for line in (tmp_path / "slurm.log").read_text().splitlines() if "requeue" in line]
+    assert asked == (["scontrol requeue 102"] if asks else [])
 
 
 def test_sigterm_stops_the_whole_training(job: Path, dataset: Path) -> None:

@@ -244,6 +244,27 @@ def requeue(job: str, bin_dir: Path | None = None) -> None:
     run(["scontrol", "requeue", _checked_target(job)], bin_dir=bin_dir)
 
 
+def preempted(job: str, bin_dir: Path | None = None) -> bool:
+    """Whether slurmctld is preempting the job (``job_target``): squeue's PreemptTime is set (N/A
+    otherwise). A field only slurmctld writes, read with a delimiter drawn for this call."""
+    delimiter = f"<{secrets.token_hex(16)}>"
+    res = run(["squeue", "-h", "-t", "all", "-j", _checked_target(job), "-O", f"PreemptTime:{delimiter}"],
+              bin_dir=bin_dir)  # fmt: skip
+    rows = parsers.delimited(res.stdout, 1, delimiter)
+    return len(rows) == 1 and rows[0][0].strip() not in ("", "N/A", "None", "Unknown")
+
+
+def requeues_when_preempted_job_ends(bin_dir: Path | None = None) -> bool:
+    """Whether this Slurm requeues, by itself, a job that ends in its preemption's grace time (23.02
+    and later: the run is recorded PREEMPTED). 22.05 records such a job COMPLETED and never runs it
+    again, so there the job asks for its requeue; on 24.11 a requeue asked for in the grace leaves
+    the job marked preempted, and the end of its next run, its last epoch done, is taken for a
+    preemption too and requeued once more."""
+    res = run(["scontrol", "--version"], bin_dir=bin_dir)
+    m = re.search(r"(\d+)\.(\d+)", res.stdout)
+    return m is not None and (int(m.group(1)), int(m.group(2))) >= (23, 2)
+
+
 def cancel(job: str, bin_dir: Path | None = None) -> None:
     """``scancel`` one job (``job_target``)."""
     run(["scancel", _checked_target(job)], bin_dir=bin_dir)
