@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -303,6 +304,19 @@ class Store:
         return [r[0] for r in self.conn.execute("SELECT DISTINCT partition FROM samples ORDER BY partition")]
 
 
+def run_data(run: Path, data: str) -> str | None:
+    """A run's ``data:`` as its training read it. A relative path was read from the folder the training
+    ran in, which the run folder sits below (``runs/detect/train*``, or PROJECT/NAME), not from where
+    ``calibrate`` runs: the nearest folder at or above the run that has it (None: none has it)."""
+    if os.path.isabs(data):
+        return data
+    run = run.resolve()
+    for folder in (run, *run.parents):
+        if (folder / data).is_file():
+            return str(folder / data)
+    return None
+
+
 def sample_from_run_dir(path: Path, config: Config) -> Sample:
     """A calibration sample from an ultralytics run folder (its data yaml must still be readable)."""
     from . import dataset, estimate, spec  # admin path only: the hooks import this module too
@@ -317,7 +331,15 @@ def sample_from_run_dir(path: Path, config: Config) -> Sample:
     s = spec.TrainSpec(task=run.args.get("task"), mode="train", args=args)
     if not s.get("data"):
         raise UsageError(f"{path}/args.yaml names no data yaml")
-    counts = dataset.count(str(s.get("data")), config.cache_dir / "datasets.json")
+    data = str(s.get("data"))
+    found = run_data(path, data)
+    if found is None and dataset.builtin_name(data) is None:
+        raise UsageError(f"{path}: its data yaml {data} is a relative path, and neither the run's folder nor "
+                         "any folder above it (where its training ran) has it")  # fmt: skip
+    try:
+        counts = dataset.count(found or data, config.cache_dir / "datasets.json")
+    except UsageError as e:
+        raise UsageError(f"{path}: {e}") from None
     reference = config["estimate"]["reference_gflops"]
     model = estimate.resolve_model(s.model, reference, config["job"]["python"], config.cache_dir)
     w = estimate.workload(s, counts.train, counts.val, model, epochs_done=run.epochs_completed)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -68,6 +70,28 @@ def test_calibrate_then_predict_held_out_runs(run_dirs: dict[str, Path]) -> None
         assert actual is not None
         # Tiny CPU runs on a shared 2-core machine are noisy; the benchmark reports the real accuracy.
         assert abs(predicted - actual) / actual < 0.6, (name, predicted, actual)
+
+
+def test_calibrate_reads_a_runs_relative_data_from_where_it_trained(run_dirs: dict[str, Path], dataset: Path,
+                                                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A run trained with data=ds/data.yaml from its project's folder, calibrated from elsewhere (a
+    newcomer in /tmp): the yaml is found above the run folder, not in the current folder; a run whose
+    relative yaml no folder above it has is skipped, and the line says so."""
+    work = tmp_path / "work"
+    shutil.copytree(dataset.parent, work / "ds")
+    for name, data in (("rel", "ds/data.yaml"), ("lost", "gone/data.yaml")):
+        run = work / "runs" / "detect" / name
+        shutil.copytree(run_dirs["a"], run)
+        args = (run / "args.yaml").read_text()
+        (run / "args.yaml").write_text(re.sub(r"(?m)^data: .*$", f"data: {data}", args))
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(admin, ["calibrate", "--partition", "cpu-rel", "--json",
+                                     str(work / "runs" / "detect" / "rel"), str(work / "runs" / "detect" / "lost")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.stdout)
+    assert got["added"] == 1 and got["skipped"] == [
+        f"{work / 'runs' / 'detect' / 'lost'}: its data yaml gone/data.yaml is a relative path, and neither the "
+        "run's folder nor any folder above it (where its training ran) has it"]  # fmt: skip
 
 
 def test_calibrate_refuses_non_runs(tmp_path: Path) -> None:
