@@ -31,6 +31,7 @@ from .timemodel import (
     Sample,
     TimeModel,
     batch_pixels,
+    calibrated_range,
     ddp_factor,
     final_val_seconds,
     median,
@@ -309,7 +310,7 @@ def fit(samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, reference
         coverage: float = 0.99) -> TimeModel:  # fmt: skip
     """The fitted model with its cross-validated error, the error scale of a run by its length, and
     the conformal quantile its limits use (of log errors over that scale: locally adaptive)."""
-    tm = fit_terms(samples, prior, ddp_eff, reference_gflops)
+    tm = replace(fit_terms(samples, prior, ddp_eff, reference_gflops), covered=calibrated_range(samples))
     if len(samples) < 2:
         return tm
     cv = cross_validated(samples, prior, ddp_eff, reference_gflops)

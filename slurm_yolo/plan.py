@@ -18,7 +18,16 @@ from .durations import fmt_minutes, seconds_text
 from .errors import SlurmError, UsageError
 from .estimate import Workload, fmt_tokens, images_640, model_factor, tokens
 from .slurm.parsers import WillRun
-from .timemodel import TimeModel, buffer_for, ddp_factor, describe, predict_seconds, predict_train_seconds
+from .timemodel import (
+    TimeModel,
+    buffer_for,
+    ddp_factor,
+    describe,
+    outside_range,
+    predict_seconds,
+    predict_train_seconds,
+    range_text,
+)
 
 
 class Request(NamedTuple):
@@ -58,6 +67,7 @@ class Plan:
     time_limit_seconds: int
     workload: Workload
     explain: list[str] = field(default_factory=list)
+    outside_range: list[str] = field(default_factory=list)  # where the plan leaves its model's calibrated range
     expected_start: int | None = None  # epoch seconds, from Slurm's scheduler (``--partition auto``)
 
     def to_dict(self) -> dict[str, object]:
@@ -161,6 +171,12 @@ def plan_partition(
         + f" -> work {fmt_tokens(eff)} (effective tokens: what the time model predicts from, not what is charged)",
         f"time model: {k_source}",
         *(f"  {line}" for line in describe(tm)),
+        *([f"  {covered}"] if (covered := range_text(tm)) else []),
+        *(
+            [f"  outside it: {'; '.join(outside)} (an extrapolation: the cross-validated error says nothing of it)"]
+            if (outside := outside_range(tm, w, gpus, train))
+            else []
+        ),
         f"time: {fmt_minutes(predicted)} predicted ({fmt_minutes(train)} training) on {gpus} GPU(s)"
         f" [{gpus_why}, DDP x{ddp_factor(gpus, part.ddp_efficiency):.2f}]",
         f"buffer: {buf.value:.2f} ({buf.reason}) -> time limit {limit // 60} min"
@@ -179,7 +195,7 @@ def plan_partition(
         tokens=tok, train_tokens=w.train_tokens, val_tokens=w.val_tokens + w.final_val_tokens,
         effective_tokens=eff, model_factor=mf, family_factor=ff, k=tm.k, k_source=k_source,
         predicted_seconds=predicted, predicted_train_seconds=train, buffer=buf.value, buffer_reason=buf.reason,
-        coverage=buf.coverage, time_limit_seconds=limit, workload=w, explain=explain,
+        coverage=buf.coverage, time_limit_seconds=limit, workload=w, explain=explain, outside_range=outside,
     )  # fmt: skip
 
 

@@ -26,6 +26,7 @@ fit (``fitting``, numpy) never runs on the login path; this module only predicts
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
@@ -72,6 +73,8 @@ class TimeModel:
     coverage_z: float | None = None  # conformal quantile of cross-validated log(actual / predicted) / noise
     noise_relative: float | None = None  # the error scale's relative part (the model's own error)
     noise_seconds: float | None = None  # its absolute part (start-up jitter): weighs on short runs only
+    # What the fit's runs cover (``calibrated_range``): a plan outside it is an extrapolation, and says so
+    covered: dict[str, Any] = field(default_factory=dict)
 
     def noise(self, seconds: float) -> float:
         """The cross-validated error scale, in log units, of a run predicted to take ``seconds``: a few
@@ -251,6 +254,49 @@ def buffer_for(tm: TimeModel, base: float, seconds: float) -> Buffer:
     if needed > base:
         return Buffer(needed, why, tm.coverage)
     return Buffer(base, f"configured {base:.2f} ({why})", tm.coverage)
+
+
+def calibrated_range(samples: Sequence[Sample]) -> dict[str, Any]:
+    """The range a fit's runs cover: imgsz, batch pixels (``batch_pixels``: over the reference batch's),
+    training seconds and GPUs (lowest and highest), and the model families and models they trained."""
+    if not samples:
+        return {}
+    ws = [s.workload for s in samples]
+
+    def span(values: list[float]) -> list[float]:
+        return [min(values), max(values)]
+
+    return {"imgsz": span([w.imgsz for w in ws]), "batch_pixels": span([batch_pixels(w) for w in ws]),
+            "train_seconds": span([s.train_seconds for s in samples]), "gpus": span([s.gpus for s in samples]),
+            "families": sorted({w.family for w in ws}), "models": sorted({w.model for w in ws})}  # fmt: skip
+
+
+def outside_range(tm: TimeModel, w: Workload, gpus: int, train_seconds: float) -> list[str]:
+    """How a plan lies outside the range its model's runs cover (``calibrated_range``), one phrase per
+    dimension: an extrapolation the model's cross-validated error does not vouch for. Empty inside it,
+    or for a model without a recorded range (a prior, or one fitted before ranges were kept)."""
+    r = tm.covered
+    if not r:
+        return []
+    out = []
+    for key, value, unit in (("imgsz", w.imgsz, " px"), ("batch_pixels", batch_pixels(w), "x 16 x 640^2"),
+                             ("train_seconds", train_seconds, " s"), ("gpus", gpus, " GPU(s)")):  # fmt: skip
+        low, high = r.get(key) or (value, value)
+        if not low <= value <= high:
+            out.append(f"{key.replace('_', ' ')} {value:.6g}{unit}, outside the calibrated {low:.6g}-{high:.6g}")
+    if w.family not in r.get("families", [w.family]):
+        out.append(f"model family {w.family}, not among the calibrated {', '.join(r['families'])}")
+    return out
+
+
+def range_text(tm: TimeModel) -> str:
+    """The calibrated range in one line (empty without one)."""
+    r = tm.covered
+    if not r:
+        return ""
+    return (f"calibrated range: imgsz {r['imgsz'][0]:g}-{r['imgsz'][1]:g}, batch pixels {r['batch_pixels'][0]:.3g}-"
+            f"{r['batch_pixels'][1]:.3g}x 16 x 640^2, training {r['train_seconds'][0]:.0f}-{r['train_seconds'][1]:.0f} s, "
+            f"{r['gpus'][0]:g}-{r['gpus'][1]:g} GPU(s), families {', '.join(r['families'])}")  # fmt: skip
 
 
 def describe(tm: TimeModel) -> list[str]:

@@ -8,6 +8,7 @@ the full figures.
 from __future__ import annotations
 
 import statistics
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from bench import corpus
 from slurm_yolo import calibration, config, fitting
 from slurm_yolo.plan import time_limit
-from slurm_yolo.timemodel import Sample, TimeModel, buffer_for, predict_seconds
+from slurm_yolo.timemodel import Sample, TimeModel, buffer_for, outside_range, predict_seconds
 
 TOLERANCE_MAPE = 0.15  # mean |pred - actual| / actual of whole-job time on unseen runs
 TOLERANCE_BIAS = 0.06  # |mean signed error|: the old model was biased low by 10-40%
@@ -74,3 +75,23 @@ def test_three_runs_per_model_beat_the_prior(runs: tuple[list[Sample], list[Samp
     fitted = statistics.fmean(abs(x) for x in errors(fitting.fit(train, prior, DDP, REF), held))
     alone = statistics.fmean(abs(x) for x in errors(prior, held))
     assert fitted < alone and fitted <= 2 * TOLERANCE_MAPE, (fitted, alone)
+
+
+def test_a_fit_knows_the_range_its_runs_cover_and_a_plan_outside_it_says_so(
+    runs: tuple[list[Sample], list[Sample]], prior: TimeModel
+) -> None:
+    """Fitted on the corpus' small yolov8 runs (imgsz <= 160), a yolov8 plan inside that range says
+    nothing more; one at imgsz 640 in another family says how it lies outside, in --explain too."""
+    cal, _ = runs
+    small = [s for s in cal if s.workload.family == "yolov8" and s.workload.imgsz <= 160]
+    assert len(small) >= 5
+    tm = fitting.fit(small, prior, DDP, REF, 0.99)
+    sizes = sorted(s.workload.imgsz for s in small)
+    assert tm.covered["imgsz"] == [sizes[0], sizes[-1]] and tm.covered["families"] == ["yolov8"]
+    inside = small[0]
+    assert outside_range(tm, inside.workload, inside.gpus, inside.train_seconds) == []
+    far = replace(inside.workload, imgsz=640, family="yolov10", model="yolov10n")
+    got = outside_range(tm, far, inside.gpus, inside.train_seconds)
+    assert got[0] == f"imgsz 640 px, outside the calibrated {sizes[0]}-{sizes[-1]}"
+    assert got[-1] == "model family yolov10, not among the calibrated yolov8"
+    assert TimeModel.from_dict(asdict(tm)).covered == tm.covered  # kept in calibration.db

@@ -70,6 +70,11 @@ def test_calibrate_then_predict_held_out_runs(run_dirs: dict[str, Path]) -> None
         assert actual is not None
         # Tiny CPU runs on a shared 2-core machine are noisy; the benchmark reports the real accuracy.
         assert abs(predicted - actual) / actual < 0.6, (name, predicted, actual)
+    # --explain names the range the six runs cover, and how a plan at imgsz 640 lies outside it
+    words[words.index(f"imgsz={run.args['imgsz']}")] = "imgsz=640"
+    res = CliRunner().invoke(yolo_sbatch, ["--dry-run", "--explain", "--partition", "cpu-test", *words])
+    assert "  calibrated range: imgsz 64-128, " in res.output
+    assert "  outside it: imgsz 640 px, outside the calibrated 64-128" in res.output
 
 
 def test_calibrate_reads_a_runs_relative_data_from_where_it_trained(run_dirs: dict[str, Path], dataset: Path,
