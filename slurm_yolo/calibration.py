@@ -396,13 +396,6 @@ def fit_partition(config: Config, partition: str, samples: list[Sample], current
     )
 
 
-def startup_note(tm: TimeModel) -> str:
-    """Where a model's start-up comes from: only whole jobs (Slurm's elapsed) show it."""
-    if tm.startup_n:
-        return f"start-up {tm.startup_seconds:.1f} s, learned from {tm.startup_n} job(s)"
-    return f"start-up {tm.startup_seconds:.1f} s is the prior: run folders cannot show it, finished jobs will teach it"
-
-
 def refit(store: Store, partition: str, source: str) -> TimeModel:
     """Refit a partition from its recorded samples and store the result."""
     tm = fit_partition(store.config, partition, store.samples(partition), load(store.config, partition).model)

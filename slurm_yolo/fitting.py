@@ -33,11 +33,10 @@ from .timemodel import (
     batch_pixels,
     calibrated_range,
     ddp_factor,
-    final_val_seconds,
     median,
     predict_seconds,
+    predict_train_seconds,
     quantile,
-    startup_seconds,
 )
 
 HUBER = 0.15  # |log(pred / actual)| beyond which a run counts as an outlier and is down-weighted
@@ -251,19 +250,12 @@ def fit_terms(
     return replace(tm, startup_n=jobs or prior.startup_n, n=len(samples), form="map-log")
 
 
-def actual_seconds(s: Sample, tm: TimeModel, reference_gflops: float) -> float:
-    """What a time limit had to cover: the job's elapsed, or (a run folder) training plus the model's
-    start-up and final validation."""
-    w = s.workload
-    return s.total_seconds or s.train_seconds + startup_seconds(w, tm, reference_gflops) + final_val_seconds(
-        w, tm, reference_gflops
-    )
-
-
 def cross_validated(samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, reference_gflops: float = 8.86,
                     folds: int = FOLDS) -> list[tuple[Sample, float, float]]:  # fmt: skip
-    """(run, predicted, actual) whole-job seconds, each predicted by a fit that did not see it:
-    leave-one-out up to 2 x ``folds`` runs, else ``folds``-fold (runs dealt round-robin)."""
+    """(run, predicted, actual) seconds, each predicted by a fit that did not see it: leave-one-out up
+    to 2 x ``folds`` runs, else ``folds``-fold (runs dealt round-robin). A job is scored on its whole
+    elapsed; a run folder on its training time alone, which is all it measured: adding the model's
+    assumed start-up and final validation to both sides would hide its error behind them."""
     n = len(samples)
     k = n if n <= 2 * folds else folds
     out = []
@@ -271,8 +263,12 @@ def cross_validated(samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.
         train = [s for i, s in enumerate(samples) if i % k != f]
         tm = fit_terms(train, prior, ddp_eff, reference_gflops)
         for s in samples[f::k]:
-            pred = predict_seconds(s.workload, tm, s.gpus, ddp_eff, reference_gflops, s.cpus)
-            out.append((s, pred, actual_seconds(s, tm, reference_gflops)))
+            if s.total_seconds:
+                pred = predict_seconds(s.workload, tm, s.gpus, ddp_eff, reference_gflops, s.cpus)
+                out.append((s, pred, s.total_seconds))
+            else:
+                pred = predict_train_seconds(s.workload, tm, s.gpus, ddp_eff, reference_gflops, s.cpus)
+                out.append((s, pred, s.train_seconds))
     return out
 
 

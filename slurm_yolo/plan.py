@@ -27,6 +27,7 @@ from .timemodel import (
     predict_seconds,
     predict_train_seconds,
     range_text,
+    startup_note,
 )
 
 
@@ -172,6 +173,7 @@ def plan_partition(
         f"time model: {k_source}",
         *(f"  {line}" for line in describe(tm)),
         *([f"  {covered}"] if (covered := range_text(tm)) else []),
+        *([f"  {startup_note(tm)} (in the prediction, and so in the limit)"] if tm.n and not tm.startup_n else []),
         *(
             [f"  outside it: {'; '.join(outside)} (an extrapolation: the cross-validated error says nothing of it)"]
             if (outside := outside_range(tm, w, gpus, train))

@@ -299,6 +299,13 @@ def range_text(tm: TimeModel) -> str:
             f"{r['gpus'][0]:g}-{r['gpus'][1]:g} GPU(s), families {', '.join(r['families'])}")  # fmt: skip
 
 
+def startup_note(tm: TimeModel) -> str:
+    """Where a model's start-up comes from: only whole jobs (Slurm's elapsed) show it."""
+    if tm.startup_n:
+        return f"start-up {tm.startup_seconds:.1f} s, learned from {tm.startup_n} job(s)"
+    return f"start-up {tm.startup_seconds:.1f} s is the prior: run folders cannot show it, finished jobs will teach it"
+
+
 def describe(tm: TimeModel) -> list[str]:
     """The model in two lines an admin can read: its terms, and the evidence behind them."""
     terms = (f"k {tm.k:.4g} s/MTok (x (imgsz/640)^-{tm.imgsz_exponent:.2f} x batch pixels^{tm.batch_exponent:.2f}),"

@@ -9,7 +9,7 @@ import click
 
 from .. import __version__, calibration
 from ..doctor import ROLES
-from ..timemodel import describe
+from ..timemodel import describe, startup_note
 from . import OneLineGroup, echo_json, library_errors, load_config
 from .job import COMMANDS as JOB_COMMANDS
 from .ledger import ledger_group
@@ -71,7 +71,7 @@ def calibrate(partition: str, as_json: bool, run_dirs: tuple[Path, ...]) -> None
     click.echo(calibration.calibrate_summary(result))
     for line in describe(tm):
         click.echo(line)
-    click.echo(calibration.startup_note(tm))
+    click.echo(startup_note(tm))
 
 
 @main.command()
