@@ -177,9 +177,10 @@ class CountCache:
         self.path = path
         self.entries: dict[str, Any] = {}
         self.dirty = False
-        if path and path.exists():
-            try:
-                self.entries = json.loads(path.read_text())
+        if path:
+            try:  # a cache another user's HOME holds (sudo, runuser) is one we may not even stat
+                loaded = json.loads(path.read_text())
+                self.entries = loaded if isinstance(loaded, dict) else {}
             except (OSError, ValueError):
                 self.entries = {}
 

@@ -29,6 +29,7 @@ last epoch saved before it.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import select
@@ -166,6 +167,12 @@ def start_record(s: spec_mod.TrainSpec, gpus: int, cpus: int) -> dict[str, Any]:
     return record
 
 
+def finished_before(path: Path) -> bool:
+    """An earlier run of this job trained to its end (its ``end`` record): Slurm may run the job once
+    more all the same (24.11 requeues a preempted job that ends in its grace, finished or not)."""
+    return any(rec.get("kind") == "end" for rec in iter_records(path))
+
+
 def last_checkpoint(path: Path) -> str | None:
     """The newest checkpoint an earlier run of this job recorded, if it still exists."""
     last = None
@@ -243,6 +250,17 @@ class RunFolder:
             return False
         recent = [p for p in self.last.parent.glob("*.pt") if (self._mtime(p) or 0) >= rows_at]
         return all(whole_checkpoint(p) for p in recent)
+
+
+def _die_with_parent() -> None:
+    """In the training child, before it runs: SIGKILL when the launcher dies, however it dies. In a
+    session of its own, the child is out of reach of a kill aimed at the launcher's process group,
+    and a Slurm that tracks a job's processes by their parents (proctrack/linuxproc) loses it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def process_tree(root: int) -> set[int]:
@@ -388,10 +406,14 @@ class Supervisor:
             self.saved_rows = self.folder.seen
         report, write_end = os.pipe()
         self.child = subprocess.Popen([*TRAINER, json.dumps(plan), str(write_end)], pass_fds=(write_end,),
-                                      start_new_session=True)  # fmt: skip
+                                      start_new_session=True, preexec_fn=_die_with_parent)  # fmt: skip
         os.close(write_end)
-        with os.fdopen(report, "rb") as reader:
-            return self._follow(reader)
+        try:
+            with os.fdopen(report, "rb") as reader:
+                return self._follow(reader)
+        except BaseException:  # the training must not outlive its launcher (Slurm's kill may miss it)
+            signal_all(process_tree(self.child.pid), signal.SIGKILL)
+            raise
 
     def _follow(self, reader: BinaryIO) -> int:
         """Every poll: the child's report until it comes, the run folder, the child's exit, a stop or
@@ -483,13 +505,14 @@ class Supervisor:
         """Record the requeue, then ask Slurm for it (an array task alone, never its whole array);
         in a preemption's grace, a Slurm that requeues a preempted job ending there
         (``commands.requeues_when_preempted_job_ends``) is left to do it: the job just ends."""
-        self.log.write({"kind": "requeue", "epoch": self.checkpoint_epoch, "why": self.requeue_why})
-        self.reporter.poll(force=True)
         job = _job_target()
         assert job is not None  # _requeue_due: this is a job
         bin_dir = _bin_dir()
-        if not (self.requeue_why == "preempted" and commands.preempted(job, bin_dir=bin_dir)
-                and commands.requeues_when_preempted_job_ends(bin_dir=bin_dir)):  # fmt: skip
+        preempted = self.requeue_why == "preempted" and commands.preempted(job, bin_dir=bin_dir)
+        why = self.requeue_why if preempted or self.requeue_why != "preempted" else "USR1 without a preemption"
+        self.log.write({"kind": "requeue", "epoch": self.checkpoint_epoch, "why": why})
+        self.reporter.poll(force=True)
+        if not (preempted and commands.requeues_when_preempted_job_ends(bin_dir=bin_dir)):
             commands.requeue(job, bin_dir=bin_dir)
         return 0
 
@@ -515,6 +538,10 @@ def run(words: list[str]) -> int:
     if s.model.endswith(".yaml"):
         args.setdefault("pretrained", False)
     log = UsageLog(usage_path())
-    resume_from = last_checkpoint(log.path) if int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) else None
+    restarted = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0
+    if restarted and finished_before(log.path):
+        print("slurm-yolo: an earlier run of this job finished its training; nothing left to do", file=sys.stderr)
+        return 0
+    resume_from = last_checkpoint(log.path) if restarted else None
     plan = {"model": s.model, "task": s.task, "args": args, "resume": resume_from, "cpus": cpus}
     return Supervisor(s, log, cpus, resume_from).run(plan)

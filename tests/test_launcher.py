@@ -189,12 +189,18 @@ def test_usr2_requeues_the_array_task_at_the_next_checkpoint_and_the_next_run_re
     assert next(r for r in second if r["kind"] == "epoch")["seconds"] < 1  # time restarts with the resumed run
 
 
-@pytest.mark.parametrize(("version", "asks"), [("slurm-wlm 22.05.8", True), ("slurm 24.11.5", False)])
+@pytest.mark.parametrize(("version", "preempt_time", "why", "asks"), [
+    ("slurm-wlm 22.05.8", "2026-12-03T11:19:35", "preempted", True),
+    ("slurm 24.11.5", "2026-12-03T11:19:35", "preempted", False),
+    ("slurm 24.11.5", "N/A", "USR1 without a preemption", True),  # her own scancel -s USR1: no preemption
+])  # fmt: skip
 def test_usr1_a_preemption_hands_over_at_the_next_checkpoint(job: Path, dataset: Path, tmp_path: Path, version: str,
-                                                             asks: bool, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                             preempt_time: str, why: str, asks: bool,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """The batch script's watch step passes a preemption on as USR1: the training stops at its next
     saved epoch and the job requeues, by asking for it where Slurm would complete a job that ends in
-    its grace (22.05), by ending where Slurm requeues it itself (23.02 and later)."""
+    its grace (22.05), by ending where Slurm requeues it itself (23.02 and later). A USR1 while
+    slurmctld preempts nothing (squeue's PreemptTime N/A) is no preemption, and is not recorded as one."""
     monkeypatch.setenv("SLURM_JOB_ID", "102")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
     bin_dir = tmp_path / "bin"
@@ -202,17 +208,48 @@ def test_usr1_a_preemption_hands_over_at_the_next_checkpoint(job: Path, dataset:
                                       f'echo "scontrol $*" >> {tmp_path}/slurm.log\n')  # fmt: skip
     (bin_dir / "squeue").write_text(  # the job's Comment, or the PreemptTime slurmctld set, each with its delimiter
         '#!/bin/sh\nfor a; do case "$a" in Comment:*) printf "yolo:eff=7%s\\n" "${a#Comment:}";; '
-        'PreemptTime:*) printf "2026-12-03T11:19:35%s\\n" "${a#PreemptTime:}";; esac; done\n')  # fmt: skip
+        f'PreemptTime:*) printf "{preempt_time}%s\\n" "${{a#PreemptTime:}}";; esac; done\n')  # fmt: skip
     usage = job / "yolo-usage-102.jsonl"
     signal_when(usage, signal.SIGUSR1, lambda recs: any(r["kind"] == "epoch" and r["epoch"] >= 2 for r in recs))
     assert launcher.run(words(dataset, job / "runs", 40)) == 0
     recs = records(usage)
     requeue = next(r for r in recs if r["kind"] == "requeue")
-    assert requeue["why"] == "preempted" and 2 <= requeue["epoch"] < 40 and recs[-1] == requeue
+    assert requeue["why"] == why and 2 <= requeue["epoch"] < 40 and recs[-1] == requeue
     assert any(r["kind"] == "checkpoint" and r["epoch"] == requeue["epoch"] for r in recs)
     assert launcher.read_results_csv(job / "runs" / "run" / "results.csv")[-1].epoch == requeue["epoch"]
     asked = [line for line in (tmp_path / "slurm.log").read_text().splitlines() if "requeue" in line]
     assert asked == (["scontrol requeue 102"] if asks else [])
+
+
+def test_a_run_after_one_that_finished_trains_nothing(
+    job: Path, dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """24.11 requeues a preempted job that ends in its grace even when its training had finished: the
+    next run ends at once (resuming a finished run would fail), so the work is neither done nor paid twice."""
+    monkeypatch.setenv("SLURM_JOB_ID", "103")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    assert launcher.run(words(dataset, job / "runs", 2)) == 0
+    usage = job / "yolo-usage-103.jsonl"
+    before = usage.read_text()
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    monkeypatch.setattr(launcher, "TRAINER", ["/bin/false"])  # never started
+    assert launcher.run(words(dataset, job / "runs", 2)) == 0
+    assert usage.read_text() == before
+
+
+def test_a_launcher_that_fails_takes_its_training_with_it(job: Path, dataset: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The training runs in a session of its own: a launcher that fails (here, reading the run folder)
+    kills it and its worker, which would otherwise train on past the job's end, unbilled."""
+
+    def broken(self: launcher.Supervisor) -> None:
+        if self.folder is not None and (self.folder.path / "worker.pid").exists():
+            raise PermissionError("a stand-in failure")
+
+    monkeypatch.setattr(launcher.Supervisor, "_read_folder", broken)
+    with pytest.raises(PermissionError):
+        launcher.run(words(dataset, job / "runs", 400))
+    assert ended(int((job / "runs" / "run" / "worker.pid").read_text()))
 
 
 def test_sigterm_stops_the_whole_training(job: Path, dataset: Path) -> None:
