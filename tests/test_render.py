@@ -84,9 +84,16 @@ def test_hostile_words_reach_the_launcher_verbatim(site_config: Path, tmp_path: 
     dump.chmod(dump.stat().st_mode | stat.S_IXUSR)
     words = ["train", "data=/d.yaml"] + [h.format(p=tmp_path) for h in HOSTILE]
     script = render.render(fixed_plan(site_config), render.JobOptions(python=str(dump)), tuple(words))
-    subprocess.run(["bash", "-c", script], check=True, cwd=tmp_path, timeout=30)
+    stub = tmp_path / "bin" / "srun"  # outside a job the preemption watch must not ask Slurm for anything
+    stub.parent.mkdir()
+    stub.write_text(f"#!/bin/sh\ntouch {tmp_path / 'srun-called'}\n")
+    stub.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    env["PATH"] = f"{stub.parent}:{env.get('PATH', '/usr/bin:/bin')}"
+    subprocess.run(["bash", "-c", script], check=True, cwd=tmp_path, timeout=30, env=env)
     argv = json.loads((tmp_path / "argv.json").read_text())
     assert argv == ["-m", "slurm_yolo", "run", "--", *words]
+    assert not (tmp_path / "srun-called").exists()
     assert not list(tmp_path.glob("pwned*"))
 
 
