@@ -15,6 +15,7 @@ import math
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
@@ -69,6 +70,21 @@ def records(home: Path, job: int) -> list[dict]:
 def test_prod_preempts_explore_which_resumes_from_its_checkpoint_and_pays_what_it_ran(slurm: Slurm, home: Path) -> None:
     words = ["train", "model=yolov8n.yaml", f"data={home / 'ds' / 'data.yaml'}", f"epochs={EPOCHS}", "imgsz=64",
              "batch=8", "workers=0", f"project={home}/runs", "name=ex", "exist_ok=True"]  # fmt: skip
+    started = int(time.time()) - 1
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started))
+
+    def ended(job: int, count: int = 1) -> list[dict[str, str]]:
+        """sacct's records of the job's runs since this test began (a controller that lost its state
+        gives job ids again: an older job's records share the id), once ``count`` have ended."""
+
+        def fresh() -> list[dict[str, str]] | None:
+            rows = [r for r in slurm.sacct(job) if r["Submit"] >= since]
+            done = [r for r in rows if r["End"] not in ("Unknown", "") and r["State"].split(" ")[0] not in
+                    ("PENDING", "RUNNING", "COMPLETING")]  # fmt: skip
+            return rows if len(done) >= count else None
+
+        return poll(f"job {job}: {count} run(s) ended", fresh, 600)
+
     explore = int(yolo_sbatch(slurm, home, "-p", "a100", "--priority", "explore", "-J", "explore", *words)["job_id"])
     poll("epoch 2 of the explore run", lambda: any(r.get("kind") == "epoch" and r["epoch"] >= 2
                                                   for r in records(home, explore)), timeout=300)  # fmt: skip
@@ -78,9 +94,9 @@ def test_prod_preempts_explore_which_resumes_from_its_checkpoint_and_pays_what_i
     poll("the explore run's requeue", lambda: any(r.get("kind") == "requeue" for r in records(home, explore)), 180)
     requeue = next(r for r in records(home, explore) if r["kind"] == "requeue")
     assert requeue["why"] == "preempted" and requeue["restart"] == 0
-    assert slurm.ended(prod)[0]["State"] == "COMPLETED"
+    assert ended(prod)[0]["State"] == "COMPLETED"
     skip_requeue_delay(explore, slurm)
-    poll("the explore job completed", lambda: any(r["State"] == "COMPLETED" for r in slurm.sacct(explore)), 600)
+    ended(explore, 2)
 
     # It resumed from the checkpoint it saved when preempted: every epoch once, none lost or redone.
     recs = records(home, explore)
@@ -93,12 +109,19 @@ def test_prod_preempts_explore_which_resumes_from_its_checkpoint_and_pays_what_i
 
     # Billing: each run holds its limit and pays the seconds it ran on its GPUs (the preempted one
     # too, grace time included), so alice's account lost exactly what the three runs ran.
-    runs = slurm.ended(explore, 2) + slurm.ended(prod)
+    runs = ended(explore, 2) + ended(prod)
     # Handed over in the grace: 22.05 records the run its launcher requeued REQUEUED; 24.11 requeues a
     # preempted job that ends in its grace by itself, and records it PREEMPTED.
     handed = "REQUEUED" if slurm.release == "22.05" else "PREEMPTED"
     assert [r["State"].split(" ")[0] for r in runs] == [handed, "COMPLETED", "COMPLETED"]
-    settled = slurm.settled(explore, 2) + slurm.settled(prod)
+
+    def settled_runs(job: int, count: int) -> list[dict]:
+        return poll(f"job {job}: {count} run(s) settled", lambda: (
+            rows if len(rows := sorted((r for r in slurm.runs(job) if r["state"] == "settled"
+                                        and r["submit_time"] >= started), key=lambda r: r["submit_time"])) >= count
+            else None), 90)  # fmt: skip
+
+    settled = settled_runs(explore, 2) + settled_runs(prod, 1)
     per_gpu = slurm.config().partition("a100").shards_per_gpu  # the admin's: a shard is this share of a GPU
     for run, row in zip(runs, settled, strict=True):
         tres = dict(item.split("=") for item in run["AllocTRES"].split(","))
