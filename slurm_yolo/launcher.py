@@ -252,15 +252,15 @@ class RunFolder:
         return all(whole_checkpoint(p) for p in recent)
 
 
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
 def _die_with_parent() -> None:
     """In the training child, before it runs: SIGKILL when the launcher dies, however it dies. In a
     session of its own, the child is out of reach of a kill aimed at the launcher's process group,
     and a Slurm that tracks a job's processes by their parents (proctrack/linuxproc) loses it."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def process_tree(root: int) -> set[int]:
@@ -508,8 +508,10 @@ class Supervisor:
         job = _job_target()
         assert job is not None  # _requeue_due: this is a job
         bin_dir = _bin_dir()
-        preempted = self.requeue_why == "preempted" and commands.preempted(job, bin_dir=bin_dir)
-        why = self.requeue_why if preempted or self.requeue_why != "preempted" else "USR1 without a preemption"
+        why = self.requeue_why
+        preempted = why == "preempted" and commands.preempted(job, bin_dir=bin_dir)
+        if why == "preempted" and not preempted:
+            why = "USR1 without a preemption"
         self.log.write({"kind": "requeue", "epoch": self.checkpoint_epoch, "why": why})
         self.reporter.poll(force=True)
         if not (preempted and commands.requeues_when_preempted_job_ends(bin_dir=bin_dir)):
