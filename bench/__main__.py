@@ -1,5 +1,6 @@
 """``python -m bench [dry-run|accuracy|all]``: run from the repository root with the venv's python.
 
+``python -m bench priors [--check]`` fits the shipped priors on the corpus (``slurm_yolo/data/priors.json``).
 ``python -m bench corpus [options]`` (re)generates the accuracy corpus: an hour of training, never
 part of ``all``; nor is ``python -m bench array`` (a 1000-task GPU array with and without the hooks on
 the bundled cluster: about 20 minutes)."""
@@ -9,7 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from bench import accuracy, admission, array, corpus, dataset, dry_run, hooks, ledger, report
+from bench import accuracy, admission, array, corpus, dataset, dry_run, hooks, ledger, priors, report
 
 BENCHES: dict[str, Callable[[], object]] = {
     "dry-run": dry_run.main,
@@ -25,6 +26,9 @@ LONG: dict[str, Callable[[], object]] = {"array": array.main}  # asked for by na
 if __name__ == "__main__":
     if sys.argv[1:2] == ["corpus"]:
         corpus.main(sys.argv[2:])
+        sys.exit(0)
+    if sys.argv[1:2] == ["priors"]:
+        priors.main(sys.argv[2:])
         sys.exit(0)
     names = sys.argv[1:] or ["all"]
     for name in BENCHES if names == ["all"] else names:

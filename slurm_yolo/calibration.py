@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
 
-from . import db
+from . import db, priors
 from .config import Config
 from .errors import UsageError
 from .estimate import Workload
@@ -88,14 +88,24 @@ def now() -> str:
 
 # The [estimate] keys that are priors of the time model's terms (same names as TimeModel's fields).
 PRIOR_KEYS = ("k", "overhead_seconds", "val_weight", "iteration_seconds", "startup_seconds", "epoch_seconds",
-              "val_pass_seconds", "imgsz_exponent", "batch_exponent", "iteration_exponent", "startup_exponent",
+              "val_pass_seconds", "imgsz_exponent", "imgsz_curvature", "batch_exponent", "iteration_exponent", "startup_exponent",
               "loader_seconds", "image_seconds", "val_image_seconds")  # fmt: skip
 
 
 def prior(config: Config) -> TimeModel:
-    """The model of a partition nobody has calibrated: the config's priors."""
+    """The model of a partition nobody has calibrated, and what every fit shrinks toward: the config's
+    priors, with the shipped corpus' shape, fixed costs and factors where ``estimate.priors`` is
+    "shipped" (``priors``)."""
     e = config["estimate"]
-    return TimeModel(**{key: e[key] for key in PRIOR_KEYS})
+    base = TimeModel(**{key: e[key] for key in PRIOR_KEYS})
+    return priors.apply(base, priors.shipped()) if e["priors"] == "shipped" else base
+
+
+def prior_name(config: Config) -> str:
+    """Where an uncalibrated partition's model comes from, for ``--explain``."""
+    if config["estimate"]["priors"] == "shipped":
+        return "shipped priors (the corpus' shape and costs, the config's k and start-up)"
+    return "config priors"
 
 
 def _model_json(tm: TimeModel) -> str:
@@ -110,7 +120,7 @@ class Calibrated(NamedTuple):
     """A partition's time model and where it came from (shown by --explain)."""
 
     model: TimeModel
-    source: str  # "config prior" or "calibrate 2026-11-30T... (12 runs)"
+    source: str  # "shipped priors (...)", "config priors (...)" or "calibrate 2026-11-30T... (12 runs)"
 
 
 def db_path(config: Config) -> Path:
@@ -119,10 +129,10 @@ def db_path(config: Config) -> Path:
 
 
 def load(config: Config, partition: str) -> Calibrated:
-    """The partition's current model (read-only; the config prior when uncalibrated)."""
+    """The partition's current model (read-only; the prior when uncalibrated)."""
     conn = db.connect_read(db_path(config), config.public_dir)
     if conn is None:
-        return Calibrated(prior(config), "config prior (no calibration database)")
+        return Calibrated(prior(config), f"{prior_name(config)} (no calibration database)")
     try:
         row = conn.execute("SELECT * FROM params WHERE partition = ?", (partition,)).fetchone()
     except sqlite3.OperationalError:
@@ -130,7 +140,7 @@ def load(config: Config, partition: str) -> Calibrated:
     finally:
         conn.close()
     if row is None:
-        return Calibrated(prior(config), f"config prior (partition {partition} not calibrated)")
+        return Calibrated(prior(config), f"{prior_name(config)} (partition {partition} not calibrated)")
     tm = _model_from_json(row["model"])
     return Calibrated(tm, f"{row['source']} {row['updated_at']} ({tm.n} runs, form {tm.form})")
 

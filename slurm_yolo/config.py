@@ -56,7 +56,12 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "iteration_seconds": 0.02,  # prior per-iteration cost (optimizer step, collation, logging)
         "epoch_seconds": 0.5,  # prior per-epoch cost (loader restart, metrics, checkpoint)
         "val_pass_seconds": 0.5,  # prior per-validation-pass cost (set-up, NMS, metrics)
+        # "shipped": the time model's shape, fixed costs and factors fitted on the project's corpus of real
+        # runs (slurm_yolo/data/priors.json), with their spreads; k and the start-up from here. "config":
+        # every prior from this table, and wide spreads.
+        "priors": "shipped",
         "imgsz_exponent": 0.3,  # cost per token ~ (imgsz / 640) ^ -this: small images cost more per pixel
+        "imgsz_curvature": 0.0,  # x exp(this x ln(imgsz / 640)^2): a cost per pixel U-shaped in imgsz
         "batch_exponent": 0.0,  # cost per token ~ (batch pixels / 16 x 640^2) ^ this (CPU: > 0, GPU: < 0)
         "iteration_exponent": 0.3,  # per-step cost ~ model factor ^ this: far from FLOPs-proportional
         "startup_exponent": 0.2,  # start-up ~ model factor ^ this (build, load, save weights)
@@ -275,6 +280,8 @@ def load(path: Path | None = None, env: Mapping[str, str] = os.environ) -> Confi
         sources["paths.state_dir"] = sources["paths.public_dir"] = "env SLURM_YOLO_HOME"
     if values["watchdog"]["action"] not in ("requeue", "cancel"):
         raise UsageError("config watchdog.action: must be 'requeue' or 'cancel'")
+    if values["estimate"]["priors"] not in ("shipped", "config"):
+        raise UsageError("config estimate.priors: must be 'shipped' or 'config'")
     if values["ledger"]["backend"] not in ("sqlite", "mariadb"):
         raise UsageError("config ledger.backend: must be 'sqlite' or 'mariadb'")
     if values["ledger"]["prolog_errors"] not in ("open", "cancel"):

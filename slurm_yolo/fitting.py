@@ -48,17 +48,18 @@ ANCHOR = "yolov8"  # the family whose factor stays at its prior when it is prese
 # A model's own factor is a small correction of its GFLOPs (0.4: within ~50%), a family's may be large.
 SPREAD = {"overhead": 6.0, "epoch": 6.0, "val_pass": 6.0, "iteration": 6.0, "k": 10.0, "val_weight": 2.0,
           "startup": 4.0, "loader": 6.0, "image": 6.0, "val_image": 6.0, "imgsz_exponent": 1.0,
-          "batch_exponent": 0.8, "iteration_exponent": 1.2, "startup_exponent": 0.6,
+          "imgsz_curvature": 0.3, "batch_exponent": 0.8, "iteration_exponent": 1.2, "startup_exponent": 0.6,
           "family": 1.0, "model": 0.4, "step": 1.0, "startup_family": 1.0}  # fmt: skip
 LOG_TERMS = ("overhead", "epoch", "val_pass", "iteration", "k", "val_weight", "startup", "loader", "image",
              "val_image")  # fmt: skip
 FIELDS = {"overhead": "overhead_seconds", "epoch": "epoch_seconds", "val_pass": "val_pass_seconds",
           "iteration": "iteration_seconds", "k": "k", "val_weight": "val_weight", "loader": "loader_seconds",
           "startup": "startup_seconds", "image": "image_seconds", "val_image": "val_image_seconds",
-          "imgsz_exponent": "imgsz_exponent", "batch_exponent": "batch_exponent",
+          "imgsz_exponent": "imgsz_exponent", "imgsz_curvature": "imgsz_curvature", "batch_exponent": "batch_exponent",
           "iteration_exponent": "iteration_exponent", "startup_exponent": "startup_exponent"}  # fmt: skip
 # The spread of each factor group (timemodel.FACTOR_FIELDS), per family or per model.
 FACTOR_SPREAD = {"family": "family", "model": "model", "step": "step", "startup": "startup_family"}
+LINEAR_TERMS = ("imgsz_exponent", "imgsz_curvature", "batch_exponent", "iteration_exponent", "startup_exponent")
 FLOOR = 1e-3  # a prior of 0 s becomes this (log space has no 0); the fit may go far below it
 
 
@@ -97,19 +98,17 @@ class _Params:
         for name in (t for t in LOG_TERMS if optional.get(t, True)):
             self.names.append(name)
             mu.append(math.log(max(FLOOR, getattr(prior, FIELDS[name]))))
-            sd.append(SPREAD[name])
-        for name in ("imgsz_exponent", "batch_exponent", "iteration_exponent", "startup_exponent")[
-            : 4 if startup else 3
-        ]:
+            sd.append(prior.spreads.get(name, SPREAD[name]))
+        for name in LINEAR_TERMS[: len(LINEAR_TERMS) if startup else -1]:
             self.names.append(name)
             mu.append(getattr(prior, FIELDS[name]))
-            sd.append(SPREAD[name])
+            sd.append(prior.spreads.get(name, SPREAD[name]))
         self.groups = {"family": families, "model": models, "step": families, "startup": families if startup else []}
         for prefix, spread in FACTOR_SPREAD.items():
             for key in self.groups[prefix]:
                 self.names.append(f"{prefix}:{key}")
                 mu.append(math.log(prior.factor(prefix, key)))
-                sd.append(SPREAD[spread])
+                sd.append(prior.spreads.get(f"{prefix}:{key}", prior.spreads.get(prefix, SPREAD[spread])))
         self.mu = np.array(mu)
         self.sd = np.array(sd)
         self.index = {n: i for i, n in enumerate(self.names)}
@@ -167,7 +166,10 @@ def _predict(theta: np.ndarray, p: _Params, d: _Design) -> tuple[np.ndarray, np.
     g = theta
     i = p.index
     fam = _factor(g, d, "family") * _factor(g, d, "model")
-    per_token = np.exp(g[i["k"]]) * fam * d.mf * d.size ** -g[i["imgsz_exponent"]]
+    lsize = np.log(d.size)
+    per_token = (
+        np.exp(g[i["k"]]) * fam * d.mf * np.exp(-g[i["imgsz_exponent"]] * lsize + g[i["imgsz_curvature"]] * lsize**2)
+    )
     cost = per_token * d.batch_pixels ** g[i["batch_exponent"]]
     val_cost = per_token * d.val_batch_pixels ** g[i["batch_exponent"]] * np.exp(g[i["val_weight"]])
     compute = cost * d.train_mtok + val_cost * d.val_mtok

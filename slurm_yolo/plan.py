@@ -27,6 +27,7 @@ from .timemodel import (
     predict_seconds,
     predict_train_seconds,
     range_text,
+    range_widening,
     startup_note,
 )
 
@@ -69,6 +70,7 @@ class Plan:
     workload: Workload
     explain: list[str] = field(default_factory=list)
     outside_range: list[str] = field(default_factory=list)  # where the plan leaves its model's calibrated range
+    range_widening: float = 1.0  # the buffer's error scale, widened outside that range (timemodel.range_widening)
     expected_start: int | None = None  # epoch seconds, from Slurm's scheduler (``--partition auto``)
 
     def to_dict(self) -> dict[str, object]:
@@ -127,7 +129,8 @@ def plan_partition(
     cpus = config["job"]["cpus_per_gpu"] * gpus  # the loader term's CPUs, as render asks Slurm for them
     predicted = predict_seconds(w, tm, gpus, part.ddp_efficiency, ref, cpus)
     train = predict_train_seconds(w, tm, gpus, part.ddp_efficiency, ref, cpus)
-    buf = buffer_for(tm, config["estimate"]["buffer"], predicted)
+    widening = range_widening(tm, w)
+    buf = buffer_for(tm, config["estimate"]["buffer"], predicted, widening)
     limit = time_limit(predicted, buf.value)
     if limit > MAX_LIMIT_SECONDS:
         raise UsageError(
@@ -175,7 +178,14 @@ def plan_partition(
         *([f"  {covered}"] if (covered := range_text(tm)) else []),
         *([f"  {startup_note(tm)} (in the prediction, and so in the limit)"] if tm.n and not tm.startup_n else []),
         *(
-            [f"  outside it: {'; '.join(outside)} (an extrapolation: the cross-validated error says nothing of it)"]
+            [
+                f"  outside it: {'; '.join(outside)} (an extrapolation: "
+                + (
+                    f"the limit's error scale is widened x{widening:.2f} for it)"
+                    if widening > 1
+                    else "the cross-validated error says nothing of it)"
+                )
+            ]
             if (outside := outside_range(tm, w, gpus, train))
             else []
         ),
@@ -198,6 +208,7 @@ def plan_partition(
         effective_tokens=eff, model_factor=mf, family_factor=ff, k=tm.k, k_source=k_source,
         predicted_seconds=predicted, predicted_train_seconds=train, buffer=buf.value, buffer_reason=buf.reason,
         coverage=buf.coverage, time_limit_seconds=limit, workload=w, explain=explain, outside_range=outside,
+        range_widening=widening,
     )  # fmt: skip
 
 

@@ -15,8 +15,8 @@ optimizer step that grows far slower than the model's FLOPs (and differs by fami
 CPU runs yolo26 cost ~1.24x yolov8 per step), a cost per image that compute does not hide
 (decoding, augmenting, NMS, metrics), and compute. ``*_eff`` are millions of effective tokens
 (tokens x GFLOPs / reference GFLOPs x family factor x the model's own factor, where its runs showed
-one) and ``cost(b) = (imgsz / 640) ^ -imgsz_exponent x (b x imgsz^2 / (16 x 640^2)) ^
-batch_exponent`` for a real batch b (no more images than the split has; validation's is twice
+one) and ``cost(b) = imgsz_cost(imgsz) x (b x imgsz^2 / (16 x 640^2)) ^ batch_exponent`` for a real
+batch b (no more images than the split has; validation's is twice
 training's): small images cost more per pixel (measured ~1.5x at 96 px on CPU), and a batch's pixels
 change the cost per pixel (on a CPU big batches spill caches: > 0; on a GPU they fill it better:
 < 0). The start-up (process start, model build, saving) is not in results.csv; jobs teach it. The
@@ -51,6 +51,7 @@ class TimeModel:
     epoch_seconds: float = 0.0
     val_pass_seconds: float = 0.0
     imgsz_exponent: float = 0.0
+    imgsz_curvature: float = 0.0  # x exp(this x ln(imgsz / 640)^2): > 0 makes the cost per pixel U-shaped in imgsz
     batch_exponent: float = (
         0.0  # cost per token ~ (batch pixels / 16 x 640^2) ^ this: > 0 where big batches spill caches
     )
@@ -63,6 +64,9 @@ class TimeModel:
     model_factors: dict[str, float] = field(default_factory=dict)  # compute of a model vs its GFLOPs x family
     step_factors: dict[str, float] = field(default_factory=dict)  # per family: cost per iteration
     startup_factors: dict[str, float] = field(default_factory=dict)  # per family: build and save
+    # How sure the prior is of each term, in log units (``fitting.SPREAD``'s names, factors as
+    # "family:yolo11"): the shipped corpus priors (``priors``) set it; absent terms keep fitting.SPREAD
+    spreads: dict[str, float] = field(default_factory=dict)
     form: str = "prior"
     n: int = 0
     startup_n: int = 0  # whole-job runs behind startup_seconds (jobs, not run folders)
@@ -82,11 +86,12 @@ class TimeModel:
         a, b = self.noise_relative or 0.0, self.noise_seconds or 0.0
         return math.sqrt(a * a + (b / max(1.0, seconds)) ** 2)
 
-    def limit_ratio(self, seconds: float) -> float | None:
-        """actual / predicted that the limit must allow for a run this long (None: not cross-validated)."""
+    def limit_ratio(self, seconds: float, widening: float = 1.0) -> float | None:
+        """actual / predicted that the limit must allow for a run this long (None: not cross-validated),
+        its error scale ``widening`` times wider outside the calibrated range (``range_widening``)."""
         if self.coverage_z is None:
             return None
-        return math.exp(self.coverage_z * self.noise(seconds))
+        return math.exp(self.coverage_z * self.noise(seconds) * widening)
 
     def family_factor(self, family: str) -> float:
         return self.family_factors.get(family, FAMILY_PRIOR.get(family, 1.0))
@@ -140,10 +145,18 @@ def batch_pixels(w: Workload, val: bool = False) -> float:
     return max(1, images) * w.imgsz**2 / (REFERENCE_BATCH * REFERENCE_IMGSZ**2)
 
 
+def imgsz_cost(imgsz: float, exponent: float, curvature: float) -> float:
+    """Cost per pixel at this image size over 640 px's: (imgsz / 640) ^ -exponent x exp(curvature x
+    ln(imgsz / 640)^2). The curvature lets it fall and rise again (on the corpus' CPU runs a 96 px
+    pixel cost ~1.5x a 640 px one and a 320 px one less than either)."""
+    x = math.log(max(1.0, imgsz) / REFERENCE_IMGSZ)
+    return math.exp(-exponent * x + curvature * x * x)
+
+
 def token_cost(w: Workload, tm: TimeModel, reference_gflops: float, val: bool = False) -> float:
     """Seconds-per-k of one effective million tokens of this workload (model, family, image size,
     the batch's pixels: training's or validation's)."""
-    size = (max(1, w.imgsz) / REFERENCE_IMGSZ) ** -tm.imgsz_exponent
+    size = imgsz_cost(w.imgsz, tm.imgsz_exponent, tm.imgsz_curvature)
     batch = batch_pixels(w, val) ** tm.batch_exponent
     return model_factor(w.gflops, reference_gflops) * tm.compute_factor(w.model, w.family) * size * batch / MTOK
 
@@ -235,17 +248,19 @@ FEW_RUNS = 5  # below this, the quantile rests on too little: at least FEW_RUNS_
 FEW_RUNS_BUFFER = 0.5
 
 
-def buffer_for(tm: TimeModel, base: float, seconds: float) -> Buffer:
+def buffer_for(tm: TimeModel, base: float, seconds: float, widening: float = 1.0) -> Buffer:
     """The headroom that covers ``tm.coverage`` of cross-validated runs for a run predicted to take
-    ``seconds`` (split-conformal on errors scaled by the run's error scale), never below ``base``:
-    the limit must not kill a job, and no more than that."""
+    ``seconds`` (split-conformal on errors scaled by the run's error scale, ``widening`` times wider
+    outside the calibrated range), never below ``base``: the limit must not kill a job, and no more
+    than that."""
     if tm.n == 0:
         return Buffer(max(base, 1.0), "uncalibrated partition: prior model, limit doubled")
-    ratio = tm.limit_ratio(seconds)
+    ratio = tm.limit_ratio(seconds, widening)
     if ratio is None or tm.coverage is None:
         return Buffer(max(base, FEW_RUNS_BUFFER), f"only {tm.n} calibration run(s): no cross-validation yet")
     needed = ratio - 1
-    why = f"covers {tm.coverage:.0%} of {tm.n} cross-validated runs (actual/predicted up to {ratio:.2f} for a run this long)"
+    why = f"covers {tm.coverage:.0%} of {tm.n} cross-validated runs (actual/predicted up to {ratio:.2f} for a run this long"
+    why += f", error scale x{widening:.2f} outside the calibrated range)" if widening > 1 else ")"
     if math.isclose(tm.coverage, tm.n / (tm.n + 1)):  # the config asked for more than this many runs can show
         why += f"; {tm.n} runs can promise no more than {tm.coverage:.0%} (estimate.coverage asks more: each run adds)"
     if tm.n < FEW_RUNS and needed < FEW_RUNS_BUFFER:
@@ -289,6 +304,29 @@ def outside_range(tm: TimeModel, w: Workload, gpus: int, train_seconds: float) -
     return out
 
 
+# How much wider the error scale is outside the calibrated range (``bench accuracy`` measures it: fitted
+# on part of the corpus, predicting the rest): x(1 + WIDEN_PER_LOG x the log-distance beyond the range
+# of imgsz and batch pixels (measured 0.36-0.54 per unit above it, none below: both sides widen), and
+# x(1 + WIDEN_FAMILY) for a family the fit never saw (measured x0.88-1.20). Longer runs of the same
+# kind did not need it (3-10x bigger: 7.5% against 7.0% cross-validated).
+WIDEN_PER_LOG = 0.5
+WIDEN_FAMILY = 0.2
+
+
+def range_widening(tm: TimeModel, w: Workload) -> float:
+    """The factor on the error scale of a plan outside its model's calibrated range (1 inside it, and
+    for a model without a recorded range)."""
+    r = tm.covered
+    if not r:
+        return 1.0
+    distance = 0.0
+    for key, value in (("imgsz", float(max(1, w.imgsz))), ("batch_pixels", batch_pixels(w))):
+        low, high = r.get(key) or (value, value)
+        distance += max(0.0, math.log(value / high), math.log(low / value))
+    unseen = w.family not in r.get("families", [w.family])
+    return (1 + WIDEN_PER_LOG * distance) * (1 + WIDEN_FAMILY if unseen else 1.0)
+
+
 def range_text(tm: TimeModel) -> str:
     """The calibrated range in one line (empty without one)."""
     r = tm.covered
@@ -308,7 +346,8 @@ def startup_note(tm: TimeModel) -> str:
 
 def describe(tm: TimeModel) -> list[str]:
     """The model in two lines an admin can read: its terms, and the evidence behind them."""
-    terms = (f"k {tm.k:.4g} s/MTok (x (imgsz/640)^-{tm.imgsz_exponent:.2f} x batch pixels^{tm.batch_exponent:.2f}),"
+    terms = (f"k {tm.k:.4g} s/MTok (x (imgsz/640)^-{tm.imgsz_exponent:.2f} x exp({tm.imgsz_curvature:.2f} x"
+             f" ln(imgsz/640)^2) x batch pixels^{tm.batch_exponent:.2f}),"
              f" overhead {tm.overhead_seconds:.2f} s,"
              f" {tm.epoch_seconds:.2f} s/epoch, {tm.val_pass_seconds:.2f} s/val pass,"
              f" {tm.iteration_seconds * 1000:.3g} ms/iteration (x model factor^{tm.iteration_exponent:.2f}),"

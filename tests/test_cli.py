@@ -33,7 +33,10 @@ def test_dry_run_json_offline_for_any_partition(dataset: Path) -> None:
     d = json.loads(out)
     assert set(d) >= REQUIRED
     assert d["partition"] == "never-configured" and d["gres"] == "gpu:1" and d["gpus"] == 1
-    assert d["tokens"] == pytest.approx(3 * 16 * 96**2 + 0.5 * 4 * 8 * 96**2)
+    val_weight = json.loads(Path("slurm_yolo/data/priors.json").read_text())["terms"][
+        "val_weight"
+    ]  # the shipped prior's
+    assert d["tokens"] == pytest.approx(3 * 16 * 96**2 + val_weight * 4 * 8 * 96**2)
     assert d["time_limit_seconds"] % 60 == 0 and d["time_limit_seconds"] >= d["predicted_seconds"]
     assert d["predicted_train_seconds"] < d["predicted_seconds"]
     assert d["job_id"] is None
@@ -49,7 +52,7 @@ def test_explain_says_everything(dataset: Path, site_config: Path) -> None:
         "640-equivalent",
         "family yolo11",
         "k 1 s/MTok",
-        "config prior",
+        "shipped priors (the corpus' shape and costs, the config's k and start-up)",
         "start-up 20.0 s",
         "buffer:",
         "gres:",

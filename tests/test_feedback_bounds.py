@@ -17,6 +17,10 @@ from slurm_yolo import beacon, calibration, estimate, feedback, spec, timemodel
 from slurm_yolo import config as config_mod
 
 PART = "t4"
+# The shipped corpus prior's fixed cost inside training (the config's k and start-up: 1.0 and 20 s)
+OVERHEAD = json.loads((Path(calibration.__file__).parent / "data" / "priors.json").read_text())["terms"][
+    "overhead_seconds"
+]
 
 
 def forged(folder: Path, job: int, seconds: float) -> beacon.Beacon | None:
@@ -46,12 +50,12 @@ def model(cfg: config_mod.Config) -> calibration.TimeModel:
 def test_a_record_claiming_no_training_on_a_new_partition_moves_k_by_one_step(tmp_path: Path) -> None:
     cfg = config_mod.load()
     before = model(cfg)
-    assert before.n == 0 and (before.k, before.overhead_seconds, before.startup_seconds) == (1.0, 5.0, 20.0)
+    assert before.n == 0 and (before.k, before.overhead_seconds, before.startup_seconds) == (1.0, OVERHEAD, 20.0)
     fb = feed(cfg, tmp_path, 1, 1e-6, elapsed=4)  # the 4-second job of the review, asking k x2.4e-08
     assert fb is not None and fb.applied and "limited" in fb.reason and "recalibrate" in fb.reason
     after = model(cfg)
     assert after.k == pytest.approx(1.0 / 1.1, rel=1e-12)
-    assert after.overhead_seconds == pytest.approx(5.0 / 1.1, rel=1e-12)  # fixed costs dominate: moved with k
+    assert after.overhead_seconds == pytest.approx(OVERHEAD / 1.1, rel=1e-12)  # fixed costs dominate: moved with k
     assert after.startup_seconds == pytest.approx(20.0 / 1.1, rel=1e-12)  # elapsed 4 s asks less than 18 s
     assert after.n == 0  # the runs behind the fit: only an admin's fit moves it
     with calibration.Store(cfg) as store:
@@ -67,7 +71,7 @@ def test_a_record_claiming_long_training_moves_k_up_by_one_step(tmp_path: Path) 
     assert fb is not None and fb.applied
     after = model(cfg)
     assert after.k == pytest.approx(1.1, rel=1e-12)  # compute dominates: k alone moves
-    assert after.overhead_seconds == 5.0
+    assert after.overhead_seconds == OVERHEAD
     assert after.startup_seconds == pytest.approx(22.0, rel=1e-12)  # asked ~100,000 s
 
 

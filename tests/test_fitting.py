@@ -7,6 +7,7 @@ the full figures.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -23,6 +24,7 @@ from slurm_yolo.timemodel import (
     outside_range,
     predict_seconds,
     predict_train_seconds,
+    range_widening,
 )
 
 TOLERANCE_MAPE = 0.15  # mean |pred - actual| / actual of whole-job time on unseen runs
@@ -102,6 +104,18 @@ def test_a_fit_knows_the_range_its_runs_cover_and_a_plan_outside_it_says_so(
     assert got[0] == f"imgsz 640 px, outside the calibrated {sizes[0]}-{sizes[-1]}"
     assert got[-1] == "model family yolov10, not among the calibrated yolov8"
     assert TimeModel.from_dict(asdict(tm)).covered == tm.covered  # kept in calibration.db
+    # its limit's error scale widens with the distance: x(1 + 0.5 x log-distance in imgsz and batch
+    # pixels) x 1.2 for the unseen family, the factors bench accuracy measured
+    assert range_widening(tm, inside.workload) == 1.0
+    pixels = sorted(min(s.workload.batch, s.workload.train_images) * s.workload.imgsz**2 for s in small)
+    far_pixels = min(far.batch, far.train_images) * 640**2
+    distance = math.log(640 / sizes[-1]) + max(0.0, math.log(far_pixels / pixels[-1]))
+    assert range_widening(tm, far) == pytest.approx((1 + 0.5 * distance) * 1.2)
+    seconds = 600.0
+    wide, narrow = buffer_for(tm, 0.0, seconds, range_widening(tm, far)), buffer_for(tm, 0.0, seconds)
+    assert tm.coverage_z and tm.noise_relative
+    assert 1 + wide.value == pytest.approx(math.exp(tm.coverage_z * tm.noise(seconds) * (1 + 0.5 * distance) * 1.2))
+    assert wide.value > narrow.value and "outside the calibrated range" in wide.reason
 
 
 def test_run_folders_are_cross_validated_on_their_training_time_alone(
