@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from slurm_yolo import config as config_mod
@@ -216,3 +217,32 @@ def test_a_saved_sacct_file_s_nul_in_a_work_dir_or_user_reads_nothing() -> None:
 
     assert job_records("/tmp/w\x00x", 1, getpass.getuser()) == []
     assert job_records("/tmp", 1, "ali\x00ce") == []
+
+
+def test_slurms_own_gpu_accounting_where_a_site_gathers_it(site_config: Path, tmp_path: Path) -> None:
+    """sacct's ``gres/gpuutil`` and ``gres/gpumem`` (a site with AccountingStorageTRES=gres/gpumem,
+    gres/gpuutil and the NVML GPU plugin; the bundled cluster's fake GPUs gather none: strings as
+    Slurm prints them), beside the usage records: a job without records takes its figures from there
+    (utilisation only for one GPU: Slurm's figure for several is not one GPU's), hostile or broken
+    figures are no figures."""
+    from slurm_yolo.slurm import parsers
+
+    ave = "cpu=00:52:45,energy=0,fs/disk=40397700700,gres/gpumem=0,gres/gpuutil=43,mem=3096K,pages=0,vmem=0"
+    peak = "cpu=00:52:45,energy=0,fs/disk=40397700700,gres/gpumem=21794M,gres/gpuutil=100,mem=3096K,pages=0,vmem=0"
+    assert parsers.step_gpu(ave, peak) == parsers.StepGpu(43.0, 21794 / 1024)
+    assert parsers.step_gpu("cpu=00:00:01,mem=10K", "cpu=00:00:01,mem=10K") is None  # no GPU accounting
+    assert parsers.step_gpu("gres/gpuutil=1e9", "gres/gpumem=12X") is None
+    assert parsers.step_gpu("gres/gpuutil=7000", "gres/gpumem=1G") == parsers.StepGpu(None, 1.0)
+    cfg = config_mod.load()
+    user = getpass.getuser()
+    rows = [[str(j), "vision", user, "a100", "normal", "COMPLETED", "2026-11-30T10:00:00", "2026-11-30T10:00:00",
+             "2026-11-30T11:00:00", "3600", "120", f"billing=1,cpu=1,gres/gpu={g},node=1", "yolo:eff=1", "",
+             str(tmp_path / str(j))] for j, g in ((201, 1), (202, 2), (203, 1))]  # fmt: skip
+    runs = report.jobs(cfg, report.Filters(), rows)
+    slurm = {201: parsers.StepGpu(30.0, 2.5), 202: parsers.StepGpu(150.0, 60.0)}
+    view = report.efficiency(runs, cfg, lambda *_: [], slurm)
+    assert list(view["job_id"]) == [201, 202]  # 203: neither records nor Slurm's figures
+    one, two = view.iloc[0], view.iloc[1]
+    assert (one["util_pct"], one["low_util_gpu_hours"], one["mem_gb"], one["slurm_gpuutil"]) == (30.0, 1.0, 2.5, 30.0)
+    assert pd.isna(two["util_pct"]) and (two["gpu_hours"], two["low_util_gpu_hours"], two["mem_gb"]) == (2.0, 0.0, 60.0)
+    assert (two["slurm_gpuutil"], two["slurm_gpumem_gb"]) == (150.0, 60.0)

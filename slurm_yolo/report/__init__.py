@@ -23,7 +23,7 @@ import pandas as pd
 from .. import calibration, ledger
 from .. import efficiency as eff
 from ..config import Config
-from ..errors import UnreachableError
+from ..errors import SlurmError, UnreachableError
 from ..parse.records import job_records
 from ..slurm import commands, parsers
 
@@ -45,13 +45,27 @@ class Filters:
     qos: str | None = None
 
 
-def fetch_sacct(config: Config, f: Filters) -> list[list[str]]:
-    """Every run (``-D``) of every user's jobs in the window, as rows of ``FIELDS``."""
+def _select(f: Filters) -> list[str]:
+    """sacct's options for the filters' jobs (every user's)."""
     select = ["-a", "-S", f.since, "-E", f.until]
     for flag, value in (("-A", f.account), ("-u", f.user), ("-r", f.partition), ("-q", f.qos)):
         if value:
             select += [flag, value]
-    return commands.sacct_rows(select, FIELDS, bin_dir=Path(config["slurm"]["bin_dir"]), timeout=300)
+    return select
+
+
+def fetch_sacct(config: Config, f: Filters) -> list[list[str]]:
+    """Every run (``-D``) of every user's jobs in the window, as rows of ``FIELDS``."""
+    return commands.sacct_rows(_select(f), FIELDS, bin_dir=Path(config["slurm"]["bin_dir"]), timeout=300)
+
+
+def fetch_step_gpus(config: Config, f: Filters) -> dict[int, parsers.StepGpu]:
+    """Slurm's own GPU accounting of the filters' jobs (``commands.sacct_step_gpus``): none where the
+    site does not gather it, or slurmdbd does not answer (the usage records still speak)."""
+    try:
+        return commands.sacct_step_gpus(_select(f), bin_dir=Path(config["slurm"]["bin_dir"]))
+    except (UnreachableError, SlurmError):
+        return {}
 
 
 def fetch_or_unreached(config: Config, f: Filters) -> tuple[list[list[str]], str]:
@@ -268,29 +282,40 @@ def roi(df: pd.DataFrame, records: Records = job_records) -> pd.DataFrame:
 
 
 EFFICIENCY_COLUMNS = ["job_id", "Account", "User", "Partition", "gpus", "gpu_hours", "util_pct", "low_util_gpu_hours",
-                      "mem_gb", "mem_total_gb", "temp_c", "batch", "images_per_s", "fits_shard"]  # fmt: skip
+                      "mem_gb", "mem_total_gb", "temp_c", "batch", "images_per_s", "fits_shard", "slurm_gpuutil",
+                      "slurm_gpumem_gb"]  # fmt: skip
 
 
-def efficiency(df: pd.DataFrame, config: Config, records: Records = job_records) -> pd.DataFrame:
+def efficiency(df: pd.DataFrame, config: Config, records: Records = job_records,
+               slurm_gpus: Mapping[int, parsers.StepGpu] | None = None) -> pd.DataFrame:  # fmt: skip
     """Each GPU job's efficiency and health from its usage records (``efficiency.summarize``): its mean
     utilisation, the GPU-hours under ``efficiency.low_util_pct`` (its GPU-hours x the share of its
     sampled epoch time under it), peak memory against the GPU's, the hottest temperature, images/s
     per batch size, and whether it would have fit a shard (a partition's 1/shards_per_gpu, else
-    ``light.gpu_share``). Jobs whose records carry no GPU figures are left out."""
+    ``light.gpu_share``). Beside them, where the site gathers it, Slurm's own accounting
+    (``slurm_gpus``: sacct's ``gres/gpuutil`` and ``gres/gpumem``); a job whose records carry no GPU
+    figures takes its utilisation (one GPU's: a one-GPU job's alone) and memory from there, and a job
+    with neither is left out."""
     low = eff.thresholds(config).low_util_pct
     ran = df[df["yolo"] & (df["gpus"] > 0) & (df["elapsed"] > 0)]
     rows = []
     for job_id, runs in ran.groupby("job_id", sort=True):
         last = runs.iloc[-1]
         use = eff.summarize(records(str(last["WorkDir"]), int(job_id), str(last["User"])), low)
+        slurm = (slurm_gpus or {}).get(int(job_id))
         if use is None:
-            continue
+            if slurm is None:
+                continue
+            util = slurm.util_pct if int(last["gpus"]) == 1 else None
+            use = eff.GpuUse(seconds=1.0, low_seconds=float(util is not None and util < low), util_pct=util,
+                             mem_gb=slurm.mem_gb, mem_total_gb=None, temp_c=None, images_per_s=None, batch=None)  # fmt: skip
         part = config.partitions.get(str(last["Partition"]))
         share = 1 / part.shards_per_gpu if part and part.shards_per_gpu > 1 else float(config["light"]["gpu_share"])
         hours = float(runs["gpu_hours"].sum())
         rows.append([int(job_id), last["Account"], last["User"], last["Partition"], float(last["gpus"]), hours,
                      use.util_pct, hours * use.low_share, use.mem_gb, use.mem_total_gb, use.temp_c, use.batch,
-                     use.images_per_s, int(last["gpus"]) <= 1 and use.fits(share)])  # fmt: skip
+                     use.images_per_s, int(last["gpus"]) <= 1 and use.fits(share),
+                     slurm.util_pct if slurm else None, slurm.mem_gb if slurm else None])  # fmt: skip
     view = pd.DataFrame(rows, columns=EFFICIENCY_COLUMNS)
     view["batch"] = view["batch"].astype("Int64")  # a whole number, or none (auto batch): never 16.0
     return view
@@ -408,7 +433,7 @@ def build(config: Config, f: Filters, views: tuple[str, ...] = VIEWS, saved: lis
         "usage": lambda: usage(runs), "accuracy": lambda: accuracy(runs), "waits": lambda: waits(runs),
         "failures": lambda: failures(runs), "preemptions": lambda: preemptions(runs, records),
         "k": lambda: k_history(config), "roi": lambda: roi(runs, records),
-        "efficiency": lambda: efficiency(runs, config, records),
+        "efficiency": lambda: efficiency(runs, config, records, fetch_step_gpus(config, f) if saved is None else {}),
         "budgets": budget_view,
     }  # fmt: skip
     return {v: makers[v]() for v in views}

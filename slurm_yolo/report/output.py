@@ -95,6 +95,7 @@ HEADERS = {
     "burn_days": "burn measured over", "net_burn_per_day": "net burn", "days_left": "days left", "job_id": "job",
     "util_pct": "GPU util", "low_util_gpu_hours": "GPU-hours under-used", "mem_gb": "GPU memory",
     "mem_total_gb": "of the GPU's", "temp_c": "hottest", "images_per_s": "images/s", "fits_shard": "fits a shard",
+    "slurm_gpuutil": "Slurm's gpuutil", "slurm_gpumem_gb": "Slurm's gpumem",
     "preempted_share": "share", "preempted_gpu_hours": "their GPU-hours", "preempted_tokens_charged": "charged",
     "resumed_completed": "resumed and completed",
 }  # fmt: skip

@@ -188,6 +188,28 @@ def sacct_rows(
     return parsers.delimited(res.stdout, len(fields), delimiter)
 
 
+def sacct_step_gpus(
+    select: list[str], bin_dir: Path | None = None, timeout: float = 300.0
+) -> dict[int, parsers.StepGpu]:
+    """Slurm's own GPU accounting of the jobs ``select`` picks, per job: the highest mean utilisation
+    and the highest peak memory of its steps (the training's step is the busiest), where a site's
+    AccountingStorageTRES gathers ``gres/gpuutil`` and ``gres/gpumem``; empty where it does not."""
+    fields = ["JobIDRaw", "TRESUsageInAve", "TRESUsageInMax"]
+    delimiter = f"<{secrets.token_hex(16)}>"
+    res = run(["sacct", "-D", "-n", "-p", f"--delimiter={delimiter}", *select, "-o", ",".join(fields)],
+              bin_dir=bin_dir, timeout=timeout)  # fmt: skip
+    out: dict[int, parsers.StepGpu] = {}
+    for step, ave, peak in parsers.delimited(res.stdout, len(fields), delimiter):
+        job, dot, _ = step.partition(".")
+        gpu = parsers.step_gpu(ave, peak) if dot and job.isdigit() else None
+        if gpu is None:
+            continue
+        seen = out.get(int(job), parsers.StepGpu(None, None))
+        out[int(job)] = parsers.StepGpu(*(max(v for v in pair if v is not None) if any(v is not None for v in pair)
+                                          else None for pair in zip(seen, gpu, strict=True)))  # fmt: skip
+    return out
+
+
 def sacct_jobs(job_ids: list[int], bin_dir: Path | None = None) -> list[dict[str, str]]:
     """Allocation rows of every run of the given jobs, as dicts of ``SACCT_FIELDS``."""
     rows = sacct_rows(["-j", queries.job_list(job_ids)], SACCT_FIELDS, bin_dir=bin_dir)

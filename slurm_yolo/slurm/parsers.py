@@ -154,6 +154,42 @@ def tres(text: str) -> dict[str, int]:
     return limits
 
 
+# sacct's units on a memory TRES (``gres/gpumem=21794M``): powers of 1024 of a byte, none: bytes
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
+_TRES_AMOUNT = re.compile(r"([0-9]{1,18}(?:\.[0-9]{1,6})?)([KMGTP]?)")
+
+
+MAX_GPUUTIL = 100.0 * 64  # a percent per GPU, over at most a node's GPUs: more is not a figure
+
+
+class StepGpu(NamedTuple):
+    """What Slurm's own GPU accounting (``gres/gpuutil``, ``gres/gpumem``: a site's
+    AccountingStorageTRES with the NVML GPU plugin) recorded for one job step, where it did."""
+
+    util_pct: float | None  # TRESUsageInAve's gres/gpuutil: the step's mean utilisation, percent (one GPU's)
+    mem_gb: float | None  # TRESUsageInMax's gres/gpumem: its peak GPU memory, GiB
+
+
+def _tres_item(text: str, key: str) -> str | None:
+    for item in text.split(","):
+        name, sep, value = item.partition("=")
+        if sep and name.strip() == key:
+            return value.strip()
+    return None
+
+
+def step_gpu(usage_ave: str, usage_max: str) -> StepGpu | None:
+    """A step's GPU figures from sacct's ``TRESUsageInAve`` and ``TRESUsageInMax``
+    (``...,gres/gpumem=21794M,gres/gpuutil=43,...``); None where Slurm recorded neither (no GPU
+    accounting at the site, or a step without GPUs). A figure out of its range is dropped."""
+    util = mem = None
+    if (value := _tres_item(usage_ave, "gres/gpuutil")) is not None and (m := _TRES_AMOUNT.fullmatch(value)):
+        util = float(m.group(1)) if not m.group(2) and float(m.group(1)) <= MAX_GPUUTIL else None
+    if (value := _tres_item(usage_max, "gres/gpumem")) is not None and (m := _TRES_AMOUNT.fullmatch(value)):
+        mem = float(m.group(1)) * _UNITS[m.group(2)] / (1 << 30)
+    return None if util is None and mem is None else StepGpu(util, mem)
+
+
 def format_tres(limits: dict[str, int]) -> str:
     """A TRES list for sacctmgr, in the dict's order (-1 clears a limit when setting one)."""
     return ",".join(f"{name}={value}" for name, value in limits.items())
