@@ -254,6 +254,17 @@ def unmodelled(runs: list[tuple[dict[str, Any], Sample]]) -> None:
         "options without a term (training time, fitted on every run; mean error, +- its standard error): "
         + "; ".join(parts)
     )
+    ratios, extra = [], []
+    for rec, _ in runs:  # the first epoch against the mean of the later ones (results.csv's cumulative time)
+        rows = [r.split(",") for r in rec["results_csv"].strip().splitlines()]
+        col = [c.strip() for c in rows[0]].index("time")
+        cumulative = [float(r[col]) for r in rows[1:]]
+        if len(cumulative) >= 3:
+            later = (cumulative[-1] - cumulative[0]) / (len(cumulative) - 1)
+            ratios.append(cumulative[0] / later)
+            extra.append(cumulative[0] - later)
+    print(f"first epoch: x{statistics.median(ratios):.3f} a later one, {statistics.median(extra):+.2f} s (medians of the"
+          f" {len(ratios)} runs of 3 epochs or more): inside the overhead term, no term of its own")  # fmt: skip
 
 
 def widening(runs: list[tuple[dict[str, Any], Sample]]) -> None:
