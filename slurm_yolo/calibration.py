@@ -10,19 +10,23 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from . import db, priors
 from .config import Config
 from .errors import UsageError
 from .estimate import Workload
-from .timemodel import Sample, TimeModel
+from .timemodel import RECORDED_OPTIONS, Sample, TimeModel
+
+if TYPE_CHECKING:
+    from .spec import TrainSpec
 
 MIGRATIONS = (
     """
@@ -76,6 +80,8 @@ CREATE TABLE moves (
 );
 CREATE INDEX moves_user ON moves (partition, uid, window_id)
 """,
+    # The options of a run the model has no term for yet (timemodel.RECORDED_OPTIONS): JSON, {} unknown.
+    "ALTER TABLE samples ADD COLUMN options TEXT NOT NULL DEFAULT '{}'",
 )
 
 WINDOW = 500  # most recent samples a refit reads
@@ -224,7 +230,7 @@ class Store:
         (calibrating twice changes nothing)."""
         cur = self.conn.execute(
             "INSERT OR IGNORE INTO samples (partition, key, recorded_at, source, workload, gpus, train_seconds,"
-            " total_seconds, cpus, uid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " total_seconds, cpus, uid, options) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 partition,
                 sample.key,
@@ -236,6 +242,7 @@ class Store:
                 sample.total_seconds,
                 sample.cpus,
                 uid,
+                json.dumps(sample.options or {}, sort_keys=True),
             ),
         )
         return cur.rowcount == 1
@@ -288,6 +295,7 @@ class Store:
                 r["key"],
                 r["total_seconds"],
                 r["cpus"],
+                json.loads(r["options"]) or None,
             )
             for r in rows
         ]
@@ -354,7 +362,22 @@ def sample_from_run_dir(path: Path, config: Config) -> Sample:
     model = estimate.resolve_model(s.model, reference, config["job"]["python"], config.cache_dir)
     w = estimate.workload(s, counts.train, counts.val, model, epochs_done=run.epochs_completed)
     gpus = max(1, s.devices or 0)  # device=cpu counts as one device
-    return Sample(workload=w, gpus=gpus, train_seconds=seconds, key=str(path.resolve()))
+    return Sample(workload=w, gpus=gpus, train_seconds=seconds, key=str(path.resolve()), options=run_options(s))
+
+
+def run_options(s: TrainSpec) -> dict[str, bool | int | str]:
+    """The run's ``RECORDED_OPTIONS`` as ultralytics used them (its defaults where args.yaml is
+    silent); a value of another shape than the option's (the folder is a user's) is left out."""
+    out: dict[str, bool | int | str] = {}
+    for key in RECORDED_OPTIONS:
+        value = s.get(key)
+        if (
+            isinstance(value, bool)
+            or (isinstance(value, int) and 0 <= value < 1 << 16)
+            or (isinstance(value, str) and re.fullmatch(r"[a-z]{1,8}", value))
+        ):
+            out[key] = value
+    return out
 
 
 @dataclass

@@ -128,6 +128,15 @@ class Sample(NamedTuple):
     key: str = ""
     total_seconds: float | None = None  # the whole job (Slurm's elapsed), when a job reported it
     cpus: int = 0  # CPUs the run had (0: unknown)
+    # What the run asked of the options the model has no term for yet (``RECORDED_OPTIONS``), as a
+    # run folder's args.yaml says: kept for a fit that learns them (a GPU corpus); None: unknown (a job's
+    # feedback)
+    options: dict[str, bool | int | str] | None = None
+
+
+# ultralytics options the corpus showed no term for on CPU (``bench accuracy``) but a GPU site may:
+# recorded with each run-folder sample, never read by today's fit
+RECORDED_OPTIONS = ("rect", "cache", "amp", "workers", "close_mosaic")
 
 
 def ddp_factor(gpus: int, efficiency: float) -> float:

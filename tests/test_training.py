@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from slurm_yolo import calibration, config
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
 from slurm_yolo.parse.results import read_run_dir
@@ -87,8 +88,9 @@ def test_calibrate_reads_a_runs_relative_data_from_where_it_trained(run_dirs: di
     for name, data in (("rel", "ds/data.yaml"), ("lost", "gone/data.yaml")):
         run = work / "runs" / "detect" / name
         shutil.copytree(run_dirs["a"], run)
-        args = (run / "args.yaml").read_text()
-        (run / "args.yaml").write_text(re.sub(r"(?m)^data: .*$", f"data: {data}", args))
+        args = re.sub(r"(?m)^data: .*$", f"data: {data}", (run / "args.yaml").read_text())
+        args = re.sub(r"(?m)^rect: .*$", "rect: true", re.sub(r"(?m)^workers: .*$", "workers: [1]", args))
+        (run / "args.yaml").write_text(args)
     monkeypatch.chdir(tmp_path)
     res = CliRunner().invoke(admin, ["calibrate", "--partition", "cpu-rel", "--json",
                                      str(work / "runs" / "detect" / "rel"), str(work / "runs" / "detect" / "lost")])  # fmt: skip
@@ -97,6 +99,11 @@ def test_calibrate_reads_a_runs_relative_data_from_where_it_trained(run_dirs: di
     assert got["added"] == 1 and got["skipped"] == [
         f"{work / 'runs' / 'detect' / 'lost'}: its data yaml gone/data.yaml is a relative path, and neither the "
         "run's folder nor any folder above it (where its training ran) has it"]  # fmt: skip
+    # what the model has no term for yet is recorded with the sample, as the run asked it; a list of
+    # workers is no count (the folder is a user's)
+    with calibration.Store(config.load()) as store:
+        (sample,) = store.samples("cpu-rel")
+    assert sample.options == {"rect": True, "cache": False, "amp": True, "close_mosaic": 10}
 
 
 def test_calibrate_refuses_non_runs(tmp_path: Path) -> None:
