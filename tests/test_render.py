@@ -124,3 +124,28 @@ def test_short_limits_get_no_signal(site_config: Path) -> None:
     p = replace(p, time_limit_seconds=180)  # half the limit: the lead shrinks, and the comment with it
     script = render.render(p, opts(), tuple(WORDS))
     assert "#SBATCH --signal=B:USR2@90" in script and "Slurm sends USR2 90 s before" in script
+
+
+def test_the_preemption_watch_passes_term_on_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    """The job script's watch step, as srun would start it: SIGTERM (a preemption, or the job's end)
+    sends USR1 to the batch shell and ends the step with its sleep (an orphaned sleep outlived job
+    1067 of a README run: proctrack/linuxproc does not follow a process whose parent exited)."""
+    import re
+    import time
+
+    text = (render.templates_dir() / "train.sbatch").read_text()
+    (watch,) = re.findall(r"bash -c '(.+)' 2>/dev/null &", text)
+    mark = tmp_path / "usr1"
+    batch = subprocess.Popen(["bash", "-c", f"trap 'touch {mark}; exit 0' USR1; while :; do sleep 0.1; done"])
+    step = subprocess.Popen(["bash", "-c", watch], env={**os.environ, "SLURM_YOLO_BATCH_PID": str(batch.pid)})
+    children = Path(f"/proc/{step.pid}/task/{step.pid}/children")
+    deadline = time.monotonic() + 10
+    while not children.read_text().split() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (sleep,) = map(int, children.read_text().split())
+    step.terminate()
+    assert step.wait(10) == 0 and batch.wait(10) == 0 and mark.exists()
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{sleep}").exists() and Path(f"/proc/{sleep}/cmdline").read_bytes().startswith(b"sleep"):
+        assert time.monotonic() < deadline, "the watch's sleep outlived it"
+        time.sleep(0.05)
