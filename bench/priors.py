@@ -61,7 +61,8 @@ def fit_priors(samples: list[Sample], base: TimeModel, source: str, draws: int =
     spreads = {}
     for name in _values(tm):
         seen = [d[name] for d in refits if name in d]
-        floor = priors.FIXED_SPREAD if name in fitting.LOG_TERMS else priors.MIN_SPREAD
+        floor = (fitting.SPREAD[name] if name in priors.WIDE else priors.FIXED_SPREAD if name in fitting.LOG_TERMS
+                 else priors.MIN_SPREAD)  # fmt: skip
         spreads[name] = _round(max(floor, 2 * statistics.pstdev(seen) if len(seen) > 1 else floor))
     return {
         "source": source,

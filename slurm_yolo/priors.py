@@ -28,6 +28,10 @@ TERMS = ("overhead_seconds", "epoch_seconds", "val_pass_seconds", "iteration_sec
          "iteration_exponent")  # fmt: skip
 FACTORS = ("family", "model", "step")  # FACTOR_FIELDS groups the corpus fits
 MIN_SPREAD = 0.1  # log units (~10%): the least uncertainty a term carries from one machine's runs
+# Terms whose sign a GPU turns round (a big batch spills a CPU's caches, and fills a GPU better): the
+# corpus sets their value, never their certainty (fitting.SPREAD's). With 0.1, a GPU-like site of 24
+# runs (batch exponent -0.2) kept +0.12 and was predicted 17% off; with 0.8 the CPU site loses nothing.
+WIDE = ("batch_exponent",)
 FIXED_SPREAD = 1.0  # the fixed costs (seconds) of a 2-CPU machine are a GPU node's within a factor e
 
 
