@@ -354,15 +354,75 @@ def sample_from_run_dir(path: Path, config: Config) -> Sample:
     if found is None and dataset.builtin_name(data) is None:
         raise UsageError(f"{path}: its data yaml {data} is a relative path, and neither the run's folder nor "
                          "any folder above it (where its training ran) has it")  # fmt: skip
+    owner = path.stat().st_uid
+    if (
+        os.geteuid() == 0
+        and owner != 0
+        and dataset.builtin_name(data) is None
+        and not readable_by(Path(found or data), owner)
+    ):
+        raise UsageError(f"{path}: its data yaml {data} is not readable by the run's owner (uid {owner}): not read")  # fmt: skip
     try:
         counts = dataset.count(found or data, config.cache_dir / "datasets.json")
     except UsageError as e:
         raise UsageError(f"{path}: {e}") from None
     reference = config["estimate"]["reference_gflops"]
     model = estimate.resolve_model(s.model, reference, config["job"]["python"], config.cache_dir)
-    w = estimate.workload(s, counts.train, counts.val, model, epochs_done=run.epochs_completed)
+    try:
+        w = estimate.workload(s, counts.train, counts.val, model, epochs_done=run.epochs_completed)
+    except UsageError as e:
+        raise UsageError(f"{path}: {e}") from None
     gpus = max(1, s.devices or 0)  # device=cpu counts as one device
-    return Sample(workload=w, gpus=gpus, train_seconds=seconds, key=str(path.resolve()), options=run_options(s))
+    sample = Sample(workload=w, gpus=gpus, train_seconds=seconds, key=str(path.resolve()), options=run_options(s))
+    if why := implausible(sample, s.epochs):
+        raise UsageError(f"{path}: {why}: not a run this partition's model may learn from")
+    return sample
+
+
+# What a real run can be: a run folder is its user's file, and one impossible run would move the model
+# every user's limits come from, and stretch its calibrated range to nothing.
+PLAUSIBLE = {"imgsz": (32, 16384), "batch": (1, 1 << 16), "gpus": (1, 64), "train_seconds": (1e-3, 366 * 86400.0)}
+
+
+def implausible(s: Sample, epochs_asked: int) -> str:
+    """Why a run folder's sample is not a run (empty: it may be one)."""
+    values = {"imgsz": s.workload.imgsz, "batch": s.workload.batch, "gpus": s.gpus, "train_seconds": s.train_seconds}
+    for key, value in values.items():
+        low, high = PLAUSIBLE[key]
+        if not (math.isfinite(value) and low <= value <= high):
+            return f"{key} {value:g} is outside {low:g}-{high:g}"
+    if s.workload.epochs > max(1, epochs_asked):
+        return f"{s.workload.epochs} epochs in results.csv, {epochs_asked} asked"
+    return ""
+
+
+def readable_by(path: Path, uid: int) -> bool:
+    """Whether user ``uid`` could read ``path`` (search on every folder above it, read on the file,
+    by its mode bits): calibrate runs as root over users' run folders, and must not read for a user
+    a file she could not (its error messages quote what it read)."""
+    import pwd
+    import stat
+
+    try:
+        user = pwd.getpwuid(uid)
+        target = path.resolve(strict=True)
+    except (KeyError, OSError, RuntimeError):
+        return False
+    groups = set(os.getgrouplist(user.pw_name, user.pw_gid))
+
+    def allows(p: Path, bits: tuple[int, int, int]) -> bool:
+        st = p.stat()
+        if st.st_uid == uid:
+            return bool(st.st_mode & bits[0])
+        return bool(st.st_mode & (bits[1] if st.st_gid in groups else bits[2]))
+
+    search = (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH)
+    try:
+        return all(allows(d, search) for d in target.parents) and allows(
+            target, (stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH)
+        )
+    except OSError:
+        return False
 
 
 def run_options(s: TrainSpec) -> dict[str, bool | int | str]:

@@ -210,6 +210,8 @@ class Workload:
 
 def train_images(total: int, fraction: float) -> int:
     """Images per epoch after ultralytics' ``fraction`` (a share in (0, 1] or a count)."""
+    if not math.isfinite(fraction) or fraction <= 0:
+        raise UsageError(f"fraction={fraction}: a share in (0, 1] or a number of images")
     if fraction > 1:
         return min(total, int(fraction))
     return max(1, round(total * fraction))

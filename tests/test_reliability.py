@@ -382,8 +382,9 @@ def test_calibrate_never_unpickles_a_users_model_as_root(dataset: Path, yolo_env
     run = Path("/var/tmp/slurm-yolo-tests") / f"alice-evil-{os.getpid()}"
     run.mkdir(parents=True, exist_ok=True)
     (run / "model.pt").write_bytes(pickle.dumps(_Payload(str(target)), protocol=2))
+    (run / "data.yaml").write_text(dataset.read_text())  # hers: calibrate reads no yaml she could not
     (run / "args.yaml").write_text(
-        f"task: detect\nmode: train\nmodel: {run / 'model.pt'}\ndata: {dataset}\nepochs: 1\nimgsz: 64\n"
+        f"task: detect\nmode: train\nmodel: {run / 'model.pt'}\ndata: {run / 'data.yaml'}\nepochs: 1\nimgsz: 64\n"
     )
     (run / "results.csv").write_text("epoch,time,train/box_loss\n1,5.0,1.0\n")
     alice = int(subprocess.run(["id", "-u", "alice"], capture_output=True, text=True).stdout)

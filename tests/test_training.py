@@ -143,3 +143,44 @@ def test_recalibrate_moves_a_wrong_k_toward_the_truth(run_dirs: dict[str, Path])
     assert error() < wrong
     CliRunner().invoke(admin, ["recalibrate", "-p", "recal", "--max-step", "10"])
     assert error() < 0.6
+
+
+def test_calibrate_reads_nothing_for_a_user_she_could_not_and_learns_no_impossible_run(
+    run_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """As root over users' run folders: a data yaml its owner cannot read is not read (its values
+    would reach the error message), and impossible figures (imgsz -640, a NaN fraction, a nested
+    args.yaml, a results.csv field past csv's limit) are one reason each, not a model or a traceback;
+    the good run beside them is calibrated."""
+    import pwd
+
+    alice = pwd.getpwnam("alice").pw_uid
+    secret = tmp_path / "secret"
+    secret.mkdir(mode=0o700)
+    (secret / "creds.yaml").write_text("train: s3cr3t\nval: s3cr3t\n")
+    cases = {"good": None, "secret": ("data", str(secret / "creds.yaml")), "imgsz": ("imgsz", "-640"),
+             "fraction": ("fraction", ".nan"), "nested": ("amp", "[" * 500 + "]" * 500), "csv": ("", "")}  # fmt: skip
+    folders = []
+    for name, change in cases.items():
+        run = tmp_path / "runs" / name
+        shutil.copytree(run_dirs["a"], run)
+        if change == ("", ""):
+            (run / "results.csv").write_text("epoch,time,x\n1,5," + "9" * 200_000 + "\n")
+        elif change:
+            key, value = change
+            args = (run / "args.yaml").read_text()
+            (run / "args.yaml").write_text(re.sub(rf"(?m)^{key}: .*$", f"{key}: {value}", args))
+        if name == "secret":  # alice's folder (the others are root's: their dataset is in root's tmp)
+            os.chown(run, alice, -1)
+        folders.append(str(run))
+    res = CliRunner().invoke(admin, ["calibrate", "--partition", "cpu-hostile", "--json", *folders])
+    assert res.exit_code == 0 and "s3cr3t" not in res.output, res.output
+    got = json.loads(res.stdout)
+    assert got["added"] == 1
+    why = {next(n for n in cases if f"/runs/{n}" in line): line for line in got["skipped"]}
+    assert set(why) == set(cases) - {"good"}, got["skipped"]
+    assert why["secret"].endswith(
+        f"its data yaml {secret / 'creds.yaml'} is not readable by the run's owner (uid {alice}): not read"
+    )
+    assert "imgsz -640 is outside 32-16384" in why["imgsz"] and "fraction=nan" in why["fraction"]
+    assert "args.yaml is not readable" in why["nested"] and "is not a results.csv" in why["csv"]

@@ -40,8 +40,16 @@ def read_results_csv(path: Path, whole_lines: bool = False) -> list[EpochRow]:
         raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
     if whole_lines:
         text = text[: text.rfind("\n") + 1]
+    try:
+        return _rows(csv.DictReader(text.splitlines()))
+    except csv.Error as e:  # a field past csv's limit: a file no ultralytics run writes
+        raise UsageError(f"{path} is not a results.csv: {e}") from None
+
+
+def _rows(reader: csv.DictReader[str]) -> list[EpochRow]:
+    """The rows with an epoch, their finite numbers typed (the rest of a row is text: dropped)."""
     rows = []
-    for raw in csv.DictReader(text.splitlines()):
+    for raw in reader:
         typed: dict[str, float] = {}
         for key, value in raw.items():
             if key is None or value is None:
@@ -85,8 +93,9 @@ def read_run_dir(path: Path) -> RunDir:
         args = yaml.safe_load(read_bytes(path / "args.yaml", MAX_RUN_FILE_BYTES)[0].decode("utf-8"))
     except FileNotFoundError:
         raise UsageError(f"{path}: no args.yaml (not an ultralytics run folder)") from None
-    except (OSError, yaml.YAMLError, UnicodeDecodeError) as e:
-        raise UsageError(f"{path}/args.yaml is not readable: {str(e).splitlines()[0]}") from None
+    except (OSError, yaml.YAMLError, UnicodeDecodeError, RecursionError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UsageError(f"{path}/args.yaml is not readable: {reason}") from None
     if not isinstance(args, dict):
         raise UsageError(f"{path}/args.yaml is not a mapping")
     results = path / "results.csv"
