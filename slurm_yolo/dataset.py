@@ -292,6 +292,9 @@ def _sources(value: Any, root: Path, split: str, yaml_path: Path) -> list[Path]:
     return out
 
 
+MAX_DATA_YAML_CHARS = 4 << 20  # a data yaml names folders and classes: a bigger one is no dataset's (read as root)
+
+
 def load_yaml(yaml_path: Path) -> dict[str, Any]:
     """The data yaml as a mapping, or one clear error."""
     import yaml  # only on a cache miss: the parser costs the login path ~20 ms
@@ -299,7 +302,11 @@ def load_yaml(yaml_path: Path) -> dict[str, Any]:
     if not yaml_path.is_file():
         raise UsageError(f"data yaml {yaml_path} not found")
     try:
-        data = yaml.safe_load(yaml_path.read_text(encoding="utf-8"))
+        with yaml_path.open(encoding="utf-8") as f:
+            text = f.read(MAX_DATA_YAML_CHARS + 1)
+        if len(text) > MAX_DATA_YAML_CHARS:
+            raise UsageError(f"data yaml {yaml_path} is longer than any dataset's ({MAX_DATA_YAML_CHARS} characters)")
+        data = yaml.safe_load(text)
     except (OSError, yaml.YAMLError, UnicodeDecodeError, RecursionError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise UsageError(f"data yaml {yaml_path} is not readable YAML: {reason}") from None

@@ -259,3 +259,13 @@ def test_settings_that_are_a_fifo_are_ignored(elsewhere: Path) -> None:
     (elsewhere / "cfg" / "Ultralytics").mkdir(parents=True)
     os.mkfifo(elsewhere / "cfg" / "Ultralytics" / "settings.json")
     assert dataset.count("coco8.yaml").train == 4
+
+
+def test_a_data_yaml_bigger_than_any_datasets_is_refused_unread(tmp_path: Path) -> None:
+    """calibrate reads a user's data yaml as root: a 3 GB one (sparse: no disk) is one error, read no
+    further than the limit."""
+    big = tmp_path / "data.yaml"
+    with big.open("wb") as f:
+        f.truncate(3 << 30)
+    with pytest.raises(UsageError, match="is longer than any dataset's"):
+        dataset.load_yaml(big)
