@@ -350,17 +350,12 @@ def sample_from_run_dir(path: Path, config: Config) -> Sample:
     if not s.get("data"):
         raise UsageError(f"{path}/args.yaml names no data yaml")
     data = str(s.get("data"))
-    found = run_data(path, data)
-    if found is None and dataset.builtin_name(data) is None:
+    found, builtin = run_data(path, data), dataset.builtin_name(data) is not None
+    if found is None and not builtin:
         raise UsageError(f"{path}: its data yaml {data} is a relative path, and neither the run's folder nor "
                          "any folder above it (where its training ran) has it")  # fmt: skip
     owner = path.stat().st_uid
-    if (
-        os.geteuid() == 0
-        and owner != 0
-        and dataset.builtin_name(data) is None
-        and not readable_by(Path(found or data), owner)
-    ):
+    if os.geteuid() == 0 and owner != 0 and not builtin and not readable_by(Path(found or data), owner):
         raise UsageError(f"{path}: its data yaml {data} is not readable by the run's owner (uid {owner}): not read")  # fmt: skip
     try:
         counts = dataset.count(found or data, config.cache_dir / "datasets.json")

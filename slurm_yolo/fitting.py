@@ -108,7 +108,7 @@ class _Params:
             for key in self.groups[prefix]:
                 self.names.append(f"{prefix}:{key}")
                 mu.append(math.log(prior.factor(prefix, key)))
-                sd.append(prior.spreads.get(f"{prefix}:{key}", prior.spreads.get(prefix, SPREAD[spread])))
+                sd.append(prior.spreads.get(f"{prefix}:{key}", SPREAD[spread]))
         self.mu = np.array(mu)
         self.sd = np.array(sd)
         self.index = {n: i for i, n in enumerate(self.names)}

@@ -205,8 +205,9 @@ def sacct_step_gpus(
         if gpu is None:
             continue
         seen = out.get(int(job), parsers.StepGpu(None, None))
-        out[int(job)] = parsers.StepGpu(*(max(v for v in pair if v is not None) if any(v is not None for v in pair)
-                                          else None for pair in zip(seen, gpu, strict=True)))  # fmt: skip
+        out[int(job)] = parsers.StepGpu(
+            *(max((v for v in pair if v is not None), default=None) for pair in zip(seen, gpu, strict=True))
+        )
     return out
 
 
