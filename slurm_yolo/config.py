@@ -141,6 +141,11 @@ PARTITION_DEFAULTS: dict[str, Any] = {
     "shards_per_gpu": 0,  # 0: no shard GRES on this partition
     "cost_per_gpu_hour": 0.0,
     "ddp_efficiency": 0.9,  # speed-up kept per doubling of GPUs
+    # The card, where its GRES type does not say it (gputypes): a known type's name ("a100", "h100"),
+    # or "cpu" for GRES that are device nodes and train on the CPUs (the bundled test clusters)
+    "gpu_like": "",
+    "gpu_tflops": 0.0,  # a card none of the known types is: its dense FP16 tensor TFLOPs
+    "gpu_memory_gb": 0.0,  # and its memory (GB); also overrides a known type's (a MIG slice, a variant)
 }
 
 PRIORITIES = ("prod", "dev", "explore")
@@ -155,6 +160,9 @@ class Partition(NamedTuple):
     shards_per_gpu: int = 0
     cost_per_gpu_hour: float = 0.0
     ddp_efficiency: float = 0.9
+    gpu_like: str = ""
+    gpu_tflops: float = 0.0
+    gpu_memory_gb: float = 0.0
 
 
 @dataclass

@@ -290,7 +290,9 @@ def test_auto_passes_over_partitions_too_small(
 ) -> None:
     from slurm_yolo.slurm import commands, parsers
 
-    site_config.write_text(site_config.read_text() + '\n[partitions.big]\ngpu_type = "h100"\ngpus_per_node = 4\n')
+    site_config.write_text(
+        site_config.read_text() + '\n[partitions.big]\ngpu_type = "h100"\ngpu_like = "cpu"\ngpus_per_node = 4\n'
+    )
     monkeypatch.setattr(commands, "will_run",  # Slurm would start any of them now
                         lambda scripts, bin_dir=None, timeout=30.0: [parsers.WillRun(int(time.time())) for _ in scripts])  # fmt: skip
     code, out = run(["--dry-run", "--json", "-p", "auto", "train", f"data={dataset}", "device=0,1,2"])
