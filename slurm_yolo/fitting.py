@@ -60,7 +60,8 @@ FIELDS = {"overhead": "overhead_seconds", "epoch": "epoch_seconds", "val_pass": 
 # The spread of each factor group (timemodel.FACTOR_FIELDS), per family or per model.
 FACTOR_SPREAD = {"family": "family", "model": "model", "step": "step", "startup": "startup_family"}
 LINEAR_TERMS = ("imgsz_exponent", "imgsz_curvature", "batch_exponent", "iteration_exponent", "startup_exponent")
-FLOOR = 1e-3  # a prior of 0 s becomes this (log space has no 0); the fit may go far below it
+FLOOR = 1e-3  # a prior of 0 s becomes this (log space has no 0); the fit may go far below it. A small
+# prior is kept as it is: a GPU's per-image cost outside its loader is far below a millisecond
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ class _Design:
     val_passes: np.ndarray
     iterations: np.ndarray
     mf: np.ndarray  # model factor
+    mf_compute: np.ndarray  # model factor ^ the prior's compute exponent (1 on CPUs: not fitted)
     size: np.ndarray  # imgsz / 640
     batch_pixels: np.ndarray  # batch x imgsz^2 / (16 x 640^2), as timemodel.batch_pixels
     val_batch_pixels: np.ndarray
@@ -97,7 +99,8 @@ class _Params:
         optional = {"loader": prior.loader_seconds > 0, "startup": startup}
         for name in (t for t in LOG_TERMS if optional.get(t, True)):
             self.names.append(name)
-            mu.append(math.log(max(FLOOR, getattr(prior, FIELDS[name]))))
+            value = getattr(prior, FIELDS[name])
+            mu.append(math.log(value if value > 0 else FLOOR))
             sd.append(prior.spreads.get(name, SPREAD[name]))
         for name in LINEAR_TERMS[: len(LINEAR_TERMS) if startup else -1]:
             self.names.append(name)
@@ -145,9 +148,10 @@ def _design(samples: list[Sample], p: _Params, ddp_eff: float, ref: float) -> _D
         val_passes=np.array([w.val_passes for w in ws], float),
         iterations=np.array([w.iterations for w in ws], float),
         mf=mf,
+        mf_compute=mf**p.prior.compute_exponent,
         size=np.array([max(1, w.imgsz) / REFERENCE_IMGSZ for w in ws]),
-        batch_pixels=np.array([batch_pixels(w) for w in ws]),
-        val_batch_pixels=np.array([batch_pixels(w, val=True) for w in ws]),
+        batch_pixels=np.array([batch_pixels(w, gpus=s.gpus) for w, s in zip(ws, samples, strict=True)]),
+        val_batch_pixels=np.array([batch_pixels(w, True, s.gpus) for w, s in zip(ws, samples, strict=True)]),
         train_mtok=np.array([w.train_tokens for w in ws]) / MTOK / ddp,
         val_mtok=np.array([w.val_tokens for w in ws]) / MTOK / ddp,
         final_mtok=np.array([w.final_val_tokens for w in ws]) / MTOK,
@@ -168,7 +172,10 @@ def _predict(theta: np.ndarray, p: _Params, d: _Design) -> tuple[np.ndarray, np.
     fam = _factor(g, d, "family") * _factor(g, d, "model")
     lsize = np.log(d.size)
     per_token = (
-        np.exp(g[i["k"]]) * fam * d.mf * np.exp(-g[i["imgsz_exponent"]] * lsize + g[i["imgsz_curvature"]] * lsize**2)
+        np.exp(g[i["k"]])
+        * fam
+        * d.mf_compute
+        * np.exp(-g[i["imgsz_exponent"]] * lsize + g[i["imgsz_curvature"]] * lsize**2)
     )
     cost = per_token * d.batch_pixels ** g[i["batch_exponent"]]
     val_cost = per_token * d.val_batch_pixels ** g[i["batch_exponent"]] * np.exp(g[i["val_weight"]])

@@ -57,6 +57,9 @@ class TimeModel:
     )
     iteration_exponent: float = 0.0
     startup_exponent: float = 0.0
+    # compute ~ model factor ^ this: 1 on CPUs; on a GPU a small model leaves it idle, so compute grows
+    # far slower than FLOPs (published single-V100 COCO times: 46x the FLOPs, ~8x the time)
+    compute_exponent: float = 1.0
     loader_seconds: float = 0.0  # CPU-seconds of data loading per training image; 0: not modelled
     image_seconds: float = 0.0  # per training image, outside compute (decode, augment, collate)
     val_image_seconds: float = 0.0  # per validated image, outside compute (decode, NMS, metrics)
@@ -146,11 +149,12 @@ def ddp_factor(gpus: int, efficiency: float) -> float:
     return gpus * efficiency ** math.log2(gpus)
 
 
-def batch_pixels(w: Workload, val: bool = False) -> float:
-    """Pixels of one real batch over the reference batch's: ultralytics validates with twice the
-    training batch, and a batch never holds more images than its split has. (Under DDP each GPU
-    sees batch / GPUs, and validation runs on one: not modelled, as the corpus has one device.)"""
-    images = min(2 * w.batch, w.val_images) if val else min(w.batch, w.train_images)
+def batch_pixels(w: Workload, val: bool = False, gpus: int = 1) -> float:
+    """Pixels of one GPU's real batch over the reference batch's: ultralytics splits the batch over
+    DDP's GPUs, validates with twice the training batch, and a batch never holds more images than its
+    split has."""
+    batch = max(1, w.batch // max(1, gpus))
+    images = min(2 * batch, w.val_images) if val else min(batch, w.train_images)
     return max(1, images) * w.imgsz**2 / (REFERENCE_BATCH * REFERENCE_IMGSZ**2)
 
 
@@ -162,17 +166,18 @@ def imgsz_cost(imgsz: float, exponent: float, curvature: float) -> float:
     return math.exp(-exponent * x + curvature * x * x)
 
 
-def token_cost(w: Workload, tm: TimeModel, reference_gflops: float, val: bool = False) -> float:
+def token_cost(w: Workload, tm: TimeModel, reference_gflops: float, val: bool = False, gpus: int = 1) -> float:
     """Seconds-per-k of one effective million tokens of this workload (model, family, image size,
-    the batch's pixels: training's or validation's)."""
+    one GPU's batch pixels: training's or validation's)."""
     size = imgsz_cost(w.imgsz, tm.imgsz_exponent, tm.imgsz_curvature)
-    batch = batch_pixels(w, val) ** tm.batch_exponent
-    return model_factor(w.gflops, reference_gflops) * tm.compute_factor(w.model, w.family) * size * batch / MTOK
+    batch = batch_pixels(w, val, gpus) ** tm.batch_exponent
+    mf = model_factor(w.gflops, reference_gflops) ** tm.compute_exponent
+    return mf * tm.compute_factor(w.model, w.family) * size * batch / MTOK
 
 
-def effective_mtok(w: Workload, tm: TimeModel, reference_gflops: float) -> tuple[float, float, float]:
+def effective_mtok(w: Workload, tm: TimeModel, reference_gflops: float, gpus: int = 1) -> tuple[float, float, float]:
     """(train, in-training val, final val) effective millions of tokens, image-size cost included."""
-    train, val = token_cost(w, tm, reference_gflops), token_cost(w, tm, reference_gflops, val=True)
+    train, val = token_cost(w, tm, reference_gflops, gpus=gpus), token_cost(w, tm, reference_gflops, True, gpus)
     return w.train_tokens * train, w.val_tokens * val, w.final_val_tokens * val
 
 
@@ -188,7 +193,7 @@ def components(
     w: Workload, tm: TimeModel, gpus: int, ddp_eff: float, reference_gflops: float, cpus: int = 0
 ) -> Components:
     """Training time split into what k scales and what it does not."""
-    tr, va, _ = effective_mtok(w, tm, reference_gflops)
+    tr, va, _ = effective_mtok(w, tm, reference_gflops, max(1, gpus))
     compute = tm.k * (tr + tm.val_weight * va) / ddp_factor(max(1, gpus), ddp_eff)
     steps = w.iterations * model_factor(w.gflops, reference_gflops) ** tm.iteration_exponent
     fixed = (tm.overhead_seconds + tm.epoch_seconds * w.epochs + tm.val_pass_seconds * w.val_passes
