@@ -1,6 +1,8 @@
 """``python -m bench [dry-run|accuracy|all]``: run from the repository root with the venv's python.
 
-``python -m bench priors [--check]`` fits the shipped priors on the corpus (``slurm_yolo/data/priors.json``).
+``python -m bench priors [--check]`` fits the shipped priors on the corpus (``slurm_yolo/data/priors.json``);
+``python -m bench gpu-priors [--check]`` the GPU-type priors on the public GPU corpus (``data/gpu_priors.json``);
+``python -m bench gpu [--cpu]`` measures training on this machine's GPU (a lent one: about 8 minutes).
 ``python -m bench corpus [options]`` (re)generates the accuracy corpus: an hour of training, never
 part of ``all``; nor is ``python -m bench array`` (a 1000-task GPU array with and without the hooks on
 the bundled cluster: about 20 minutes)."""
@@ -10,7 +12,21 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from bench import accuracy, admission, array, corpus, dataset, dry_run, hooks, ledger, priors, report
+from bench import (
+    accuracy,
+    admission,
+    array,
+    corpus,
+    dataset,
+    dry_run,
+    gpu,
+    gpu_accuracy,
+    gpu_priors,
+    hooks,
+    ledger,
+    priors,
+    report,
+)
 
 BENCHES: dict[str, Callable[[], object]] = {
     "dry-run": dry_run.main,
@@ -20,6 +36,7 @@ BENCHES: dict[str, Callable[[], object]] = {
     "dataset": dataset.main,
     "report": report.main,
     "accuracy": accuracy.main,
+    "gpu-accuracy": gpu_accuracy.main,
 }
 LONG: dict[str, Callable[[], object]] = {"array": array.main}  # asked for by name only
 
@@ -29,6 +46,12 @@ if __name__ == "__main__":
         sys.exit(0)
     if sys.argv[1:2] == ["priors"]:
         priors.main(sys.argv[2:])
+        sys.exit(0)
+    if sys.argv[1:2] == ["gpu"]:
+        gpu.main(sys.argv[2:])
+        sys.exit(0)
+    if sys.argv[1:2] == ["gpu-priors"]:
+        gpu_priors.main(sys.argv[2:])
         sys.exit(0)
     names = sys.argv[1:] or ["all"]
     for name in BENCHES if names == ["all"] else names:

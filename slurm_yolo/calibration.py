@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from . import db, priors
+from . import db, gpu_priors, gputypes, priors
 from .config import Config
 from .errors import UsageError
 from .estimate import Workload
@@ -98,19 +98,39 @@ PRIOR_KEYS = ("k", "overhead_seconds", "val_weight", "iteration_seconds", "start
               "loader_seconds", "image_seconds", "val_image_seconds")  # fmt: skip
 
 
-def prior(config: Config) -> TimeModel:
-    """The model of a partition nobody has calibrated, and what every fit shrinks toward: the config's
-    priors, with the shipped corpus' shape, fixed costs and factors where ``estimate.priors`` is
-    "shipped" (``priors``)."""
+def _gpu_prior(config: Config, partition: str) -> tuple[TimeModel, str] | None:
+    """The GPU-type prior of a partition whose card is known (``gputypes.card``), with its name."""
+    if not partition or config["estimate"]["priors"] != "shipped":
+        return None
+    card = gputypes.card(config.partition(partition))
+    if card.type is None:
+        return None
+    base = TimeModel(**{key: config["estimate"][key] for key in PRIOR_KEYS})
+    return gpu_priors.model_for(base, card, gpu_priors.shipped())
+
+
+def prior(config: Config, partition: str = "") -> TimeModel:
+    """The model of a partition nobody has calibrated, and what every fit shrinks toward: on a known
+    GPU type, its GPU-type priors (``gpu_priors``); else the config's priors, with the shipped CPU
+    corpus' shape, fixed costs and factors where ``estimate.priors`` is "shipped" (``priors``)."""
+    gpu = _gpu_prior(config, partition)
+    if gpu:
+        return gpu[0]
     e = config["estimate"]
     base = TimeModel(**{key: e[key] for key in PRIOR_KEYS})
     return priors.apply(base, priors.shipped()) if e["priors"] == "shipped" else base
 
 
-def prior_name(config: Config) -> str:
+def prior_name(config: Config, partition: str = "") -> str:
     """Where an uncalibrated partition's model comes from, for ``--explain``."""
+    gpu = _gpu_prior(config, partition)
+    if gpu:
+        return gpu[1]
+    unknown = gputypes.unknown_line(config.partition(partition)) if partition in config.partitions else ""
     if config["estimate"]["priors"] == "shipped":
-        return "shipped priors (the corpus' shape and costs, the config's k and start-up)"
+        return "shipped priors (the corpus' shape and costs, the config's k and start-up)" + (
+            f"; {unknown}" if unknown else ""
+        )
     return "config priors"
 
 
@@ -138,7 +158,7 @@ def load(config: Config, partition: str) -> Calibrated:
     """The partition's current model (read-only; the prior when uncalibrated)."""
     conn = db.connect_read(db_path(config), config.public_dir)
     if conn is None:
-        return Calibrated(prior(config), f"{prior_name(config)} (no calibration database)")
+        return Calibrated(prior(config, partition), f"{prior_name(config, partition)} (no calibration database)")
     try:
         row = conn.execute("SELECT * FROM params WHERE partition = ?", (partition,)).fetchone()
     except sqlite3.OperationalError:
@@ -146,7 +166,9 @@ def load(config: Config, partition: str) -> Calibrated:
     finally:
         conn.close()
     if row is None:
-        return Calibrated(prior(config), f"{prior_name(config)} (partition {partition} not calibrated)")
+        return Calibrated(
+            prior(config, partition), f"{prior_name(config, partition)} (partition {partition} not calibrated)"
+        )
     tm = _model_from_json(row["model"])
     return Calibrated(tm, f"{row['source']} {row['updated_at']} ({tm.n} runs, form {tm.form})")
 
@@ -457,10 +479,10 @@ class CalibrationResult:
         }
 
 
-def partition_prior(config: Config, current: TimeModel) -> TimeModel:
+def partition_prior(config: Config, current: TimeModel, partition: str = "") -> TimeModel:
     """What a refit shrinks toward: the config's priors, with what the partition's history knows that
     its samples may not: family and model factors, and the start-up jobs measured (run folders cannot)."""
-    p = replace(prior(config), family_factors=current.family_factors, model_factors=current.model_factors,
+    p = replace(prior(config, partition), family_factors=current.family_factors, model_factors=current.model_factors,
                 step_factors=current.step_factors)  # fmt: skip
     if current.startup_n:
         p = replace(
@@ -480,7 +502,7 @@ def fit_partition(config: Config, partition: str, samples: list[Sample], current
     e = config["estimate"]
     part = config.partition(partition)
     return fitting.fit(
-        samples, partition_prior(config, current), part.ddp_efficiency, e["reference_gflops"], e["coverage"]
+        samples, partition_prior(config, current, partition), part.ddp_efficiency, e["reference_gflops"], e["coverage"]
     )
 
 
