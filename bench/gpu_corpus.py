@@ -4,8 +4,8 @@ Each row is one published figure (its URL and the printed text beside it: see
 ``bench/corpus/gpu_public.md``). A progress-bar speed (it/s, s/it) is one epoch's training: the
 epoch's images at that speed (a dataset of unknown size: ``STEADY_STEPS`` steps, long enough that an
 epoch's own costs do not count); an epoch's printed time is that epoch; neither holds the run's
-one-time costs. A whole run's time is that run (COCO train2017 with its 5,000 val images, validated
-every epoch, as ultralytics trains). Rows whose GPU is none of ``gputypes.TYPES``, or whose model the
+one-time costs. A whole run's time is that run (its val set, ``val_images``, validated every epoch,
+as ultralytics trains). Rows whose GPU is none of ``gputypes.TYPES``, or whose model the
 tables do not have, are skipped with their reason; AutoBatch lines are read apart (``autobatches``).
 """
 
@@ -25,7 +25,6 @@ PUBLIC = Path(__file__).parent / "corpus" / "gpu_public.csv"
 MEASURED = Path(__file__).parent / "corpus" / "gpu"  # what `python -m bench gpu` measured on a lent GPU
 STEADY_STEPS = 10_000
 DEFAULT_WORKERS = 8  # ultralytics' workers=8 per GPU, where a log does not say
-COCO_VAL = 5000
 # The original YOLOv5 (anchor-based, ultralytics/yolov5): FLOPs @640 (B) from that repository's README
 # table (yolov5n6's too). ultralytics' own yolov5*u are other models (anchor-free heads): estimate.GFLOPS.
 YOLOV5_CLASSIC = {"yolov5n": 4.5, "yolov5s": 16.5, "yolov5m": 49.0, "yolov5l": 109.1, "yolov5x": 205.7, "yolov5n6": 4.6}
@@ -120,10 +119,11 @@ def row_point(row: dict[str, str]) -> Point | str:
         if not duration or not train_images:
             return "no duration or training images"
         whole = kind != "s_per_epoch"
-        if whole and not epochs:
-            return "a whole run without its epochs"
+        val = int(_float(row.get("val_images", "")) or 0)
+        if whole and not (epochs and val):
+            return "a whole run without its epochs or its val set's size"
         n = epochs if whole else 1
-        w = Workload(train_images, COCO_VAL if whole else 0, imgsz, n, batch, n if whole else 0, *model)
+        w = Workload(train_images, val if whole else 0, imgsz, n, batch, n if whole else 0, *model)
         seconds, ips = duration, train_images * n / duration
     else:
         return f"figure kind {kind!r} is no speed"

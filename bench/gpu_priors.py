@@ -29,7 +29,7 @@ import numpy as np
 from bench import gpu_corpus
 from bench.gpu_corpus import Point
 from slurm_yolo import gpu_priors, gputypes
-from slurm_yolo.estimate import Workload, model_factor
+from slurm_yolo.estimate import FAMILY_PRIOR, Workload, model_factor
 from slurm_yolo.timemodel import TimeModel, predict_seconds, predict_train_seconds
 
 REF = 8.86
@@ -59,6 +59,10 @@ SHARED = (
     ("logit_ddp", math.log(0.9 / 0.1), 1.5),  # DDP efficiency per doubling, as a logit
 )
 TYPE_SPREAD = 0.5  # how far a type's k may stray from the TFLOPs law (log units)
+# Families get their own compute per GFLOP on a GPU, against the original YOLOv5's (most of the
+# corpus): the CPU corpus' factors (estimate.FAMILY_PRIOR) as the prior, within a factor e^FAMILY_SPREAD
+ANCHOR = "yolov5"
+FAMILY_SPREAD = 0.5
 # The spreads a site's fit starts from (fitting.SPREAD's names): k moves first; the shape the corpus
 # measured moves only as far as a partition's own runs reach.
 SITE_SPREADS = {
@@ -110,10 +114,14 @@ class Fit:
             "iteration_exponent": self.value("iteration_exponent"),
         }
 
+    def families(self) -> dict[str, float]:
+        """Compute per GFLOP of each family the corpus has, against the anchor's (``ANCHOR``)."""
+        return {n.split(":", 1)[1]: math.exp(self.value(n)) for n in self.names if n.startswith("family:")}
+
     def model(self, gpu: gputypes.GpuType, base: TimeModel | None = None) -> TimeModel:
         tm = base or TimeModel(k=1.0, overhead_seconds=0.0, val_weight=0.5, iteration_seconds=0.0, startup_seconds=20.0)
         terms: dict[str, Any] = self.terms()
-        return replace(tm, **terms, k=self.k(gpu))
+        return replace(tm, **terms, k=self.k(gpu), family_factors={**tm.family_factors, **self.families()})
 
 
 def predict(p: Point, tm: TimeModel, ddp_eff: float) -> float:
@@ -162,9 +170,10 @@ def solve(residuals: Callable[[np.ndarray], np.ndarray], theta: np.ndarray, iter
 def fit(points: Sequence[Point]) -> Fit:
     """The shared terms and the types' k that these points support (MAP, log errors)."""
     types = sorted({p.gpu.name for p in points})
-    names = [n for n, _, _ in SHARED] + [f"type:{t}" for t in types]
-    mu = np.array([m for _, m, _ in SHARED] + [0.0] * len(types))
-    sd = np.array([s for _, _, s in SHARED] + [TYPE_SPREAD] * len(types))
+    families = sorted({p.sample.workload.family for p in points} - {ANCHOR})
+    names = [n for n, _, _ in SHARED] + [f"type:{t}" for t in types] + [f"family:{f}" for f in families]
+    mu = np.array([m for _, m, _ in SHARED] + [0.0] * len(types) + [math.log(FAMILY_PRIOR[f]) for f in families])
+    sd = np.array([s for _, _, s in SHARED] + [TYPE_SPREAD] * len(types) + [FAMILY_SPREAD] * len(families))
     weights = np.sqrt(_weights(points))
     seconds = np.array([p.sample.total_seconds or p.sample.train_seconds for p in points])
 
@@ -237,6 +246,7 @@ def priors_file(points: Sequence[Point]) -> dict[str, Any]:
         "source": f"{gpu_corpus.PUBLIC.name}: {len(points)} published figures from {sources} sources, fitted by"
         " `python -m bench gpu-priors`",
         "terms": {k: _round(v) for k, v in f.terms().items()},
+        "factors": {"family": {k: _round(v) for k, v in sorted(f.families().items())}},
         "spreads": SITE_SPREADS,
         "k": {
             "law": law,

@@ -58,7 +58,8 @@ def k_for(card: Card, priors: dict[str, Any]) -> tuple[float, str]:
 def model_for(base: TimeModel, card: Card, priors: dict[str, Any]) -> tuple[TimeModel, str]:
     """``base`` (the config's prior: its start-up) with the GPU terms and the card's ``k``."""
     k, why = k_for(card, priors)
-    tm = replace(base, **priors["terms"], k=k, spreads=dict(priors["spreads"]))
+    families = {**base.family_factors, **priors["factors"]["family"]}
+    tm = replace(base, **priors["terms"], k=k, family_factors=families, spreads=dict(priors["spreads"]))
     return tm, f"GPU-type priors for {card.type.label if card.type else '?'} (k {why})"
 
 
