@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import NamedTuple
 
+from . import gpu_priors, gputypes
 from .config import Config, Partition
 from .durations import fmt_minutes, seconds_text
 from .errors import SlurmError, UsageError
@@ -21,6 +22,7 @@ from .slurm.parsers import WillRun
 from .timemodel import (
     TimeModel,
     buffer_for,
+    components,
     ddp_factor,
     describe,
     outside_range,
@@ -39,7 +41,9 @@ class Request(NamedTuple):
     gpus: int | None = None
     deadline_seconds: float | None = None
     priority: str = "dev"
-    prefer: str = "soonest"  # --partition auto: the earliest finish, or ("cheapest") the smallest hold
+    prefer: str = "soonest"  # --partition auto: the earliest finish, or ("cheapest") the least money (else hold)
+    autobatch: float = 0.0  # batch=-1 or a fraction: the share of GPU memory AutoBatch fills (0: a batch given)
+    cpus_per_gpu: int = 0  # --cpus-per-gpu (0: the config's job.cpus_per_gpu)
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,7 @@ class Plan:
     outside_range: list[str] = field(default_factory=list)  # where the plan leaves its model's calibrated range
     range_widening: float = 1.0  # the buffer's error scale, widened outside that range (timemodel.range_widening)
     expected_start: int | None = None  # epoch seconds, from Slurm's scheduler (``--partition auto``)
+    feed: str = ""  # a GPU its job's CPUs cannot feed: the one line that says so, with the CPUs that would
 
     def to_dict(self) -> dict[str, object]:
         d = asdict(self)
@@ -125,8 +130,15 @@ def plan_partition(
 ) -> Plan:  # fmt: skip
     """The plan on one partition."""
     ref = config["estimate"]["reference_gflops"]
+    card = gputypes.card(part)
+    gpu = card.type is not None and card.memory_gb > 0  # a known card: its memory bounds the batch
+    batch_line: list[str] = []
+    if gpu and req.autobatch > 0:
+        w, batch_line = _autobatch(w, card, req.autobatch, ref)
     gpus, gpus_why = _gpus(w, tm, part, req, devices, ref)
-    cpus = config["job"]["cpus_per_gpu"] * gpus  # the loader term's CPUs, as render asks Slurm for them
+    memory_lines = [*batch_line, *_check_memory(w, gpus, card, part, ref, bool(batch_line))] if gpu else []
+    cpus_per_gpu = req.cpus_per_gpu or config["job"]["cpus_per_gpu"]
+    cpus = cpus_per_gpu * gpus  # the loader term's CPUs, as render asks Slurm for them
     predicted = predict_seconds(w, tm, gpus, part.ddp_efficiency, ref, cpus)
     train = predict_train_seconds(w, tm, gpus, part.ddp_efficiency, ref, cpus)
     widening = range_widening(tm, w)
@@ -144,6 +156,7 @@ def plan_partition(
         and part.shards_per_gpu > 0
         and w.gflops <= light["max_model_gflops"]
         and w.batch * w.imgsz**2 <= light["max_batch_pixels"]
+        and _fits_share(w, card, light["gpu_share"], part.shards_per_gpu, ref)
     )
     gtype = f"{part.gpu_type}:" if part.gpu_type else ""
     share = 0.0
@@ -160,6 +173,7 @@ def plan_partition(
     short = limit <= qos_cfg["short_max_minutes"] * 60 and req.priority != "explore"
     qos = qos_cfg["short"] if short else qos_cfg[req.priority]
 
+    feed = _feed_line(w, tm, part, gpus, cpus_per_gpu, ref) if card.type is not None else ""
     mf = model_factor(w.gflops, ref)
     ff = tm.compute_factor(w.model, w.family)
     tok = tokens(w, tm.val_weight)
@@ -174,6 +188,8 @@ def plan_partition(
         + (" (with the model's own)" if w.model in tm.model_factors else "")
         + f" -> work {fmt_tokens(eff)} (effective tokens: what the time model predicts from, not what is charged)",
         f"time model: {k_source}",
+        *memory_lines,
+        *([feed] if feed else []),
         *(f"  {line}" for line in describe(tm)),
         *([f"  {covered}"] if (covered := range_text(tm)) else []),
         *([f"  {startup_note(tm)} (in the prediction, and so in the limit)"] if tm.n and not tm.startup_n else []),
@@ -208,8 +224,59 @@ def plan_partition(
         effective_tokens=eff, model_factor=mf, family_factor=ff, k=tm.k, k_source=k_source,
         predicted_seconds=predicted, predicted_train_seconds=train, buffer=buf.value, buffer_reason=buf.reason,
         coverage=buf.coverage, time_limit_seconds=limit, workload=w, explain=explain, outside_range=outside,
-        range_widening=widening,
+        range_widening=widening, feed=feed,
     )  # fmt: skip
+
+
+def _autobatch(w: Workload, card: gputypes.Card, fraction: float, ref: float) -> tuple[Workload, list[str]]:
+    """The workload at the batch AutoBatch would pick on this card, and the line that says so."""
+    b = gpu_priors.autobatch(w, card.memory_gb, fraction, ref, gpu_priors.shipped())
+    return replace(w, batch=b), [f"batch: AutoBatch would pick {b} on this {card.memory_gb:g} GB card ({fraction:.0%}"
+                                 " of its memory), planned at it"]  # fmt: skip
+
+
+def _check_memory(
+    w: Workload, gpus: int, card: gputypes.Card, part: Partition, ref: float, autobatch: bool = False
+) -> list[str]:
+    """The predicted GPU memory against the card's; refused, with a batch that fits, past it (a batch
+    AutoBatch picks is ultralytics' choice: said, not refused)."""
+    priors = gpu_priors.shipped()
+    need = gpu_priors.memory_gb(w, gpus, ref, priors)
+    line = (f"GPU memory: about {need:.1f} GB per GPU predicted (batch {w.batch // max(1, gpus)} per GPU at imgsz"
+            f" {w.imgsz}, {w.model}) of the {card.memory_gb:g} GB card")  # fmt: skip
+    if need <= card.memory_gb:
+        return [line]
+    if autobatch:
+        return [f"{line}: AutoBatch's pick may run out of memory (a lower fraction, e.g. batch=0.6, leaves room)"]
+    fits = gpu_priors.largest_batch(w, gpus, card.memory_gb, ref, priors)
+    hint = f"batch={fits} would fit" if fits >= 1 else f"not even batch={gpus} fits: a smaller imgsz or model"
+    raise UsageError(
+        f"batch={w.batch} at imgsz {w.imgsz} needs about {need:.0f} GB of GPU memory per GPU ({w.model}) and"
+        f" {part.name}'s {card.type.name if card.type else 'GPU'} has {card.memory_gb:g} GB: {hint}"
+        f" (or batch=-1: AutoBatch, or more GPUs with --gpus: DDP splits the batch)"
+    )
+
+
+def _fits_share(w: Workload, card: gputypes.Card, share: float, shards: int, ref: float) -> bool:
+    """Whether a shard's share of one card holds the run's memory (unknown cards: the light rule alone)."""
+    if card.type is None or card.memory_gb <= 0 or shards <= 0:
+        return True
+    n = max(1, math.ceil(share * shards))
+    return gpu_priors.memory_gb(w, 1, ref, gpu_priors.shipped()) <= card.memory_gb * n / shards
+
+
+def _feed_line(w: Workload, tm: TimeModel, part: Partition, gpus: int, cpus_per_gpu: int, ref: float) -> str:
+    """One line when the job's CPUs cannot load images as fast as its GPUs compute: how busy the GPUs
+    stay, and the CPUs per GPU that would keep them busy."""
+    c = components(w, tm, gpus, part.ddp_efficiency, ref, cpus_per_gpu * gpus)
+    if c.loader <= c.compute or c.loader <= 0:
+        return ""
+    rate = w.epochs * w.train_images / c.loader
+    need = math.ceil(cpus_per_gpu * c.loader / c.compute)
+    return (
+        f"data loading bounds this run: {cpus_per_gpu * gpus} CPU(s) load about {rate:.0f} images/s, which keeps its"
+        f" {gpus} GPU(s) about {c.compute / c.loader:.0%} busy; --cpus-per-gpu {need} would keep up"
+    )
 
 
 def clock(epoch: float) -> str:
@@ -217,21 +284,23 @@ def clock(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
 
 
-def choose(plans: list[Plan], answers: list[WillRun], now: float, holds: Sequence[int] | None = None,
-           prefer: str = "soonest") -> Plan:  # fmt: skip
+def choose(plans: list[Plan], answers: list[WillRun], now: float, holds: Sequence[float] | None = None,
+           prefer: str = "soonest", labels: Sequence[str] | None = None) -> Plan:  # fmt: skip
     """``--partition auto``: the plan with the earliest predicted finish: its start as Slurm's own
     scheduler expects it (``answers``: ``sbatch --test-only`` of each plan's script) plus its
-    predicted run time; with ``prefer`` "cheapest", the one whose hold (``holds``, budget tokens) is
-    smallest, the earliest finish among equals. Partitions Slurm refuses are skipped, with their
-    reason in ``explain``."""
-    costs = list(holds) if holds is not None else [0] * len(plans)
+    predicted run time; with ``prefer`` "cheapest", the one whose cost (``holds``: budget tokens, or
+    the money the site prices it at) is smallest, the earliest finish among equals. Partitions Slurm
+    refuses are skipped, with their reason in ``explain``; ``labels`` say each plan's cost there."""
+    costs = list(holds) if holds is not None else [0.0] * len(plans)
     usable = [(p, a.start, c) for p, a, c in zip(plans, answers, costs, strict=True) if a.start is not None]
     if not usable:
         why = "; ".join(f"{p.partition}: {a.refused}" for p, a in zip(plans, answers, strict=True))
         raise SlurmError(f"--partition auto: Slurm refuses the job on every partition ({why})")
     cheapest = prefer == "cheapest"
     best, start, _ = min(usable, key=lambda u: ((u[2],) if cheapest else ()) + (u[1] + u[0].predicted_seconds,))
-    held = [f", holds {fmt_tokens(c)}" if holds is not None else "" for c in costs]
+    held = (
+        list(labels) if labels is not None else [f", holds {fmt_tokens(c)}" if holds is not None else "" for c in costs]
+    )
     lines = [
         f"partition auto: {p.partition} refused by Slurm: {a.refused}" if a.start is None else
         f"partition auto: {p.partition} would start {clock(a.start)} + {p.predicted_seconds / 60:.1f} min predicted"

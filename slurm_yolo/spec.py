@@ -64,6 +64,15 @@ class TrainSpec(NamedTuple):
         return int(value)
 
     @property
+    def autobatch(self) -> float:
+        """The GPU memory fraction AutoBatch fills (``batch=-1``: ultralytics' 0.60; ``batch=0.7``:
+        0.7), or 0 for a batch given in images."""
+        value = self.get("batch")
+        if value == -1:
+            return 0.60
+        return float(value) if isinstance(value, float) and 0 < value < 1 else 0.0
+
+    @property
     def epochs(self) -> int:
         return int(self.get("epochs"))
 

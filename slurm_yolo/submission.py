@@ -153,15 +153,10 @@ def job_options(config: Config, **given: object) -> render.JobOptions:
     """The user's sbatch options over the config's job settings."""
     job = config["job"]
     values = {k: v for k, v in given.items() if v not in (None, ())}
-    return render.JobOptions(
-        python=job["python"],
-        cpus_per_gpu=job["cpus_per_gpu"],
-        mem_per_cpu_mb=job["mem_per_cpu_mb"],
-        signal_seconds=job["signal_seconds"],
-        spank_tokens=config["slurm"]["spank_tokens"],
-        yolo_config_dir=job["yolo_config_dir"],
-        **values,  # type: ignore[arg-type]
-    )
+    site = {"python": job["python"], "cpus_per_gpu": job["cpus_per_gpu"], "mem_per_cpu_mb": job["mem_per_cpu_mb"],
+            "signal_seconds": job["signal_seconds"], "spank_tokens": config["slurm"]["spank_tokens"],
+            "yolo_config_dir": job["yolo_config_dir"]}  # fmt: skip
+    return render.JobOptions(**{**site, **values})
 
 
 def prepare(
@@ -183,6 +178,7 @@ def prepare(
     reference = config["estimate"]["reference_gflops"]
     model = estimate.resolve_model(s.model, reference, config["job"]["python"], config.cache_dir, flops_factor)
     w = estimate.workload(s, counts.train, counts.val, model)
+    request = request._replace(autobatch=s.autobatch)
     if s.devices == 0:
         raise UsageError("device=cpu: yolo-sbatch schedules GPU jobs; drop device= (the job uses its GPUs)")
 
@@ -214,7 +210,10 @@ def prepare(
     if partition == "auto":
         answers = commands.will_run(scripts, bin_dir=bin_dir, timeout=timeout)
         try:
-            chosen = plan.choose(plans, answers, time.time(), [q.hold_tokens for q in quotes], request.prefer)
+            labels = [f", holds {fmt_tokens(q.hold_tokens)}{cost.money_part(q)}" + (
+                f", expected {cost.fmt_money(q.expected_money, q.currency)}" if q.cost_per_gpu_hour > 0 else ""
+            ) for q in quotes]  # fmt: skip
+            chosen = plan.choose(plans, answers, time.time(), costs(quotes), request.prefer, labels)
         except SlurmError:  # refused everywhere: an account not hers is the reason to name, not "Invalid account" x N
             require_association(options.account, bin_dir)
             raise
@@ -226,7 +225,7 @@ def prepare(
     )
     script = scripts[[p.partition for p in plans].index(chosen.partition)]
     warnings = tuple(filter(None, [config_mod.missing(config), unpublished(config), missing_weights(s, options),
-                                   unpriced]))  # fmt: skip
+                                   unpriced, chosen.feed]))  # fmt: skip
     if partition != "auto" and config.partitions and partition not in config.partitions:  # a typo plans "cleanly"
         warnings += (f"partition {partition} is not one of the configured ({', '.join(sorted(config.partitions))}):"
                     " planned with the defaults (whole GPUs, the prior k); Slurm refuses it if it does not exist",)  # fmt: skip
@@ -242,6 +241,14 @@ def prepare(
            f" (the partition's cost_per_gpu_hour {q.cost_per_gpu_hour:g})" if q.cost_per_gpu_hour > 0 else "")
     )  # fmt: skip
     return Prepared(spec=s, counts=counts, plan=chosen, script=script, options=options, quote=q, warnings=warnings)
+
+
+def costs(quotes: list[cost.Quote]) -> list[float]:
+    """What ``--prefer cheapest`` compares: the expected money where every partition has a price in
+    money (a faster card can cost less in all, and holds in tokens do not say it), else the holds."""
+    if quotes and all(q.cost_per_gpu_hour > 0 for q in quotes):
+        return [q.expected_money for q in quotes]
+    return [q.hold_tokens for q in quotes]
 
 
 def unpublished(config: Config) -> str:

@@ -34,9 +34,12 @@ from . import OneLineErrors, echo_json, library_errors, load_config
     type=click.Choice(["soonest", "cheapest"]),
     default="soonest",
     show_default=True,
-    help="With --partition auto: the earliest predicted finish, or the smallest hold.",
+    help="With --partition auto: the earliest predicted finish, or the least money (the smallest hold where"
+    " partitions have no cost_per_gpu_hour).",
 )
 @click.option("--flops-factor", type=float, default=None, help="Model GFLOPs / yolov8n's, for custom models.")
+@click.option("--cpus-per-gpu", type=click.IntRange(1, 256), default=None,
+              help="CPUs per GPU, which load the images (default: the site's job.cpus_per_gpu).")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Plan and print; submit nothing.")
 @click.option("--explain", is_flag=True, help="Print the estimate broken down.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -60,7 +63,7 @@ from . import OneLineErrors, echo_json, library_errors, load_config
 @library_errors
 def main(
     partition: str | None, gpus: int | None, deadline: str | None, priority: str | None, prefer: str,
-    flops_factor: float | None, dry_run: bool, explain: bool, as_json: bool, wait: bool, wait_timeout: str, account: str | None, job_name: str | None,
+    flops_factor: float | None, cpus_per_gpu: int | None, dry_run: bool, explain: bool, as_json: bool, wait: bool, wait_timeout: str, account: str | None, job_name: str | None,
     output: str | None, error: str | None, mail_type: str | None, mail_user: str | None, dependency: str | None,
     begin: str | None, constraint: str | None, extra: tuple[str, ...], words: tuple[str, ...],
 ) -> None:  # fmt: skip
@@ -77,10 +80,12 @@ def main(
         deadline_seconds=durations.parse(deadline) if deadline is not None else None,
         priority=priority or config["estimate"]["default_priority"],
         prefer=prefer,
+        cpus_per_gpu=cpus_per_gpu or config["job"]["cpus_per_gpu"],
     )
     options = submission.job_options(
         config, job_name=job_name or "yolo", account=account, output=output, error=error, mail_type=mail_type,
         mail_user=mail_user, dependency=dependency, begin=begin, constraint=constraint, extra=extra,
+        cpus_per_gpu=cpus_per_gpu,
     )  # fmt: skip
     wait_limit = durations.parse(wait_timeout) if wait else None  # a bad value submits nothing
     prepared = submission.prepare(config, list(words), request, options, flops_factor)
