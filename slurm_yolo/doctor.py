@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from . import availability, books, db, ledger
+from . import availability, books, calibration, db, gputypes, ledger
 from .config import Config, config_path
 from .errors import SlurmError, SlurmYoloError
 from .slurm import commands
@@ -97,7 +97,24 @@ def check(config: Config, role: str = "auto") -> Report:
         problems += _login(config, notes)
     elif role == "compute":
         problems += _compute(config) + _plugstack(config, cc)
+    if role in ("controller", "login"):
+        problems += _time_models(config, notes)
     return Report(role, release, problems, notes)
+
+
+def _time_models(config: Config, notes: list[str]) -> list[Problem]:
+    """A partition whose card the time model does not know is a problem (its limits would be a CPU's);
+    one still on its priors is a note that names it, with the first-day step."""
+    out = []
+    for name, part in sorted(config.partitions.items()):
+        unknown = gputypes.unknown_line(part)
+        if unknown:
+            out.append(Problem(unknown, f"set partitions.{name}.gpu_like (docs/admins.md: GPU types)"))
+        cal = calibration.load(config, name)
+        if cal.model.n == 0:
+            notes.append(f"partition {name} plans with {cal.source}: run `slurm-yolo calibrate --probe {name}`"
+                         " (one short real job) or calibrate from run folders")  # fmt: skip
+    return out
 
 
 def _slurm(cc: ControllerConfig, release: str, notes: list[str], asked: tuple[float, float]) -> list[Problem]:

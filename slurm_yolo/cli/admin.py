@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import click
 
 from .. import __version__, calibration
 from ..doctor import ROLES
+from ..errors import UsageError
 from ..timemodel import describe, startup_note
 from . import OneLineGroup, echo_json, library_errors, load_config
 from .job import COMMANDS as JOB_COMMANDS
@@ -53,14 +55,37 @@ def config_show(as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--partition", "-p", required=True, help="Partition the runs stand for (need not be configured).")
+@click.option("--partition", "-p", default=None, help="Partition the runs stand for (need not be configured).")
+@click.option("--probe", default=None, metavar="PARTITION",
+              help="Instead of run folders: submit one short real job there and calibrate from it.")  # fmt: skip
+@click.option("--account", "-A", default=None, help="With --probe: the account its job is billed to.")
+@click.option("--dir", "folder", default=None, type=click.Path(path_type=Path),
+              help="With --probe: where its job writes (default ./yolo-probe-PARTITION-TIME; shared with the nodes).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True)
-@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("run_dirs", nargs=-1, type=click.Path(path_type=Path))
 @library_errors
-def calibrate(partition: str, as_json: bool, run_dirs: tuple[Path, ...]) -> None:
-    """Fit k (and the other terms the data supports) from ultralytics run folders."""
+def calibrate(partition: str | None, probe: str | None, account: str | None, folder: Path | None, as_json: bool,
+              run_dirs: tuple[Path, ...]) -> None:  # fmt: skip
+    """Fit k (and the other terms the data supports) from ultralytics run folders, or from a probe job.
+
+    \b
+    slurm-yolo calibrate -p t4 /scratch/runs/detect/train*
+    slurm-yolo calibrate --probe a100 -A admin
+    """
     config = load_config()
-    result = calibration.calibrate_runs(config, partition, list(run_dirs))
+    if probe is not None:
+        if partition or run_dirs:
+            raise UsageError("--probe calibrates from its own job: give no --partition and no run folders")
+        from .. import probe as probe_mod
+
+        where = folder or Path(f"yolo-probe-{probe}-{time.strftime('%Y%m%dT%H%M%S')}")
+        done = probe_mod.run(config, probe, account, where)
+        click.echo(f"probe job {done.job_id} on {probe} completed; its runs are in {done.folder}/runs", err=as_json)
+        result = done.result
+    elif not partition or not run_dirs:
+        raise UsageError("give --partition and run folders, or --probe PARTITION")
+    else:
+        result = calibration.calibrate_runs(config, partition, list(run_dirs))
     if as_json:
         echo_json(result.to_dict())
         return

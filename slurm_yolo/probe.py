@@ -1,0 +1,98 @@
+"""``slurm-yolo calibrate --probe PARTITION``: a site's first calibration from one short real job.
+
+A partition nobody has run YOLO on plans with its GPU type's priors (``gpu_priors``). The probe
+submits one job there (``sbatch_templates/probe.sbatch``: one GPU, the site's CPUs per GPU, a limit
+of ``LIMIT_MINUTES``, billed like any GPU job to the account the admin names), which makes a synthetic
+dataset on the node and trains a few tiny runs of different model sizes, image sizes and batches
+(``probe_job``); once it has ended, its run folders are calibrated as users' are
+(``calibration.calibrate_runs``), so the partition's ``k`` is its own from the first day.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+from . import calibration, gputypes
+from .config import Config
+from .errors import SlurmError, UsageError
+from .render import fill, template
+from .slurm import commands
+
+LIMIT_MINUTES = 20  # a few minutes of training on a GPU; the bundled clusters' CPUs need about two
+
+
+class Probe(NamedTuple):
+    job_id: int
+    folder: Path
+    result: calibration.CalibrationResult
+
+
+def script(config: Config, partition: str, folder: Path) -> str:
+    """The probe job's script (its options go on sbatch's command line)."""
+    card = gputypes.card(config.partition(partition))
+    env = {"YOLO_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    if config["job"]["yolo_config_dir"]:
+        env["YOLO_CONFIG_DIR"] = config["job"]["yolo_config_dir"]
+    return fill(
+        template("probe.sbatch"),
+        {
+            "environment": "\n".join(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())),
+            "command": " ".join(
+                shlex.quote(w)
+                for w in (
+                    config["job"]["python"],
+                    "-m",
+                    "slurm_yolo.probe_job",
+                    str(folder),
+                    "cpu" if card.cpu else "0",
+                )
+            ),
+        },
+    )
+
+
+def sbatch_args(config: Config, partition: str, account: str | None, folder: Path) -> list[str]:
+    part = config.partition(partition)
+    gres = f"gpu:{part.gpu_type}:1" if part.gpu_type else "gpu:1"
+    args = [
+        f"--partition={partition}",
+        f"--gres={gres}",
+        f"--time={LIMIT_MINUTES}",
+        "--job-name=yolo-probe",
+        f"--cpus-per-task={config['job']['cpus_per_gpu']}",
+        "--no-requeue",
+        f"--output={folder}/probe-%j.log",
+    ]
+    if account:
+        args.append(f"--account={commands.plain_name(account)}")
+    return args
+
+
+def run(config: Config, partition: str, account: str | None, folder: Path, timeout: float = 3600.0) -> Probe:
+    """Submit the probe, wait for its end, calibrate the partition from its runs."""
+    if not partition or not commands.PLAIN_NAME.fullmatch(partition):
+        raise UsageError(f"--probe {partition!r}: a partition's plain name")
+    folder = folder.resolve()
+    if folder.exists() and any(folder.iterdir()):
+        raise UsageError(f"--dir {folder}: not empty (the probe's run folders go there)")
+    folder.mkdir(parents=True, exist_ok=True)
+    calibration.Store(config).close()  # an admin who cannot write the time models learns it before the job
+    bin_dir = Path(config["slurm"]["bin_dir"])
+    job_id = commands.submit(
+        script(config, partition, folder),
+        sbatch_args(config, partition, account, folder),
+        bin_dir=bin_dir,
+        timeout=config["slurm"]["timeout_seconds"],
+    )
+    started = time.monotonic()
+    state = commands.wait_for_end(job_id, timeout=timeout, bin_dir=bin_dir)
+    if state != "COMPLETED":
+        raise SlurmError(
+            f"probe job {job_id} on {partition} ended {state} after {time.monotonic() - started:.0f} s:"
+            f" its log is {folder}/probe-{job_id}.log; nothing calibrated"
+        )
+    runs = sorted((folder / "runs").iterdir()) if (folder / "runs").is_dir() else []
+    return Probe(job_id, folder, calibration.calibrate_runs(config, partition, runs))

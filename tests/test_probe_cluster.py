@@ -1,0 +1,56 @@
+"""``slurm-yolo calibrate --probe``: a partition's first calibration from one real, billed job."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import PRICE, VENV_BIN, Slurm, fund, own_ledger_config, set_test_prices
+
+from slurm_yolo import calibration
+from slurm_yolo import config as config_mod
+
+pytestmark = pytest.mark.cluster
+
+
+def test_a_probe_job_calibrates_t4_and_is_billed_what_it_ran(cluster: Slurm, tmp_path: Path) -> None:
+    """On the bundled 22.05 cluster: one real job (synthetic data, three tiny trainings on the node's
+    CPUs), its run folders fitted into t4's model (in the test's own calibration state), and the job
+    held its limit and charged its elapsed time at t4's price, as sacct records it."""
+    set_test_prices(cluster)
+    account = f"probe{os.getpid() % 100000}"
+    cluster.cmd("sacctmgr", "-i", "add", "account", account, f"cluster={cluster.name}")
+    cluster.cmd("sacctmgr", "-i", "add", "user", "root", f"account={account}", f"cluster={cluster.name}")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(own_ledger_config(cluster))
+    before = calibration.load(cluster.config(), "t4").source
+    env = {**cluster.env(), "SLURM_YOLO_HOME": str(home), "SLURM_YOLO_CONFIG": str(home / "config.toml")}
+    try:
+        fund(cluster, (account,), 10**10)
+        res = subprocess.run(
+            [str(VENV_BIN / "slurm-yolo"), "calibrate", "--probe", "t4", "-A", account, "--dir", str(tmp_path / "probe"),
+             "--json"],
+            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stdout + res.stderr
+        job = int(res.stderr.split("probe job ")[1].split(" ")[0])
+        result = json.loads(res.stdout)
+        assert result["partition"] == "t4" and result["added"] == 3 and not result["skipped"]
+        own = config_mod.load(home / "config.toml", env={"SLURM_YOLO_HOME": str(home)})
+        fitted = calibration.load(own, "t4")
+        assert fitted.model.n == 3 and fitted.source.startswith("calibrate")
+        assert calibration.load(cluster.config(), "t4").source == before  # the cluster's own model: untouched
+        (record,) = cluster.ended(job)
+        assert record["State"] == "COMPLETED" and record["TimelimitRaw"] == "20"
+        (run,) = cluster.settled(job)
+        assert run["account"] == account
+        assert run["hold"] == 20 * 60 * PRICE["t4"]
+        assert run["charge"] == int(record["ElapsedRaw"]) * PRICE["t4"]
+    finally:
+        cluster.cmd("sacctmgr", "-i", "delete", "user", "root", f"account={account}", f"cluster={cluster.name}",
+                    check=False)  # fmt: skip
+        cluster.cmd("sacctmgr", "-i", "delete", "account", account, f"cluster={cluster.name}", check=False)
