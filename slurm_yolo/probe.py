@@ -75,15 +75,20 @@ def run(config: Config, partition: str, account: str | None, folder: Path, timeo
     """Submit the probe, wait for its end, calibrate the partition from its runs."""
     if not partition or not commands.PLAIN_NAME.fullmatch(partition):
         raise UsageError(f"--probe {partition!r}: a partition's plain name")
-    folder = folder.resolve()
-    if folder.exists() and any(folder.iterdir()):
-        raise UsageError(f"--dir {folder}: not empty (the probe's run folders go there)")
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = folder.absolute()
+    args = sbatch_args(config, partition, account, folder)  # a bad account is refused before anything is made
+    try:  # a new folder of its own, no one else's to write in: the job and calibrate trust what it holds
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        raise UsageError(f"--dir {folder}: exists; give a new folder (the probe makes it, for its job alone)") from None
+    except OSError as e:
+        raise UsageError(f"--dir {folder}: {e.strerror}") from None
     calibration.Store(config).close()  # an admin who cannot write the time models learns it before the job
     bin_dir = Path(config["slurm"]["bin_dir"])
     job_id = commands.submit(
         script(config, partition, folder),
-        sbatch_args(config, partition, account, folder),
+        args,
         bin_dir=bin_dir,
         timeout=config["slurm"]["timeout_seconds"],
     )

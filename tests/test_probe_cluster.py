@@ -13,9 +13,38 @@ from conftest import PRICE, VENV_BIN, Slurm, fund, own_ledger_config, set_test_p
 from slurm_yolo import calibration
 from slurm_yolo import config as config_mod
 
-pytestmark = pytest.mark.cluster
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--probe", "t4;touch /tmp/x"], "a partition's plain name"),
+        (["--probe", "t4", "-p", "t4"], "--probe calibrates from its own job"),
+        (["--probe", "t4", "-A", "Bad Account"], "is not a plain Slurm name"),
+        (["--probe", "t4", "--dir", "{existing}"], "exists; give a new folder"),
+        ([], "give --partition and run folders, or --probe PARTITION"),
+    ],
+)
+def test_a_probe_that_cannot_run_submits_nothing(
+    args: list[str], error: str, tmp_path: Path, site_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from slurm_yolo.cli.admin import main as admin
+    from slurm_yolo.slurm import commands
+
+    def no_job(*_: object, **__: object) -> int:
+        raise AssertionError("a job was submitted")
+
+    monkeypatch.setattr(commands, "submit", no_job)
+    monkeypatch.chdir(tmp_path)
+    words = [a.replace("{existing}", str(tmp_path)) for a in args]
+    res = CliRunner().invoke(admin, ["calibrate", *words])
+    assert res.exit_code != 0 and res.output.startswith("Error:") and error in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("yolo-probe-*"))
 
 
+@pytest.mark.cluster
 def test_a_probe_job_calibrates_t4_and_is_billed_what_it_ran(cluster: Slurm, tmp_path: Path) -> None:
     """On the bundled 22.05 cluster: one real job (synthetic data, three tiny trainings on the node's
     CPUs), its run folders fitted into t4's model (in the test's own calibration state), and the job
