@@ -101,6 +101,18 @@ def memory(points: tuple[Point, ...]) -> list[tuple[Point, float, float]]:
     return out
 
 
+def autobatch(points: tuple[Point, ...]) -> list[tuple[gpu_corpus.AutoBatch, int]]:
+    """(logged AutoBatch choice, the batch the memory model picks), the model fitted without its source."""
+    logged = gpu_corpus.autobatches()
+    out = []
+    for a in logged:
+        m = gpu_priors.fit_memory(
+            [q for q in points if q.source != a.source], [b for b in logged if b.source != a.source]
+        )
+        out.append((a, runtime.autobatch(a.workload, a.memory_gb, a.fraction, REF, {"memory": m})))
+    return out
+
+
 def main() -> None:
     points, skipped = gpu_corpus.load()
     pts = tuple(points)
@@ -148,3 +160,8 @@ def main() -> None:
             f"GPU memory: printed GPU_mem against predicted, {len(mem)} points: {factor(logs):.2f}x median,"
             f" worst {math.exp(max(abs(x) for x in logs)):.2f}x"
         )
+    picks = [
+        f"{a.workload.model} on {a.gpu.name} at {a.fraction:.0%}: logged {a.batch}, planned {b}"
+        for a, b in autobatch(pts)
+    ]
+    print(f"AutoBatch (the memory model fitted without the choice's source): {'; '.join(picks)}")

@@ -60,7 +60,8 @@ class TimeModel:
     # compute ~ model factor ^ this: 1 on CPUs; on a GPU a small model leaves it idle, so compute grows
     # far slower than FLOPs (published single-V100 COCO times: 46x the FLOPs, ~8x the time)
     compute_exponent: float = 1.0
-    loader_seconds: float = 0.0  # CPU-seconds of data loading per training image; 0: not modelled
+    loader_seconds: float = 0.0  # CPU-seconds of data loading per training image at 640 px; 0: not modelled
+    loader_imgsz_exponent: float = 0.0  # x (imgsz / 640) ^ this: mosaic and warps cost by the pixels they make
     image_seconds: float = 0.0  # per training image, outside compute (decode, augment, collate)
     val_image_seconds: float = 0.0  # per validated image, outside compute (decode, NMS, metrics)
     family_factors: dict[str, float] = field(default_factory=dict)  # compute per token, vs the anchor family
@@ -199,7 +200,8 @@ def components(
     fixed = (tm.overhead_seconds + tm.epoch_seconds * w.epochs + tm.val_pass_seconds * w.val_passes
              + tm.iteration_seconds * tm.factor("step", w.family) * steps
              + tm.image_seconds * w.epochs * w.train_images + tm.val_image_seconds * w.val_passes * w.val_images)  # fmt: skip
-    loader = tm.loader_seconds * w.epochs * w.train_images / cpus if tm.loader_seconds > 0 and cpus > 0 else 0.0
+    per_image = tm.loader_seconds * (max(1, w.imgsz) / REFERENCE_IMGSZ) ** tm.loader_imgsz_exponent
+    loader = per_image * w.epochs * w.train_images / cpus if tm.loader_seconds > 0 and cpus > 0 else 0.0
     return Components(fixed, compute, loader)
 
 
@@ -367,8 +369,12 @@ def describe(tm: TimeModel) -> list[str]:
              f" {tm.iteration_seconds * 1000:.3g} ms/iteration (x model factor^{tm.iteration_exponent:.2f}),"
              f" {tm.image_seconds * 1000:.3g} ms/train image, {tm.val_image_seconds * 1000:.3g} ms/val image,"
              f" val weight {tm.val_weight:.2f}, start-up {tm.startup_seconds:.1f} s (x model factor^{tm.startup_exponent:.2f})")  # fmt: skip
+    if tm.compute_exponent != 1:
+        terms += f", compute x model factor^{tm.compute_exponent:.2f}"
     if tm.loader_seconds > 0:
         terms += f", loader {tm.loader_seconds * 1000:.3g} CPU-ms/image"
+        if tm.loader_imgsz_exponent:
+            terms += f" (x (imgsz/640)^{tm.loader_imgsz_exponent:.2f})"
     for label, factors in (("families", tm.family_factors), ("models", tm.model_factors),
                            ("per-step", tm.step_factors), ("start-up", tm.startup_factors)):  # fmt: skip
         if factors:

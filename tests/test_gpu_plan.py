@@ -40,10 +40,10 @@ def plan_json(*args: str) -> dict:
 
 
 def test_an_uncalibrated_a100_plans_coco_in_hours_and_a_t4_two_to_four_times_longer(gpu_site: Path) -> None:
-    """100 COCO epochs of yolov8s: about 15 h on an A100 by the public corpus (~200 images/s), the
-    limit doubled while the partition is uncalibrated; no longer "more than a year"."""
+    """100 COCO epochs of yolov8s at batch 64: a limit of 7-30 hours on an uncalibrated A100 (the
+    prediction doubled while the partition is uncalibrated), no longer "more than a year"."""
     a100 = plan_json("-p", "a100", *COCO)
-    assert 7 * 3600 <= a100["predicted_seconds"] <= 20 * 3600, a100["predicted_seconds"] / 3600
+    assert 7 * 3600 <= a100["time_limit_seconds"] <= 30 * 3600, a100["time_limit_seconds"] / 3600
     assert a100["time_limit_seconds"] == math.ceil(2 * a100["predicted_seconds"] / 60) * 60
     t4 = plan_json("-p", "t4", *COCO[:-1], "batch=32")  # 64 images of 640 px do not fit a 16 GB card
     a100_32 = plan_json("-p", "a100", *COCO[:-1], "batch=32")
