@@ -41,7 +41,8 @@ class Request(NamedTuple):
     gpus: int | None = None
     deadline_seconds: float | None = None
     priority: str = "dev"
-    prefer: str = "soonest"  # --partition auto: the earliest finish, or ("cheapest") the least money (else hold)
+    prefer: str = "soonest"  # --partition auto: the earliest finish; "cheapest": the least money (else hold);
+    # "fastest": the shortest predicted run
     autobatch: float = 0.0  # batch=-1 or a fraction: the share of GPU memory AutoBatch fills (0: a batch given)
     cpus_per_gpu: int = 0  # --cpus-per-gpu (0: the config's job.cpus_per_gpu)
 
@@ -289,15 +290,16 @@ def choose(plans: list[Plan], answers: list[WillRun], now: float, holds: Sequenc
     """``--partition auto``: the plan with the earliest predicted finish: its start as Slurm's own
     scheduler expects it (``answers``: ``sbatch --test-only`` of each plan's script) plus its
     predicted run time; with ``prefer`` "cheapest", the one whose cost (``holds``: budget tokens, or
-    the money the site prices it at) is smallest, the earliest finish among equals. Partitions Slurm
+    the money the site prices it at) is smallest, and with "fastest" the shortest predicted run on
+    its card (whatever the queue), the earliest finish among equals. Partitions Slurm
     refuses are skipped, with their reason in ``explain``; ``labels`` say each plan's cost there."""
     costs = list(holds) if holds is not None else [0.0] * len(plans)
     usable = [(p, a.start, c) for p, a, c in zip(plans, answers, costs, strict=True) if a.start is not None]
     if not usable:
         why = "; ".join(f"{p.partition}: {a.refused}" for p, a in zip(plans, answers, strict=True))
         raise SlurmError(f"--partition auto: Slurm refuses the job on every partition ({why})")
-    cheapest = prefer == "cheapest"
-    best, start, _ = min(usable, key=lambda u: ((u[2],) if cheapest else ()) + (u[1] + u[0].predicted_seconds,))
+    first = {"cheapest": lambda u: u[2], "fastest": lambda u: u[0].predicted_seconds}.get(prefer)
+    best, start, _ = min(usable, key=lambda u: ((first(u),) if first else ()) + (u[1] + u[0].predicted_seconds,))
     held = (
         list(labels) if labels is not None else [f", holds {fmt_tokens(c)}" if holds is not None else "" for c in costs]
     )
@@ -308,7 +310,8 @@ def choose(plans: list[Plan], answers: list[WillRun], now: float, holds: Sequenc
         for p, a, h in zip(plans, answers, held, strict=True)
     ]  # fmt: skip
     lines += [
-        f"partition auto: {best.partition} {'is the cheapest' if cheapest else 'finishes first'}",
+        f"partition auto: {best.partition} "
+        + {"cheapest": "is the cheapest", "fastest": "runs fastest"}.get(prefer, "finishes first"),
         f"expected start: {clock(start)} on {best.partition}, in {fmt_minutes(max(0.0, start - now))} (Slurm's scheduler)",
     ]
     return replace(best, expected_start=start, explain=best.explain + lines)

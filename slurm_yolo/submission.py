@@ -190,8 +190,10 @@ def prepare(
             raise UsageError("--partition auto needs partitions in the config ([partitions.NAME])")
     else:
         names = [partition]
-        if request.prefer == "cheapest":
-            raise UsageError(f"--prefer cheapest chooses among partitions: give --partition auto, not {partition}")
+        if request.prefer != "soonest":
+            raise UsageError(
+                f"--prefer {request.prefer} chooses among partitions: give --partition auto, not {partition}"
+            )
     plans, refused = [], []
     for name in names:
         cal = calibration.load(config, name)

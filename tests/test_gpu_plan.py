@@ -127,3 +127,18 @@ def test_an_unknown_card_says_so_and_device_nodes_keep_the_cpu_priors(gpu_site: 
     site_config.write_text(site_config.read_text() + '\n[partitions.fake]\ngpu_type = "a100"\ngpu_like = "cpu"\n')
     code, out = run(["--dry-run", "--explain", "-p", "fake", "train", "model=yolov8n.yaml", "data=coco8.yaml"])
     assert code == 0 and "time model: shipped priors (the corpus' shape" in out, out
+
+
+def test_fastest_is_the_shortest_run_whatever_the_queue(gpu_site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from slurm_yolo.slurm import commands, parsers
+
+    def busy_a100(scripts: list[str], bin_dir: object = None, timeout: float = 30.0) -> list[parsers.WillRun]:
+        now = int(time.time())  # the a100 queue is 30 hours long, the t4 free
+        return [parsers.WillRun(now + (30 * 3600 if "--partition=a100" in s else 0)) for s in scripts]
+
+    monkeypatch.setattr(commands, "will_run", busy_a100)
+    words = [*COCO[:-1], "batch=32"]
+    assert plan_json("-p", "auto", *words)["partition"] == "t4"  # finishes first
+    fastest = plan_json("-p", "auto", "--prefer", "fastest", *words)
+    assert fastest["partition"] == "a100"
+    assert fastest["predicted_seconds"] < plan_json("-p", "t4", *words)["predicted_seconds"]

@@ -31,11 +31,11 @@ from . import OneLineErrors, echo_json, library_errors, load_config
 @click.option("--priority", type=click.Choice(["prod", "dev", "explore"]), default=None, help="Fairshare tier.")
 @click.option(
     "--prefer",
-    type=click.Choice(["soonest", "cheapest"]),
+    type=click.Choice(["soonest", "fastest", "cheapest"]),
     default="soonest",
     show_default=True,
-    help="With --partition auto: the earliest predicted finish, or the least money (the smallest hold where"
-    " partitions have no cost_per_gpu_hour).",
+    help="With --partition auto: the earliest predicted finish, the shortest predicted run (whatever the queue),"
+    " or the least money (the smallest hold where partitions have no cost_per_gpu_hour).",
 )
 @click.option("--flops-factor", type=float, default=None, help="Model GFLOPs / yolov8n's, for custom models.")
 @click.option("--cpus-per-gpu", type=click.IntRange(1, 256), default=None,
