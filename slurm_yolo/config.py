@@ -313,4 +313,8 @@ def _partition(name: str, table: Any, path: Path, sources: dict[str, str]) -> Pa
             )
         kwargs[key] = _check_type(f"partitions.{name}.{key}", value, PARTITION_DEFAULTS[key])
         sources[f"partitions.{name}.{key}"] = str(path)
+    for key, top in (("gpu_tflops", 100_000.0), ("gpu_memory_gb", 4096.0)):  # a typo must not plan nonsense
+        value = kwargs.get(key, 0.0)
+        if not (value == 0 or 0.01 <= value <= top):  # NaN fails both
+            raise UsageError(f"config {path}: partitions.{name}.{key} = {value!r}: 0 (unset) or 0.01-{top:g}")
     return Partition(name=name, **kwargs)

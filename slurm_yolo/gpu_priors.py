@@ -29,6 +29,7 @@ from .timemodel import TimeModel
 GPU_PRIORS = Path(__file__).parent / "data" / "gpu_priors.json"
 AUTOBATCH_FRACTION = 0.60  # ultralytics' fraction for batch=-1
 AUTOBATCH_MAX = 1024  # ultralytics' clamp
+MAX_BATCH = 65536  # per GPU: past this a batch is no run's (calibrate's bound too)
 
 
 @cache
@@ -79,7 +80,7 @@ def largest_batch(
     m = priors["memory"]
     one = memory_gb(replace(w, batch=max(1, gpus)), gpus, reference_gflops, priors) - m["base_gb"]
     per_gpu = math.floor((memory * fraction - m["base_gb"]) / one) if one > 0 else 0
-    return max(0, per_gpu) * max(1, gpus)
+    return min(max(0, per_gpu), MAX_BATCH) * max(1, gpus)
 
 
 def autobatch(w: Workload, memory: float, fraction: float, reference_gflops: float, priors: dict[str, Any]) -> int:

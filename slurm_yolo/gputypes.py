@@ -99,7 +99,7 @@ def identify(spelling: str) -> tuple[GpuType | None, float, float]:
     tokens = [t for t in re.split(r"[^a-z0-9.]+", text.replace("-", "_").replace("_", " ")) if t]
     memory, share = 0.0, 1.0
     for t in tokens:
-        if m := _MIG.match(t):
+        if (m := _MIG.match(t)) and 1 <= int(m.group(1)) <= 7 and 0 < int(m.group(2)) <= 1024:
             share, memory = int(m.group(1)) / 7, float(m.group(2))
     for token, name in _NAMES:
         if token in tokens or (len(token) == 4 and token.isdigit() and any(t.endswith(token) for t in tokens)):
@@ -117,23 +117,24 @@ def identify(spelling: str) -> tuple[GpuType | None, float, float]:
 def card(part: Partition) -> Card:
     """The card of a partition: ``gpu_like`` (a type's name, or "cpu") over its GRES type, and
     ``gpu_tflops``/``gpu_memory_gb`` for a card none of ``TYPES`` is."""
-    if part.gpu_like == "cpu":
+    like = part.gpu_like.strip().lower()
+    if like == "cpu":
         return Card(None, 0.0, 1.0, True, "gpu_like = cpu: its GPUs are device nodes, training runs on CPUs")
-    if part.gpu_tflops > 0:
+    if part.gpu_tflops > 0:  # the site's own figures: k from the TFLOPs law, never a known type's fit
         own = GpuType(
-            part.gpu_type or part.name,
+            f"site:{part.name}",
             f"{part.gpu_type or part.name} (the site's figures)",
             part.gpu_tflops,
             part.gpu_memory_gb,
             "partitions.*.gpu_tflops",
         )
         return Card(own, part.gpu_memory_gb, 1.0, False, f"gpu_tflops = {part.gpu_tflops:g}")
-    spelling = part.gpu_like or part.gpu_type
+    spelling = like or part.gpu_type
     found, memory, share = identify(spelling) if spelling else (None, 0.0, 1.0)
     if found is None:
         return Card(None, part.gpu_memory_gb, 1.0, False, f"GPU type {spelling or '(none)'} is not known")
     memory = part.gpu_memory_gb or memory
-    key = "gpu_like" if part.gpu_like else "gpu_type"
+    key = "gpu_like" if like else "gpu_type"
     return Card(found, memory, share, False, f"{key} {spelling}: {found.label}")
 
 

@@ -85,6 +85,7 @@ class Plan:
         return d
 
 
+MAX_CPUS_PER_GPU = 256  # what --cpus-per-gpu takes
 MAX_LIMIT_SECONDS = 365 * 86400  # past this Slurm prints the limit as INVALID, and no hold covers a run that long
 
 
@@ -232,7 +233,7 @@ def plan_partition(
 def _autobatch(w: Workload, card: gputypes.Card, fraction: float, ref: float) -> tuple[Workload, list[str]]:
     """The workload at the batch AutoBatch would pick on this card, and the line that says so."""
     b = gpu_priors.autobatch(w, card.memory_gb, fraction, ref, gpu_priors.shipped())
-    return replace(w, batch=b), [f"batch: AutoBatch would pick {b} on this {card.memory_gb:g} GB card ({fraction:.0%}"
+    return replace(w, batch=b), [f"batch: AutoBatch would pick {b} on this {card.memory_gb:g} GB card ({fraction * 100:.3g}%"
                                  " of its memory), planned at it"]  # fmt: skip
 
 
@@ -253,7 +254,7 @@ def _check_memory(
     hint = f"batch={fits} would fit" if fits >= 1 else f"not even batch={gpus} fits: a smaller imgsz or model"
     raise UsageError(
         f"batch={w.batch} at imgsz {w.imgsz} needs about {need:.0f} GB of GPU memory per GPU ({w.model}) and"
-        f" {part.name}'s {card.type.name if card.type else 'GPU'} has {card.memory_gb:g} GB: {hint}"
+        f" partition {part.name}'s {card.type.label if card.type else 'GPU'} has {card.memory_gb:g} GB: {hint}"
         f" (or batch=-1: AutoBatch, or more GPUs with --gpus: DDP splits the batch)"
     )
 
@@ -274,9 +275,14 @@ def _feed_line(w: Workload, tm: TimeModel, part: Partition, gpus: int, cpus_per_
         return ""
     rate = w.epochs * w.train_images / c.loader
     need = math.ceil(cpus_per_gpu * c.loader / c.compute)
+    fix = (
+        f"--cpus-per-gpu {need} would keep up"
+        if need <= MAX_CPUS_PER_GPU
+        else f"not even --cpus-per-gpu {MAX_CPUS_PER_GPU} would: a smaller imgsz, or a bigger model or batch, uses it"
+    )
     return (
         f"data loading bounds this run: {cpus_per_gpu * gpus} CPU(s) load about {rate:.0f} images/s, which keeps its"
-        f" {gpus} GPU(s) about {c.compute / c.loader:.0%} busy; --cpus-per-gpu {need} would keep up"
+        f" {gpus} GPU(s) about {c.compute / c.loader:.0%} busy; {fix}"
     )
 
 

@@ -10,14 +10,17 @@ dataset on the node and trains a few tiny runs of different model sizes, image s
 
 from __future__ import annotations
 
+import os
 import shlex
+import stat
+import tempfile
 import time
 from pathlib import Path
 from typing import NamedTuple
 
 from . import calibration, gputypes
 from .config import Config
-from .errors import SlurmError, UsageError
+from .errors import SlurmError, SlurmYoloError, UsageError
 from .render import fill, template
 from .slurm import commands
 
@@ -71,27 +74,58 @@ def sbatch_args(config: Config, partition: str, account: str | None, folder: Pat
     return args
 
 
-def run(config: Config, partition: str, account: str | None, folder: Path, timeout: float = 3600.0) -> Probe:
-    """Submit the probe, wait for its end, calibrate the partition from its runs."""
+def trusted(where: Path) -> None:
+    """``where`` (the folder the probe's own folder is made in), every folder on the way to it and
+    every link the way takes are the caller's or root's, and no one else may replace what they hold
+    (sticky folders like /tmp excepted: there only an entry's owner may rename it): otherwise another
+    user could swap the probe's folder for a link between its making and the job that writes in it
+    as the caller, or hand calibrate runs of their own."""
+    me = os.geteuid()
+
+    def check(path: Path) -> os.stat_result:
+        try:
+            st = path.lstat()
+        except OSError as e:
+            raise UsageError(f"--dir {where}: {path}: {e.strerror}") from None
+        writable = st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX and not stat.S_ISLNK(st.st_mode)
+        if st.st_uid not in (0, me) or writable:
+            raise UsageError(
+                f"--dir {where}: {path} is another user's, or others can change it: give a folder of your own"
+            )
+        return st
+
+    given = Path(where.anchor)
+    for part in where.parts[1:]:  # the way as written: its links
+        given = given / part
+        check(given)
+    real = where.resolve()
+    for path in (*reversed(real.parents), real):  # the folders it leads to
+        if not stat.S_ISDIR(check(path).st_mode):
+            raise UsageError(f"--dir {where}: {path} is not a folder")
+
+
+def run(config: Config, partition: str, account: str | None, where: Path, timeout: float = 3600.0) -> Probe:
+    """Submit the probe (its folder made in ``where``), wait for its end, calibrate the partition from
+    its runs."""
     if not partition or not commands.PLAIN_NAME.fullmatch(partition):
         raise UsageError(f"--probe {partition!r}: a partition's plain name")
-    folder = folder.absolute()
-    args = sbatch_args(config, partition, account, folder)  # a bad account is refused before anything is made
-    try:  # a new folder of its own, no one else's to write in: the job and calibrate trust what it holds
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        folder.mkdir(mode=0o700)
-    except FileExistsError:
-        raise UsageError(f"--dir {folder}: exists; give a new folder (the probe makes it, for its job alone)") from None
-    except OSError as e:
-        raise UsageError(f"--dir {folder}: {e.strerror}") from None
+    where = where.absolute()
+    sbatch_args(config, partition, account, where)  # a bad account is refused before anything is made
     calibration.Store(config).close()  # an admin who cannot write the time models learns it before the job
+    trusted(where)
+    try:  # a new folder of its own (mode 700), no one else's to write in: the job and calibrate trust it
+        folder = Path(tempfile.mkdtemp(prefix=f"yolo-probe-{partition}-{time.strftime('%Y%m%dT%H%M%S')}-", dir=where))
+    except OSError as e:
+        raise UsageError(f"--dir {where}: {e.strerror}") from None
+    args = sbatch_args(config, partition, account, folder)
     bin_dir = Path(config["slurm"]["bin_dir"])
-    job_id = commands.submit(
-        script(config, partition, folder),
-        args,
-        bin_dir=bin_dir,
-        timeout=config["slurm"]["timeout_seconds"],
-    )
+    try:
+        job_id = commands.submit(
+            script(config, partition, folder), args, bin_dir=bin_dir, timeout=config["slurm"]["timeout_seconds"]
+        )
+    except SlurmYoloError:
+        folder.rmdir()  # Slurm refused it (a partition or an account it does not have): nothing left behind
+        raise
     started = time.monotonic()
     state = commands.wait_for_end(job_id, timeout=timeout, bin_dir=bin_dir)
     if state != "COMPLETED":

@@ -232,6 +232,7 @@ def prepare(
         warnings += (f"partition {partition} is not one of the configured ({', '.join(sorted(config.partitions))}):"
                     " planned with the defaults (whole GPUs, the prior k); Slurm refuses it if it does not exist",)  # fmt: skip
     chosen.explain.extend(warnings)
+    chosen.explain.extend(f"partition auto: not planned: {e}" for e in refused)  # too small, too slow: why
     after_qos = next((i + 1 for i, line in enumerate(chosen.explain) if line.startswith("qos: ")), len(chosen.explain))
     chosen.explain.insert(
         after_qos,

@@ -10,6 +10,7 @@ import glob
 import os
 import re
 import shlex
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,6 +126,7 @@ def test_every_example_runs_on_the_bundled_cluster(cluster: Slurm, tmp_path: Pat
     with cluster.ledger() as lg:
         tiers_before = {(r["cluster"], r["qos"]): r["rate_ppm"] for r in lg.tiers()}
     t4 = calibration.load(cluster.config(), "t4").model
+    probes_before = set(Path("/var/tmp").glob("yolo-probe-*"))  # admins.md's probe leaves its folder there
     env = {"PATH": f"{VENV_BIN}:/usr/bin:/bin", "SLURM_YOLO_CONFIG": str(cluster.config_path), "LANG": "C.UTF-8"}
     ran, site, submitted = [], [], []
     try:
@@ -154,6 +156,8 @@ def test_every_example_runs_on_the_bundled_cluster(cluster: Slurm, tmp_path: Pat
                 where, res.stdout, res.stderr)  # fmt: skip
             ran.append(where)
     finally:
+        for left in set(Path("/var/tmp").glob("yolo-probe-*")) - probes_before:
+            shutil.rmtree(left, ignore_errors=True)
         for job in submitted:
             cluster.cmd("scancel", str(job), check=False)
         with calibration.Store(cluster.config()) as store:  # the tests' and the demo's predictions use it

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from slurm_yolo import gputypes
+from slurm_yolo import config as config_mod
+from slurm_yolo import gpu_priors, gputypes
 from slurm_yolo.config import Partition
+from slurm_yolo.errors import UsageError
 
 
 @pytest.mark.parametrize(
@@ -57,3 +61,35 @@ def test_a_partition_card_from_gpu_like_gpu_tflops_or_cpu() -> None:
     assert gputypes.unknown_line(Partition("p", gpu_type="a100", gpu_like="cpu")) == ""
     line = gputypes.unknown_line(Partition("p", gpu_type="mi250"))
     assert "mi250 is not known" in line and "partitions.p.gpu_like" in line
+
+
+@pytest.mark.parametrize("spelling", ["a100_0g.0gb", "a100_9g.1gb", "a100_3g.0gb"])
+def test_an_impossible_mig_profile_is_no_slice(spelling: str) -> None:
+    """An admin's typo of a MIG profile must not plan on a card of no compute or no memory."""
+    found, mem, share = gputypes.identify(spelling)
+    assert found is not None and found.name == "a100" and (mem, share) == (40.0, 1.0)
+
+
+def test_gpu_like_is_read_as_people_type_it() -> None:
+    assert gputypes.card(Partition("p", gpu_type="a100", gpu_like=" CPU ")).cpu
+    assert gputypes.card(Partition("p", gpu_type="gpu", gpu_like="A100")).type == gputypes.TYPES["a100"]
+
+
+def test_a_sites_own_tflops_take_the_law_never_a_known_types_fit() -> None:
+    """gpu_tflops on a partition whose GRES type is a known card: the site's figures decide its k."""
+    priors = gpu_priors.shipped()
+    law = priors["k"]["law"]
+    card = gputypes.card(Partition("p", gpu_type="a100", gpu_tflops=50.0, gpu_memory_gb=40.0))
+    k, why = gpu_priors.k_for(card, priors)
+    assert k == pytest.approx(law["k_at_100_tflops"] * 0.5 ** -law["tflops_exponent"]) and "50 dense FP16" in why
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("gpu_tflops", "nan"), ("gpu_tflops", "-1.0"), ("gpu_tflops", "1e308"),
+                       ("gpu_memory_gb", "-5.0"), ("gpu_memory_gb", "1e-300"), ("gpu_memory_gb", "inf")],
+)  # fmt: skip
+def test_impossible_card_figures_are_refused_at_load(key: str, value: str, tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(f'[partitions.p]\ngpu_type = "zzcard"\n{key} = {value}\n')
+    with pytest.raises(UsageError, match=f"partitions.p.{key}"):
+        config_mod.load(path, env={})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import subprocess
 from pathlib import Path
 
@@ -20,7 +21,10 @@ from slurm_yolo import config as config_mod
         (["--probe", "t4;touch /tmp/x"], "a partition's plain name"),
         (["--probe", "t4", "-p", "t4"], "--probe calibrates from its own job"),
         (["--probe", "t4", "-A", "Bad Account"], "is not a plain Slurm name"),
-        (["--probe", "t4", "--dir", "{existing}"], "exists; give a new folder"),
+        (["--probe", "t4", "--dir", "{others}"], "is another user's, or others can change it"),
+        (["--probe", "t4", "--dir", "{writable}"], "is another user's, or others can change it"),
+        (["--probe", "t4", "--dir", "{link}/x"], "is another user's, or others can change it"),
+        (["--probe", "t4", "--dir", "{missing}"], "No such file or directory"),
         ([], "give --partition and run folders, or --probe PARTITION"),
     ],
 )
@@ -37,11 +41,18 @@ def test_a_probe_that_cannot_run_submits_nothing(
 
     monkeypatch.setattr(commands, "submit", no_job)
     monkeypatch.chdir(tmp_path)
-    words = [a.replace("{existing}", str(tmp_path)) for a in args]
+    nobody = pwd.getpwnam("nobody")
+    (tmp_path / "others").mkdir()
+    os.chown(tmp_path / "others", nobody.pw_uid, nobody.pw_gid)  # a user's folder: she could swap what it holds
+    (tmp_path / "writable").mkdir()
+    (tmp_path / "writable").chmod(0o777)
+    (tmp_path / "link").symlink_to(tmp_path)
+    os.lchown(tmp_path / "link", nobody.pw_uid, nobody.pw_gid)  # a user's link: she could point it elsewhere
+    words = [a.replace("{", str(tmp_path) + "/").replace("}", "") for a in args]
     res = CliRunner().invoke(admin, ["calibrate", *words])
     assert res.exit_code != 0 and res.output.startswith("Error:") and error in res.output, res.output
     assert len(res.output.strip().splitlines()) == 1
-    assert not list(tmp_path.glob("yolo-probe-*"))
+    assert not list(tmp_path.rglob("yolo-probe-*"))
 
 
 @pytest.mark.cluster
@@ -61,7 +72,7 @@ def test_a_probe_job_calibrates_t4_and_is_billed_what_it_ran(cluster: Slurm, tmp
     try:
         fund(cluster, (account,), 10**10)
         res = subprocess.run(
-            [str(VENV_BIN / "slurm-yolo"), "calibrate", "--probe", "t4", "-A", account, "--dir", str(tmp_path / "probe"),
+            [str(VENV_BIN / "slurm-yolo"), "calibrate", "--probe", "t4", "-A", account, "--dir", str(tmp_path),
              "--json"],
             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900,
         )  # fmt: skip

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -59,12 +58,13 @@ def config_show(as_json: bool) -> None:
 @click.option("--probe", default=None, metavar="PARTITION",
               help="Instead of run folders: submit one short real job there and calibrate from it.")  # fmt: skip
 @click.option("--account", "-A", default=None, help="With --probe: the account its job is billed to.")
-@click.option("--dir", "folder", default=None, type=click.Path(path_type=Path),
-              help="With --probe: where its job writes (default ./yolo-probe-PARTITION-TIME; shared with the nodes).")  # fmt: skip
+@click.option("--dir", "folder", default=".", type=click.Path(path_type=Path),
+              help="With --probe: the folder its own new folder is made in (default: here); the nodes must see it,"
+                   " and it must be yours or root's alone.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True)
 @click.argument("run_dirs", nargs=-1, type=click.Path(path_type=Path))
 @library_errors
-def calibrate(partition: str | None, probe: str | None, account: str | None, folder: Path | None, as_json: bool,
+def calibrate(partition: str | None, probe: str | None, account: str | None, folder: Path, as_json: bool,
               run_dirs: tuple[Path, ...]) -> None:  # fmt: skip
     """Fit k (and the other terms the data supports) from ultralytics run folders, or from a probe job.
 
@@ -78,8 +78,7 @@ def calibrate(partition: str | None, probe: str | None, account: str | None, fol
             raise UsageError("--probe calibrates from its own job: give no --partition and no run folders")
         from .. import probe as probe_mod
 
-        where = folder or Path(f"yolo-probe-{probe}-{time.strftime('%Y%m%dT%H%M%S')}")
-        done = probe_mod.run(config, probe, account, where)
+        done = probe_mod.run(config, probe, account, folder)
         click.echo(f"probe job {done.job_id} on {probe} completed; its runs are in {done.folder}/runs", err=as_json)
         result = done.result
     elif not partition or not run_dirs:
