@@ -142,3 +142,28 @@ def test_fastest_is_the_shortest_run_whatever_the_queue(gpu_site: Path, monkeypa
     fastest = plan_json("-p", "auto", "--prefer", "fastest", *words)
     assert fastest["partition"] == "a100"
     assert fastest["predicted_seconds"] < plan_json("-p", "t4", *words)["predicted_seconds"]
+
+
+def test_a_mig_slice_holds_its_own_memory_and_computes_at_its_share(gpu_site: Path, site_config: Path) -> None:
+    site_config.write_text(
+        site_config.read_text() + '\n[partitions.mig]\ngpu_type = "a100_1g.5gb"\ngpus_per_node = 7\n'
+    )
+    words = ["train", "model=yolov8s.yaml", "data=coco.yaml", "epochs=1", "imgsz=640"]
+    code, out = run(["--dry-run", "-p", "mig", *words, "batch=32"])
+    assert code != 0 and "partition mig's NVIDIA A100 40GB has 5 GB" in out, out
+    fits = int(out.split("batch=")[2].split(" ")[0])
+    slice_plan = plan_json("-p", "mig", *words, f"batch={fits}")
+    whole = plan_json("-p", "a100", *words, f"batch={fits}")
+    assert slice_plan["predicted_train_seconds"] > 3 * whole["predicted_train_seconds"]  # 1 of 7 slices
+
+
+def test_a_light_job_whose_memory_a_shard_cannot_hold_takes_a_whole_gpu(gpu_site: Path, site_config: Path) -> None:
+    """A shard is a share of the card's memory too (light.gpu_share: 2 of 4 shards, 4 GB of an 8 GB
+    card): a light model whose batch needs more gets the whole GPU, not a shard it would not fit in."""
+    site_config.write_text(
+        site_config.read_text() + '\n[partitions.small]\ngpu_type = "t4"\ngpu_memory_gb = 8.0\nshards_per_gpu = 4\n'
+    )
+    tiny = plan_json("-p", "small", "train", "model=yolov8n.yaml", "data=coco8.yaml", "imgsz=320", "batch=16")
+    assert tiny["shard"] and tiny["gres"] == "shard:t4:2"
+    light = plan_json("-p", "small", "train", "model=yolov8s.yaml", "data=coco8.yaml", "imgsz=640", "batch=16")
+    assert not light["shard"] and light["gres"] == "gpu:t4:1"  # ~6 GB: light by FLOPs and pixels, not by memory
