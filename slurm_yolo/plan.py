@@ -190,8 +190,6 @@ def plan_partition(
         + (" (with the model's own)" if w.model in tm.model_factors else "")
         + f" -> work {fmt_tokens(eff)} (effective tokens: what the time model predicts from, not what is charged)",
         f"time model: {k_source}",
-        *memory_lines,
-        *([feed] if feed else []),
         *(f"  {line}" for line in describe(tm)),
         *([f"  {covered}"] if (covered := range_text(tm)) else []),
         *([f"  {startup_note(tm)} (in the prediction, and so in the limit)"] if tm.n and not tm.startup_n else []),
@@ -207,8 +205,10 @@ def plan_partition(
             if (outside := outside_range(tm, w, gpus, train))
             else []
         ),
+        *([unknown] if (unknown := gputypes.unknown_line(part)) and unknown not in k_source else []),
         f"time: {fmt_minutes(predicted)} predicted ({fmt_minutes(train)} training) on {gpus} GPU(s)"
         f" [{gpus_why}, DDP x{ddp_factor(gpus, part.ddp_efficiency):.2f}]",
+        *memory_lines,
         f"buffer: {buf.value:.2f} ({buf.reason}) -> time limit {limit // 60} min"
         + (f", promised to cover {buf.coverage:.0%} of runs like the {tm.n} behind the model" if buf.coverage else ""),
         f"gres: {gres}" + (" (light job: shares a GPU)" if shard else ""),
@@ -234,7 +234,7 @@ def _autobatch(w: Workload, card: gputypes.Card, fraction: float, ref: float) ->
     """The workload at the batch AutoBatch would pick on this card, and the line that says so."""
     b = gpu_priors.autobatch(w, card.memory_gb, fraction, ref, gpu_priors.shipped())
     return replace(w, batch=b), [f"batch: AutoBatch would pick {b} on this {card.memory_gb:g} GB card ({fraction * 100:.3g}%"
-                                 " of its memory), planned at it"]  # fmt: skip
+                                 " of its memory by its own profile: a training step takes more, below), planned at it"]  # fmt: skip
 
 
 def _check_memory(
@@ -252,10 +252,11 @@ def _check_memory(
         return [f"{line}: AutoBatch's pick may run out of memory (a lower fraction, e.g. batch=0.6, leaves room)"]
     fits = gpu_priors.largest_batch(w, gpus, card.memory_gb, ref, priors)
     hint = f"batch={fits} would fit" if fits >= 1 else f"not even batch={gpus} fits: a smaller imgsz or model"
+    more = ", or more GPUs with --gpus: DDP splits the batch" if gpus < part.gpus_per_node else ""
     raise UsageError(
         f"batch={w.batch} at imgsz {w.imgsz} needs about {need:.0f} GB of GPU memory per GPU ({w.model}) and"
         f" partition {part.name}'s {card.type.label if card.type else 'GPU'} has {card.memory_gb:g} GB: {hint}"
-        f" (or batch=-1: AutoBatch, or more GPUs with --gpus: DDP splits the batch)"
+        f" (or batch=-1: AutoBatch{more})"
     )
 
 
@@ -317,7 +318,11 @@ def choose(plans: list[Plan], answers: list[WillRun], now: float, holds: Sequenc
     ]  # fmt: skip
     lines += [
         f"partition auto: {best.partition} "
-        + {"cheapest": "is the cheapest", "fastest": "runs fastest"}.get(prefer, "finishes first"),
+        + (
+            "is the only one Slurm would run it on"
+            if len(usable) == 1
+            else {"cheapest": "is the cheapest", "fastest": "runs fastest"}.get(prefer, "finishes first")
+        ),
         f"expected start: {clock(start)} on {best.partition}, in {fmt_minutes(max(0.0, start - now))} (Slurm's scheduler)",
     ]
     return replace(best, expected_start=start, explain=best.explain + lines)

@@ -15,6 +15,7 @@ import shlex
 import stat
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -104,9 +105,10 @@ def trusted(where: Path) -> None:
             raise UsageError(f"--dir {where}: {path} is not a folder")
 
 
-def run(config: Config, partition: str, account: str | None, where: Path, timeout: float = 3600.0) -> Probe:
-    """Submit the probe (its folder made in ``where``), wait for its end, calibrate the partition from
-    its runs."""
+def run(config: Config, partition: str, account: str | None, where: Path, timeout: float = 3600.0,
+        say: Callable[[str], object] = print) -> Probe:  # fmt: skip
+    """Submit the probe (its folder made in ``where``), wait for its end (``say`` tells the caller
+    while it waits), calibrate the partition from its runs."""
     if not partition or not commands.PLAIN_NAME.fullmatch(partition):
         raise UsageError(f"--probe {partition!r}: a partition's plain name")
     where = where.absolute()
@@ -127,6 +129,7 @@ def run(config: Config, partition: str, account: str | None, where: Path, timeou
         folder.rmdir()  # Slurm refused it (a partition or an account it does not have): nothing left behind
         raise
     started = time.monotonic()
+    say(f"probe job {job_id} submitted to {partition}; waiting for its end (its log: {folder}/probe-{job_id}.log)")
     state = commands.wait_for_end(job_id, timeout=timeout, bin_dir=bin_dir)
     if state != "COMPLETED":
         raise SlurmError(

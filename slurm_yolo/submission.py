@@ -216,8 +216,12 @@ def prepare(
                 f", expected {cost.fmt_money(q.expected_money, q.currency)}" if q.cost_per_gpu_hour > 0 else ""
             ) for q in quotes]  # fmt: skip
             chosen = plan.choose(plans, answers, time.time(), costs(quotes), request.prefer, labels)
-        except SlurmError:  # refused everywhere: an account not hers is the reason to name, not "Invalid account" x N
+        except (
+            SlurmError
+        ) as e:  # refused everywhere: an account not hers is the reason to name, not "Invalid account" x N
             require_association(options.account, bin_dir)
+            if refused:  # and the partitions never planned say why too
+                raise SlurmError(f"{e}; not planned: {'; '.join(str(r) for r in refused)}") from None
             raise
     else:
         chosen = plans[0]

@@ -78,7 +78,7 @@ def calibrate(partition: str | None, probe: str | None, account: str | None, fol
             raise UsageError("--probe calibrates from its own job: give no --partition and no run folders")
         from .. import probe as probe_mod
 
-        done = probe_mod.run(config, probe, account, folder)
+        done = probe_mod.run(config, probe, account, folder, say=lambda line: click.echo(line, err=True))
         click.echo(f"probe job {done.job_id} on {probe} completed; its runs are in {done.folder}/runs", err=as_json)
         result = done.result
     elif not partition or not run_dirs:
