@@ -19,7 +19,7 @@ import json
 import math
 import sys
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ import numpy as np
 
 from bench import gpu_corpus
 from bench.gpu_corpus import Point
-from slurm_yolo import gpu_priors, gputypes
+from slurm_yolo import fitting, gpu_priors, gputypes
 from slurm_yolo.estimate import FAMILY_PRIOR, Workload, model_factor
 from slurm_yolo.timemodel import TimeModel, predict_seconds, predict_train_seconds
 
@@ -65,6 +65,7 @@ TYPE_SPREAD = 0.5  # how far a type's k may stray from the TFLOPs law (log units
 # Huber reweighting (as fitting's, wider: published figures scatter more than one machine's runs)
 HUBER = 0.3
 ROBUST_ROUNDS = 2
+SOLVE_ITERATIONS = 80
 # Families get their own compute per GFLOP on a GPU, against the original YOLOv5's (most of the
 # corpus): the CPU corpus' factors (estimate.FAMILY_PRIOR) as the prior, within a factor e^FAMILY_SPREAD
 ANCHOR = "yolov5"
@@ -146,34 +147,6 @@ def _weights(points: Sequence[Point]) -> np.ndarray:
     return np.array([1 / math.sqrt(n[p.source]) for p in points])
 
 
-def solve(residuals: Callable[[np.ndarray], np.ndarray], theta: np.ndarray, iterations: int = 80) -> np.ndarray:
-    """Levenberg-Marquardt on ``residuals`` from ``theta``."""
-    lam = 1e-2
-    r = residuals(theta)
-    cost = float(r @ r)
-    for _ in range(iterations):
-        jac = np.empty((len(r), len(theta)))
-        for j in range(len(theta)):
-            step = np.zeros_like(theta)
-            step[j] = 1e-6
-            jac[:, j] = (residuals(theta + step) - r) / 1e-6
-        jtj, grad = jac.T @ jac, jac.T @ r
-        while True:
-            trial = theta + np.linalg.solve(jtj + lam * np.diag(np.diag(jtj) + 1e-9), -grad)
-            r_trial = residuals(trial)
-            c_trial = float(r_trial @ r_trial)
-            if c_trial < cost or lam > 1e8:
-                break
-            lam *= 10
-        if c_trial >= cost:
-            break
-        done = cost - c_trial < 1e-10 * max(1.0, cost)
-        theta, r, cost, lam = trial, r_trial, c_trial, max(lam / 10, 1e-7)
-        if done:
-            break
-    return theta
-
-
 def fit(points: Sequence[Point]) -> Fit:
     """The shared terms and the types' k that these points support (MAP, log errors)."""
     types = sorted({p.gpu.name for p in points})
@@ -199,13 +172,13 @@ def fit(points: Sequence[Point]) -> Fit:
     for loader in (0.005, 0.02, 0.08):
         theta = mu.copy()
         theta[names.index("log_loader")] = math.log(loader)
-        theta = solve(residuals, theta)
+        theta = fitting.minimize(residuals, theta, SOLVE_ITERATIONS)
         starts.append((float(residuals(theta) @ residuals(theta)), theta))
     theta = min(starts, key=lambda c: c[0])[1]
     for _ in range(ROBUST_ROUNDS):  # a point far off (a log of another machine's trouble) weighs less
         err = np.abs(errors(theta))
         weights = np.sqrt(source_weights * np.where(err <= HUBER, 1.0, HUBER / np.maximum(err, 1e-12)))
-        theta = solve(residuals, theta)
+        theta = fitting.minimize(residuals, theta, SOLVE_ITERATIONS)
     return Fit(points, theta, names)
 
 

@@ -18,7 +18,9 @@ path only: never imported on the login path or by a hook.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -206,36 +208,42 @@ def _residuals(theta: np.ndarray, p: _Params, d: _Design, weights: np.ndarray) -
     return np.concatenate([*parts, (theta - p.mu) / p.sd])
 
 
+def minimize(residuals: Callable[[np.ndarray], np.ndarray], theta: np.ndarray, iterations: int = 60) -> np.ndarray:
+    """Levenberg-Marquardt on ``residuals`` from ``theta`` (a numeric Jacobian: the terms are few)."""
+    lam = 1e-2
+    r = residuals(theta)
+    cost = float(r @ r)
+    for _ in range(iterations):
+        jac = np.empty((len(r), len(theta)))
+        for j in range(len(theta)):
+            step = np.zeros_like(theta)
+            step[j] = 1e-6
+            jac[:, j] = (residuals(theta + step) - r) / 1e-6
+        jtj = jac.T @ jac
+        grad = jac.T @ r
+        while True:
+            delta = np.linalg.solve(jtj + lam * np.diag(np.diag(jtj) + 1e-9), -grad)
+            trial = theta + delta
+            r_trial = residuals(trial)
+            c_trial = float(r_trial @ r_trial)
+            if c_trial < cost or lam > 1e8:
+                break
+            lam *= 10
+        if c_trial >= cost:
+            break
+        converged = cost - c_trial < 1e-10 * max(1.0, cost)
+        theta, r, cost, lam = trial, r_trial, c_trial, max(lam / 10, 1e-7)
+        if converged:
+            break
+    return theta
+
+
 def _solve(p: _Params, d: _Design, iterations: int = 60) -> np.ndarray:
     """Levenberg-Marquardt on the penalised log residuals, Huber-reweighted between rounds."""
     theta = p.mu.copy()
     weights = np.ones(len(d.seconds))
     for _ in range(3):  # rounds of robust reweighting
-        lam = 1e-2
-        r = _residuals(theta, p, d, weights)
-        cost = float(r @ r)
-        for _ in range(iterations):
-            jac = np.empty((len(r), len(theta)))
-            for j in range(len(theta)):
-                step = np.zeros_like(theta)
-                step[j] = 1e-6
-                jac[:, j] = (_residuals(theta + step, p, d, weights) - r) / 1e-6
-            jtj = jac.T @ jac
-            grad = jac.T @ r
-            while True:
-                delta = np.linalg.solve(jtj + lam * np.diag(np.diag(jtj) + 1e-9), -grad)
-                trial = theta + delta
-                r_trial = _residuals(trial, p, d, weights)
-                c_trial = float(r_trial @ r_trial)
-                if c_trial < cost or lam > 1e8:
-                    break
-                lam *= 10
-            if c_trial >= cost:
-                break
-            converged = cost - c_trial < 1e-10 * max(1.0, cost)
-            theta, r, cost, lam = trial, r_trial, c_trial, max(lam / 10, 1e-7)
-            if converged:
-                break
+        theta = minimize(functools.partial(_residuals, p=p, d=d, weights=weights), theta, iterations)
         err = np.abs(np.log(np.maximum(_predict(theta, p, d)[0], 1e-9)) - np.log(d.seconds))
         weights = np.where(err <= HUBER, 1.0, HUBER / np.maximum(err, 1e-12))
     return theta

@@ -27,7 +27,6 @@ from .gputypes import Card
 from .timemodel import TimeModel
 
 GPU_PRIORS = Path(__file__).parent / "data" / "gpu_priors.json"
-AUTOBATCH_FRACTION = 0.60  # ultralytics' fraction for batch=-1
 AUTOBATCH_MAX = 1024  # ultralytics' clamp
 MAX_BATCH = 65536  # per GPU: past this a batch is no run's (calibrate's bound too)
 
