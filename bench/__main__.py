@@ -40,18 +40,17 @@ BENCHES: dict[str, Callable[[], object]] = {
 }
 LONG: dict[str, Callable[[], object]] = {"array": array.main}  # asked for by name only
 
+# Commands that take their own arguments (python -m bench NAME ARGS...), never part of ``all``
+COMMANDS: dict[str, Callable[[list[str]], object]] = {
+    "corpus": corpus.main,
+    "priors": priors.main,
+    "gpu": gpu.main,
+    "gpu-priors": gpu_priors.main,
+}
+
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["corpus"]:
-        corpus.main(sys.argv[2:])
-        sys.exit(0)
-    if sys.argv[1:2] == ["priors"]:
-        priors.main(sys.argv[2:])
-        sys.exit(0)
-    if sys.argv[1:2] == ["gpu"]:
-        gpu.main(sys.argv[2:])
-        sys.exit(0)
-    if sys.argv[1:2] == ["gpu-priors"]:
-        gpu_priors.main(sys.argv[2:])
+    if sys.argv[1:2] and sys.argv[1] in COMMANDS:
+        COMMANDS[sys.argv[1]](sys.argv[2:])
         sys.exit(0)
     names = sys.argv[1:] or ["all"]
     for name in BENCHES if names == ["all"] else names:
