@@ -208,8 +208,8 @@ def _ended_before(rec: JobRecord, row: store.Row) -> bool:
     makes slurmdbd rewrite the run as REQUEUED, its elapsed stretched to the requeue (22.05 and 24.11).
     Two more come with a change of controller (tests/test_failover_cluster.py). One that takes over from
     state saved before the run's end (the primary died in between) still counts it as running, and
-    ends it again at its time limit: slurmdbd then holds a TIMEOUT that ended after the ledger had
-    settled the run's real end. One that launches again a run the old one had launched (the node says
+    ends it again, at its time limit or when the node tells it: slurmdbd then holds a TIMEOUT, or a
+    longer COMPLETED, that ended after the ledger had settled the run's real end. One that launches again a run the old one had launched (the node says
     "Duplicate jobid") requeues it: the ledger settles the REQUEUED run from its first launch, and
     slurmdbd later moves the record's start to the second launch, after the ledger held the run."""
     if rec.state == "REQUEUED":

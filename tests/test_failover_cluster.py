@@ -331,9 +331,9 @@ def assert_every_task_settled_once(ha: Slurm, array: int, since: int, times: Pat
     own) is in the ledger once, under its own submit time, settled: held 60 s x its GPUs x 3,000,
     charged elapsed x GPUs x 3,000 as slurmdbd's record has it (a TIMEOUT at least its hold; a
     NODE_FAIL nothing). One exception, Slurm's: a task the new controller thought still running (the
-    old one ended it after its last state save) is ended again at its time limit, and slurmdbd's
-    record becomes that TIMEOUT. The task's own clock says it ended after 3 s: it pays the COMPLETED
-    run it had. And a run the new controller launched again is requeued; the ledger settles it from its
+    old one ended it after its last state save) is ended again, at its time limit or when the node
+    tells it, and slurmdbd's record becomes that TIMEOUT, or a COMPLETED that ran longer. The task's
+    own clock says it ended after 3 s: it pays the COMPLETED run it had. And a run the new controller launched again is requeued; the ledger settles it from its
     first launch, and slurmdbd later moves the record's start to the second: it pays from the first
     launch to the requeue, by the ledger's own clock of its hold and settlement. A task the old
     controller ended and the ledger settled after the old one's last state save is run again by the new
@@ -366,7 +366,9 @@ def assert_every_task_settled_once(ha: Slurm, array: int, since: int, times: Pat
         state, ran = task["State"].split()[0], int(task["ElapsedRaw"])
         index = task["JobID"].split("_")[1]
         start, end = (times / f"{index}.start"), (times / f"{index}.end")
-        if state == "TIMEOUT" and end.is_file():  # ended by itself; Slurm ended it once more
+        if state in ("TIMEOUT", "COMPLETED") and end.is_file() and row["elapsed"] != ran:
+            # ended by itself, and Slurm ended it once more, later (at its limit, or when the node told the
+            # new controller: a COMPLETED that ran longer): the task's own clock says which end it had
             took = float(end.read_text()) - float(start.read_text())
             state, ran = "COMPLETED", row["elapsed"] if abs(row["elapsed"] - took) <= 1.5 else -1
             again += 1

@@ -28,7 +28,9 @@ from slurm_yolo.synthetic import make_dataset
 pytestmark = [pytest.mark.cluster, pytest.mark.train]
 USERS_FS = Path("/tmp/slurm-yolo-users")
 A100 = PRICE["a100"]
-EPOCHS = 12
+# Epochs take about half a second here: prod is submitted at epoch 2, and Slurm's preemption took up
+# to 5 s on a loaded CI host (24.11), so the run must have far more than ten epochs left by then.
+EPOCHS = 30
 
 
 @pytest.fixture
@@ -91,7 +93,13 @@ def test_prod_preempts_explore_which_resumes_from_its_checkpoint_and_pays_what_i
     # alice's own production job needs both a100 GPUs: Slurm preempts her explore run for it
     prod = slurm.sbatch("-A", "vision", "-p", "a100", "--qos=yolo-prod", "--gres=gpu:a100:2", "-t", "2",
                         script="sleep 5", user="alice")  # fmt: skip
-    poll("the explore run's requeue", lambda: any(r.get("kind") == "requeue" for r in records(home, explore)), 180)
+
+    def handed_over() -> bool:
+        kinds = [r.get("kind") for r in records(home, explore)]
+        assert "end" not in kinds, f"the explore run ended before Slurm preempted it: {kinds}"
+        return "requeue" in kinds
+
+    poll("the explore run's requeue", handed_over, 180)
     requeue = next(r for r in records(home, explore) if r["kind"] == "requeue")
     assert requeue["why"] == "preempted" and requeue["restart"] == 0
     assert ended(prod)[0]["State"] == "COMPLETED"

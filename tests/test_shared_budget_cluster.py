@@ -93,7 +93,7 @@ def test_twenty_submissions_racing_on_both_clusters_never_overdraw(both: tuple[S
     old, new = both
     fund(old, ("vision",), 4 * WORST + WORST // 2)  # four fit, with half a fifth to spare
     time.sleep(3)  # each script counts its own admissions of the last two seconds (the last test's too)
-    before = last_movement(old)
+    before = last_movement(old, "vision")
     results: list[tuple[Slurm, subprocess.CompletedProcess[str]]] = []
     lock = threading.Lock()
 
