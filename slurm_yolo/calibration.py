@@ -82,6 +82,12 @@ CREATE INDEX moves_user ON moves (partition, uid, window_id)
 """,
     # The options of a run the model has no term for yet (timemodel.RECORDED_OPTIONS): JSON, {} unknown.
     "ALTER TABLE samples ADD COLUMN options TEXT NOT NULL DEFAULT '{}'",
+    # The fixed time terms' own factor: a user's budget covers each term the feedback moves, not k
+    # alone (moves recorded before moved them with k or not at all: counted as not at all).
+    """
+ALTER TABLE moves ADD COLUMN fixed_asked REAL NOT NULL DEFAULT 1.0;
+ALTER TABLE moves ADD COLUMN fixed_applied REAL NOT NULL DEFAULT 1.0
+""",
 )
 
 WINDOW = 500  # most recent samples a refit reads
@@ -285,21 +291,24 @@ class Store:
         ).fetchone()
         return int(row[0])
 
-    def moved_by(self, partition: str, uid: int) -> tuple[float, float]:
-        """(k, start-up): the factors one user's jobs have moved the partition by in this window."""
+    def moved_by(self, partition: str, uid: int) -> tuple[float, float, float]:
+        """(k, fixed terms, start-up): the factors one user's jobs have moved the partition by in this
+        window."""
         rows = self.conn.execute(
-            "SELECT k_applied, startup_applied FROM moves WHERE partition = ? AND uid = ? AND window_id = ?",
+            "SELECT k_applied, fixed_applied, startup_applied FROM moves"
+            " WHERE partition = ? AND uid = ? AND window_id = ?",
             (partition, uid, self.window(partition)),
         ).fetchall()
-        return math.prod(r[0] for r in rows), math.prod(r[1] for r in rows)
+        k, fixed, startup = (math.prod(r[i] for r in rows) for i in range(3))
+        return k, fixed, startup
 
-    def add_move(self, partition: str, key: str, uid: int, asked: tuple[float, float],
-                 applied: tuple[float, float]) -> None:  # fmt: skip
-        """Record what one job's feedback asked to move (k, start-up factors) and what it moved: the
-        difference waits for the next refit, which reads the job's sample."""
+    def add_move(self, partition: str, key: str, uid: int, asked: tuple[float, float, float],
+                 applied: tuple[float, float, float]) -> None:  # fmt: skip
+        """Record what one job's feedback asked to move (k, fixed terms, start-up factors) and what it
+        moved: the difference waits for the next refit, which reads the job's sample."""
         self.conn.execute(
-            "INSERT INTO moves (partition, key, uid, window_id, at, k_asked, startup_asked, k_applied,"
-            " startup_applied) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO moves (partition, key, uid, window_id, at, k_asked, fixed_asked, startup_asked,"
+            " k_applied, fixed_applied, startup_applied) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (partition, key, uid, self.window(partition), now(), *asked, *applied),
         )
 

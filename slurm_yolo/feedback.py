@@ -14,9 +14,12 @@ The summary is the user's own, so it is checked against Slurm and what it can mo
 - One job moves each learned term (k, every fixed time term, the start-up) by a factor within
   [1/(1 + JOB_STEP), 1 + JOB_STEP] of its current value, however few runs the partition has.
 - One user's jobs together, since the partition's last admin save (``recalibrate``, ``calibrate``),
-  move k (and the fixed terms with it) by a product of factors within [1/(1 + USER_STEP),
-  1 + USER_STEP], and the start-up alike: once a user's moves reach the bound, that user's jobs can
-  only move the term back.
+  move k, the fixed time terms and the start-up each by a product of factors within
+  [1/(1 + USER_STEP), 1 + USER_STEP]: once a user's moves of a term reach the bound, that user's
+  jobs can only move it back. Each term has its own budget, so the bound holds for the model as a
+  whole: a prediction is a sum (and a max) of these terms, each times a workload's counts, so
+  however a user's summaries mix them (k down with a compute-heavy job, everything up with a
+  fixed-cost one, over and over), no prediction moves by more than 1 + USER_STEP either way.
 
 - No job changes ``n``, the number of runs the partition's model was fitted on: it sets the limit's
   buffer (an uncalibrated partition's limit is doubled) and when outliers are refused, so only an
@@ -29,6 +32,7 @@ asked-versus-applied (``moves`` in calibration.db), for the next refit to weigh 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -43,9 +47,9 @@ ESTABLISHED = 5  # runs behind a model before outliers are rejected: until then 
 COMPUTE_SHARE = 0.25  # below this share of a run's predicted time, compute cannot be told from fixed costs
 JOB_STEP = 0.10  # one job moves a term by a factor within [1/(1 + JOB_STEP), 1 + JOB_STEP]
 USER_STEP = 0.10  # one user's jobs together, per admin save, within [1/(1 + USER_STEP), 1 + USER_STEP]
-# The terms feedback moves with k's factor (all of them where fixed costs dominate a run).
-K_TERMS = ("k", "overhead_seconds", "epoch_seconds", "val_pass_seconds", "iteration_seconds", "image_seconds",
-           "val_image_seconds")  # fmt: skip
+# The fixed time terms: feedback moves them all by one factor (k's, where fixed costs dominate a run).
+FIXED_TERMS = ("overhead_seconds", "epoch_seconds", "val_pass_seconds", "iteration_seconds", "image_seconds",
+               "val_image_seconds")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -117,10 +121,11 @@ def nudge(tm: TimeModel, sample: Sample, ddp_eff: float, reference_gflops: float
 
 
 class Move(NamedTuple):
-    """Factors a partition's terms move by: k's (the fixed time terms move with it or not at all)
-    and the start-up's."""
+    """Factors a partition's terms move by: k's, the fixed time terms' (one factor for all) and the
+    start-up's."""
 
     k: float = 1.0
+    fixed: float = 1.0
     startup: float = 1.0
 
 
@@ -141,14 +146,21 @@ def _clamp(factor: float, used: float) -> float:
     return min(max(factor, lo), hi)
 
 
+def _fixed_factor(current: TimeModel, wanted: TimeModel) -> float:
+    """The factor ``wanted`` moves the fixed terms by (``nudge`` moves them together): the one
+    furthest from 1, should they differ."""
+    factors = [_factor(getattr(current, t), getattr(wanted, t)) for t in FIXED_TERMS]
+    return max(factors, key=lambda f: abs(math.log(f)) if f > 0 else math.inf)
+
+
 def bound(current: TimeModel, wanted: TimeModel, used: Move) -> tuple[TimeModel, Move, Move]:
     """``wanted`` as far as one job and its user may still move ``current`` (the rules in the module
     docstring): the model, the factors asked and the factors applied."""
-    asked = Move(_factor(current.k, wanted.k), _factor(current.startup_seconds, wanted.startup_seconds))
-    applied = Move(_clamp(asked.k, used.k), _clamp(asked.startup, used.startup))
-    terms = {t: getattr(current, t) * _clamp(_factor(getattr(current, t), getattr(wanted, t)), used.k)
-             for t in K_TERMS}  # fmt: skip
-    tm = replace(wanted, startup_seconds=current.startup_seconds * applied.startup, **terms)
+    asked = Move(_factor(current.k, wanted.k), _fixed_factor(current, wanted),
+                 _factor(current.startup_seconds, wanted.startup_seconds))  # fmt: skip
+    applied = Move(*(_clamp(a, u) for a, u in zip(asked, used, strict=True)))
+    fixed = {t: getattr(current, t) * applied.fixed for t in FIXED_TERMS}
+    tm = replace(wanted, k=current.k * applied.k, startup_seconds=current.startup_seconds * applied.startup, **fixed)
     return tm, asked, applied
 
 
@@ -175,9 +187,10 @@ def job_feedback(config: Config, partition: str, job_id: int, summary: Beacon | 
         tm, asked, applied = bound(current, wanted, Move(*store.moved_by(partition, owner)))
         store.add_move(partition, sample.key, owner, asked, applied)
         if asked != applied:
-            why += (f"; limited to k x{applied.k:.3f}, start-up x{applied.startup:.3f} (asked x{asked.k:.3g},"
-                    f" x{asked.startup:.3g}: one job {JOB_STEP:.0%}, one user {USER_STEP:.0%} per recalibrate);"
-                    " the rest waits for recalibrate")  # fmt: skip
+            why += (f"; limited to k x{applied.k:.3f}, fixed costs x{applied.fixed:.3f}, start-up"
+                    f" x{applied.startup:.3f} (asked x{asked.k:.3g}, x{asked.fixed:.3g}, x{asked.startup:.3g}:"
+                    f" one job {JOB_STEP:.0%}, one user {USER_STEP:.0%} per recalibrate); the rest waits for"
+                    " recalibrate")  # fmt: skip
         moved = applied != Move()
         if moved:
             store.save(partition, tm, f"job {job_id}", owner)  # n, the runs behind the fit, stays the admin's

@@ -23,24 +23,26 @@ OVERHEAD = json.loads((Path(calibration.__file__).parent / "data" / "priors.json
 ]
 
 
-def forged(folder: Path, job: int, seconds: float) -> beacon.Beacon | None:
+def forged(folder: Path, job: int, seconds: float, imgsz: int = 320, images: int = 200) -> beacon.Beacon | None:
     """The summary a job posts in its Comment for a well-formed usage file it wrote itself: yolov8n,
-    5 epochs at 320 px, claiming ``seconds`` of training in its one epoch; as the controller reads it."""
+    5 epochs at ``imgsz`` px of ``images`` images, claiming ``seconds`` of training in its one epoch;
+    as the controller reads it."""
     m = estimate.lookup_model("yolov8n")
     assert m is not None
-    w = estimate.workload(spec.parse(["train", "data=d.yaml", "epochs=5", "imgsz=320"]), 200, 50, m)
+    w = estimate.workload(spec.parse(["train", "data=d.yaml", "epochs=5", f"imgsz={imgsz}"]), images, images // 4, m)
     path = folder / f"yolo-usage-{job}.jsonl"
     recs = [{"kind": "start", "gpus": 1, "workload": w.to_dict()},
-            {"kind": "epoch", "epoch": 1, "epochs": 5, "images": 200, "tokens": 200 * 320**2, "seconds": seconds}]  # fmt: skip
+            {"kind": "epoch", "epoch": 1, "epochs": 5, "images": images, "tokens": images * imgsz**2,
+             "seconds": seconds}]  # fmt: skip
     path.write_text("\n".join(map(json.dumps, recs)))
     posted = beacon.from_records(path, 1_700_000_000)
     return beacon.decode(beacon.summary_text(beacon.with_beacon("yolo:eff=1", posted))) if posted else None
 
 
 def feed(cfg: config_mod.Config, folder: Path, job: int, seconds: float, elapsed: int | None,
-         uid: int | None = None) -> feedback.Feedback | None:  # fmt: skip
+         uid: int | None = None, **workload: int) -> feedback.Feedback | None:  # fmt: skip
     owner = os.getuid() if uid is None else uid
-    return feedback.job_feedback(cfg, PART, job, forged(folder, job, seconds), "c", owner, elapsed)
+    return feedback.job_feedback(cfg, PART, job, forged(folder, job, seconds, **workload), "c", owner, elapsed)
 
 
 def model(cfg: config_mod.Config) -> calibration.TimeModel:
@@ -84,9 +86,46 @@ def test_fifty_forged_jobs_of_one_user_move_k_no_further_than_one_users_bound(tm
     assert len(calibration.history(cfg, PART)) == 1  # the first job moved k; 49 waited for recalibrate
     with calibration.Store(cfg) as store:
         assert len(store.samples(PART)) == 50
-        assert store.moved_by(PART, os.getuid()) == pytest.approx((1 / 1.1, 1 / 1.1))
+        assert store.moved_by(PART, os.getuid()) == pytest.approx((1 / 1.1, 1 / 1.1, 1 / 1.1))
     fb = feed(cfg, tmp_path, 51, 100_000.0, elapsed=200_000)  # the same user may undo their move
     assert fb is not None and fb.applied and model(cfg).k == pytest.approx(1.0, rel=1e-12)
+
+
+def workloads() -> list[timemodel.Workload]:
+    """Runs whose predictions the attack below must not move: coco8 for 100 epochs (fixed costs), a
+    mid-size run at 320 px, and a large one that compute dominates."""
+    out = []
+    for name, imgsz, images, epochs in (
+        ("yolov8n", 640, 4, 100),
+        ("yolov8s", 320, 2_000, 50),
+        ("yolov8l", 640, 20_000, 100),
+    ):
+        m = estimate.lookup_model(name)
+        assert m is not None
+        out.append(estimate.workload(spec.parse(["train", "data=d.yaml", f"epochs={epochs}", f"imgsz={imgsz}"]),
+                                     images, max(1, images // 4), m))  # fmt: skip
+    return out
+
+
+def test_thirty_alternating_forged_pairs_move_no_prediction_beyond_one_users_bound(tmp_path: Path) -> None:
+    """A hostile review's attack: a compute-heavy summary claiming a fast run moves k down, then a
+    fixed-cost-heavy one claiming a slow run moves every term up; k's net move is 1, so a budget on k
+    alone never filled while the fixed terms grew x1.1 a pair (30 pairs: a coco8 run's limit x3)."""
+    cfg = config_mod.load()
+    ref = cfg["estimate"]["reference_gflops"]
+
+    def predictions() -> list[float]:
+        tm = model(cfg)
+        return [timemodel.predict_seconds(w, tm, 1, 0.9, ref) for w in workloads()]
+
+    before = predictions()
+    for pair in range(30):
+        feed(cfg, tmp_path, 2 * pair + 1, 10.0, elapsed=100)  # predicted ~22 s: k down
+        feed(cfg, tmp_path, 2 * pair + 2, 5.0, elapsed=100, imgsz=32, images=8)  # predicted ~0.5 s: all up
+    after = predictions()
+    assert model(cfg).overhead_seconds == pytest.approx(OVERHEAD * 1.1, rel=1e-9)  # the attack used the bound
+    for b, a in zip(before, after, strict=True):
+        assert 1 / 1.1 - 1e-9 <= a / b <= 1.1 + 1e-9, (b, a)
 
 
 def test_an_admin_save_opens_a_new_window_for_each_user(tmp_path: Path) -> None:
