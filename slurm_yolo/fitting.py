@@ -334,7 +334,8 @@ def fit(samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, reference
     logs = [math.log(actual / pred) for _, pred, actual in cv]
     relative, seconds = noise_scale(predicted, logs)
     scaled = replace(tm, noise_relative=relative, noise_seconds=seconds)
-    z, promised = conformal_quantile([r / scaled.noise(p) for p, r in zip(predicted, logs, strict=True)], coverage)
+    scores = [r / scaled.noise(p) for p, r in zip(predicted, logs, strict=True)]
+    z, promised = conformal_quantile(scores, coverage)
     absolute = sorted(abs(e) for e in errors)
     return replace(
         scaled,
@@ -343,4 +344,5 @@ def fit(samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, reference
         cv_bias=sum(errors) / len(errors),
         coverage=promised,
         coverage_z=z,
+        scores=sorted(round(x, 4) for x in scores),
     )

@@ -20,6 +20,7 @@ from .errors import SlurmError, UsageError
 from .estimate import Workload, fmt_tokens, images_640, model_factor, tokens
 from .slurm.parsers import WillRun
 from .timemodel import (
+    Buffer,
     TimeModel,
     buffer_for,
     components,
@@ -45,6 +46,7 @@ class Request(NamedTuple):
     # "fastest": the shortest predicted run
     autobatch: float = 0.0  # batch=-1 or a fraction: the share of GPU memory AutoBatch fills (0: a batch given)
     cpus_per_gpu: int = 0  # --cpus-per-gpu (0: the config's job.cpus_per_gpu)
+    time_limit_seconds: float | None = None  # -t/--time: the user's own limit instead of the plan's
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ class Plan:
     range_widening: float = 1.0  # the buffer's error scale, widened outside that range (timemodel.range_widening)
     expected_start: int | None = None  # epoch seconds, from Slurm's scheduler (``--partition auto``)
     feed: str = ""  # a GPU its job's CPUs cannot feed: the one line that says so, with the CPUs that would
+    short_limit: str = ""  # the user's own limit (-t) is likely too short: the one line that says so
 
     def to_dict(self) -> dict[str, object]:
         d = asdict(self)
@@ -146,6 +149,9 @@ def plan_partition(
     widening = range_widening(tm, w)
     buf = buffer_for(tm, config["estimate"]["buffer"], predicted, widening)
     limit = time_limit(predicted, buf.value)
+    short_limit = ""
+    if req.time_limit_seconds is not None:
+        buf, limit, short_limit = _own_limit(tm, req.time_limit_seconds, predicted, widening)
     if limit > MAX_LIMIT_SECONDS:
         raise UsageError(
             f"the job would need a time limit of {limit / 86400:.0f} days on {part.name} (predicted"
@@ -226,8 +232,28 @@ def plan_partition(
         effective_tokens=eff, model_factor=mf, family_factor=ff, k=tm.k, k_source=k_source,
         predicted_seconds=predicted, predicted_train_seconds=train, buffer=buf.value, buffer_reason=buf.reason,
         coverage=buf.coverage, time_limit_seconds=limit, workload=w, explain=explain, outside_range=outside,
-        range_widening=widening, feed=feed,
+        range_widening=widening, feed=feed, short_limit=short_limit,
     )  # fmt: skip
+
+
+def _own_limit(tm: TimeModel, seconds: float, predicted: float, widening: float) -> tuple[Buffer, int, str]:
+    """The user's own limit (-t) in Slurm's whole minutes, its buffer with what it covers by the
+    partition's measured errors, and a warning when it is likely too short (the user's call: no refusal)."""
+    limit = max(60, math.ceil(seconds / 60) * 60)
+    if limit > MAX_LIMIT_SECONDS:
+        raise UsageError(f"--time {seconds_text(seconds)}: more than a year, which no hold covers")
+    covered = tm.covers(limit / predicted, predicted, widening) if predicted > 0 else None
+    said = f"your limit {seconds_text(limit)}"
+    if covered is not None:
+        why = f"{said}: covers the predicted {fmt_minutes(predicted)} at {covered:.0%} of {tm.n} cross-validated runs"
+    else:
+        why = f"{said}: the model keeps no cross-validated errors to say what it covers of the predicted {fmt_minutes(predicted)}"
+    short = ""
+    if limit < predicted or (covered is not None and covered < 0.5):
+        short = (f"{said} is under the predicted {fmt_minutes(predicted)}: the job will likely reach it (it checkpoints"
+                 " and requeues at the USR2 a limit of 3 min or more gets)" if limit < predicted else
+                 f"{said} covers the predicted {fmt_minutes(predicted)} at {covered:.0%} of runs like it")  # fmt: skip
+    return Buffer(limit / predicted - 1 if predicted > 0 else 0.0, why), limit, short
 
 
 def _autobatch(w: Workload, card: gputypes.Card, fraction: float, ref: float) -> tuple[Workload, list[str]]:

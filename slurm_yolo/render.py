@@ -154,7 +154,8 @@ def directives(plan: Plan, opts: JobOptions) -> list[tuple[str, str]]:
         planned = planned_option(option)
         if planned:
             raise UsageError(f"--sbatch-arg {raw!r}: yolo-sbatch sets {planned} from its plan (a later #SBATCH line "
-                             "would override it); use yolo-sbatch's own options")  # fmt: skip
+                             "would override it); use yolo-sbatch's own options"
+                             + (" (-t/--time: your own limit)" if planned == "--time" else ""))  # fmt: skip
         pairs.append((option, value))
     return pairs
 

@@ -231,7 +231,7 @@ def prepare(
     )
     script = scripts[[p.partition for p in plans].index(chosen.partition)]
     warnings = tuple(filter(None, [config_mod.missing(config), unpublished(config), missing_weights(s, options),
-                                   unpriced, chosen.feed]))  # fmt: skip
+                                   unpriced, chosen.feed, chosen.short_limit]))  # fmt: skip
     if partition != "auto" and config.partitions and partition not in config.partitions:  # a typo plans "cleanly"
         warnings += (f"partition {partition} is not one of the configured ({', '.join(sorted(config.partitions))}):"
                     " planned with the defaults (whole GPUs, the prior k); Slurm refuses it if it does not exist",)  # fmt: skip

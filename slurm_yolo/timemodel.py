@@ -81,6 +81,8 @@ class TimeModel:
     coverage_z: float | None = None  # conformal quantile of cross-validated log(actual / predicted) / noise
     noise_relative: float | None = None  # the error scale's relative part (the model's own error)
     noise_seconds: float | None = None  # its absolute part (start-up jitter): weighs on short runs only
+    # The cross-validated log(actual / predicted) / noise, sorted: what a limit the user gives covers
+    scores: list[float] = field(default_factory=list)
     # What the fit's runs cover (``calibrated_range``): a plan outside it is an extrapolation, and says so
     covered: dict[str, Any] = field(default_factory=dict)
 
@@ -96,6 +98,14 @@ class TimeModel:
         if self.coverage_z is None:
             return None
         return math.exp(self.coverage_z * self.noise(seconds) * widening)
+
+    def covers(self, ratio: float, seconds: float, widening: float = 1.0) -> float | None:
+        """The share of runs like the cross-validated ones that a limit of ``ratio`` x the prediction
+        of a run this long covers (conformal: of n + 1); None without cross-validated runs."""
+        if not self.scores or ratio <= 0:
+            return None
+        score = math.log(ratio) / (self.noise(seconds) * widening)
+        return sum(1 for s in self.scores if s <= score) / (len(self.scores) + 1)
 
     def family_factor(self, family: str) -> float:
         return self.family_factors.get(family, FAMILY_PRIOR.get(family, 1.0))

@@ -169,3 +169,42 @@ def test_a_short_job_says_its_qos_replaced_the_tier_asked_for(cfg: config_mod.Co
     assert p.time_limit_seconds <= 60 * 60 and p.qos == "yolo-short"
     assert ("qos: yolo-short (a short job, limit at most 60 min: yolo-short's priority and tier rate instead of"
             " priority prod's yolo-prod)") in p.explain  # fmt: skip
+
+
+def test_her_own_limit_is_the_jobs_with_what_it_covers_by_the_measured_errors(cfg: config_mod.Config) -> None:
+    """-t/--time: her limit (whole minutes), not the plan's; the plan still predicts, and says what her
+    limit covers by the model's cross-validated errors (scores: conformal, of n + 1)."""
+    scores = sorted([-0.8, -0.4, 0.0, 0.2, 0.5, 0.9, 1.5, 2.5, 3.0])  # nine runs, in noise units
+    tm = replace(TM, n=9, noise_relative=0.1, scores=scores)
+    base = plan.plan_partition(wl(epochs=50), tm, "t", cfg.partition("t4"), plan.Request("t4"), cfg)
+    ratio = math.exp(0.1 * 0.6)  # at least the five scores <= 0.6 of nine
+    own = plan.plan_partition(wl(epochs=50), tm, "t", cfg.partition("t4"),
+                              plan.Request("t4", time_limit_seconds=base.predicted_seconds * ratio), cfg)  # fmt: skip
+    assert own.predicted_seconds == base.predicted_seconds
+    assert own.time_limit_seconds == math.ceil(base.predicted_seconds * ratio / 60) * 60
+    assert own.coverage is None  # hers: the plan promises nothing of it
+    assert any(line.startswith("buffer: ") and "cross-validated runs" in line for line in own.explain), own.explain
+    assert own.short_limit == ""
+    hour = plan.plan_partition(wl(epochs=50), tm, "t", cfg.partition("t4"),
+                               plan.Request("t4", time_limit_seconds=3600), cfg)  # fmt: skip
+    assert hour.time_limit_seconds == 3600 and hour.qos == "yolo-short"  # the tier follows her limit
+
+
+def test_a_limit_under_the_prediction_is_a_warning_not_a_refusal(cfg: config_mod.Config) -> None:
+    p = plan.plan_partition(
+        wl(epochs=300), TM, "t", cfg.partition("t4"), plan.Request("t4", time_limit_seconds=90), cfg
+    )
+    assert p.time_limit_seconds == 120 and p.predicted_seconds > 120
+    assert p.short_limit.startswith("your limit 2 min is under the predicted") and "USR2" in p.short_limit
+    with pytest.raises(UsageError, match=r"--time .*more than a year"):
+        plan.plan_partition(wl(), TM, "t", cfg.partition("t4"), plan.Request("t4", time_limit_seconds=400 * 86400), cfg)
+
+
+def test_what_a_limit_covers_is_the_share_of_measured_errors_under_it() -> None:
+    """Conformal: a limit whose score (log(limit / prediction) / noise) passes k of n scores covers
+    k / (n + 1); none without cross-validated runs."""
+    tm = replace(TM, n=9, noise_relative=0.1, scores=[-0.8, -0.4, 0.0, 0.2, 0.5, 0.9, 1.5, 2.5, 3.0])
+    assert tm.covers(math.exp(0.1 * 0.6), 1000) == pytest.approx(5 / 10)
+    assert tm.covers(math.exp(0.1 * 3.0), 1000) == pytest.approx(9 / 10)
+    assert tm.covers(math.exp(0.1 * 0.6 * 2), 1000, widening=2) == pytest.approx(5 / 10)
+    assert replace(tm, scores=[]).covers(2.0, 1000) is None

@@ -28,6 +28,9 @@ from . import OneLineErrors, echo_json, library_errors, load_config
 @click.option(
     "--deadline", default=None, help="Finish within this (90m, 2h, 1h30m, [D-]HH:MM:SS): fewest GPUs that do."
 )
+@click.option("--time", "-t", "time_limit", default=None,
+              help="Your own time limit (sbatch's syntax: 90, 10:00:00, 1-12; or 2h, 1h30m) instead of the"
+                   " plan's: the plan still shows its prediction and what your limit covers; the hold follows it.")  # fmt: skip
 @click.option("--priority", type=click.Choice(["prod", "dev", "explore"]), default=None, help="Fairshare tier.")
 @click.option(
     "--prefer",
@@ -62,7 +65,8 @@ from . import OneLineErrors, echo_json, library_errors, load_config
 @click.argument("words", nargs=-1, type=click.UNPROCESSED)
 @library_errors
 def main(
-    partition: str | None, gpus: int | None, deadline: str | None, priority: str | None, prefer: str,
+    partition: str | None, gpus: int | None, deadline: str | None, time_limit: str | None, priority: str | None,
+    prefer: str,
     flops_factor: float | None, cpus_per_gpu: int | None, dry_run: bool, explain: bool, as_json: bool, wait: bool, wait_timeout: str, account: str | None, job_name: str | None,
     output: str | None, error: str | None, mail_type: str | None, mail_user: str | None, dependency: str | None,
     begin: str | None, constraint: str | None, extra: tuple[str, ...], words: tuple[str, ...],
@@ -81,6 +85,7 @@ def main(
         priority=priority or config["estimate"]["default_priority"],
         prefer=prefer,
         cpus_per_gpu=cpus_per_gpu or config["job"]["cpus_per_gpu"],
+        time_limit_seconds=durations.parse(time_limit) if time_limit is not None else None,
     )
     options = submission.job_options(
         config, job_name=job_name or "yolo", account=account, output=output, error=error, mail_type=mail_type,
