@@ -19,6 +19,7 @@ from .estimate import fmt_tokens
 from .ledger import bucket, policy
 from .plan import Plan
 from .slurm import commands
+from .timemodel import UNCALIBRATED
 from .visibility import current_user
 
 _AMOUNT = re.compile(r"^(-?\d+(?:\.\d+)?)\s*([kmgt]?)(?:tok)?$", re.IGNORECASE)
@@ -71,10 +72,12 @@ def check(config: Config, plan: Plan, account: str | None, q: Quote) -> float:
                       " deposit, or a quota with a larger --burst")  # fmt: skip
         else:
             refill = "no refill covers it: ask for a deposit"
+        doubled = (f"; {plan.partition} is uncalibrated, so the limit is the prediction doubled (-t sets your own)"
+                   if plan.buffer_reason == UNCALIBRATED else "")  # fmt: skip
         raise QuotaError(
             f"account {name} cannot cover this job: needs {fmt_tokens(need)} (what its start holds: "
             f"{plan.time_limit_seconds // 60} min x {q.gpu_share} GPU x {q.price:,} tokens/GPU-s x {policy.rate_text(q.rate_ppm)};"
-            f" its work is {fmt_tokens(plan.effective_tokens)}), has {fmt_tokens(max(0, left))} left; {refill}"
+            f" its work is {fmt_tokens(plan.effective_tokens)}), has {fmt_tokens(max(0, left))} left; {refill}{doubled}"
         )
     return 0.0
 

@@ -2,7 +2,10 @@
 
 
 class SlurmYoloError(Exception):
-    """Base: the message is one line, shown to the user as it is."""
+    """Base: the message is one line, shown to the user as it is. ``explain``: what was worked out
+    before the refusal (a plan's numbers), which ``--explain`` prints above the error line."""
+
+    explain: tuple[str, ...] = ()
 
 
 class UsageError(SlurmYoloError):

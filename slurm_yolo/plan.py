@@ -20,6 +20,7 @@ from .errors import SlurmError, UsageError
 from .estimate import Workload, fmt_tokens, images_640, model_factor, tokens
 from .slurm.parsers import WillRun
 from .timemodel import (
+    UNCALIBRATED,
     Buffer,
     TimeModel,
     buffer_for,
@@ -129,11 +130,43 @@ def _gpus(
     return 1, "default"
 
 
+def _head(w: Workload, tm: TimeModel, k_source: str, ref: float) -> list[str]:
+    """--explain's first lines: the work (images, tokens, the model's FLOPs) and the time model."""
+    mf, ff = model_factor(w.gflops, ref), tm.compute_factor(w.model, w.family)
+    tok = tokens(w, tm.val_weight)
+    return [
+        f"images: {w.train_images} train x {w.epochs} epochs at imgsz {w.imgsz}, {w.val_images} val"
+        f" ({w.val_passes} passes + final), batch {w.batch}, {w.iterations} iterations",
+        f"tokens per epoch: {fmt_tokens(w.train_images * w.imgsz**2)} train;"
+        f" run: {fmt_tokens(tok)} = {images_640(tok)} 640-equivalent images"
+        f" (val weight {tm.val_weight:.2f})",
+        f"model: {w.model} {w.gflops:.2f} GFLOPs ({w.model_source}), factor {mf:.2f} x family {w.family} {ff:.2f}"
+        + (" (with the model's own)" if w.model in tm.model_factors else "")
+        + f" -> work {fmt_tokens(tok * mf * ff)} (effective tokens: what the time model predicts from, not what is"
+        " charged)",
+        f"time model: {k_source}",
+        *(f"  {line}" for line in describe(tm)),
+        *([f"  {covered}"] if (covered := range_text(tm)) else []),
+        *([f"  {startup_note(tm)} (in the prediction, and so in the limit)"] if tm.n and not tm.startup_n else []),
+    ]
+
+
 def plan_partition(
     w: Workload, tm: TimeModel, k_source: str, part: Partition, req: Request, config: Config,
     devices: int | None = None,
 ) -> Plan:  # fmt: skip
-    """The plan on one partition."""
+    """The plan on one partition. A refusal carries the work and the time model worked out before it
+    (``explain``), for ``--explain`` to show."""
+    try:
+        return _plan(w, tm, k_source, part, req, config, devices)
+    except UsageError as e:
+        e.explain = (*_head(w, tm, k_source, config["estimate"]["reference_gflops"]), *e.explain)
+        raise
+
+
+def _plan(
+    w: Workload, tm: TimeModel, k_source: str, part: Partition, req: Request, config: Config, devices: int | None
+) -> Plan:
     ref = config["estimate"]["reference_gflops"]
     card = gputypes.card(part)
     gpu = card.type is not None and card.memory_gb > 0  # a known card: its memory bounds the batch
@@ -153,10 +186,15 @@ def plan_partition(
     if req.time_limit_seconds is not None:
         buf, limit, short_limit = _own_limit(tm, req.time_limit_seconds, predicted, widening)
     if limit > MAX_LIMIT_SECONDS:
-        raise UsageError(
+        e = UsageError(
             f"the job would need a time limit of {limit / 86400:.0f} days on {part.name} (predicted"
             f" {predicted / 86400:.1f} days): more than a year; train fewer epochs or images, or on more GPUs"
-        )
+            + (f" ({part.name} is uncalibrated, so the limit is the prediction doubled: -t sets your own)"
+               if buf.reason == UNCALIBRATED and predicted <= MAX_LIMIT_SECONDS else "")
+        )  # fmt: skip
+        e.explain = (f"time: {fmt_minutes(predicted)} predicted ({fmt_minutes(train)} training) on {gpus} GPU(s)"
+                     f" [{gpus_why}]", f"buffer: {buf.value:.2f} ({buf.reason}) -> time limit {limit // 60} min")  # fmt: skip
+        raise e
 
     light = config["light"]
     shard = (
@@ -187,18 +225,7 @@ def plan_partition(
     tok = tokens(w, tm.val_weight)
     eff = tok * mf * ff
     explain = [
-        f"images: {w.train_images} train x {w.epochs} epochs at imgsz {w.imgsz}, {w.val_images} val"
-        f" ({w.val_passes} passes + final), batch {w.batch}, {w.iterations} iterations",
-        f"tokens per epoch: {fmt_tokens(w.train_images * w.imgsz**2)} train;"
-        f" run: {fmt_tokens(tok)} = {images_640(tok)} 640-equivalent images"
-        f" (val weight {tm.val_weight:.2f})",
-        f"model: {w.model} {w.gflops:.2f} GFLOPs ({w.model_source}), factor {mf:.2f} x family {w.family} {ff:.2f}"
-        + (" (with the model's own)" if w.model in tm.model_factors else "")
-        + f" -> work {fmt_tokens(eff)} (effective tokens: what the time model predicts from, not what is charged)",
-        f"time model: {k_source}",
-        *(f"  {line}" for line in describe(tm)),
-        *([f"  {covered}"] if (covered := range_text(tm)) else []),
-        *([f"  {startup_note(tm)} (in the prediction, and so in the limit)"] if tm.n and not tm.startup_n else []),
+        *_head(w, tm, k_source, ref),
         *(
             [
                 f"  outside it: {'; '.join(outside)} (an extrapolation: "

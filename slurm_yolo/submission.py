@@ -194,6 +194,7 @@ def prepare(
             raise UsageError(
                 f"--prefer {request.prefer} chooses among partitions: give --partition auto, not {partition}"
             )
+    data_line = f"data: {counts.yaml_path}: {counts.train} train, {counts.val} val images, {counts.source}"
     plans, refused = [], []
     for name in names:
         cal = calibration.load(config, name)
@@ -202,6 +203,7 @@ def prepare(
                 plan.plan_partition(w, cal.model, cal.source, config.partition(name), request, config, s.devices)
             )
         except UsageError as e:  # auto: a partition too small for the GPUs asked, or too slow, is no choice
+            e.explain = (data_line, *e.explain)
             if partition != "auto":
                 raise
             refused.append(e)
@@ -226,9 +228,7 @@ def prepare(
     else:
         chosen = plans[0]
     q = quotes[[p.partition for p in plans].index(chosen.partition)]
-    chosen.explain.insert(
-        0, f"data: {counts.yaml_path}: {counts.train} train, {counts.val} val images, {counts.source}"
-    )
+    chosen.explain.insert(0, data_line)
     script = scripts[[p.partition for p in plans].index(chosen.partition)]
     warnings = tuple(filter(None, [config_mod.missing(config), unpublished(config), missing_weights(s, options),
                                    unpriced, chosen.feed, chosen.short_limit]))  # fmt: skip

@@ -272,6 +272,7 @@ FEW_RUNS = 5  # below this, the quantile rests on too little: at least FEW_RUNS_
 
 
 FEW_RUNS_BUFFER = 0.5
+UNCALIBRATED = "uncalibrated partition: prior model, limit doubled"  # the buffer's reason, which refusals name
 
 
 def buffer_for(tm: TimeModel, base: float, seconds: float, widening: float = 1.0) -> Buffer:
@@ -280,7 +281,7 @@ def buffer_for(tm: TimeModel, base: float, seconds: float, widening: float = 1.0
     outside the calibrated range), never below ``base``: the limit must not kill a job, and no more
     than that."""
     if tm.n == 0:
-        return Buffer(max(base, 1.0), "uncalibrated partition: prior model, limit doubled")
+        return Buffer(max(base, 1.0), UNCALIBRATED)
     ratio = tm.limit_ratio(seconds, widening)
     if ratio is None or tm.coverage is None:
         return Buffer(max(base, FEW_RUNS_BUFFER), f"only {tm.n} calibration run(s): no cross-validation yet")

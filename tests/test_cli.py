@@ -444,3 +444,31 @@ def test_segment_pose_and_obb_models_plan_from_the_table(dataset: Path, task: st
     )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["workload"]["gflops"] == gflops
+
+
+def test_a_refused_plans_explain_shows_its_numbers(dataset: Path) -> None:
+    """A refusal with --explain prints what was worked out before it (the data, the work, the time
+    model, the prediction and the limit), then its one Error: line; without --explain, the line alone."""
+    words = ["--dry-run", "-p", "a100", "train", f"data={dataset}", "model=yolov8x.yaml", "epochs=100000", "imgsz=2560"]
+    code, out = run(["--explain", *words])
+    lines = out.strip().splitlines()
+    assert (
+        code == 1
+        and lines[-1].startswith("Error: the job would need a time limit of ")
+        and "more than a year" in lines[-1]
+    )
+    for start in ("data: ", "images: 16 train x 100000 epochs", "model: yolov8x", "time model: ", "time: ", "buffer: "):
+        assert any(line.startswith(start) for line in lines[:-1]), (start, lines)
+    code, out = run(words)
+    assert code == 1 and len(out.strip().splitlines()) == 1
+
+
+def test_her_own_limit_is_the_scripts_and_a_bad_one_is_one_error(dataset: Path) -> None:
+    words = ["train", f"data={dataset}", "model=yolov8n.yaml", "epochs=3", "imgsz=96"]
+    code, out = run(["--dry-run", "--json", "-p", "a100", "-t", "1-12", *words])
+    assert code == 0, out
+    d = json.loads(out)
+    assert d["time_limit_seconds"] == 36 * 3600 and "#SBATCH --time=2160\n" in d["script"]  # minutes
+    for bad in ("abc", "0", "400-0"):
+        code, out = run(["--dry-run", "-p", "a100", "-t", bad, *words])
+        assert code != 0 and out.startswith("Error: ") and len(out.strip().splitlines()) == 1, out

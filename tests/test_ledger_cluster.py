@@ -409,6 +409,13 @@ def test_dry_account_refused_by_yolo_sbatch_and_held_back_by_slurm(cluster: Slur
         assert " tokens/GPU-s x 1; its work is " in res.output  # what its start holds, and the work beside it
         assert "has 1.0 kTok left; no refill covers it" in res.output
         assert priced.ledger().account("research")["balance"] == 1_000
+        explained = CliRunner().invoke(yolo_sbatch, ["--explain", "-A", "research", "-p", "t4", "train",
+                                                     "model=yolov8l.yaml", f"data={dataset}", "epochs=50", "imgsz=640"])  # fmt: skip
+        lines = explained.output.strip().splitlines()  # the refused plan's numbers, then the same one line
+        assert explained.exit_code == 1 and lines[-1] == res.output.strip(), lines
+        assert [line.split(":")[0] for line in lines if line.startswith(("time:", "buffer:", "cost:"))] == [
+            "time", "buffer", "cost"]  # fmt: skip
+        assert priced.ledger().account("research")["balance"] == 1_000
 
         set_balance(priced, "research", 10**9)
         gpu_job = priced.sbatch("-A", "research", "-p", "t4", "--gres=gpu:t4:1", "-t", "1", "--hold", script="true")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
 
 from .. import __version__, cost, durations, plan, submission
+from ..errors import SlurmYoloError
 from ..estimate import fmt_tokens
 from ..slurm import commands
 from . import OneLineErrors, echo_json, library_errors, load_config
@@ -93,9 +95,18 @@ def main(
         cpus_per_gpu=cpus_per_gpu,
     )  # fmt: skip
     wait_limit = durations.parse(wait_timeout) if wait else None  # a bad value submits nothing
-    prepared = submission.prepare(config, list(words), request, options, flops_factor)
+    show = explain and not as_json  # a refused plan's numbers, above its one Error: line
+    try:
+        prepared = submission.prepare(config, list(words), request, options, flops_factor)
+    except SlurmYoloError as e:
+        _echo_lines(e.explain if show else ())
+        raise
     p = prepared.plan
-    submitted = None if dry_run else submission.submit(config, prepared)  # a refusal is its one Error: line
+    try:
+        submitted = None if dry_run else submission.submit(config, prepared)  # a refusal is its one Error: line
+    except SlurmYoloError:
+        _echo_lines(p.explain if show else ())
+        raise
     job_id = submitted.job_id if submitted else None
     waits_until = submitted.waits_until if submitted else None
     bin_dir = Path(config["slurm"]["bin_dir"])
@@ -108,8 +119,7 @@ def main(
                    "job_id": job_id, "waits_for_credits_until": waits_until})  # fmt: skip
     else:
         if explain:
-            for line in p.explain:
-                click.echo(line)
+            _echo_lines(p.explain)
         starts = max(filter(None, [p.expected_start, waits_until]), default=None)
         start = f", expected start {plan.clock(starts)}" if starts is not None else ""
         summary = (f"({p.partition}, {p.gres}, qos {p.qos}, limit {p.time_limit_seconds // 60} min, predicted"
@@ -133,3 +143,8 @@ def main(
         else:
             click.echo(f"job {job_id} {state}: its log is {submission.log_file(options, job_id)}", err=as_json)
             raise SystemExit(1)
+
+
+def _echo_lines(lines: Sequence[str]) -> None:
+    for line in lines:
+        click.echo(line)
