@@ -12,12 +12,13 @@ import math
 import os
 import re
 import sqlite3
+import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import db, gpu_priors, gputypes, priors
 from .config import Config
@@ -366,9 +367,18 @@ def run_data(run: Path, data: str) -> str | None:
     return None
 
 
-def sample_from_run_dir(path: Path, config: Config) -> Sample:
-    """A calibration sample from an ultralytics run folder (its data yaml must still be readable)."""
-    from . import dataset, estimate, spec  # admin path only: the hooks import this module too
+class RunFacts(NamedTuple):
+    """What a run folder says, read with its owner's rights: args.yaml, results.csv's time and
+    epochs, and its data yaml's image counts."""
+
+    args: dict[str, Any]
+    seconds: float
+    epochs: int
+    counts: tuple[str, int, int, str]  # dataset.DatasetCounts
+
+
+def _run_facts(path: Path, cache: Path | None) -> RunFacts:
+    from . import dataset, spec  # admin path only: the hooks import this module too
     from .parse.results import read_run_dir
 
     run = read_run_dir(path)
@@ -377,29 +387,111 @@ def sample_from_run_dir(path: Path, config: Config) -> Sample:
         raise UsageError(f"{path}: results.csv has no training time")
     known = set(spec.ultralytics_cfg()["defaults"])
     args = {k: v for k, v in run.args.items() if k in known and k not in ("task", "mode")}
-    s = spec.TrainSpec(task=run.args.get("task"), mode="train", args=args)
-    if not s.get("data"):
+    data = args.get("data")
+    if not data:
         raise UsageError(f"{path}/args.yaml names no data yaml")
-    data = str(s.get("data"))
-    found, builtin = run_data(path, data), dataset.builtin_name(data) is not None
+    found, builtin = run_data(path, str(data)), dataset.builtin_name(str(data)) is not None
     if found is None and not builtin:
         raise UsageError(f"{path}: its data yaml {data} is a relative path, and neither the run's folder nor "
                          "any folder above it (where its training ran) has it")  # fmt: skip
-    owner = path.stat().st_uid
-    if os.geteuid() == 0 and owner != 0 and not builtin and not readable_by(Path(found or data), owner):
-        raise UsageError(f"{path}: its data yaml {data} is not readable by the run's owner (uid {owner}): not read")  # fmt: skip
     try:
-        counts = dataset.count(found or data, config.cache_dir / "datasets.json")
+        counts = dataset.count(found or str(data), cache)
     except UsageError as e:
         raise UsageError(f"{path}: {e}") from None
+    return RunFacts({**args, "task": run.args.get("task")}, float(seconds), run.epochs_completed,
+                    (counts.yaml_path, counts.train, counts.val, counts.source))  # fmt: skip
+
+
+def named_owner(path: Path) -> int:
+    """Whose rights a run folder is read with: the user who owns it, or a link on the way to it, as
+    named (root's own run only where root owns them all). Two users on the way is refused: one could
+    lead root into the other's files."""
+    users = set()
+    here = Path(os.path.abspath(path))
+    for part in (*reversed(here.parents), here):
+        try:
+            st = part.lstat()
+        except OSError:
+            break
+        if stat.S_ISLNK(st.st_mode) and st.st_uid != 0:
+            users.add(st.st_uid)
+    try:
+        owner = path.stat().st_uid
+    except OSError as e:
+        raise UsageError(f"{path}: {e.strerror}") from None
+    users |= {owner} - {0}
+    if len(users) > 1:
+        raise UsageError(f"{path}: reached through links of other users (uids {', '.join(map(str, sorted(users)))}):"
+                         " not read")  # fmt: skip
+    return users.pop() if users else 0
+
+
+def _as_user(uid: int, path: Path, read: Callable[[], RunFacts]) -> RunFacts:
+    """``read()`` in a child that is user ``uid`` for good (real and effective ids, her groups): root
+    reads for a user only what the kernel lets her read, every path on the way (the data yaml, its
+    image and label folders, lists, links), and its errors are those she would get herself."""
+    import pwd
+
+    try:
+        pw = pwd.getpwuid(uid)
+    except KeyError:
+        raise UsageError(f"uid {uid} owns the run folder but is no user here: not read") from None
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        os.close(rfd)
+        try:
+            os.setgroups(os.getgrouplist(pw.pw_name, pw.pw_gid))
+            os.setgid(pw.pw_gid)
+            os.setuid(uid)
+            out: dict[str, Any] = {"facts": read()._asdict()}
+        except UsageError as e:
+            out = {"error": str(e)}
+        except OSError as e:
+            out = {"error": f"{path}: {e.strerror or type(e).__name__} for its owner (uid {uid}): not read"}
+        except BaseException as e:  # noqa: BLE001 - the child reports, the parent raises
+            out = {"error": f"{path}: {type(e).__name__}: not read"}
+        with os.fdopen(wfd, "w") as f:
+            f.write(json.dumps(out, default=str))
+        os._exit(0)
+    os.close(wfd)
+    with os.fdopen(rfd) as f:
+        text = f.read()
+    os.waitpid(pid, 0)
+    try:
+        out = json.loads(text)
+    except ValueError:
+        raise UsageError("the run folder's reader died: not read") from None
+    if "error" in out:
+        raise UsageError(str(out["error"]))
+    return RunFacts(**out["facts"])
+
+
+def sample_from_run_dir(path: Path, config: Config) -> Sample:
+    """A calibration sample from an ultralytics run folder (its data yaml must still be readable).
+    Root reads it as the user it is named by (``named_owner``), without the dataset cache."""
+    from . import estimate, spec
+
+    owner = named_owner(path) if os.geteuid() == 0 else 0
+    if owner:
+        from . import dataset  # noqa: F401 - imported here, so the child reads no code as the user
+        from .parse import results  # noqa: F401
+
+        spec.ultralytics_cfg()
+        facts = _as_user(owner, path, lambda: _run_facts(path, None))
+    else:
+        facts = _run_facts(path, config.cache_dir / "datasets.json")
+    args = dict(facts.args)
+    s = spec.TrainSpec(task=args.pop("task"), mode="train", args=args)
+    _, train, val, _ = facts.counts
     reference = config["estimate"]["reference_gflops"]
     model = estimate.resolve_model(s.model, reference, config["job"]["python"], config.cache_dir)
     try:
-        w = estimate.workload(s, counts.train, counts.val, model, epochs_done=run.epochs_completed)
+        w = estimate.workload(s, train, val, model, epochs_done=facts.epochs)
     except UsageError as e:
         raise UsageError(f"{path}: {e}") from None
     gpus = max(1, s.devices or 0)  # device=cpu counts as one device
-    sample = Sample(workload=w, gpus=gpus, train_seconds=seconds, key=str(path.resolve()), options=run_options(s))
+    sample = Sample(workload=w, gpus=gpus, train_seconds=facts.seconds, key=str(path.resolve()), options=run_options(s))
     if why := implausible(sample, s.epochs):
         raise UsageError(f"{path}: {why}: not a run this partition's model may learn from")
     return sample
@@ -420,35 +512,6 @@ def implausible(s: Sample, epochs_asked: int) -> str:
     if s.workload.epochs > max(1, epochs_asked):
         return f"{s.workload.epochs} epochs in results.csv, {epochs_asked} asked"
     return ""
-
-
-def readable_by(path: Path, uid: int) -> bool:
-    """Whether user ``uid`` could read ``path`` (search on every folder above it, read on the file,
-    by its mode bits): calibrate runs as root over users' run folders, and must not read for a user
-    a file she could not (its error messages quote what it read)."""
-    import pwd
-    import stat
-
-    try:
-        user = pwd.getpwuid(uid)
-        target = path.resolve(strict=True)
-    except (KeyError, OSError, RuntimeError):
-        return False
-    groups = set(os.getgrouplist(user.pw_name, user.pw_gid))
-
-    def allows(p: Path, bits: tuple[int, int, int]) -> bool:
-        st = p.stat()
-        if st.st_uid == uid:
-            return bool(st.st_mode & bits[0])
-        return bool(st.st_mode & (bits[1] if st.st_gid in groups else bits[2]))
-
-    search = (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH)
-    try:
-        return all(allows(d, search) for d in target.parents) and allows(
-            target, (stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH)
-        )
-    except OSError:
-        return False
 
 
 def run_options(s: TrainSpec) -> dict[str, bool | int | str]:

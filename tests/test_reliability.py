@@ -20,6 +20,7 @@ from slurm_yolo import config as config_mod
 from slurm_yolo import ledger
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
+from slurm_yolo.synthetic import make_dataset
 
 VENV_BIN = Path("/opt/slurm-yolo/venv/bin")
 WORKER = """
@@ -369,7 +370,7 @@ class _Payload:
         return (open, (self.target, "w"))
 
 
-def test_calibrate_never_unpickles_a_users_model_as_root(dataset: Path, yolo_env: dict[str, str], home: Path) -> None:
+def test_calibrate_never_unpickles_a_users_model_as_root(yolo_env: dict[str, str], home: Path) -> None:
     """`slurm-yolo calibrate` on a run folder whose args.yaml names alice's own model.pt: root measures
     the model's FLOPs in a child running as alice, so her pickle cannot write where only root can."""
     import pickle
@@ -382,15 +383,16 @@ def test_calibrate_never_unpickles_a_users_model_as_root(dataset: Path, yolo_env
     run = Path("/var/tmp/slurm-yolo-tests") / f"alice-evil-{os.getpid()}"
     run.mkdir(parents=True, exist_ok=True)
     (run / "model.pt").write_bytes(pickle.dumps(_Payload(str(target)), protocol=2))
-    (run / "data.yaml").write_text(dataset.read_text())  # hers: calibrate reads no yaml she could not
+    data = make_dataset(run / "ds", train=4, val=2, size=64)  # hers: calibrate reads what she can, as her
     (run / "args.yaml").write_text(
-        f"task: detect\nmode: train\nmodel: {run / 'model.pt'}\ndata: {run / 'data.yaml'}\nepochs: 1\nimgsz: 64\n"
+        f"task: detect\nmode: train\nmodel: {run / 'model.pt'}\ndata: {data}\nepochs: 1\nimgsz: 64\n"
     )
     (run / "results.csv").write_text("epoch,time,train/box_loss\n1,5.0,1.0\n")
     alice = int(subprocess.run(["id", "-u", "alice"], capture_output=True, text=True).stdout)
-    for p in (run.parent, run, *run.iterdir()):
-        os.chown(p, alice, alice)
-        p.chmod(0o755 if p.is_dir() else 0o644)
+    os.chown(run.parent, alice, alice)
+    run.parent.chmod(0o755)
+    subprocess.run(["chown", "-R", f"{alice}:{alice}", str(run)], check=True)
+    subprocess.run(["chmod", "-R", "a+rX", str(run)], check=True)
     env = {**yolo_env, "SLURM_YOLO_HOME": str(home)}
     res = subprocess.run([str(VENV_BIN / "slurm-yolo"), "calibrate", "--partition", "evil", str(run)], env=env,
                          capture_output=True, text=True, timeout=300)  # fmt: skip

@@ -6,6 +6,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -148,7 +150,7 @@ def test_recalibrate_moves_a_wrong_k_toward_the_truth(run_dirs: dict[str, Path])
 def test_calibrate_reads_nothing_for_a_user_she_could_not_and_learns_no_impossible_run(
     run_dirs: dict[str, Path], tmp_path: Path
 ) -> None:
-    """As root over users' run folders: a data yaml its owner cannot read is not read (its values
+    """As root over users' run folders: a data yaml its owner cannot reach is not read (its values
     would reach the error message), and impossible figures (imgsz -640, a NaN fraction, a nested
     args.yaml, a results.csv field past csv's limit) are one reason each, not a model or a traceback;
     the good run beside them is calibrated."""
@@ -161,8 +163,10 @@ def test_calibrate_reads_nothing_for_a_user_she_could_not_and_learns_no_impossib
     cases = {"good": None, "secret": ("data", str(secret / "creds.yaml")), "imgsz": ("imgsz", "-640"),
              "fraction": ("fraction", ".nan"), "nested": ("amp", "[" * 500 + "]" * 500), "csv": ("", "")}  # fmt: skip
     folders = []
+    hers = Path(tempfile.mkdtemp(dir="/var/tmp"))  # where alice can reach her run folder
+    hers.chmod(0o755)
     for name, change in cases.items():
-        run = tmp_path / "runs" / name
+        run = (hers if name == "secret" else tmp_path) / "runs" / name
         shutil.copytree(run_dirs["a"], run)
         if change == ("", ""):
             (run / "results.csv").write_text("epoch,time,x\n1,5," + "9" * 200_000 + "\n")
@@ -171,16 +175,86 @@ def test_calibrate_reads_nothing_for_a_user_she_could_not_and_learns_no_impossib
             args = (run / "args.yaml").read_text()
             (run / "args.yaml").write_text(re.sub(rf"(?m)^{key}: .*$", f"{key}: {value}", args))
         if name == "secret":  # alice's folder (the others are root's: their dataset is in root's tmp)
-            os.chown(run, alice, -1)
+            subprocess.run(["chown", "-R", f"{alice}", str(hers / "runs")], check=True)
         folders.append(str(run))
-    res = CliRunner().invoke(admin, ["calibrate", "--partition", "cpu-hostile", "--json", *folders])
+    try:
+        res = CliRunner().invoke(admin, ["calibrate", "--partition", "cpu-hostile", "--json", *folders])
+    finally:
+        shutil.rmtree(hers)
     assert res.exit_code == 0 and "s3cr3t" not in res.output, res.output
     got = json.loads(res.stdout)
     assert got["added"] == 1
     why = {next(n for n in cases if f"/runs/{n}" in line): line for line in got["skipped"]}
     assert set(why) == set(cases) - {"good"}, got["skipped"]
-    assert why["secret"].endswith(
-        f"its data yaml {secret / 'creds.yaml'} is not readable by the run's owner (uid {alice}): not read"
-    )
+    assert why["secret"] == f"{hers / 'runs' / 'secret'}: data yaml {secret / 'creds.yaml'}: permission denied"
     assert "imgsz -640 is outside 32-16384" in why["imgsz"] and "fraction=nan" in why["fraction"]
     assert "args.yaml is not readable" in why["nested"] and "is not a results.csv" in why["csv"]
+
+
+def test_root_reads_a_run_folder_with_the_rights_of_the_user_it_is_named_by(run_dirs: dict[str, Path]) -> None:
+    """A hostile review's three leaks, closed: root (calibrate) read for alice what she could not.
+    Her own readable yaml naming image folders in a root-only folder published their count; a missing
+    val: path under it errored otherwise than an existing one (an oracle of root's paths); a root-owned
+    run folder reached through her link was read as root's own. Now the run is read in a child that is
+    alice (her uid and groups): the kernel says what she may read, every path on the way."""
+    import pwd
+
+    alice = pwd.getpwnam("alice").pw_uid
+    base = Path(tempfile.mkdtemp(dir="/var/tmp"))
+    try:
+        base.chmod(0o755)
+        closed = base / "root-only"
+        closed.mkdir(mode=0o700)
+        make_dataset(closed / "ds", train=7, val=3, size=64)
+        hers = base / "alice"
+        make_dataset(hers / "ds", train=4, val=2, size=64)
+
+        def run(name: str, data: Path, where: Path) -> Path:
+            folder = where / "runs" / name
+            shutil.copytree(run_dirs["a"], folder)
+            args = (folder / "args.yaml").read_text()
+            (folder / "args.yaml").write_text(re.sub(r"(?m)^data: .*$", f"data: {data}", args))
+            return folder
+
+        def yaml(name: str, train: Path, val: Path) -> Path:
+            path = hers / f"{name}.yaml"
+            path.write_text(f"train: {train}\nval: {val}\nnames:\n  0: red\n  1: green\n")
+            return path
+
+        closed_train = yaml("closed", closed / "ds" / "images" / "train", closed / "ds" / "images" / "val")
+        val_there = yaml("there", hers / "ds" / "images" / "train", closed / "ds" / "images" / "val")
+        val_missing = yaml("missing", hers / "ds" / "images" / "train", closed / "ds" / "images" / "nothing")
+        runs = {
+            n: run(n, y, hers) for n, y in (("closed", closed_train), ("there", val_there), ("missing", val_missing))
+        }
+        subprocess.run(["chown", "-R", str(alice), str(hers)], check=True)
+        subprocess.run(["chmod", "-R", "a+rX", str(hers)], check=True)
+        secret = closed.parent / "roots.yaml"  # root's own run, its yaml root's alone (600)
+        secret.write_text((closed / "ds" / "data.yaml").read_text())
+        secret.chmod(0o600)
+        root_run = run("root", secret, base)
+        subprocess.run(["chmod", "-R", "a+rX", str(root_run)], check=True)
+        link = hers / "link"
+        link.symlink_to(root_run)
+        os.lchown(link, alice, alice)
+        folders = [str(run_dirs["a"]), *map(str, runs.values()), str(link)]
+        res = CliRunner().invoke(admin, ["calibrate", "--partition", "cpu-named", "--json", *folders])
+        assert res.exit_code == 0, res.output
+        got = json.loads(res.stdout)
+        assert got["added"] == 1  # root's own run, read as root
+        why = {
+            next(k for k in ("closed", "there", "missing", "link") if f"/{k}" in line): line for line in got["skipped"]
+        }
+        assert (
+            why["closed"]
+            == f"{runs['closed']}: data {closed_train}: train path {closed}/ds/images/train: permission denied"
+        )
+        assert why["there"].replace("images/val", "X") == why["missing"].replace("images/nothing", "X").replace(
+            "missing", "there"
+        )  # the same words whether root's path exists or not
+        assert (
+            why["link"].startswith(f"{link}: data yaml {secret} is not readable") and "Permission denied" in why["link"]
+        )
+        assert not any("7" in line.split(":")[-1] for line in got["skipped"])  # no count of root's images
+    finally:
+        shutil.rmtree(base)
