@@ -371,11 +371,13 @@ def require_association(account: str | None, bin_dir: Path) -> None:
         raise UsageError(problem)
 
 
-def settlement(config: Config, job_id: int, timeout: float = 30.0, poll: float = 1.0) -> str:
-    """What a finished job's run was charged, in the submit line's units, once the ledger has settled
-    it (the epilog settles it seconds after the job ends, once sacct has its end): what ``--wait``
-    ends with, so the user sees the cost after the run beside the hold before it. A line saying where
-    to look when the ledger has not settled it within ``timeout``."""
+def settlement(config: Config, job_id: int, since: float = 0.0, timeout: float = 30.0, poll: float = 1.0) -> str:
+    """What a finished job was charged, all its runs together (a requeued job's too: the job is what
+    the user asked for), in the submit line's units, once the ledger has settled them (the epilog
+    settles a run seconds after it ends, once sacct has its end): what ``--wait`` ends with, so the
+    user sees the cost after the job beside the hold before it. ``since``: the job's submission (an
+    older job of the same id, from before a controller lost its state, is another job). A line saying
+    where to look when the ledger has not settled them within ``timeout``."""
     bin_dir = Path(config["slurm"]["bin_dir"])
     try:
         cluster = commands.cluster_name(bin_dir)
@@ -387,20 +389,21 @@ def settlement(config: Config, job_id: int, timeout: float = 30.0, poll: float =
         lg = ledger.reader(config)  # opened anew each time: a write publishes a new copy, renamed in
         if lg is not None:
             with lg:
-                runs = lg.runs(job_id, cluster)
+                runs = [r for r in lg.runs(job_id, cluster) if r["submit_time"] >= since]
         if not runs:  # held at its start, so in the hooks' books: these are other books
             return f"job {job_id}: no run of it in the ledger at {ledger.where(config)} (not the hooks' config?)"
-        if runs[-1]["state"] == "settled" or time.monotonic() >= deadline:
+        if all(r["state"] == "settled" for r in runs) or time.monotonic() >= deadline:
             break
         time.sleep(poll)
-    r = runs[-1]  # a requeued job's last run
-    if r["state"] != "settled":
-        return f"job {job_id}: not settled yet (slurm-yolo ledger history {r['account']} shows its charge once it is)"
-    hours = cost.gpu_hours(r["elapsed"] or 0, float(r["gpus"]))
-    part = config.partition(str(r["partition"]))
+    if any(r["state"] != "settled" for r in runs):
+        return f"job {job_id}: not settled yet (slurm-yolo ledger history {runs[-1]['account']} shows its charge once it is)"
+    hours = sum(cost.gpu_hours(r["elapsed"] or 0, float(r["gpus"])) for r in runs)
+    part = config.partition(str(runs[-1]["partition"]))
     money = (f" = {cost.fmt_money(hours * part.cost_per_gpu_hour, config['ledger']['currency'])}"
              if part.cost_per_gpu_hour > 0 else "")  # fmt: skip
+    charge, refund, hold = (sum(int(r[k] or 0) for r in runs) for k in ("charge", "refund", "hold"))
+    over = f" over its {len(runs)} runs" if len(runs) > 1 else ""
     return (
-        f"job {job_id}: charged {fmt_tokens(r['charge'])} of budget for {cost.fmt_amount(hours)} GPU-h{money},"
-        f" {fmt_tokens(r['refund'])} of its {fmt_tokens(r['hold'])} hold back"
+        f"job {job_id}: charged {fmt_tokens(charge)} of budget for {cost.fmt_amount(hours)} GPU-h{money}{over},"
+        f" {fmt_tokens(refund)} of its {fmt_tokens(hold)} {'holds' if over else 'hold'} back"
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -12,6 +13,8 @@ from ..errors import SlurmYoloError
 from ..estimate import fmt_tokens
 from ..slurm import commands
 from . import OneLineErrors, echo_json, library_errors, load_config
+
+CLOCK_SKEW_SECONDS = 300  # a login node's clock behind slurmctld's: a job's runs are those submitted since
 
 
 @click.command(
@@ -102,6 +105,7 @@ def main(
         _echo_lines(e.explain if show else ())
         raise
     p = prepared.plan
+    submitted_at = time.time() - CLOCK_SKEW_SECONDS  # no earlier than Slurm's submit time of the job's first run
     try:
         submitted = None if dry_run else submission.submit(config, prepared)  # a refusal is its one Error: line
     except SlurmYoloError:
@@ -139,9 +143,13 @@ def main(
         state = follow(job_id, timeout=wait_limit) if not as_json else commands.wait_for_end(job_id, timeout=wait_limit)
         if state == "COMPLETED":
             click.echo(f"job {job_id} {state}", err=as_json)
-            click.echo(submission.settlement(config, job_id), err=as_json)  # the cost after, beside the hold before
+            click.echo(submission.settlement(config, job_id, submitted_at), err=as_json)  # the cost after the hold
         else:
             click.echo(f"job {job_id} {state}: its log is {submission.log_file(options, job_id)}", err=as_json)
+            if state == "TIMEOUT":  # it ran: what it paid, and how it goes on from its last saved epoch
+                click.echo(submission.settlement(config, job_id, submitted_at), err=as_json)
+                click.echo(f"job {job_id} reached its time limit: `scontrol requeue {job_id}` runs it again from its"
+                           " last saved epoch (with the same limit)", err=as_json)  # fmt: skip
             raise SystemExit(1)
 
 
