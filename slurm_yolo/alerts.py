@@ -33,7 +33,7 @@ _REFUSAL = re.compile(r"(\d{1,12}) (\S{1,200}) (\d{1,10}) (-?\d{1,20}) (-?\d{1,2
 
 @dataclass(frozen=True)
 class Alert:
-    # budget, money, hook, books, audit, refusals, k-drift, prediction, slurmdbd, gpu-idle, gpu-hot, slurmctld
+    # budget, money, hook, books, audit, refusals, k-drift, limit, prediction, slurmdbd, gpu-idle, gpu-hot, slurmctld
     kind: str
     subject: str
     message: str
@@ -103,9 +103,10 @@ def refusal_streaks(refusals: Iterable[Refusal], last_charge: Mapping[str, float
 
 
 def check(config: Config, budget_share: float = 0.8, refusals: int = 3, drift: float = 0.3, error_bound: float = 0.5,
-          predictions: list[tuple[int, str, float, float]] | None = None, unreached: str = "",
+          predictions: list[tuple[int, str, float, float, bool]] | None = None, unreached: str = "",
           spend_per_week: float = 0.0) -> list[Alert]:  # fmt: skip
-    """All current alerts. ``predictions`` are recent (job, partition, predicted s, actual s);
+    """All current alerts. ``predictions`` are recent (job, partition, predicted s, actual s, hit its
+    limit: a TIMEOUT or a requeue for time), a requeued job's runs together;
     ``unreached``: why sacct gave none (slurmdbd down), itself an alert; ``spend_per_week``: the
     money (the partitions' cost_per_gpu_hour) an account's runs of the last 7 days may cost before
     it is an alert (0: no money alert)."""
@@ -158,8 +159,11 @@ def check(config: Config, budget_share: float = 0.8, refusals: int = 3, drift: f
         k0, k1 = old[-1].model.k, entries[-1].model.k
         if k0 > 0 and abs(k1 / k0 - 1) > drift:
             alerts.append(Alert("k-drift", part, f"k moved {k1 / k0 - 1:+.0%} in a week ({k0:.4g} -> {k1:.4g})"))
-    for job, part, pred, actual in predictions or []:
-        if pred > 0 and abs(actual - pred) / pred > error_bound:
+    for job, part, pred, actual, missed in predictions or []:
+        if missed:
+            alerts.append(Alert("limit", f"job {job}", f"on {part}: hit its time limit (a TIMEOUT or a requeue for"
+                                f" time); predicted {pred:.0f} s, ran {actual:.0f} s in all"))  # fmt: skip
+        elif pred > 0 and abs(actual - pred) / pred > error_bound:
             alerts.append(Alert("prediction", f"job {job}", f"on {part}: predicted {pred:.0f} s, ran {actual:.0f} s"))
     return alerts
 

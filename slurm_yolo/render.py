@@ -18,6 +18,7 @@ from pathlib import Path
 from . import __version__
 from .errors import UsageError
 from .estimate import fmt_tokens
+from .limits import SIGNAL_MIN_LIMIT, usr2_lead
 from .plan import Plan
 from .slurm.parsers import minutes_arg
 
@@ -95,14 +96,9 @@ def comment(plan: Plan) -> str:
     )
 
 
-SIGNAL_MIN_LIMIT = 180  # Slurm checks signal times about once a minute: shorter jobs get no warning
-
-
 def signal_seconds(plan: Plan, opts: JobOptions) -> int:
-    """The checkpoint warning: the configured lead, but at most half the time limit (0: none)."""
-    if plan.time_limit_seconds < SIGNAL_MIN_LIMIT:
-        return 0
-    return max(60, min(opts.signal_seconds, plan.time_limit_seconds // 2))
+    """The checkpoint warning's lead (``limits.usr2_lead``; 0: none)."""
+    return usr2_lead(plan.time_limit_seconds, opts.signal_seconds)
 
 
 def signal_note(seconds: int) -> str:
@@ -127,6 +123,7 @@ def directives(plan: Plan, opts: JobOptions) -> list[tuple[str, str]]:
         ("--qos", plan.qos),
         ("--cpus-per-task", str(opts.cpus_per_gpu * plan.gpus)),
         ("--requeue", ""),
+        ("--open-mode", "append"),  # a requeued run's output follows the earlier runs', never replaces them
         ("--comment", comment(plan)),
     ]
     if opts.spank_tokens:
@@ -164,7 +161,7 @@ def directives(plan: Plan, opts: JobOptions) -> list[tuple[str, str]]:
 # checkpoint signal), and the options yolo-sbatch has flags for: not to be overridden by --sbatch-arg.
 PLANNED = ("--time", "--time-min", "--gres", "--gpus", "--gpus-per-node", "--gpus-per-task", "--gpus-per-socket",
            "--qos", "--comment", "--partition", "--account", "--job-name", "--yolo-tokens", "--signal", "--requeue",
-           "--no-requeue", "--cpus-per-task", "--cpus-per-gpu", "--output", "--error", "--array", "--wrap")  # fmt: skip
+           "--no-requeue", "--open-mode", "--cpus-per-task", "--cpus-per-gpu", "--output", "--error", "--array", "--wrap")  # fmt: skip
 PLANNED_SHORT = {"t": "--time", "G": "--gpus", "q": "--qos", "p": "--partition", "A": "--account", "J": "--job-name",
                  "c": "--cpus-per-task", "o": "--output", "e": "--error", "a": "--array"}  # fmt: skip
 

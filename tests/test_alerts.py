@@ -144,3 +144,16 @@ def test_an_account_spending_past_its_weekly_amount_is_an_alert(home: Path) -> N
     ]
     assert [a.subject for a in alerts.check(config, spend_per_week=0.04) if a.kind == "money"] == sorted(spent)
     assert not [a for a in alerts.check(config) if a.kind == "money"]  # no amount set: no money alert
+
+
+def test_a_job_that_hit_its_limit_is_an_alert_of_its_own(home: Path) -> None:
+    """A TIMEOUT, or a requeue for time, is an alert (the loop of issue 38 said nothing, or "predicted
+    63 s, ran 13 s" of its last run alone); the job's runs together are what it ran."""
+    config = config_mod.load()
+    found = alerts.check(config, predictions=[(7, "t4", 63.0, 1050.0, True), (8, "t4", 100.0, 400.0, False),
+                                              (9, "t4", 100.0, 110.0, False)])  # fmt: skip
+    assert [(a.kind, a.subject) for a in found if a.kind in ("limit", "prediction")] == [
+        ("limit", "job 7"), ("prediction", "job 8")]  # fmt: skip
+    assert next(a for a in found if a.kind == "limit").message == (
+        "on t4: hit its time limit (a TIMEOUT or a requeue for time); predicted 63 s, ran 1050 s in all"
+    )

@@ -9,6 +9,7 @@ import sys
 from fractions import Fraction
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -346,3 +347,20 @@ def test_preemptions_per_tier_count_grace_ends_and_checkpoint_handovers() -> Non
         "Partition": "a100", "QOS": "yolo-explore", "runs": 5, "preempted": 2, "preempted_share": 0.4,
         "preempted_gpu_hours": pytest.approx(150 / 3600), "preempted_tokens_charged": 450.0, "resumed_completed": 1,
     }]  # fmt: skip
+
+
+def test_accuracy_judges_the_job_and_counts_a_requeue_for_time_as_a_miss() -> None:
+    """Issue 38's loop: a job requeued for time looked like a fast completed run (its last run's time)
+    with no timeout. Job 1 was requeued 170 s into its 3-minute limit (inside its USR2's 90 s lead),
+    then ran 200 s: one job of 370 s that hit its limit. Job 3 was requeued 20 s in (a preemption):
+    no miss. Job 2 ran once."""
+    t = pd.Timestamp("2026-12-01T10:00:00")
+    rows = [(1, t, "REQUEUED", 170, 180, 300), (1, t + pd.Timedelta(minutes=4), "COMPLETED", 200, 600, 300),
+            (2, t, "COMPLETED", 100, 300, 100), (3, t, "REQUEUED", 20, 600, 100),
+            (3, t + pd.Timedelta(minutes=1), "COMPLETED", 80, 600, 100)]  # fmt: skip
+    df = pd.DataFrame(rows, columns=["job_id", "submit", "state", "elapsed", "limit_s", "pred_s"])
+    df["Partition"], df["yolo"], df["coverage"] = "t4", True, 0.99
+    got = report.accuracy(df, lead=120).set_index("Partition").loc["t4"]
+    assert (got["jobs"], got["completed"]) == (3, 3)
+    assert got["timeout_share"] == pytest.approx(1 / 3) and got["realised_coverage"] == pytest.approx(2 / 3)
+    assert got["median_error"] == 0 and got["p90_abs_error"] == pytest.approx(0.8 * 70 / 300)  # job 1: 370 s of 300

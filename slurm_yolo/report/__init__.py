@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import calibration, ledger
+from .. import calibration, ledger, limits
 from .. import efficiency as eff
 from ..config import Config
 from ..errors import SlurmError, UnreachableError
@@ -164,14 +164,29 @@ def usage(df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index().sort_values("gpu_hours", ascending=False)
 
 
-def accuracy(df: pd.DataFrame) -> pd.DataFrame:
-    """Predicted vs actual run time per partition, and the time limits' promise against what they
-    kept: ``promised_coverage`` is the median share of runs the limits were sized to cover (the
-    model's cross-validated promise at submission, from the job's comment), ``realised_coverage`` the
-    share of runs that ended within their limit (all ended runs but TIMEOUT)."""
-    y = df[df["yolo"] & df["pred_s"].notna()]
+def job_totals(df: pd.DataFrame, lead: int = 120) -> pd.DataFrame:
+    """One row per yolo job (a requeued job's runs together: the job is what was predicted): its last
+    state, its runs' elapsed summed, its prediction, first limit and promised coverage, and whether it
+    hit its limit (``missed``): a run that ended in TIMEOUT, or one requeued for time (inside its USR2
+    ``lead``, ``limits``)."""
+    y = df[df["yolo"] & df["pred_s"].notna()].copy()
+    hit = [limits.requeued_for_time(int(lim) if lim == lim else None, int(ran), lead)
+           for lim, ran in zip(y["limit_s"], y["elapsed"], strict=True)]  # fmt: skip
+    y["missed"] = (y["state"] == "TIMEOUT") | ((y["state"] == "REQUEUED") & pd.Series(hit, index=y.index, dtype=bool))
+    by_job = y.sort_values("submit", kind="stable").groupby(["Partition", "job_id"], sort=False)
+    return by_job.agg(state=("state", "last"), elapsed=("elapsed", "sum"), pred_s=("pred_s", "first"),
+                      limit_s=("limit_s", "first"), coverage=("coverage", "first"), missed=("missed", "any")).reset_index()  # fmt: skip
+
+
+def accuracy(df: pd.DataFrame, lead: int = 120) -> pd.DataFrame:
+    """Predicted vs actual run time per partition, job by job (``job_totals``), and the time limits'
+    promise against what they kept: ``promised_coverage`` is the median share of runs the limits were
+    sized to cover (the model's cross-validated promise at submission, from the job's comment),
+    ``realised_coverage`` the share of ended jobs that never hit their limit; ``timeout_share`` counts
+    the jobs that did (a TIMEOUT, or a requeue for time)."""
+    jobs = job_totals(df, lead)
     rows = []
-    for part, g in y.groupby("Partition"):
+    for part, g in jobs.groupby("Partition"):
         done = g[(g["state"] == "COMPLETED") & (g["pred_s"] > 0)]
         err = (done["elapsed"] - done["pred_s"]) / done["pred_s"]
         over = done["limit_s"] / done["elapsed"].where(done["elapsed"] > 0)
@@ -179,10 +194,10 @@ def accuracy(df: pd.DataFrame) -> pd.DataFrame:
         rows.append({
             "Partition": part, "jobs": len(g), "completed": len(done),
             "median_abs_error": _pct(err.abs(), 0.5), "p90_abs_error": _pct(err.abs(), 0.9),
-            "median_error": _pct(err, 0.5), "timeout_share": float((g["state"] == "TIMEOUT").mean()),
+            "median_error": _pct(err, 0.5), "timeout_share": float(g["missed"].mean()),
             "over_reservation_median": _pct(over.dropna(), 0.5),
             "promised_coverage": _pct(g["coverage"].dropna(), 0.5),
-            "realised_coverage": float((ended["state"] != "TIMEOUT").mean()) if len(ended) else float("nan"),
+            "realised_coverage": float((~ended["missed"]).mean()) if len(ended) else float("nan"),
         })  # fmt: skip
     return pd.DataFrame(rows)
 
@@ -430,7 +445,7 @@ def build(config: Config, f: Filters, views: tuple[str, ...] = VIEWS, saved: lis
         return _shown(b[b["account"] == f.account] if f.account else b, "account", visible)
 
     makers = {
-        "usage": lambda: usage(runs), "accuracy": lambda: accuracy(runs), "waits": lambda: waits(runs),
+        "usage": lambda: usage(runs), "accuracy": lambda: accuracy(runs, config["job"]["signal_seconds"]), "waits": lambda: waits(runs),
         "failures": lambda: failures(runs), "preemptions": lambda: preemptions(runs, records),
         "k": lambda: k_history(config), "roi": lambda: roi(runs, records),
         "efficiency": lambda: efficiency(runs, config, records, fetch_step_gpus(config, f) if saved is None else {}),
@@ -549,11 +564,11 @@ def series(config: Config, f: Filters, df: pd.DataFrame, views: dict[str, pd.Dat
     return out
 
 
-def recent_predictions(config: Config, since: str = "now-1days") -> list[tuple[int, str, float, float]]:
-    """(job, partition, predicted s, actual s) of yolo jobs completed recently."""
-    df = parse_jobs(fetch_sacct(config, Filters(since=since)))
-    done = df[df["yolo"] & (df["state"] == "COMPLETED") & df["pred_s"].notna()]
+def recent_predictions(config: Config, since: str = "now-1days") -> list[tuple[int, str, float, float, bool]]:
+    """(job, partition, predicted s, actual s, hit its limit) of yolo jobs that completed or hit their
+    limit recently (``job_totals``: a requeued job's runs together)."""
+    jobs = job_totals(parse_jobs(fetch_sacct(config, Filters(since=since))), config["job"]["signal_seconds"])
+    done = jobs[(jobs["state"] == "COMPLETED") | jobs["missed"]]
     return [
-        (int(j), str(p), float(pr), float(e))
-        for j, p, pr, e in zip(done["job_id"], done["Partition"], done["pred_s"], done["elapsed"], strict=True)
+        (int(r.job_id), str(r.Partition), float(r.pred_s), float(r.elapsed), bool(r.missed)) for r in done.itertuples()
     ]

@@ -448,6 +448,23 @@ def partitions(bin_dir: Path | None = None) -> list[str]:
     return sorted({line.strip() for line in res.stdout.splitlines() if line.strip()})
 
 
+def partition_time_limit(partition: str, bin_dir: Path | None = None) -> int | None:
+    """The partition's MaxTime in seconds; None: no limit."""
+    res = run(["sinfo", "-h", "-p", plain_name(partition), "-o", "%l"], bin_dir=bin_dir)
+    try:
+        return parsers.partition_time_limit(res.stdout)
+    except ValueError as e:
+        raise SlurmError(f"sinfo: partition {partition}: {e}") from None
+
+
+def set_time_limit(job: str, seconds: int, qos: str = "", bin_dir: Path | None = None) -> None:
+    """``scontrol update`` a job's TimeLimit (whole minutes), and its QOS when given: what only an
+    operator may raise (the settler, as the SlurmUser, for a run requeued for time: ``limits``)."""
+    qos_arg = [f"QOS={plain_name(qos)}"] if qos else []
+    run(["scontrol", "update", f"JobId={_checked_target(job)}", f"TimeLimit={parsers.minutes_arg(seconds)}", *qos_arg],
+        bin_dir=bin_dir)  # fmt: skip
+
+
 def qos_names(bin_dir: Path | None = None) -> list[str]:
     """Every QOS slurmdbd knows (a tier for any other would never apply)."""
     res = run(["sacctmgr", "-n", "-P", "show", "qos", "format=name"], bin_dir=bin_dir)

@@ -8,6 +8,7 @@ import re
 import time
 from typing import NamedTuple
 
+from .. import durations
 from . import records
 
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9/:_]*)=")
@@ -129,6 +130,16 @@ def duration(text: str) -> int | None:
 def minutes_arg(seconds: float) -> str:
     """A time limit for ``--time`` in whole minutes (Slurm's granularity), rounded up."""
     return str(max(1, -(-int(seconds) // 60)))
+
+
+def partition_time_limit(sinfo_text: str) -> int | None:
+    """A partition's MaxTime from ``sinfo -h -p P -o %l`` (``infinite``, ``30:00``, ``1-00:00:00``), in
+    seconds; None without a limit. ValueError for anything else, or for several partitions' lines."""
+    values = {line.strip() for line in sinfo_text.splitlines() if line.strip()}
+    if len(values) != 1:
+        raise ValueError(f"not one partition's time limit: {sorted(values)[:3]}")
+    value = values.pop()
+    return None if value.upper() in durations.UNLIMITED else durations.slurm(value)
 
 
 def cluster_name(config_text: str) -> str:

@@ -1,0 +1,50 @@
+"""The time limit near its end: the USR2 lead, and the limit a run requeued for time comes back with."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from slurm_yolo import limits
+from slurm_yolo.slurm import parsers
+
+REC = Path(__file__).parent / "recorded"
+
+
+@pytest.mark.parametrize(("limit", "lead"), [(120, 0), (179, 0), (180, 90), (200, 100), (600, 120), (86400, 120)])
+def test_the_usr2_lead_is_at_most_half_the_limit_and_none_under_three_minutes(limit: int, lead: int) -> None:
+    assert limits.usr2_lead(limit, 120) == lead
+
+
+def test_a_requeue_for_time_is_one_inside_the_lead() -> None:
+    assert limits.requeued_for_time(600, 480, 120) and limits.requeued_for_time(600, 600, 120)
+    assert not limits.requeued_for_time(600, 479, 120)  # a preemption, the watchdog's or an admin's requeue
+    assert not limits.requeued_for_time(None, 10**6, 120) and not limits.requeued_for_time(120, 119, 120)
+
+
+def test_the_next_limit_lets_the_rest_finish_before_its_usr2() -> None:
+    """A 3-minute job that trained 10 of 150 epochs in 100 s of its 170: start-up 70 s, 141 epochs left
+    at 10 s (the final validation as one), a 20% buffer: 1,776 s of work; the smallest whole-minute
+    limit whose USR2 (120 s before it) comes after that is 1,920 s (32 min)."""
+    need = (70 + 141 * 10) * 1.2
+    got = limits.next_limit(180, 170, 100.0, 10, 150, 120, 0.2)
+    assert got == 1920 and got % 60 == 0
+    assert got - limits.usr2_lead(got, 120) >= need > got - 60 - limits.usr2_lead(got - 60, 120)
+
+
+def test_the_next_limit_is_never_below_the_present_one() -> None:
+    assert limits.next_limit(3600, 3500, 3000.0, 99, 100, 120, 0.2) == 3600  # one epoch left
+    assert limits.next_limit(600, 590, 0.0, 0, 100, 120, 0.2) == 600  # no progress measured
+    assert limits.next_limit(600, 590, math.nan, 5, 100, 120, 0.2) == 600
+
+
+@pytest.mark.parametrize("release", ["22.05", "24.11"])
+def test_a_partitions_time_limit_from_sinfo(release: str) -> None:
+    assert parsers.partition_time_limit((REC / release / "sinfo_time_limit.txt").read_text()) is None  # infinite
+    assert parsers.partition_time_limit("30:00\n") == 1800  # sinfo's MM:SS
+    assert parsers.partition_time_limit("1-00:00:00\n") == 86400
+    for bad in ("", "30:00\n1:00:00\n", "soon\n"):
+        with pytest.raises(ValueError):
+            parsers.partition_time_limit(bad)
