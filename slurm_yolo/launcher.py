@@ -530,6 +530,20 @@ class Supervisor:
         return 128 + self.stop_signal
 
 
+def run_start(restart: int) -> str:
+    """The line each run of the job starts with in its log (the script appends: --open-mode=append),
+    with the limit it runs under: a run requeued for time may come back with a longer one (``limits``)."""
+    job = os.environ.get("SLURM_JOB_ID", "")
+    limit = ""
+    if job.isdigit():
+        try:
+            limit = commands.show_job(int(job), bin_dir=_bin_dir()).get("TimeLimit", "")
+        except SlurmYoloError:
+            limit = ""
+    return (f"slurm-yolo: run {restart + 1} of job {job or '-'} starts {time.strftime('%Y-%m-%d %H:%M:%S')}"
+            + (f", time limit {limit}" if limit else "") + (" (requeued)" if restart else ""))  # fmt: skip
+
+
 def run(words: list[str]) -> int:
     """Train as the user asked, inside the allocation; the process exit code."""
     s = spec_mod.parse(words)
@@ -540,7 +554,9 @@ def run(words: list[str]) -> int:
     if s.model.endswith(".yaml"):
         args.setdefault("pretrained", False)
     log = UsageLog(usage_path())
-    restarted = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0) > 0
+    restart = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
+    restarted = restart > 0
+    print(run_start(restart), file=sys.stderr, flush=True)
     if restarted and finished_before(log.path):
         print("slurm-yolo: an earlier run of this job finished its training; nothing left to do", file=sys.stderr)
         return 0

@@ -16,6 +16,7 @@ import math
 
 SIGNAL_MIN_LIMIT = 180  # Slurm checks signal times about once a minute: shorter jobs get no warning
 SIGNAL_MIN_LEAD = 60  # the warning's lead: at least Slurm's check interval, at most half the limit
+SIGNAL_EARLY = 60  # sbatch(1): "the signal may be sent up to 60 seconds earlier than specified"
 
 
 def usr2_lead(limit_seconds: int, configured: int) -> int:
@@ -27,12 +28,14 @@ def usr2_lead(limit_seconds: int, configured: int) -> int:
 
 
 def requeued_for_time(limit_seconds: int | None, elapsed: int, configured: int) -> bool:
-    """Whether a requeued run ended inside its USR2 lead (slurmctld's facts): a requeue for time, not a
-    preemption, the watchdog's or an admin's, which come at any time."""
+    """Whether a requeued run ended inside its USR2 lead, or up to ``SIGNAL_EARLY`` before it
+    (slurmctld's facts; Slurm sends it that early, as measured here: 70 s into a 3-minute job with a
+    90 s lead): a requeue for time, not a preemption, the watchdog's or an admin's, which come at any
+    time."""
     if not limit_seconds:
         return False
     lead = usr2_lead(limit_seconds, configured)
-    return lead > 0 and elapsed >= limit_seconds - lead
+    return lead > 0 and elapsed >= limit_seconds - lead - SIGNAL_EARLY
 
 
 def next_limit(limit_seconds: int, elapsed: int, train_seconds: float, epochs_done: int, epochs: int,
@@ -40,13 +43,13 @@ def next_limit(limit_seconds: int, elapsed: int, train_seconds: float, epochs_do
     """The limit (whole minutes, in seconds) that lets a run requeued for time finish: its start-up
     (what the run spent outside training, the time to its checkpoint and requeue included), the epochs
     left at its seconds per epoch (one more for the final validation), the buffer, and the lead of its
-    next USR2; never below its present limit."""
+    next USR2 (which may come ``SIGNAL_EARLY`` before it); never below its present limit."""
     if epochs_done <= 0 or train_seconds <= 0 or not math.isfinite(train_seconds):
         return limit_seconds
     per_epoch = train_seconds / epochs_done
     startup = max(0.0, elapsed - min(train_seconds, float(elapsed)))
     need = (startup + (max(0, epochs - epochs_done) + 1) * per_epoch) * (1 + buffer)
     seconds = max(limit_seconds, math.ceil(need / 60) * 60)
-    while seconds - usr2_lead(seconds, configured) < need:  # its USR2 must come after it has finished
+    while seconds - usr2_lead(seconds, configured) - SIGNAL_EARLY < need:  # its USR2 must come after it has finished
         seconds += 60
     return seconds

@@ -159,6 +159,10 @@ class Followups:
 
         self._guard("feedback", step, job.job_id)
 
+    def relimit(self, rec: JobRecord, row: store.Row, summary: beacon.Beacon | None) -> None:
+        """A run requeued for time: its job's next limit, from its own progress (``relimit``)."""
+        self._guard("relimit", lambda: relimit(self.config, rec, row, summary), rec.job_id)
+
     def cancel(self, target: str) -> None:
         """Cancel a job now (a prolog's own cancel: hookd's worker, after ``hooks.CANCEL_AFTER``)."""
         self._guard("cancel", lambda: commands.cancel(target, bin_dir=_bin_dir(self.config)))
@@ -177,12 +181,16 @@ class Followups:
         if settled:
             self.comments()
         summary, uid = (facts or {}).get("summary", ""), (facts or {}).get("uid", "")
+        for rec, row, _ in settled:
+            if rec.state == "REQUEUED" and summary:
+                self.relimit(rec, row, beacon.decode(summary))
         if not (self.config["ledger"]["feedback"] and summary and uid.isdigit()):
             return
-        for rec, _, _ in settled:
+        for rec, row, _ in settled:
             if rec.state == "COMPLETED":
                 gpus = math.ceil(policy.gpus(rec.tres, self.config.partition(rec.partition).shards_per_gpu))
-                job = FeedbackJob(rec.job_id, rec.partition, rec.cluster, int(uid), rec.elapsed, beacon.decode(summary),
+                elapsed = job_elapsed(self.config, row, rec.elapsed) if int(row["restart"]) > 0 else rec.elapsed
+                job = FeedbackJob(rec.job_id, rec.partition, rec.cluster, int(uid), elapsed, beacon.decode(summary),
                                   max(1, gpus))  # fmt: skip
                 self.feedback(job)
 
@@ -231,6 +239,9 @@ class Worker(Followups):
     def feedback(self, job: FeedbackJob) -> None:
         self._work.put(lambda: Followups.feedback(self, job))
 
+    def relimit(self, rec: JobRecord, row: store.Row, summary: beacon.Beacon | None) -> None:
+        self._work.put(lambda: Followups.relimit(self, rec, row, summary))
+
     def cancel_after(self, target: str, seconds: float) -> None:
         """A prolog's cancel of its own over-budget job, on a timer of its own: never behind a backlog
         of AdminComments or feedback in the worker's queue (the job runs, and bills, meanwhile)."""
@@ -241,6 +252,63 @@ class Worker(Followups):
     def _serve(self) -> None:
         while True:
             self._work.get()()
+
+
+def job_elapsed(config: Config, last: store.Row, elapsed: int) -> int:
+    """The elapsed seconds of every run of a requeued job, up to its ``last`` (a ledger row, which ran
+    ``elapsed``): what its summary's training time (every run's epochs) is capped at, not its last
+    run's alone. The runs are the ones before it of the same job id whose restart counts lead down to
+    0 (an older job of that id, from before a controller lost its state, ends its own chain)."""
+    lg = ledger.reader(config)
+    if lg is None:
+        return elapsed
+    with lg:
+        rows = [r for r in lg.runs(int(last["job_id"]), str(last["cluster"])) if r["held_at"] < last["held_at"]]
+    total, want = elapsed, int(last["restart"]) - 1
+    for r in reversed(rows):
+        if want < 0:
+            break
+        if int(r["restart"]) == want and r["state"] == "settled":
+            total, want = total + int(r["elapsed"] or 0), want - 1
+    return total
+
+
+def relimit(config: Config, rec: JobRecord, row: store.Row, summary: beacon.Beacon | None) -> int | None:
+    """Give a job whose run was requeued for time (``limits``) the limit its progress asks for, within
+    the partition's MaxTime and what its account can hold for it now (its run just settled); out of
+    the short QOS (``qos.short``) into the default tier's when it outgrows it. The new limit, or None."""
+    from . import limits
+
+    lead = int(config["job"]["signal_seconds"])
+    if (summary is None or summary.workload is None or rec.time_limit is None
+            or not limits.requeued_for_time(rec.time_limit, rec.elapsed, lead)):  # fmt: skip
+        return None
+    asked = limits.next_limit(rec.time_limit, rec.elapsed, summary.train_seconds, summary.epochs_done,
+                              summary.workload.epochs, lead, float(config["estimate"]["buffer"]))  # fmt: skip
+    bin_dir = _bin_dir(config)
+    caps = [commands.partition_time_limit(rec.partition, bin_dir=bin_dir)]
+    per_minute = policy.tokens(60, ledger.run_share(row), row["price"], row["rate_ppm"])
+    lg = ledger.reader(config)
+    if lg is not None and per_minute > 0:
+        with lg:
+            account = lg.account(rec.account)
+        caps.append(max(0, int(account["balance"]) if account else 0) // per_minute * 60)
+    want = min([asked, *(c for c in caps if c is not None)])
+    event = {"event": "relimit", "job": rec.job_id, "limit": rec.time_limit, "asked": asked}
+    if want <= rec.time_limit:
+        log_event(config, {**event, "result": "kept" + (": the partition's MaxTime or the account's balance"
+                                                         if asked > rec.time_limit else "")})  # fmt: skip
+        return None
+    q = config["qos"]
+    qos = (
+        q[config["estimate"]["default_priority"]]
+        if rec.qos == q["short"] and want > q["short_max_minutes"] * 60
+        else ""
+    )
+    commands.set_time_limit(str(rec.job_id), want, qos, bin_dir=bin_dir)
+    capped = " (what the account can hold, or the partition's MaxTime)" if want < asked else ""
+    log_event(config, {**event, "result": f"raised to {want // 60} min{capped}" + (f", qos {qos}" if qos else "")})
+    return want
 
 
 def settle_due(config: Config, followups: Followups, now: float | None = None, lookup: RunsLookup | None = None,

@@ -147,8 +147,14 @@ def test_signal_checkpoints_requeues_and_resumes(job_dir: Path, dataset: Path, c
     assert first["end_state"] == "REQUEUED" and first["charge"] < first["hold"]
     skip_requeue_delay(job)
     state = commands.wait_for_end(job, timeout=400)
-    log = job_dir / f"yolo-requeue-{job}.out"
+    log = job_dir / f"requeue-{job}.out"  # the default log name: NAME-JOBID.out, in the work dir
     assert state == "COMPLETED", log.read_text()[-4000:] if log.exists() else "no job output"
+    starts = [line for line in log.read_text().splitlines() if line.startswith("slurm-yolo: run ")]
+    assert [line.split(" starts")[0] for line in starts] == [
+        f"slurm-yolo: run 1 of job {job}",
+        f"slurm-yolo: run 2 of job {job}",
+    ]
+    assert starts[1].endswith("(requeued)")  # the log keeps both runs, each run's start marked
     second = poll("run 1 settled", lambda: run_settled(1), timeout=60)
     assert second["end_state"] == "COMPLETED"
     recs = records(job_dir, job)

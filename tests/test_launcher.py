@@ -161,7 +161,8 @@ def test_usr2_requeues_the_array_task_at_the_next_checkpoint_and_the_next_run_re
     assert 2 <= requeue["epoch"] < 40 and recs[-1] == requeue
     assert any(r["kind"] == "checkpoint" and r["epoch"] == requeue["epoch"] for r in recs[asked:])  # saved after USR2
     assert not any(r["kind"] == "end" for r in recs)
-    *updates, last = (tmp_path / "slurm.log").read_text().splitlines()
+    shown, *updates, last = (tmp_path / "slurm.log").read_text().splitlines()
+    assert shown == "scontrol show job -o 101"  # the run's start line in the log names its time limit
     assert last == "scontrol requeue 100_5"  # after the summary of what was done, for the epilog's feedback
     assert updates and all(u.startswith("scontrol update JobId=100_5 Comment=yolo:eff=7,pred_s=1;run:at=")
                            for u in updates)  # fmt: skip

@@ -1,0 +1,75 @@
+"""A run requeued for time comes back with the limit its progress asks for (``slurm_yolo.limits``),
+on the real bundled clusters (Slurm 22.05 and 24.11), as a hostile user would try it.
+
+alice's job has a 3-minute limit and a USR2 90 s before it. At its USR2 it posts the summary a
+launcher posts (its workload and its progress: 10 of 100,000 epochs in 20 s of training, a lie that
+asks for days) and requeues itself, as the launcher does; its second run ends at once. The settler
+(as the SlurmUser) gives the requeued job a longer limit, but no longer than what vision's balance can
+hold after the first run's settlement; the second run is held and charged at that limit. Every
+number expected here comes from sacct's records, the test's price and the balance it set, never from
+slurm-yolo's code.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from conftest import PRICE, Slurm, fund, nothing_pending, poll, set_test_prices, skip_requeue_delay
+
+from slurm_yolo import beacon, estimate, spec
+
+pytestmark = pytest.mark.cluster
+T4 = PRICE["t4"]  # tokens per GPU-second, QOS normal (rate 1)
+LIMIT = 180  # -t 3
+BALANCE = 2_000_000  # covers the first run's 3-minute hold (180,000) and about 31 minutes more
+
+
+def forged_comment() -> str:
+    """The Comment a launcher would write after 10 epochs, with a workload of 100,000 epochs."""
+    m = estimate.lookup_model("yolov8n")
+    assert m is not None
+    w = estimate.workload(spec.parse(["train", "data=d.yaml", "epochs=100000", "imgsz=64"]), 16, 8, m)
+    return beacon.with_beacon("yolo:eff=1", beacon.Beacon(int(time.time()), 10, 20.0, False, 1, 1, w))
+
+
+def test_a_run_requeued_for_time_comes_back_with_the_longest_limit_its_account_can_hold(slurm: Slurm) -> None:
+    set_test_prices(slurm)
+    nothing_pending(slurm, "vision")
+    fund(slurm, ("vision",), BALANCE)
+    started = int(time.time()) - 1
+    script = f"""#SBATCH --signal=B:USR2@90
+if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then exit 0; fi
+trap 'scontrol update JobId=$SLURM_JOB_ID Comment="{forged_comment()}"; scontrol requeue $SLURM_JOB_ID; exit 0' USR2
+sleep 600 & wait"""
+    job = slurm.sbatch("-A", "vision", "-p", "t4", "--gres=gpu:t4:1", "-t", "3", "--requeue", script=script,
+                       user="alice")  # fmt: skip
+    try:
+        first = poll("the first run settled", lambda: [r for r in slurm.runs(job) if r["state"] == "settled"
+                                                        and r["submit_time"] >= started], timeout=300)[0]  # fmt: skip
+        ran = int(slurm.ended(job)[0]["ElapsedRaw"])
+        assert (first["end_state"], first["hold"], first["charge"]) == ("REQUEUED", LIMIT * T4, ran * T4)
+        assert ran >= LIMIT - 90 - 60  # inside its USR2's lead, which Slurm may send 60 s early: for time
+
+        # what vision can hold now, in whole minutes: the new limit, far below the days the summary asked
+        minutes = (BALANCE - ran * T4) // (60 * T4)
+        assert minutes > LIMIT // 60
+
+        def limit() -> int:
+            """The job's TimeLimit in minutes, as squeue prints it ([D-][H:]M:SS)."""
+            text = slurm.cmd("squeue", "-h", "-j", str(job), "-o", "%l").stdout.strip()
+            days, _, clock = text.rpartition("-")
+            h, m, s = ([0, 0, 0] + [int(x) for x in clock.split(":")])[-3:]
+            return (int(days or 0) * 86400 + h * 3600 + m * 60 + s) // 60
+
+        assert poll("the requeued job's new limit", lambda: (n := limit()) != LIMIT // 60 and n, 120) == minutes
+        skip_requeue_delay(job, slurm)
+        second = slurm.settled(job, 2, timeout=300)[1]
+        again = int(slurm.ended(job, 2)[1]["ElapsedRaw"])
+        assert (second["end_state"], second["hold"], second["charge"]) == ("COMPLETED", minutes * 60 * T4, again * T4)
+        with slurm.ledger() as lg:
+            assert lg.account("vision")["balance"] == BALANCE - (ran + again) * T4
+            assert lg.check() == []
+    finally:
+        slurm.cmd("scancel", str(job), check=False)
+        fund(slurm, ("vision",), 10**15)
