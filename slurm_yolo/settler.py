@@ -280,8 +280,11 @@ def relimit(config: Config, rec: JobRecord, row: store.Row, summary: beacon.Beac
     from . import limits
 
     lead = int(config["job"]["signal_seconds"])
+    # near the limit it started with (the ledger's, from the prolog), or a longer one an admin set since:
+    # a user may lower her job's limit to make an early requeue look like one for time (a hostile helper's)
+    started = max(int(row["time_limit"] or 0), rec.time_limit or 0)
     if (summary is None or summary.workload is None or rec.time_limit is None
-            or not limits.requeued_for_time(rec.time_limit, rec.elapsed, lead)):  # fmt: skip
+            or not limits.requeued_for_time(started, rec.elapsed, lead)):  # fmt: skip
         return None
     asked = limits.next_limit(rec.time_limit, rec.elapsed, summary.train_seconds, summary.epochs_done,
                               summary.workload.epochs, lead, float(config["estimate"]["buffer"]))  # fmt: skip

@@ -33,7 +33,21 @@ def forged_comment() -> str:
     return beacon.with_beacon("yolo:eff=1", beacon.Beacon(int(time.time()), 10, 20.0, False, 1, 1, w))
 
 
+def minutes_left(slurm: Slurm, job: int) -> int:
+    """The job's TimeLimit in minutes, as squeue prints it ([D-][H:]M:SS)."""
+    text = slurm.cmd("squeue", "-h", "-j", str(job), "-o", "%l").stdout.strip()
+    days, _, clock = text.rpartition("-")
+    h, m, s = ([0, 0, 0] + [int(x) for x in clock.split(":")])[-3:]
+    return (int(days or 0) * 86400 + h * 3600 + m * 60 + s) // 60
+
+
 def test_a_run_requeued_for_time_comes_back_with_the_longest_limit_its_account_can_hold(slurm: Slurm) -> None:
+    """Beside it, a hostile helper's way around "for time": a 10-minute job that lowers its own limit
+    to 3 minutes (a user may) and requeues itself 35 s in, with the same summary: inside the lead of
+    the limit she set, not of the 10 minutes its run started under, so it was no requeue for time,
+    and its limit stays the 3 minutes she set. (The
+    settler does its followups in turn, so once the first job's limit is raised, the second's
+    settlement has long been followed up.)"""
     set_test_prices(slurm)
     nothing_pending(slurm, "vision")
     fund(slurm, ("vision",), BALANCE)
@@ -42,34 +56,39 @@ def test_a_run_requeued_for_time_comes_back_with_the_longest_limit_its_account_c
 if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then exit 0; fi
 trap 'scontrol update JobId=$SLURM_JOB_ID Comment="{forged_comment()}"; scontrol requeue $SLURM_JOB_ID; exit 0' USR2
 sleep 600 & wait"""
+    early = f"""sleep 35
+scontrol update JobId=$SLURM_JOB_ID TimeLimit=3 Comment="{forged_comment()}"
+scontrol requeue $SLURM_JOB_ID"""
     job = slurm.sbatch("-A", "vision", "-p", "t4", "--gres=gpu:t4:1", "-t", "3", "--requeue", script=script,
                        user="alice")  # fmt: skip
+    lowered = slurm.sbatch("-A", "vision", "-p", "t4", "--gres=gpu:t4:1", "-t", "10", "--requeue", script=early,
+                           user="alice")  # fmt: skip
+
+    def settled(job: int) -> list[dict]:
+        return [r for r in slurm.runs(job) if r["state"] == "settled" and r["submit_time"] >= started]
+
     try:
-        first = poll("the first run settled", lambda: [r for r in slurm.runs(job) if r["state"] == "settled"
-                                                        and r["submit_time"] >= started], timeout=300)[0]  # fmt: skip
+        cut = poll("the early requeue settled", lambda: settled(lowered), timeout=120)[0]
+        slurm.cmd("scontrol", "hold", str(lowered))  # no second run: it would hold what the first job's limit counts
+        soon = int(slurm.ended(lowered)[0]["ElapsedRaw"])
+        assert (cut["end_state"], cut["hold"], cut["charge"]) == ("REQUEUED", 600 * T4, soon * T4)
+        first = poll("the first run settled", lambda: settled(job), timeout=300)[0]
         ran = int(slurm.ended(job)[0]["ElapsedRaw"])
         assert (first["end_state"], first["hold"], first["charge"]) == ("REQUEUED", LIMIT * T4, ran * T4)
         assert ran >= LIMIT - 90 - 60  # inside its USR2's lead, which Slurm may send 60 s early: for time
 
         # what vision can hold now, in whole minutes: the new limit, far below the days the summary asked
-        minutes = (BALANCE - ran * T4) // (60 * T4)
+        minutes = (BALANCE - (ran + soon) * T4) // (60 * T4)
         assert minutes > LIMIT // 60
-
-        def limit() -> int:
-            """The job's TimeLimit in minutes, as squeue prints it ([D-][H:]M:SS)."""
-            text = slurm.cmd("squeue", "-h", "-j", str(job), "-o", "%l").stdout.strip()
-            days, _, clock = text.rpartition("-")
-            h, m, s = ([0, 0, 0] + [int(x) for x in clock.split(":")])[-3:]
-            return (int(days or 0) * 86400 + h * 3600 + m * 60 + s) // 60
-
-        assert poll("the requeued job's new limit", lambda: (n := limit()) != LIMIT // 60 and n, 120) == minutes
+        got = poll("the requeued job's new limit", lambda: (n := minutes_left(slurm, job)) != LIMIT // 60 and n, 120)
+        assert got == minutes and minutes_left(slurm, lowered) == 3  # hers, not raised
         skip_requeue_delay(job, slurm)
         second = slurm.settled(job, 2, timeout=300)[1]
         again = int(slurm.ended(job, 2)[1]["ElapsedRaw"])
         assert (second["end_state"], second["hold"], second["charge"]) == ("COMPLETED", minutes * 60 * T4, again * T4)
         with slurm.ledger() as lg:
-            assert lg.account("vision")["balance"] == BALANCE - (ran + again) * T4
+            assert lg.account("vision")["balance"] == BALANCE - (ran + soon + again) * T4
             assert lg.check() == []
     finally:
-        slurm.cmd("scancel", str(job), check=False)
+        slurm.cmd("scancel", str(job), str(lowered), check=False)
         fund(slurm, ("vision",), 10**15)
