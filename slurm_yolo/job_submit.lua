@@ -380,9 +380,12 @@ local function committed(state)
   end
   recent = keep
   for _, job in pairs(slurm.jobs or {}) do
+    -- The state (a number) first: 22.05's slurmctld died in job_submit/lua reading a job record's
+    -- string field (strlen on freed memory) while jobs were ending, in CI's chaos test; only the jobs
+    -- that count (pending, or running unheld) have their strings read.
     local st = (job.job_state or -1) % 256
     local unheld = st == RUNNING and not state.held[job.job_id]
-    if job.account and (st == PENDING or unheld) then
+    if (st == PENDING or unheld) and job.account then
       local tasks = big(st == PENDING and math.max(job.array_task_cnt or 1, 1) or 1)
       local g, s = gres_units(job.tres_fmt_req_str)  -- what it asked for, over all its nodes
       if not (is_zero(g) and is_zero(s)) then
