@@ -266,7 +266,7 @@ def _plan(
 def _own_limit(tm: TimeModel, seconds: float, predicted: float, widening: float) -> tuple[Buffer, int, str]:
     """The user's own limit (-t) in Slurm's whole minutes, its buffer with what it covers by the
     partition's measured errors, and a warning when it is likely too short (the user's call: no refusal)."""
-    limit = max(60, math.ceil(seconds / 60) * 60)
+    limit = time_limit(seconds, 0.0)
     if limit > MAX_LIMIT_SECONDS:
         raise UsageError(f"--time {seconds_text(seconds)}: more than a year, which no hold covers")
     covered = tm.covers(limit / predicted, predicted, widening) if predicted > 0 else None

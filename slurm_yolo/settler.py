@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from . import beacon, books, ledger
+from . import beacon, books, ledger, limits
 from .config import Config
 from .errors import SlurmYoloError
 from .eventlog import log_event
@@ -181,16 +181,17 @@ class Followups:
         if settled:
             self.comments()
         summary, uid = (facts or {}).get("summary", ""), (facts or {}).get("uid", "")
+        decoded = beacon.decode(summary) if summary else None
         for rec, row, _ in settled:
-            if rec.state == "REQUEUED" and summary:
-                self.relimit(rec, row, beacon.decode(summary))
+            if rec.state == "REQUEUED" and decoded:
+                self.relimit(rec, row, decoded)
         if not (self.config["ledger"]["feedback"] and summary and uid.isdigit()):
             return
         for rec, row, _ in settled:
             if rec.state == "COMPLETED":
                 gpus = math.ceil(policy.gpus(rec.tres, self.config.partition(rec.partition).shards_per_gpu))
                 elapsed = job_elapsed(self.config, row, rec.elapsed) if int(row["restart"]) > 0 else rec.elapsed
-                job = FeedbackJob(rec.job_id, rec.partition, rec.cluster, int(uid), elapsed, beacon.decode(summary),
+                job = FeedbackJob(rec.job_id, rec.partition, rec.cluster, int(uid), elapsed, decoded,
                                   max(1, gpus))  # fmt: skip
                 self.feedback(job)
 
@@ -277,8 +278,6 @@ def relimit(config: Config, rec: JobRecord, row: store.Row, summary: beacon.Beac
     """Give a job whose run was requeued for time (``limits``) the limit its progress asks for, within
     the partition's MaxTime and what its account can hold for it now (its run just settled); out of
     the short QOS (``qos.short``) into the default tier's when it outgrows it. The new limit, or None."""
-    from . import limits
-
     lead = int(config["job"]["signal_seconds"])
     # near the limit it started with (the ledger's, from the prolog), or a longer one an admin set since:
     # a user may lower her job's limit to make an early requeue look like one for time (a hostile helper's)
