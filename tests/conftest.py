@@ -396,10 +396,9 @@ def yolo_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {**os.environ, "YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": str(cfg), "CUDA_VISIBLE_DEVICES": ""}
 
 
-def skip_requeue_delay(job: int, slurm: Slurm | None = None) -> None:
+def skip_requeue_delay(job: int, slurm: Slurm) -> None:
     """Start a requeued job now instead of after Slurm's begin-time delay. slurmd refuses a relaunch
     whose credential is from the same second as the revocation, so wait past that second first."""
-    slurm = slurm or cluster_of_release("22.05")
 
     def pending() -> bool:
         return slurm.cmd("squeue", "-h", "-j", str(job), "-o", "%T", check=False).stdout.strip() == "PENDING"

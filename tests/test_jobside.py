@@ -145,7 +145,7 @@ def test_signal_checkpoints_requeues_and_resumes(job_dir: Path, dataset: Path, c
 
     first = poll("run 0 settled", lambda: run_settled(0), timeout=120)
     assert first["end_state"] == "REQUEUED" and first["charge"] < first["hold"]
-    skip_requeue_delay(job)
+    skip_requeue_delay(job, cluster)
     state = commands.wait_for_end(job, timeout=400)
     log = job_dir / f"requeue-{job}.out"  # the default log name: NAME-JOBID.out, in the work dir
     assert state == "COMPLETED", log.read_text()[-4000:] if log.exists() else "no job output"
