@@ -379,11 +379,13 @@ local function committed(state)
     end
   end
   recent = keep
-  for _, job in pairs(slurm.jobs or {}) do
-    -- The state (a number) first: 22.05's slurmctld died in job_submit/lua reading a job record's
-    -- string field (strlen on freed memory) while jobs were ending, in CI's chaos test; only the jobs
-    -- that count (pending, or running unheld) have their strings read.
-    local st = (job.job_state or -1) % 256
+  for id, job in pairs(slurm.jobs or {}) do
+    -- Numbers first: 22.05's slurmctld died in job_submit/lua reading a job record's string field
+    -- (strlen on freed memory) in CI's chaos test. Its slurm.jobs is rebuilt only when the job list
+    -- changed in a later second, so a record purged in the second it was built is freed memory: a
+    -- record whose id is not its key is skipped, and only the jobs that count (pending, or running
+    -- unheld) have their strings read.
+    local st = tostring(job.job_id) == id and (job.job_state or -1) % 256 or -1
     local unheld = st == RUNNING and not state.held[job.job_id]
     if (st == PENDING or unheld) and job.account then
       local tasks = big(st == PENDING and math.max(job.array_task_cnt or 1, 1) or 1)

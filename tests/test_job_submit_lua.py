@@ -31,9 +31,9 @@ dofile(arg[1])
 for i, case in ipairs(dofile(arg[2])) do
   for _, account in ipairs({case.account .. "z", case.account .. "ok", case.account .. "no"}) do
     slurm.jobs = {}
-    for n, job in ipairs(case.jobs) do
+    for _, job in ipairs(case.jobs) do  -- keyed as slurmctld keys them: the job id, as a string
       job.account = account
-      slurm.jobs[n] = job
+      slurm.jobs[job.stale_key or tostring(job.job_id)] = job
     end
     local desc = {}
     for k, v in pairs(case.desc) do desc[k] = v end
@@ -112,7 +112,9 @@ def request(
                       policy.share(p_count if p_kind == "gpu" else 0, p_count, parts[n].shards_per_gpu), PRICES[n], p_rate)
         for n in p_names
     )  # fmt: skip
-    return {"account": f"c{i}", "desc": desc, "parts": part_list, "jobs": [job], "need": worst * tasks,
+    # a record slurmctld freed after it built slurm.jobs (memory since reused): its id is not its key
+    stale = {**job, "job_id": 20_000 + i, "stale_key": str(30_000 + i)}
+    return {"account": f"c{i}", "desc": desc, "parts": part_list, "jobs": [job, stale], "need": worst * tasks,
             "pending": pending}  # fmt: skip
 
 
