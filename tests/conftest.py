@@ -9,6 +9,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,8 +17,8 @@ from typing import Any, NamedTuple, TypeVar
 
 import pytest
 
+from slurm_yolo import calibration, estimate, ledger, spec, timemodel
 from slurm_yolo import config as config_mod
-from slurm_yolo import ledger
 from slurm_yolo.synthetic import make_dataset
 
 T = TypeVar("T")
@@ -29,6 +30,13 @@ MARKERS = Path("/var/lib/slurm-yolo-cluster/clusters")
 RELEASES = ("22.05", "24.11")
 BACKENDS = ("sqlite", "mariadb")
 MYSQL_SOCKET = Path("/run/mysqld/mysqld.sock")
+USERS_FS = Path("/tmp/slurm-yolo-users")  # deploy/minicluster's users' file system (login and compute nodes)
+REPORT = (  # the launcher's reporter, as a job runs it: its usage records into its Comment
+    "import os\n"
+    "from pathlib import Path\n"
+    "from slurm_yolo.launcher import CommentReporter\n"
+    "CommentReporter(Path('yolo-usage-' + os.environ['SLURM_JOB_ID'] + '.jsonl')).poll(force=True)\n"
+)
 VENV_BIN = Path("/opt/slurm-yolo/venv/bin")
 FONT = (
     next(iter(sorted(Path("/usr/share/fonts/truetype").rglob("*.ttf"))), None)
@@ -431,3 +439,61 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         uses = CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ()))
         if (uses or on_mariadb) and not item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture
+def work(slurm: Slurm) -> Iterator[Path]:
+    """A folder of alice's on the users' file system, which the controller does not see."""
+    assert (USERS_FS / ".users-fs").is_file(), "deploy/minicluster up makes the users' file system"
+    folder = Path(tempfile.mkdtemp(dir=USERS_FS))
+    folder.chmod(0o777)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def records(seconds: list[float], imgsz: int = 320, images: int = 40) -> str:
+    """A usage file as the launcher writes it: yolov8n on ``images`` images at ``imgsz`` px,
+    ``seconds`` per epoch."""
+    m = estimate.lookup_model("yolov8n")
+    assert m is not None
+    w = estimate.workload(spec.parse(["train", "data=d.yaml", f"epochs={len(seconds)}", f"imgsz={imgsz}"]), images,
+                          max(1, images // 5), m)  # fmt: skip
+    recs = [{"kind": "start", "gpus": 1, "cpus": 1, "workload": w.to_dict()}]
+    recs += [{"kind": "epoch", "epoch": i + 1, "epochs": len(seconds), "images": images, "tokens": images * imgsz**2,
+              "seconds": s} for i, s in enumerate(seconds)]  # fmt: skip
+    return "".join(json.dumps(r) + "\n" for r in recs)
+
+
+def run_reporting(slurm: Slurm, work: Path, seconds: list[float], sleep: int, imgsz: int = 320,
+                  images: int = 40) -> int:  # fmt: skip
+    """alice's job: its usage records (``records``), the launcher's reporter, then ``sleep`` seconds
+    more; its id."""
+    # the installed package (deploy/install), or in the 24.11 root this source tree with its own Python
+    python = "/opt/slurm-yolo/venv/bin/python" if slurm.root == Path("/") else "PYTHONPATH=/opt/slurm-yolo/src python3"
+    script = (f"cat > yolo-usage-$SLURM_JOB_ID.jsonl <<'EOF'\n{records(seconds, imgsz, images)}EOF\n"
+              f"{python} -c \"{REPORT}\" || exit 3\nsleep {sleep}\n")  # fmt: skip
+    return slurm.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "2", "-D", str(work), "--comment=yolo:eff=1,pred_s=9",
+                        script=script, user="alice")  # fmt: skip
+
+
+def sample_of(slurm: Slurm, job: int) -> calibration.Sample | None:
+    """The calibration sample the cluster's feedback made of ``job``'s summary, if any yet."""
+    with calibration.Store(slurm.config()) as store:
+        found = [s for s in store.samples("t4", limit=10**6) if s.key == f"job:{slurm.name}:{job}"]
+    return found[0] if found else None
+
+
+def reference_workloads() -> list[timemodel.Workload]:
+    """Runs whose predictions no one user's summaries may move beyond the bound: coco8 for 100 epochs
+    (fixed costs), a mid-size run at 320 px, and a large one that compute dominates."""
+    out = []
+    for name, imgsz, images, epochs in (
+        ("yolov8n", 640, 4, 100),
+        ("yolov8s", 320, 2_000, 50),
+        ("yolov8l", 640, 20_000, 100),
+    ):
+        m = estimate.lookup_model(name)
+        assert m is not None
+        out.append(estimate.workload(spec.parse(["train", "data=d.yaml", f"epochs={epochs}", f"imgsz={imgsz}"]),
+                                     images, max(1, images // 4), m))  # fmt: skip
+    return out

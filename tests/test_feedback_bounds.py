@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import reference_workloads
 
 from slurm_yolo import beacon, calibration, estimate, feedback, spec, timemodel
 from slurm_yolo import config as config_mod
@@ -91,22 +92,6 @@ def test_fifty_forged_jobs_of_one_user_move_k_no_further_than_one_users_bound(tm
     assert fb is not None and fb.applied and model(cfg).k == pytest.approx(1.0, rel=1e-12)
 
 
-def workloads() -> list[timemodel.Workload]:
-    """Runs whose predictions the attack below must not move: coco8 for 100 epochs (fixed costs), a
-    mid-size run at 320 px, and a large one that compute dominates."""
-    out = []
-    for name, imgsz, images, epochs in (
-        ("yolov8n", 640, 4, 100),
-        ("yolov8s", 320, 2_000, 50),
-        ("yolov8l", 640, 20_000, 100),
-    ):
-        m = estimate.lookup_model(name)
-        assert m is not None
-        out.append(estimate.workload(spec.parse(["train", "data=d.yaml", f"epochs={epochs}", f"imgsz={imgsz}"]),
-                                     images, max(1, images // 4), m))  # fmt: skip
-    return out
-
-
 def test_thirty_alternating_forged_pairs_move_no_prediction_beyond_one_users_bound(tmp_path: Path) -> None:
     """A hostile review's attack: a compute-heavy summary claiming a fast run moves k down, then a
     fixed-cost-heavy one claiming a slow run moves every term up; k's net move is 1, so a budget on k
@@ -116,7 +101,7 @@ def test_thirty_alternating_forged_pairs_move_no_prediction_beyond_one_users_bou
 
     def predictions() -> list[float]:
         tm = model(cfg)
-        return [timemodel.predict_seconds(w, tm, 1, 0.9, ref) for w in workloads()]
+        return [timemodel.predict_seconds(w, tm, 1, 0.9, ref) for w in reference_workloads()]
 
     before = predictions()
     for pair in range(30):

@@ -14,24 +14,14 @@ Expected values come from the records the test wrote and sacct's ElapsedRaw, not
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Slurm, poll
+from conftest import Slurm, poll, run_reporting, sample_of
 
-from slurm_yolo import beacon, calibration, estimate, spec
+from slurm_yolo import beacon
 
 pytestmark = pytest.mark.cluster
-USERS_FS = Path("/tmp/slurm-yolo-users")
-REPORT = (
-    "import os\n"
-    "from pathlib import Path\n"
-    "from slurm_yolo.launcher import CommentReporter\n"
-    "CommentReporter(Path('yolo-usage-' + os.environ['SLURM_JOB_ID'] + '.jsonl')).poll(force=True)\n"
-)
 
 
 def controller_sees(slurm: Slurm, path: Path) -> bool:
@@ -40,42 +30,6 @@ def controller_sees(slurm: Slurm, path: Path) -> bool:
     return any(
         Path(f"/proc/{(run / f'{d}.pid').read_text().strip()}/root{path}").exists() for d in ("slurmctld", "hookd")
     )
-
-
-@pytest.fixture
-def work(slurm: Slurm) -> Iterator[Path]:
-    assert (USERS_FS / ".users-fs").is_file(), "deploy/minicluster up makes the users' file system"
-    folder = Path(tempfile.mkdtemp(dir=USERS_FS))
-    folder.chmod(0o777)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-def records(seconds: list[float]) -> str:
-    """A usage file as the launcher writes it: yolov8n on 40 images at 320 px, ``seconds`` per epoch."""
-    m = estimate.lookup_model("yolov8n")
-    assert m is not None
-    w = estimate.workload(spec.parse(["train", "data=d.yaml", f"epochs={len(seconds)}", "imgsz=320"]), 40, 8, m)
-    recs = [{"kind": "start", "gpus": 1, "cpus": 1, "workload": w.to_dict()}]
-    recs += [{"kind": "epoch", "epoch": i + 1, "epochs": len(seconds), "images": 40, "tokens": 40 * 320**2,
-              "seconds": s} for i, s in enumerate(seconds)]  # fmt: skip
-    return "".join(json.dumps(r) + "\n" for r in recs)
-
-
-def run_reporting(slurm: Slurm, work: Path, seconds: list[float], sleep: int) -> int:
-    """alice's job: its usage records, the launcher's reporter, then ``sleep`` seconds more; its id."""
-    # the installed package (deploy/install), or in the 24.11 root this source tree with its own Python
-    python = "/opt/slurm-yolo/venv/bin/python" if slurm.root == Path("/") else "PYTHONPATH=/opt/slurm-yolo/src python3"
-    script = (f"cat > yolo-usage-$SLURM_JOB_ID.jsonl <<'EOF'\n{records(seconds)}EOF\n"
-              f"{python} -c \"{REPORT}\" || exit 3\nsleep {sleep}\n")  # fmt: skip
-    return slurm.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "2", "-D", str(work), "--comment=yolo:eff=1,pred_s=9",
-                        script=script, user="alice")  # fmt: skip
-
-
-def sample_of(slurm: Slurm, job: int) -> calibration.Sample | None:
-    with calibration.Store(slurm.config()) as store:
-        found = [s for s in store.samples("t4", limit=10**6) if s.key == f"job:{slurm.name}:{job}"]
-    return found[0] if found else None
 
 
 def test_completed_runs_feedback_reaches_a_controller_that_cannot_see_their_work_dirs(slurm: Slurm, work: Path) -> None:
