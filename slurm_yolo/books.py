@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from . import db, ledger
+from . import db, ledger, visibility
 from .config import Config
 from .errors import SlurmYoloError, UnreachableError
 from .ledger import comment, policy, store
@@ -248,6 +248,7 @@ def save(config: Config, findings: list[Finding], window_days: float) -> None:
         tmp = db.public_folder(target.parent) / f".{AUDIT_NAME}.{os.getpid()}"
         tmp.write_text(json.dumps({"at": time.time(), "window_days": window_days,
                                    "findings": [f._asdict() for f in findings]}) + "\n")  # fmt: skip
+        tmp.chmod(0o600 if visibility.hides_jobs(config) else 0o644)  # its findings name jobs
         os.replace(tmp, target)
 
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import db, gpu_priors, gputypes, priors
+from . import db, gpu_priors, gputypes, priors, visibility
 from .config import Config
 from .errors import UsageError
 from .estimate import Workload
@@ -208,7 +208,21 @@ def publish(config: Config) -> None:
     """Write calibration.db's published copy again, changed or not (``ledger publish``: a new public
     folder has the time models before their next save)."""
     with Store(config) as store:
-        db.publish_copy(db.backup_into(store.conn), db_path(config), config.public_dir)
+        store.publish()
+
+
+def redact_runs(copy: sqlite3.Connection) -> None:
+    """Leave each job's and run folder's sample, and who moved a model, out of a published copy
+    (Slurm's PrivateData hides other users' jobs): the models and their history stay, which is all a
+    login node plans with."""
+    copy.executescript("""
+        BEGIN;
+        DELETE FROM samples; DELETE FROM moves;
+        UPDATE history SET source = 'a job''s feedback' WHERE uid IS NOT NULL;
+        UPDATE history SET uid = NULL;
+        UPDATE params SET source = 'a job''s feedback' WHERE source LIKE 'job %';
+        COMMIT;
+    """)
 
 
 class Store:
@@ -234,10 +248,15 @@ class Store:
         """Publish what changed (still as the state's owner), then let go."""
         try:
             if self.conn.total_changes:
-                db.publish_copy(db.backup_into(self.conn), db_path(self.config), self.config.public_dir)
+                self.publish()
         finally:
             self.conn.close()
             self._stack.close()
+
+    def publish(self) -> None:
+        """Write the published copy (as the state's owner), without what PrivateData hides."""
+        redact = redact_runs if visibility.hides_jobs(self.config) else None
+        db.publish_copy(db.backup_into(self.conn), db_path(self.config), self.config.public_dir, redact)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:

@@ -116,11 +116,14 @@ def locked(path: Path, what: str, seconds: float = LOCK_SECONDS) -> Iterator[Non
         os.close(fd)
 
 
-def publish_copy(snapshot: Callable[[Path], None], path: Path, public: Path) -> None:
+def publish_copy(snapshot: Callable[[Path], None], path: Path, public: Path,
+                 redact: Callable[[sqlite3.Connection], None] | None = None) -> None:  # fmt: skip
     """Publish a consistent snapshot of the books at ``published(path, public)``, world-readable,
     swapped in with a rename (a reader keeps the inode it opened; no writer opens it again).
     ``snapshot(tmp)`` writes the copy as a new SQLite file (``backup_into``, or a MariaDB ledger's
-    rows), beside its target (one file system, whatever the public folder is)."""
+    rows), beside its target (one file system, whatever the public folder is). ``redact(copy)``
+    takes out what users may not read (Slurm's PrivateData) before anyone can: the copy is then
+    rewritten whole (VACUUM), so no page of it keeps a deleted row."""
     target = published(path, public_folder(public))
     tmp = target.with_name(f".{path.name}.publish.{os.getpid()}.{threading.get_ident()}")
     tmp.unlink(missing_ok=True)
@@ -133,6 +136,10 @@ def publish_copy(snapshot: Callable[[Path], None], path: Path, public: Path) -> 
         try:
             copy.execute("PRAGMA journal_mode = DELETE")
             copy.execute(f"PRAGMA application_id = {PUBLISHED_ID}")
+            if redact is not None:
+                copy.execute("PRAGMA secure_delete = ON")
+                redact(copy)
+                copy.execute("VACUUM")
         finally:
             copy.close()
         tmp.chmod(0o644)

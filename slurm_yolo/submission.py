@@ -371,6 +371,35 @@ def require_association(account: str | None, bin_dir: Path) -> None:
         raise UsageError(problem)
 
 
+def settlement_from_slurm(config: Config, job_id: int, cluster: str, since: float, deadline: float,
+                          poll: float) -> str:  # fmt: skip
+    """``settlement`` where Slurm's PrivateData keeps job rows out of the published ledger: from the
+    job's AdminComment, which the ledger writes once it has settled a run and which sacct shows only
+    to those Slurm lets see the job."""
+    bin_dir = Path(config["slurm"]["bin_dir"])
+    runs: dict[int, dict[str, str]] = {}
+    while True:
+        try:
+            found = commands.admin_comments([job_id], bin_dir=bin_dir)
+        except SlurmError:
+            found = {}
+        for (on, job, submit), text in found.items():
+            if on == cluster and job == job_id and submit >= since:
+                runs.update(ledger.comment.parse(text))
+        if runs or time.monotonic() >= deadline:
+            break
+        time.sleep(poll)
+    if not runs:
+        return f"job {job_id}: not settled yet (sacct -j {job_id} -o AdminComment shows its charge once it is)"
+    charge, refund, hold = (sum(int(r.get(k) or 0) for r in runs.values()) for k in ("charge", "refund", "hold"))
+    over = f" over its {len(runs)} runs" if len(runs) > 1 else ""
+    return (
+        f"job {job_id}: charged {fmt_tokens(charge)} of budget{over}, {fmt_tokens(refund)} of its"
+        f" {fmt_tokens(hold)} {'holds' if over else 'hold'} back (its AdminComment: this cluster's PrivateData"
+        " keeps jobs out of the published ledger)"
+    )
+
+
 def settlement(config: Config, job_id: int, since: float = 0.0, timeout: float = 30.0, poll: float = 1.0) -> str:
     """What a finished job was charged, all its runs together (a requeued job's too: the job is what
     the user asked for), in the submit line's units, once the ledger has settled them (the epilog
@@ -387,9 +416,13 @@ def settlement(config: Config, job_id: int, since: float = 0.0, timeout: float =
     runs: list[ledger.store.Row] = []
     while True:
         lg = ledger.reader(config)  # opened anew each time: a write publishes a new copy, renamed in
+        hidden = False
         if lg is not None:
             with lg:
                 runs = [r for r in lg.runs(job_id, cluster) if r["submit_time"] >= since]
+                hidden = lg.hides_jobs()
+        if not runs and hidden and cluster is not None:
+            return settlement_from_slurm(config, job_id, cluster, since, deadline, poll)
         if not runs:  # held at its start, so in the hooks' books: these are other books
             return f"job {job_id}: no run of it in the ledger at {ledger.where(config)} (not the hooks' config?)"
         if all(r["state"] == "settled" for r in runs) or time.monotonic() >= deadline:

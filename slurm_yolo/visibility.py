@@ -6,7 +6,8 @@ account's coordinators see it (and its sub-accounts, which sacctmgr lists with i
 association with; without it anyone sees any account, as Slurm shows ``sshare`` to all.
 
 This is the CLI's courtesy, not a secret: the ledger's published copy is world-readable, since every
-user's yolo-sbatch reads balances from it on the login nodes. When slurmdbd does not answer (an
+user's yolo-sbatch reads balances from it on the login nodes. Jobs are kept out of it, and out of
+calibration.db's copy, where PrivateData hides jobs or usage (``hides_jobs``). When slurmdbd does not answer (an
 outage), a user is treated as holding no coordinator or operator role and no association, says so
 (``Viewer.unreached``), and sees what the rule shows without them.
 """
@@ -14,6 +15,7 @@ outage), a user is treated as holding no coordinator or operator role and no ass
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
@@ -23,6 +25,9 @@ from .errors import SlurmError, UsageError
 from .slurm import commands
 
 PRIVATE = frozenset({"accounts", "usage"})  # the PrivateData that hide other accounts
+JOBS_PRIVATE = frozenset({"jobs", "usage"})  # the PrivateData that hide other users' jobs and what they used
+ASKED_EVERY = 60.0  # seconds a process trusts the PrivateData it asked for (hookd publishes many times a minute)
+_asked: dict[str, tuple[float, bool]] = {}
 OPERATORS = frozenset({"operator", "administrator"})  # AdminLevels that see every account
 
 
@@ -111,3 +116,18 @@ def own_accounts(config: Config, v: Viewer) -> frozenset[str]:
         return frozenset(commands.accounts_of(v.user, Path(config["slurm"]["bin_dir"])))
     except SlurmError:
         return frozenset()
+
+
+def hides_jobs(config: Config) -> bool:
+    """Whether the published copies (world-readable) must leave out each job's rows, users and
+    summaries: Slurm's PrivateData hides jobs or usage from other users. When Slurm does not say
+    (scontrol fails), they are left out: a copy never shows more than Slurm would."""
+    bin_dir = str(config["slurm"]["bin_dir"])
+    at, hidden = _asked.get(bin_dir, (-ASKED_EVERY, True))
+    if time.monotonic() - at >= ASKED_EVERY:
+        try:
+            hidden = bool(commands.private_data(Path(bin_dir)) & JOBS_PRIVATE)
+        except SlurmError:
+            hidden = True
+        _asked[bin_dir] = (time.monotonic(), hidden)
+    return hidden

@@ -24,7 +24,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
-from .. import availability, db
+from .. import availability, db, visibility
 from ..config import Config
 from ..errors import SlurmYoloError, UsageError
 from . import bucket, comment, mariadb, policy, store
@@ -191,9 +191,28 @@ def publish_from(lg: Ledger, config: Config) -> None:
         with db.locked(db.private_dir(config.state_dir) / "publish.lock", "publishing the ledger"):
             availability.publish(config, lambda now: availability.render(config, now, lg.accounts(), lg.prices(),
                                                                          lg.tiers(), lg.held_jobs()))  # fmt: skip
-            db.publish_copy(lg.conn.snapshot, db_path(config), config.public_dir)
+            db.publish_copy(lg.conn.snapshot, db_path(config), config.public_dir,
+                            redact_jobs if visibility.hides_jobs(config) else None)  # fmt: skip
     except (OSError, sqlite3.Error, SlurmYoloError) as e:
         print(f"slurm-yolo: the ledger's published copies not updated: {e}", file=sys.stderr)
+
+
+REDACTED = "redacted"  # the published copy's table that says what was left out of it
+
+
+def redact_jobs(copy: sqlite3.Connection) -> None:
+    """Leave each job's rows, user and summary out of a published copy (Slurm's PrivateData hides
+    them): no runs, inbox, incidents or AdminComments, and movements without their job or user or the
+    hold's reckoning. Balances, prices, tiers, quotas and each account's movements stay: what a login
+    node plans with, per account and partition."""
+    copy.executescript(f"""
+        BEGIN;
+        DELETE FROM jobs; DELETE FROM inbox; DELETE FROM incidents; DELETE FROM admin_comments;
+        UPDATE movements SET reason = '' WHERE job_key IS NOT NULL;
+        UPDATE movements SET job_key = NULL, user = NULL;
+        CREATE TABLE {REDACTED} (what TEXT NOT NULL); INSERT INTO {REDACTED} VALUES ('jobs');
+        COMMIT;
+    """)
 
 
 def publish(config: Config) -> None:
@@ -910,6 +929,13 @@ class Ledger:
             f"SELECT m.* FROM movements m JOIN jobs j ON m.job_key = j.job_key WHERE j.job_id = ? {where} ORDER BY m.id",
             (job_id, *args),
         ).fetchall()
+
+    def hides_jobs(self) -> bool:
+        """A published copy that Slurm's PrivateData left without job rows (``redact_jobs``)."""
+        if not isinstance(self.conn, store.SqliteStore):
+            return False
+        found = self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (REDACTED,))
+        return bool(found.fetchall())
 
     def runs(self, job_id: int, cluster: str | None = None) -> list[store.Row]:
         """The job's runs (on ``cluster``; None: on any cluster that shares this ledger)."""
