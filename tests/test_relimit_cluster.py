@@ -17,12 +17,13 @@ import time
 import pytest
 from conftest import PRICE, Slurm, fund, nothing_pending, poll, set_test_prices, skip_requeue_delay
 
-from slurm_yolo import beacon, estimate, spec
+from slurm_yolo import beacon, estimate, report, spec
 
 pytestmark = pytest.mark.cluster
 T4 = PRICE["t4"]  # tokens per GPU-second, QOS normal (rate 1)
 LIMIT = 180  # -t 3
 BALANCE = 2_000_000  # covers the first run's 3-minute hold (180,000) and about 31 minutes more
+PREDICTED = 60  # what yolo-sbatch would have written in its Comment: the accuracy view's prediction
 
 
 def forged_comment() -> str:
@@ -30,7 +31,9 @@ def forged_comment() -> str:
     m = estimate.lookup_model("yolov8n")
     assert m is not None
     w = estimate.workload(spec.parse(["train", "data=d.yaml", "epochs=100000", "imgsz=64"]), 16, 8, m)
-    return beacon.with_beacon("yolo:eff=1", beacon.Beacon(int(time.time()), 10, 20.0, False, 1, 1, w))
+    return beacon.with_beacon(
+        f"yolo:eff=1,pred_s={PREDICTED}", beacon.Beacon(int(time.time()), 10, 20.0, False, 1, 1, w)
+    )
 
 
 def minutes_left(slurm: Slurm, job: int) -> int:
@@ -59,8 +62,8 @@ sleep 600 & wait"""
     early = f"""sleep 35
 scontrol update JobId=$SLURM_JOB_ID TimeLimit=3 Comment="{forged_comment()}"
 scontrol requeue $SLURM_JOB_ID"""
-    job = slurm.sbatch("-A", "vision", "-p", "t4", "--gres=gpu:t4:1", "-t", "3", "--requeue", script=script,
-                       user="alice")  # fmt: skip
+    job = slurm.sbatch("-A", "vision", "-p", "t4", "--gres=gpu:t4:1", "-t", "3", "--requeue",
+                       f"--comment=yolo:eff=1,pred_s={PREDICTED}", script=script, user="alice")  # fmt: skip
     lowered = slurm.sbatch("-A", "vision", "-p", "t4", "--gres=gpu:t4:1", "-t", "10", "--requeue", script=early,
                            user="alice")  # fmt: skip
 
@@ -89,6 +92,15 @@ scontrol requeue $SLURM_JOB_ID"""
         with slurm.ledger() as lg:
             assert lg.account("vision")["balance"] == BALANCE - (ran + soon + again) * T4
             assert lg.check() == []
+        # the accuracy view judges the job, both runs: its time is theirs, and the requeue for time a miss
+        totals = report.job_totals(report.jobs(slurm.config(), report.Filters(user="alice")))
+        (row,) = totals[totals["job_id"] == job].to_dict("records")
+        assert (row["state"], row["elapsed"], row["pred_s"], row["missed"]) == (
+            "COMPLETED",
+            ran + again,
+            PREDICTED,
+            True,
+        )
     finally:
         slurm.cmd("scancel", str(job), str(lowered), check=False)
         fund(slurm, ("vision",), 10**15)
