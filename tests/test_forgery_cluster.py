@@ -8,7 +8,7 @@ k's net move was 1 and the fixed terms grew x1.1 a pair: 30 pairs tripled a coco
 of the reference workloads has moved beyond one user's bound (x1.1 either way) since the window the
 test opened with an admin's save. The window starts from the cluster's own t4 model with no runs
 behind it (so that no summary is refused as an outlier: the attack meets the bound, not the outlier
-rule), and that model is put back afterwards.
+rule), and that model is put back afterwards, and the forged runs taken out of the samples an admin's refit reads.
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ def test_thirty_alternating_forged_pairs_move_no_prediction_beyond_one_users_bou
     cfg = priced.config()
     kept = calibration.load(cfg, "t4").model
     start = replace(kept, n=0)
+    jobs: list[int] = []
     with calibration.Store(cfg) as store:
         store.save("t4", start, "test: a window of its own for alice's forged summaries")
     try:
         before = predictions(priced)
-        jobs = []
         for _ in range(PAIRS):
             # 5 epochs of 200 images at 320 px in 0.5 s (predicted a minute or more): k down; then one
             # epoch of 8 at 32 px in 1 s (predicted a few tenths, fixed costs): every term up
@@ -62,6 +62,9 @@ def test_thirty_alternating_forged_pairs_move_no_prediction_beyond_one_users_bou
         assert min(r[0] for r in applied) < 1.0 < max(r[1] for r in applied)  # it alternated: k down, fixed costs up
         for b, a in zip(before, after, strict=True):
             assert 1 / BOUND - 1e-9 <= a / b <= BOUND + 1e-9, (before, after, moved)
-    finally:
-        with calibration.Store(cfg) as store:
+    finally:  # the model back, and the forged runs out of the samples an admin's refit would read
+        with calibration.Store(cfg) as store, store.transaction():
+            keys = [f"job:{priced.name}:{j}" for j in jobs]
+            for table in ("samples", "moves"):
+                store.conn.execute(f"DELETE FROM {table} WHERE key IN ({','.join('?' * len(keys))})", keys)
             store.save("t4", kept, "test: t4's model back after alice's forged summaries")
