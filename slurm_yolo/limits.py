@@ -38,18 +38,22 @@ def requeued_for_time(limit_seconds: int | None, elapsed: int, configured: int) 
     return lead > 0 and elapsed >= limit_seconds - lead - SIGNAL_EARLY
 
 
+MAX_LIMIT_SECONDS = 365 * 86400  # past this Slurm prints the limit as INVALID, and no hold covers a run that long
+
+
 def next_limit(limit_seconds: int, elapsed: int, train_seconds: float, epochs_done: int, epochs: int,
                configured: int, buffer: float) -> int:  # fmt: skip
     """The limit (whole minutes, in seconds) that lets a run requeued for time finish: its start-up
     (what the run spent outside training, the time to its checkpoint and requeue included), the epochs
     left at its seconds per epoch (one more for the final validation), the buffer, and the lead of its
-    next USR2 (which may come ``SIGNAL_EARLY`` before it); never below its present limit."""
+    next USR2 (which may come ``SIGNAL_EARLY`` before it); never below its present limit, and never
+    beyond a year (``MAX_LIMIT_SECONDS``: the summary's epochs are the user's to write)."""
     if epochs_done <= 0 or train_seconds <= 0 or not math.isfinite(train_seconds):
         return limit_seconds
     per_epoch = train_seconds / epochs_done
     startup = max(0.0, elapsed - min(train_seconds, float(elapsed)))
-    need = (startup + (max(0, epochs - epochs_done) + 1) * per_epoch) * (1 + buffer)
+    need = min((startup + (max(0, epochs - epochs_done) + 1) * per_epoch) * (1 + buffer), float(MAX_LIMIT_SECONDS))
     seconds = max(limit_seconds, math.ceil(need / 60) * 60)
     while seconds - usr2_lead(seconds, configured) - SIGNAL_EARLY < need:  # its USR2 must come after it has finished
         seconds += 60
-    return seconds
+    return max(limit_seconds, min(seconds, MAX_LIMIT_SECONDS))

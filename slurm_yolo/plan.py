@@ -18,6 +18,7 @@ from .config import Config, Partition
 from .durations import fmt_minutes, seconds_text
 from .errors import SlurmError, UsageError
 from .estimate import Workload, fmt_tokens, images_640, model_factor, tokens
+from .limits import MAX_LIMIT_SECONDS
 from .slurm.parsers import WillRun
 from .timemodel import (
     UNCALIBRATED,
@@ -90,7 +91,6 @@ class Plan:
 
 
 MAX_CPUS_PER_GPU = 256  # what --cpus-per-gpu takes
-MAX_LIMIT_SECONDS = 365 * 86400  # past this Slurm prints the limit as INVALID, and no hold covers a run that long
 
 
 def time_limit(predicted_seconds: float, buffer: float) -> int:

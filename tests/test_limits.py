@@ -37,6 +37,13 @@ def test_the_next_limit_lets_the_rest_finish_before_its_usr2() -> None:
     assert got - limits.usr2_lead(got, 120) - 60 >= need > got - 60 - limits.usr2_lead(got - 60, 120) - 60
 
 
+def test_the_next_limit_is_never_beyond_a_year() -> None:
+    """A hostile helper's summaries: 10**12 epochs left at 10**12 s each asked 2 x 10**10 min, which
+    Slurm stored as 60 years (squeue: INVALID); 5 x 10**29 epochs hung the loop at float precision."""
+    assert limits.next_limit(180, 100, 999_999_999_999.0, 1, 999_999_999_999, 120, 0.2) == 365 * 86400
+    assert limits.next_limit(180, 100, 20.0, 10, 5 * 10**29, 120, 0.2) == 365 * 86400
+
+
 def test_the_next_limit_is_never_below_the_present_one() -> None:
     assert limits.next_limit(3600, 3500, 3000.0, 99, 100, 120, 0.2) == 3600  # one epoch left
     assert limits.next_limit(600, 590, 0.0, 0, 100, 120, 0.2) == 600  # no progress measured

@@ -33,10 +33,9 @@ pytestmark = pytest.mark.cluster
 
 @pytest.fixture
 def shared_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A SLURM_YOLO_HOME that other users can enter (pytest's own folders are root's alone)."""
-    base = Path("/var/tmp/slurm-yolo-tests")
-    base.mkdir(parents=True, exist_ok=True)
-    home = Path(tempfile.mkdtemp(prefix="private-", dir=base))
+    """A SLURM_YOLO_HOME that other users can enter (pytest's own folders are root's alone), and none
+    can rename or replace (sticky /var/tmp)."""
+    home = Path(tempfile.mkdtemp(prefix="slurm-yolo-private-", dir="/var/tmp"))
     home.chmod(0o755)
     monkeypatch.setenv("SLURM_YOLO_HOME", str(home))
     yield home
