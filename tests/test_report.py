@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from slurm_yolo import report
 from slurm_yolo.cli.admin import main as admin
+from slurm_yolo.report import output
 
 REC = Path(__file__).parent / "recorded"
 # The delimiter the recordings were made with (``sacct -p --delimiter``; a live report draws its own).
@@ -364,3 +365,18 @@ def test_accuracy_judges_the_job_and_counts_a_requeue_for_time_as_a_miss() -> No
     assert (got["jobs"], got["completed"]) == (3, 3)
     assert got["timeout_share"] == pytest.approx(1 / 3) and got["realised_coverage"] == pytest.approx(2 / 3)
     assert got["median_error"] == 0 and got["p90_abs_error"] == pytest.approx(0.8 * 70 / 300)  # job 1: 370 s of 300
+
+
+@pytest.mark.parametrize(
+    ("k", "shown"),
+    [
+        (0.7507443, "0.7507 s/MTok"),
+        (9.531e-05, "0.00009531 s/MTok"),
+        (123.456, "123.5 s/MTok"),
+        (12345.6, "12346 s/MTok"),
+    ],
+)
+def test_k_is_shown_without_scientific_notation(k: float, shown: str) -> None:
+    """A README follower's calibrate on forged runs left t4's history at k 9.5e-05, which the k view
+    printed as '9.531e-05 s/MTok' (the report's own test forbids that notation)."""
+    assert output.UNITS["k"]["k"](k) == shown

@@ -29,6 +29,12 @@ def _number(x: float) -> str:
     return f"{x:.3g}" if abs(x) >= 0.001 else f"{x:.3f}"
 
 
+def _k(x: float) -> str:
+    """k to 4 significant digits, never in scientific notation (a refit on bad runs can make it tiny)."""
+    places = 3 - math.floor(math.log10(abs(x))) if x and math.isfinite(x) else 4
+    return f"{x:.{max(0, places)}f} s/MTok"
+
+
 def fmt_duration(seconds: float) -> str:
     """45 s, 12.5 min, 3.2 h, 2.1 days."""
     for limit, unit, size in ((90, "s", 1), (90 * 60, "min", 60), (48 * 3600, "h", 3600)):
@@ -76,7 +82,7 @@ UNITS: dict[str, dict[str, Callable[[float], str]]] = {
     "waits": {"median": fmt_duration, "p90": fmt_duration, "max": fmt_duration},
     "preemptions": {"preempted_share": fmt_share, "preempted_gpu_hours": fmt_gpu_hours,
                     "preempted_tokens_charged": fmt_tokens},
-    "k": {"k": lambda x: f"{x:.4g} s/MTok"},
+    "k": {"k": _k},
     "roi": {"gtok_charged": lambda x: fmt_tokens(x * 1e9), "map_per_gtok": lambda x: f"{_number(x)}/GTok",
             "money": fmt_amount, "map_per_money": _number},
     "efficiency": {"gpu_hours": fmt_gpu_hours, "low_util_gpu_hours": fmt_gpu_hours, "util_pct": lambda x: f"{x:.0f}%",
