@@ -497,3 +497,15 @@ def reference_workloads() -> list[timemodel.Workload]:
         out.append(estimate.workload(spec.parse(["train", "data=d.yaml", f"epochs={epochs}", f"imgsz={imgsz}"]),
                                      images, max(1, images // 4), m))  # fmt: skip
     return out
+
+
+def report_private_data(home: Path, private: str) -> None:
+    """This home's config asks a scontrol that reports ``PrivateData = private`` (the bundled
+    clusters set none; slurm-yolo learns it from ``scontrol show config`` alone)."""
+    fake = home / "bin"
+    fake.mkdir(mode=0o755, exist_ok=True)
+    (fake / "scontrol").write_text(
+        f'#!/bin/sh\n/usr/bin/scontrol "$@" | sed "s/^PrivateData .*/PrivateData = {private}/"\n'
+    )
+    (fake / "scontrol").chmod(0o755)
+    (home / "config.toml").write_text(f'[slurm]\nbin_dir = "{fake}"\n')

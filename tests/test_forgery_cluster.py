@@ -27,6 +27,11 @@ PAIRS = 30
 BOUND = 1.1  # one user's move per window, either way (feedback.USER_STEP), written out
 
 
+def sample_keys(slurm: Slurm, jobs: list[int]) -> list[str]:
+    """The calibration samples' keys of these jobs (``sample_of``'s)."""
+    return [f"job:{slurm.name}:{j}" for j in jobs]
+
+
 def predictions(slurm: Slurm) -> list[float]:
     cfg = slurm.config()
     tm = calibration.load(cfg, "t4").model
@@ -54,7 +59,7 @@ def test_thirty_alternating_forged_pairs_move_no_prediction_beyond_one_users_bou
         after = predictions(priced)
         with calibration.Store(cfg) as store:
             moved = store.moved_by("t4", pwd.getpwnam("alice").pw_uid)
-            keys = [f"job:{priced.name}:{j}" for j in jobs]
+            keys = sample_keys(priced, jobs)
             applied = store.conn.execute(
                 f"SELECT k_applied, fixed_applied FROM moves WHERE key IN ({','.join('?' * len(keys))})", keys
             ).fetchall()
@@ -64,7 +69,7 @@ def test_thirty_alternating_forged_pairs_move_no_prediction_beyond_one_users_bou
             assert 1 / BOUND - 1e-9 <= a / b <= BOUND + 1e-9, (before, after, moved)
     finally:  # the model back, and the forged runs out of the samples an admin's refit would read
         with calibration.Store(cfg) as store, store.transaction():
-            keys = [f"job:{priced.name}:{j}" for j in jobs]
+            keys = sample_keys(priced, jobs)
             for table in ("samples", "moves"):
                 store.conn.execute(f"DELETE FROM {table} WHERE key IN ({','.join('?' * len(keys))})", keys)
             store.save("t4", kept, "test: t4's model back after alice's forged summaries")

@@ -22,7 +22,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from conftest import REPO, Slurm, records
+from conftest import REPO, Slurm, records, report_private_data
 
 from slurm_yolo import beacon, calibration, db, feedback, ledger, visibility
 from slurm_yolo import config as config_mod
@@ -40,17 +40,6 @@ def shared_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("SLURM_YOLO_HOME", str(home))
     yield home
     shutil.rmtree(home, ignore_errors=True)
-
-
-def hide(home: Path, private: str) -> None:
-    """This home's config asks a scontrol that reports ``PrivateData = private``."""
-    fake = home / "bin"
-    fake.mkdir(mode=0o755, exist_ok=True)
-    (fake / "scontrol").write_text(
-        f'#!/bin/sh\n/usr/bin/scontrol "$@" | sed "s/^PrivateData .*/PrivateData = {private}/"\n'
-    )
-    (fake / "scontrol").chmod(0o755)
-    (home / "config.toml").write_text(f'[slurm]\nbin_dir = "{fake}"\n')
 
 
 def alices_job(cluster: Slurm, home: Path) -> int:
@@ -88,7 +77,7 @@ def published(cfg: config_mod.Config) -> list[Path]:
 def test_published_copies_name_no_other_users_jobs_where_slurm_hides_them(cluster: Slurm, shared_home: Path,
                                                                           private: str) -> None:  # fmt: skip
     home = shared_home
-    hide(home, private)
+    report_private_data(home, private)
     cfg = config_mod.load()
     assert visibility.hides_jobs(cfg) == (private != "none")
     job = alices_job(cluster, home)

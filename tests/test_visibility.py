@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, Slurm
+from conftest import REPO, Slurm, report_private_data
 
 from slurm_yolo import config as config_mod
 from slurm_yolo import ledger
@@ -92,13 +92,7 @@ def books(cluster: Slurm) -> Iterator[tuple[Path, str]]:
 
 def hide_accounts(home: Path) -> None:
     """This home's config asks a scontrol that reports PrivateData=accounts,jobs (the clusters set none)."""
-    fake = home / "bin"
-    fake.mkdir(mode=0o755)
-    (fake / "scontrol").write_text(
-        '#!/bin/sh\n/usr/bin/scontrol "$@" | sed "s/^PrivateData .*/PrivateData = accounts,jobs/"\n'
-    )
-    (fake / "scontrol").chmod(0o755)
-    (home / "config.toml").write_text(f'[slurm]\nbin_dir = "{fake}"\n')
+    report_private_data(home, "accounts,jobs")
 
 
 def yolo(user: str, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
