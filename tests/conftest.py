@@ -198,6 +198,21 @@ class Slurm(NamedTuple):
 
         return poll(f"job {job}: {count} run(s) settled on {self.release}", find, timeout)
 
+    def at_rest(self, job: int, timeout: float = 120) -> None:
+        """Wait until the job is over in sacct and, if it started, its runs are settled in the ledger:
+        a cancelled run's refund lands after slurmctld forgets the job, and a balance set before it
+        lands is not the balance a test then submits against."""
+
+        def rested() -> bool:
+            rows = self.sacct(job)
+            if not rows or any(r["End"] in ("Unknown", "") for r in rows):
+                return False
+            runs = self.runs(job)
+            started = any(r["AllocTRES"] for r in rows)  # 22.05 gives a job cancelled pending a Start
+            return (bool(runs) or not started) and all(r["state"] == "settled" for r in runs)
+
+        poll(f"job {job} over in sacct and its runs settled on {self.release}", rested, timeout)
+
     def sacct(self, job: int) -> list[dict[str, str]]:
         """slurmdbd's own record of each run, read here without slurm-yolo's parsers: the test's facts.
         Only the job's own rows: ``-j`` of an array's last task (whose raw id is the array's) lists
