@@ -4,7 +4,7 @@ Three models, each judged on whole-job time (what a time limit must cover):
 - the seeds' ``T = k x tokens`` (k fitted as the geometric mean of seconds per effective token, a
   fixed 20% buffer);
 - slurm-yolo's model before the corpus (``bench/legacy_timemodel.py``);
-- today's model (``slurm_yolo.fitting``).
+- today's model (``slurm_yolo.core.model.fitting``).
 
 It prints 10-fold cross-validation on the calibration and long splits together (what a site
 calibrates from: 3-40 s runs and 3-7 minute runs), the extrapolation split (fitted on the small
@@ -25,9 +25,9 @@ from typing import Any, NamedTuple
 
 from bench import corpus, legacy_timemodel
 from bench import priors as bench_priors
-from slurm_yolo import config, fitting, priors
-from slurm_yolo.plan import time_limit
-from slurm_yolo.timemodel import (
+from slurm_yolo.core import config
+from slurm_yolo.core.model import fitting, priors
+from slurm_yolo.core.model.timemodel import (
     Sample,
     TimeModel,
     batch_pixels,
@@ -38,6 +38,7 @@ from slurm_yolo.timemodel import (
     predict_train_seconds,
     quantile,
 )
+from slurm_yolo.login.plan import time_limit
 
 REF = 8.86
 DDP = 0.9

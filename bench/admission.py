@@ -4,7 +4,7 @@ that admits everything (plain sbatch: the plugin's own call costs microseconds),
 
 On a ledger several clusters share (the bundled clusters' default: one MariaDB ledger), each GPU
 submission that passes the script's own check also asks the ledger, through the hook client and
-hookd (``slurm_yolo.shared_admission``): that round trip is in the figure, and the line says which
+hookd (``slurm_yolo.controller.shared_admission``): that round trip is in the figure, and the line says which
 ledger the cluster is on.
 
 Measured with the account's queue empty and with 500 of its GPU jobs pending (the script walks
@@ -22,7 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from slurm_yolo import config
+from slurm_yolo.core import config
 
 MARKER = Path("/var/lib/slurm-yolo-cluster/clusters/22.05.json")
 SCRIPT = Path("/etc/slurm/job_submit.lua")

@@ -40,8 +40,8 @@ import threading
 import time
 from pathlib import Path
 
-from slurm_yolo import config as config_mod
-from slurm_yolo import ledger
+from slurm_yolo.core import config as config_mod
+from slurm_yolo.state import ledger
 
 REPO = Path(__file__).resolve().parent.parent
 MARKER = Path("/var/lib/slurm-yolo-cluster/clusters/22.05.json")  # written by deploy/minicluster only

@@ -35,8 +35,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from slurm_yolo.estimate import Workload
-from slurm_yolo.timemodel import Sample
+from slurm_yolo.core.model.estimate import Workload
+from slurm_yolo.core.model.timemodel import Sample
 
 CORPUS = Path(__file__).parent / "corpus" / "runs.jsonl"
 SEED = 13
@@ -193,7 +193,7 @@ def _children_cpu_seconds() -> float:
 
 def generate(out: Path = CORPUS, seed: int = SEED, only: int | None = None) -> None:
     """Train every run of the design not yet in ``out`` and append its record."""
-    from slurm_yolo.synthetic import make_dataset
+    from slurm_yolo.core.synthetic import make_dataset
 
     done = set()
     if out.exists():

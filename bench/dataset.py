@@ -7,7 +7,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurm_yolo import dataset
+from slurm_yolo.core import dataset
 
 N = 120_000
 

@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurm_yolo.synthetic import make_dataset
+from slurm_yolo.core.synthetic import make_dataset
 
 TARGET_MS = 150
 TARGET_RATIO = 3.0

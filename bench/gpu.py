@@ -28,9 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from bench import gpu_corpus
-from slurm_yolo import calibration, config, gpu_priors, gputypes, synthetic
-from slurm_yolo.estimate import Workload, lookup_model
-from slurm_yolo.timemodel import predict_train_seconds
+from slurm_yolo.core import config, gputypes, synthetic
+from slurm_yolo.core.model import gpu_priors
+from slurm_yolo.core.model.estimate import Workload, lookup_model
+from slurm_yolo.core.model.timemodel import predict_train_seconds
+from slurm_yolo.state import calibration
 
 STEPS = 100  # optimizer steps per configuration; the first WARM are start-up, not steady state
 WARM = 10

@@ -25,9 +25,9 @@ from functools import cache
 
 from bench import gpu_corpus, gpu_priors
 from bench.gpu_corpus import Point
-from slurm_yolo import fitting
-from slurm_yolo import gpu_priors as runtime
-from slurm_yolo.timemodel import TimeModel
+from slurm_yolo.core.model import fitting
+from slurm_yolo.core.model import gpu_priors as runtime
+from slurm_yolo.core.model.timemodel import TimeModel
 
 REF = gpu_priors.REF
 

@@ -17,9 +17,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurm_yolo import gputypes
-from slurm_yolo.estimate import Workload, lookup_model
-from slurm_yolo.timemodel import Sample
+from slurm_yolo.core import gputypes
+from slurm_yolo.core.model.estimate import Workload, lookup_model
+from slurm_yolo.core.model.timemodel import Sample
 
 PUBLIC = Path(__file__).parent / "corpus" / "gpu_public.csv"
 MEASURED = Path(__file__).parent / "corpus" / "gpu"  # what `python -m bench gpu` measured on a lent GPU

@@ -28,9 +28,10 @@ import numpy as np
 
 from bench import gpu_corpus
 from bench.gpu_corpus import Point
-from slurm_yolo import fitting, gpu_priors, gputypes
-from slurm_yolo.estimate import FAMILY_PRIOR, Workload, model_factor
-from slurm_yolo.timemodel import TimeModel, predict_seconds, predict_train_seconds
+from slurm_yolo.core import gputypes
+from slurm_yolo.core.model import fitting, gpu_priors
+from slurm_yolo.core.model.estimate import FAMILY_PRIOR, Workload, model_factor
+from slurm_yolo.core.model.timemodel import TimeModel, predict_seconds, predict_train_seconds
 
 REF = 8.86
 DIGITS = 4

@@ -19,7 +19,8 @@ from fractions import Fraction
 from multiprocessing import Pool
 from pathlib import Path
 
-from slurm_yolo import config, ledger
+from slurm_yolo.core import config
+from slurm_yolo.state import ledger
 
 OPS = 400
 MARKER = Path("/var/lib/slurm-yolo-cluster/clusters/22.05.json")  # the bundled MariaDB, nobody else's

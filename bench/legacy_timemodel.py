@@ -8,9 +8,9 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from slurm_yolo.estimate import FAMILY_PRIOR, MTOK, Workload, model_factor
-from slurm_yolo.timemodel import ddp_factor, median
-from slurm_yolo.timemodel import quantile as _quantile
+from slurm_yolo.core.model.estimate import FAMILY_PRIOR, MTOK, Workload, model_factor
+from slurm_yolo.core.model.timemodel import ddp_factor, median
+from slurm_yolo.core.model.timemodel import quantile as _quantile
 
 # Candidate forms, simplest first: which linear terms are free ("a" overhead, "k", "w" val weight, "c" per iteration).
 FORMS: tuple[tuple[str, ...], ...] = (("k",), ("a", "k"), ("a", "k", "c"), ("a", "k", "w"), ("a", "k", "w", "c"))

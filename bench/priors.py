@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from bench import corpus
-from slurm_yolo import calibration, config, fitting, priors
-from slurm_yolo.timemodel import Sample, TimeModel
+from slurm_yolo.core import config
+from slurm_yolo.core.model import fitting, priors
+from slurm_yolo.core.model.timemodel import Sample, TimeModel
+from slurm_yolo.state import calibration
 
 REF = 8.86
 DDP = 0.9

@@ -13,8 +13,11 @@ import time
 
 import pandas as pd
 
-from slurm_yolo import calibration, config, estimate, recalibrate, report, spec
-from slurm_yolo.timemodel import Sample, TimeModel, predict_train_seconds
+from slurm_yolo.admin import recalibrate, report
+from slurm_yolo.core import config, spec
+from slurm_yolo.core.model import estimate
+from slurm_yolo.core.model.timemodel import Sample, TimeModel, predict_train_seconds
+from slurm_yolo.state import calibration
 
 ROWS = 100_000
 DELIMITER = "<5e1f0c9a2b7d4e6f8a1c3b5d7e9f0a2c>"  # what a live report's sacct call draws at random

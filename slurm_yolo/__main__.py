@@ -1,5 +1,5 @@
 """``python -m slurm_yolo``: the admin and job-side CLI (what job scripts run)."""
 
-from .cli.admin import main
+from slurm_yolo.cli.admin import main
 
 main()

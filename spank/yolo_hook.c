@@ -11,7 +11,7 @@
  * It always exits 0: a failing PrologSlurmctld makes Slurm requeue the job forever.
  *
  * `slurm-yolo-hook admit ...` is job_submit.lua's question on a ledger several clusters share (see
- * admit() below and slurm_yolo/shared_admission.py).
+ * admit() below and slurm_yolo/controller/shared_admission.py).
  *
  * The event comes from SLURM_SCRIPT_CONTEXT (prolog_slurmctld / epilog_slurmctld), or from the
  * first argument ("prolog" / "epilog") when run by hand. SLURM_YOLO_HOOKD_SOCKET overrides the

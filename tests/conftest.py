@@ -17,9 +17,11 @@ from typing import Any, NamedTuple, TypeVar
 
 import pytest
 
-from slurm_yolo import calibration, estimate, ledger, spec, timemodel
-from slurm_yolo import config as config_mod
-from slurm_yolo.synthetic import make_dataset
+from slurm_yolo.core import config as config_mod
+from slurm_yolo.core import spec
+from slurm_yolo.core.model import estimate, timemodel
+from slurm_yolo.core.synthetic import make_dataset
+from slurm_yolo.state import calibration, ledger
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
@@ -34,7 +36,7 @@ USERS_FS = Path("/tmp/slurm-yolo-users")  # deploy/minicluster's users' file sys
 REPORT = (  # the launcher's reporter, as a job runs it: its usage records into its Comment
     "import os\n"
     "from pathlib import Path\n"
-    "from slurm_yolo.launcher import CommentReporter\n"
+    "from slurm_yolo.job.launcher import CommentReporter\n"
     "CommentReporter(Path('yolo-usage-' + os.environ['SLURM_JOB_ID'] + '.jsonl')).poll(force=True)\n"
 )
 VENV_BIN = Path("/opt/slurm-yolo/venv/bin")

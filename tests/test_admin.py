@@ -17,11 +17,11 @@ import pytest
 from click.testing import CliRunner
 from conftest import REPO, Slurm, own_ledger_config, poll
 
-from slurm_yolo import config as config_mod
-from slurm_yolo import ledger
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
+from slurm_yolo.core import config as config_mod
 from slurm_yolo.slurm import commands
+from slurm_yolo.state import ledger
 
 pytestmark = pytest.mark.cluster
 
@@ -138,7 +138,7 @@ def test_report_formats_and_html_plots(system: config_mod.Config, series: dict, 
 def test_any_job_name_reaches_reports_and_ends_a_wait(slurm: Slurm, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     """A job name with a ``|`` or a newline, and a comment forging a line of sacct output, move no
     field: waiting on the job sees it end, and its report row is there with its own estimate."""
-    from slurm_yolo import report
+    from slurm_yolo.admin import report
 
     monkeypatch.delenv("SLURM_YOLO_HOME", raising=False)
     monkeypatch.setenv("SLURM_YOLO_CONFIG", str(slurm.config_path))

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from slurm_yolo import alerts, ledger
-from slurm_yolo import config as config_mod
+from slurm_yolo.admin import alerts
+from slurm_yolo.core import config as config_mod
+from slurm_yolo.state import ledger
 
 
 def refusals(home: Path) -> Path:

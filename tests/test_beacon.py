@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from slurm_yolo import beacon, estimate, spec
+from slurm_yolo.core import spec
+from slurm_yolo.core.model import estimate
+from slurm_yolo.parse import beacon
 
 HEAD = "yolo:tok=1000,eff=900,pred_s=60,limit_s=300,k=1,gpus=1"
 

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from slurm_yolo import availability, books, config, ledger
-from slurm_yolo.ledger import comment
+from slurm_yolo.core import config
+from slurm_yolo.core.billing import comment
 from slurm_yolo.slurm import commands
 from slurm_yolo.slurm.records import JobRecord, comments_from_sacct
+from slurm_yolo.state import availability, books, ledger
 
 SUBMIT = 1_796_000_000
 GPU = {"gres/gpu": "1", "cpu": "1"}

@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 from conftest import PRICE, REPO, VENV_BIN, Slurm, balance_path, fund, last_movement, nothing_pending, poll
 
-from slurm_yolo import ledger
-from slurm_yolo.synthetic import make_dataset
+from slurm_yolo.core.synthetic import make_dataset
+from slurm_yolo.state import ledger
 
 pytestmark = pytest.mark.cluster
 A100 = PRICE["a100"]
@@ -341,7 +341,7 @@ def test_chaos_over_200_jobs_leaves_sacct_and_the_ledger_in_agreement(lean: Slur
             else:  # the epilogs running now, and the children they left to finish their work
                 _kill_hooks_of(lean, (
                     "slurm-yolo-hook epilog",
-                    "slurm_yolo.hook_entry import epilog_main",
+                    "slurm_yolo.controller.hook_entry import epilog_main",
                     "slurm_yolo ledger reconcile --job",
                     "slurm_yolo ledger comments",
                 ))  # fmt: skip

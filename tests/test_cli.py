@@ -11,9 +11,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from slurm_yolo import cost, durations, plan
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
+from slurm_yolo.core import durations
+from slurm_yolo.login import plan
+from slurm_yolo.state import cost
 
 REQUIRED = {"tokens", "effective_tokens", "predicted_seconds", "time_limit_seconds", "partition", "gres", "gpus", "qos",
             "k", "script", "predicted_train_seconds"}  # fmt: skip
@@ -68,19 +70,18 @@ def test_explain_says_everything(dataset: Path, site_config: Path) -> None:
     assert plain.splitlines()[1].startswith("#!") and out.endswith(plain)  # --explain adds the breakdown before
 
 
-CONTROLLER_SIDE = ("hooks", "hookd", "hook_entry", "settler", "enforcement", "books", "feedback", "watchdog",
-                   "shared_admission", "recalibrate", "alerts", "doctor", "report", "launcher", "trainer")  # fmt: skip
-
-
 def test_the_login_side_never_imports_the_controllers_or_the_jobs() -> None:
-    """yolo-sbatch, planning a job and asking Slurm, loads the core it shares (spec, plan, the ledger's
-    read side) and nothing the controller or the job runs: a login node runs none of that code."""
+    """yolo-sbatch, planning a job, asking Slurm and following it (``--wait``), loads the layers it
+    shares and its own role's code, nothing of the controller's, the job's or the admin's, and not the
+    MariaDB driver: a login node runs none of that code (pyproject.toml's contracts say it statically)."""
     import subprocess
     import sys
 
-    code = ("import sys; from slurm_yolo.cli.yolo_sbatch import main; from slurm_yolo import submission; "
-            f"print(sorted(m.split('.')[1] for m in sys.modules if m.split('.')[:2][-1] in {CONTROLLER_SIDE!r}"
-            " and m.startswith('slurm_yolo.')), 'pymysql' in sys.modules)")  # fmt: skip
+    code = (
+        "import sys, slurm_yolo.cli.yolo_sbatch, slurm_yolo.cli.follow; from slurm_yolo.login import submission; "
+        "print(sorted(m for m in sys.modules if m.split('.')[:2][-1] in ('controller', 'job', 'admin')"
+        " and m.startswith('slurm_yolo.')), 'pymysql' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[] False"
 

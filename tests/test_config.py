@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_yolo import config
 from slurm_yolo.cli.admin import main as admin
-from slurm_yolo.errors import UsageError
+from slurm_yolo.core import config
+from slurm_yolo.core.errors import UsageError
 
 
 def test_defaults_without_a_file(home: Path) -> None:

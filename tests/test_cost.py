@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_yolo import cost
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
-from slurm_yolo.estimate import fmt_tokens
+from slurm_yolo.core.model.estimate import fmt_tokens
+from slurm_yolo.state import cost
 
 
 def test_a_quote_is_the_limits_and_the_predictions_worth() -> None:

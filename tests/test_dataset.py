@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_yolo import dataset
-from slurm_yolo.errors import UsageError
+from slurm_yolo.core import dataset
+from slurm_yolo.core.errors import UsageError
 
 
 def touch(folder: Path, names: list[str]) -> None:
@@ -103,7 +103,7 @@ def test_corrupt_cache_is_a_cold_cache(tmp_path: Path) -> None:
 
 
 def test_synthetic_dataset_counts(dataset: Path) -> None:  # type: ignore[no-redef]
-    from slurm_yolo import dataset as ds
+    from slurm_yolo.core import dataset as ds
 
     c = ds.count(dataset)
     assert (c.train, c.val) == (16, 8)

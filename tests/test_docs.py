@@ -19,12 +19,13 @@ import click
 import pytest
 from conftest import REPO, VENV_BIN, Slurm, fund, set_test_prices
 
-from slurm_yolo import calibration, spec
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
-from slurm_yolo.estimate import fmt_tokens
-from slurm_yolo.ledger import policy
-from slurm_yolo.synthetic import make_dataset
+from slurm_yolo.core import spec
+from slurm_yolo.core.billing import policy
+from slurm_yolo.core.model.estimate import fmt_tokens
+from slurm_yolo.core.synthetic import make_dataset
+from slurm_yolo.state import calibration
 
 DOCS = [REPO / "README.md", *sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "reference.md")]
 PROGRAMS: dict[str, click.Command] = {"yolo-sbatch": yolo_sbatch, "slurm-yolo": admin}

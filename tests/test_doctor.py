@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 from conftest import VENV_BIN, Slurm, cluster_of_release, own_ledger_config
 
-from slurm_yolo import config as config_mod
-from slurm_yolo import doctor
+from slurm_yolo.admin import doctor
 from slurm_yolo.cli.admin import main as admin
+from slurm_yolo.core import config as config_mod
 from slurm_yolo.slurm import parsers
 
 REC = Path(__file__).parent / "recorded"

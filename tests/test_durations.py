@@ -10,10 +10,10 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurm_yolo import durations
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
-from slurm_yolo.errors import UsageError
+from slurm_yolo.core import durations
+from slurm_yolo.core.errors import UsageError
 from slurm_yolo.slurm import parsers, records
 
 DAY = 86400

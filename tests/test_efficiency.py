@@ -13,8 +13,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from slurm_yolo import config as config_mod
-from slurm_yolo import efficiency, report
+from slurm_yolo.admin import efficiency, report
+from slurm_yolo.core import config as config_mod
 
 T = efficiency.Thresholds(low_util_pct=85.0, idle_minutes=30.0, temp_limit_c=85.0)
 NOW = 1_800_000_000.0
@@ -114,7 +114,7 @@ def test_the_efficiency_view_and_its_plot_from_jobs_usage_records(site_config: P
     assert (idle["gpu_hours"], idle["low_util_gpu_hours"], idle["fits_shard"]) == (1.0, 1.0, True)
     assert (idle["mem_gb"], idle["mem_total_gb"], idle["temp_c"], idle["batch"], idle["images_per_s"]) == (
         4.0, 40.0, 55.0, 16, 10.0)  # fmt: skip
-    from slurm_yolo.report import output
+    from slurm_yolo.admin.report import output
 
     text = output.table({"efficiency": view})
     assert "GPU util" in text and "GPU-hours under-used" in text and "fits a shard" in text
@@ -130,7 +130,7 @@ def test_the_launcher_records_what_the_efficiency_view_reads(monkeypatch: pytest
     import sys
     import types
 
-    from slurm_yolo import launcher
+    from slurm_yolo.job import launcher
 
     proc = types.SimpleNamespace
     temps = iter([71.0, 84.0])
@@ -201,7 +201,7 @@ def test_the_plot_names_the_commonest_batch_sizes_and_the_rest_as_one() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from slurm_yolo.report import output
+    from slurm_yolo.admin.report import output
 
     view = pd.DataFrame({"mem_gb": [1.0 + i / 100 for i in range(300)], "images_per_s": [100.0] * 300,
                          "batch": pd.array([2] * 5 + list(range(10, 305)), dtype="Int64")})  # fmt: skip

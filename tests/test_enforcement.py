@@ -14,12 +14,13 @@ import pytest
 from click.testing import CliRunner
 from conftest import RELEASES, Slurm
 
-from slurm_yolo import config as config_mod
-from slurm_yolo import db, enforcement, ledger
 from slurm_yolo.cli.admin import main as admin
-from slurm_yolo.errors import UsageError
-from slurm_yolo.ledger.schema import MIGRATIONS
+from slurm_yolo.controller import enforcement
+from slurm_yolo.core import config as config_mod
+from slurm_yolo.core.errors import UsageError
 from slurm_yolo.slurm import commands, parsers
+from slurm_yolo.state import db, ledger
+from slurm_yolo.state.ledger.schema import MIGRATIONS
 
 REC = Path(__file__).parent / "recorded"
 CLUSTER_OF = {"22.05": "yolo", "24.11": "yolo2411"}  # the ClusterName each recording was made on

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurm_yolo import estimate, spec
-from slurm_yolo.errors import UsageError
+from slurm_yolo.core import spec
+from slurm_yolo.core.errors import UsageError
+from slurm_yolo.core.model import estimate
 
 
 def info(name: str = "yolov8n") -> estimate.ModelInfo:

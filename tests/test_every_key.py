@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from conftest import REPO
 
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
-from slurm_yolo.spec import ultralytics_cfg
+from slurm_yolo.core.spec import ultralytics_cfg
 
 SHELL = ("$(touch {tmp}/pwned)", "`touch {tmp}/pwned`", "a;touch {tmp}/pwned", "a|touch {tmp}/pwned", "a&&touch {tmp}/pwned",
          "x' ; touch {tmp}/pwned ; '", 'x" ; touch {tmp}/pwned ; "', "$HOME", "*", "\\", "a b", "-x", "--help")  # fmt: skip

@@ -14,14 +14,16 @@ from pathlib import Path
 import pytest
 from conftest import reference_workloads
 
-from slurm_yolo import beacon, calibration, estimate, feedback, spec, timemodel
-from slurm_yolo import config as config_mod
+from slurm_yolo.controller import feedback
+from slurm_yolo.core import config as config_mod
+from slurm_yolo.core import spec
+from slurm_yolo.core.model import estimate, priors, timemodel
+from slurm_yolo.parse import beacon
+from slurm_yolo.state import calibration
 
 PART = "t4"
 # The shipped corpus prior's fixed cost inside training (the config's k and start-up: 1.0 and 20 s)
-OVERHEAD = json.loads((Path(calibration.__file__).parent / "data" / "priors.json").read_text())["terms"][
-    "overhead_seconds"
-]
+OVERHEAD = json.loads(priors.PRIORS.read_text())["terms"]["overhead_seconds"]
 
 
 def forged(folder: Path, job: int, seconds: float, imgsz: int = 320, images: int = 200) -> beacon.Beacon | None:

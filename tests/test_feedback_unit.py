@@ -9,9 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from slurm_yolo import beacon, estimate, feedback, progress, spec
+from slurm_yolo.controller import feedback
+from slurm_yolo.core import spec
+from slurm_yolo.core.model import estimate
+from slurm_yolo.core.model.timemodel import Sample, TimeModel, predict_train_seconds
+from slurm_yolo.login import progress
+from slurm_yolo.parse import beacon
 from slurm_yolo.parse.records import parse_records
-from slurm_yolo.timemodel import Sample, TimeModel, predict_train_seconds
 
 TM = TimeModel(k=2.0, overhead_seconds=1.0, val_weight=0.5, iteration_seconds=0.0, startup_seconds=5.0, n=10)
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from bench import corpus
-from slurm_yolo import calibration, config, fitting
-from slurm_yolo.plan import time_limit
-from slurm_yolo.timemodel import (
+from slurm_yolo.core import config
+from slurm_yolo.core.model import fitting
+from slurm_yolo.core.model.timemodel import (
     Sample,
     TimeModel,
     buffer_for,
@@ -26,6 +26,8 @@ from slurm_yolo.timemodel import (
     predict_train_seconds,
     range_widening,
 )
+from slurm_yolo.login.plan import time_limit
+from slurm_yolo.state import calibration
 
 TOLERANCE_MAPE = 0.15  # mean |pred - actual| / actual of whole-job time on unseen runs
 TOLERANCE_BIAS = 0.06  # |mean signed error|: the old model was biased low by 10-40%

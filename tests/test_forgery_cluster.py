@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from conftest import Slurm, poll, reference_workloads, run_reporting, sample_of
 
-from slurm_yolo import calibration, timemodel
+from slurm_yolo.core.model import timemodel
+from slurm_yolo.state import calibration
 
 pytestmark = pytest.mark.cluster
 PAIRS = 30

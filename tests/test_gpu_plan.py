@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_yolo import gpu_priors
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
+from slurm_yolo.core.model import gpu_priors
 
 COCO = ["train", "model=yolov8s.yaml", "data=coco.yaml", "epochs=100", "imgsz=640", "batch=64"]
 

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from slurm_yolo import config as config_mod
-from slurm_yolo import gpu_priors, gputypes
-from slurm_yolo.config import Partition
-from slurm_yolo.errors import UsageError
+from slurm_yolo.core import config as config_mod
+from slurm_yolo.core import gputypes
+from slurm_yolo.core.config import Partition
+from slurm_yolo.core.errors import UsageError
+from slurm_yolo.core.model import gpu_priors
 
 
 @pytest.mark.parametrize(

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from conftest import REPO, poll
 
-from slurm_yolo import availability, ledger
-from slurm_yolo import config as config_mod
-from slurm_yolo.hookd import parse_request
+from slurm_yolo.controller.hookd import parse_request
+from slurm_yolo.core import config as config_mod
 from slurm_yolo.slurm import commands
+from slurm_yolo.state import availability, ledger
 
 VENV_BIN = Path("/opt/slurm-yolo/venv/bin")
 CLIENT = Path("/opt/slurm-yolo/bin/slurm-yolo-hook")
@@ -436,8 +436,8 @@ def test_the_doctor_asks_hookd_which_config_it_serves(hookd: subprocess.Popen[by
     """A hookd answers the doctor with the config it read at its start: another config's hookd on the
     socket, or this config changed since, is a problem with what to do (a helper playing a new admin
     found a stale hookd passed as answering)."""
-    from slurm_yolo import doctor
-    from slurm_yolo.hookd import served_config
+    from slurm_yolo.admin import doctor
+    from slurm_yolo.controller.hookd import served_config
 
     path = state / "config.toml"
     served = served_config(state / "hookd.sock")

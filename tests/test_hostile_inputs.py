@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, Slurm
 
-from slurm_yolo import config as config_mod
-from slurm_yolo import ledger
+from slurm_yolo.core import config as config_mod
+from slurm_yolo.state import ledger
 
 ALICE = pwd.getpwnam("alice")
 

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 from conftest import IN_CI
 
-from slurm_yolo import availability, config, db
-from slurm_yolo.config import Partition
-from slurm_yolo.ledger import policy
+from slurm_yolo.core import config
+from slurm_yolo.core.billing import policy
+from slurm_yolo.core.config import Partition
+from slurm_yolo.state import availability, db
 
 LUA = shutil.which("lua5.1")
 NO_VAL, INFINITE = 4294967294, 4294967295

@@ -19,14 +19,16 @@ import pytest
 from click.testing import CliRunner
 from conftest import Slurm, poll, skip_requeue_delay
 
-from slurm_yolo import beacon, calibration, ledger, watchdog
-from slurm_yolo import config as config_mod
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
-from slurm_yolo.feedback import sample_from_beacon
-from slurm_yolo.fitting import fit
+from slurm_yolo.controller import watchdog
+from slurm_yolo.controller.feedback import sample_from_beacon
+from slurm_yolo.core import config as config_mod
+from slurm_yolo.core.model.fitting import fit
+from slurm_yolo.parse import beacon
 from slurm_yolo.parse.results import EpochRow, read_results_csv
 from slurm_yolo.slurm import commands
+from slurm_yolo.state import calibration, ledger
 
 pytestmark = [pytest.mark.cluster, pytest.mark.train]
 

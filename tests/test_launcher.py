@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_yolo import beacon, launcher
+from slurm_yolo.job import launcher
+from slurm_yolo.parse import beacon
 
 FAKE_TRAINER = r"""
 import json, os, subprocess, sys, time, zipfile

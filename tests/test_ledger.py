@@ -16,10 +16,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_yolo import admission, config, db, ledger, settler
-from slurm_yolo.errors import SlurmYoloError, UsageError
-from slurm_yolo.ledger import bucket
-from slurm_yolo.ledger.schema import MIGRATIONS
+from slurm_yolo.controller import settler
+from slurm_yolo.core import config
+from slurm_yolo.core.billing import bucket
+from slurm_yolo.core.errors import SlurmYoloError, UsageError
+from slurm_yolo.login import admission
+from slurm_yolo.state import db, ledger
+from slurm_yolo.state.ledger.schema import MIGRATIONS
 
 DAY = bucket.DAY
 
@@ -106,8 +109,8 @@ def test_prices_are_versioned_and_never_retroactive(cfg: config.Config) -> None:
 
 def test_version_1_ledger_migrates_with_its_runs(sqlite_cfg: config.Config) -> None:
     """A ledger written by the previous release keeps its accounts, movements and open holds."""
-    from slurm_yolo import db
-    from slurm_yolo.ledger.schema import MIGRATIONS
+    from slurm_yolo.state import db
+    from slurm_yolo.state.ledger.schema import MIGRATIONS
 
     path = ledger.db_path(sqlite_cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -305,7 +308,7 @@ def test_the_books_are_private_and_users_read_a_published_copy(monkeypatch: pyte
     with ledger.writer(cfg) as lg:
         lg.credit("acct", 5, "t")
     assert copy.stat().st_ino != inode  # a new file each time: a reader's descriptor holds the old one
-    read = ("from slurm_yolo import config, ledger; lg = ledger.reader(config.load());"
+    read = ("from slurm_yolo.core import config; from slurm_yolo.state import ledger; lg = ledger.reader(config.load());"
             "print(lg.balance('acct'), lg.conn.execute('PRAGMA application_id').fetchone()[0])")  # fmt: skip
     res = subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", sys.executable, "-c", read], capture_output=True,
                          text=True, env={**os.environ, "SLURM_YOLO_HOME": str(home)}, cwd="/tmp", check=False)  # fmt: skip
@@ -439,8 +442,8 @@ def test_admit_lets_a_job_wait_for_what_the_refill_brings_within_the_wait(cfg: c
 def test_a_cluster_joins_once_and_a_migrated_ledger_keeps_its_history(sqlite_cfg: config.Config) -> None:
     """Since when a ledger keeps a cluster's runs: its first hold (or hookd's start, or reconcile)
     sets it once; a ledger written before clusters joined has every cluster with runs since 0."""
-    from slurm_yolo import db
-    from slurm_yolo.ledger.schema import MIGRATIONS
+    from slurm_yolo.state import db
+    from slurm_yolo.state.ledger.schema import MIGRATIONS
 
     path = ledger.db_path(sqlite_cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -481,7 +484,7 @@ def test_a_published_copy_is_the_owners_alone_until_it_is_whole(tmp_path: Path) 
     its target in the public folder (made when missing); only the whole copy, renamed into place, is
     world-readable. `slurm-yolo doctor`
     once caught a 644 journal there in the middle of a publish."""
-    from slurm_yolo import db
+    from slurm_yolo.state import db
 
     seen: list[tuple[str, int]] = []
     books, public = tmp_path / "private" / "ledger.db", tmp_path / "public"

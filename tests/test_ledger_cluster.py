@@ -27,11 +27,11 @@ import pytest
 from click.testing import CliRunner
 from conftest import PRICE, VENV_BIN, Slurm, fund, own_ledger_config, poll, skip_requeue_delay
 
-from slurm_yolo import calibration, ledger
-from slurm_yolo import config as config_mod
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
-from slurm_yolo.ledger import comment
+from slurm_yolo.core import config as config_mod
+from slurm_yolo.core.billing import comment
 from slurm_yolo.slurm import commands
+from slurm_yolo.state import calibration, ledger
 
 pytestmark = pytest.mark.cluster
 UNLIMITED_HOLD = 168 * 3600  # ledger.unlimited_hold_hours in deploy/config.toml

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from slurm_yolo import config, ledger
-from slurm_yolo.errors import SlurmYoloError, UsageError
-from slurm_yolo.ledger import mariadb, transfer
+from slurm_yolo.core import config
+from slurm_yolo.core.errors import SlurmYoloError, UsageError
+from slurm_yolo.state import ledger
+from slurm_yolo.state.ledger import mariadb, transfer
 
 OWNER = "slurm"  # paths.owner: the SlurmUser, whose option file it is
 
@@ -235,7 +236,7 @@ def test_users_read_a_published_copy_of_the_mariadb_books(mariadb_options: Path,
             lg.credit("acct", 777, "t")
             lg.hold(run(1), 100, None, "prolog")
         assert (home / "ledger.db").stat().st_mode & 0o777 == 0o644
-        code = "from slurm_yolo import config, ledger; lg = ledger.reader(config.load()); print(lg.balance('acct'), len(lg.runs(1)))"
+        code = "from slurm_yolo.core import config; from slurm_yolo.state import ledger; lg = ledger.reader(config.load()); print(lg.balance('acct'), len(lg.runs(1)))"
         res = subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", sys.executable, "-c", code], capture_output=True,
                              text=True, env={**os.environ, "SLURM_YOLO_HOME": str(home)}, cwd="/tmp", timeout=60)  # fmt: skip
         assert res.stdout.split() == ["677", "1"], res.stderr

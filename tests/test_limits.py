@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_yolo import limits
+from slurm_yolo.core import limits
 from slurm_yolo.slurm import parsers
 
 REC = Path(__file__).parent / "recorded"

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from slurm_yolo.report.metrics import render
+from slurm_yolo.admin.report.metrics import render
 
 HOSTILE = ['vi"sion', "back\\slash", "new\nline", 'all\\"of\n\\n"them', "ünï  cödé", "", "}{,=", "# HELP x y", "\\"]
 

@@ -13,7 +13,7 @@ from conftest import REPO, VENV_BIN, _missing
 
 
 def test_templates_come_from_the_installed_package() -> None:
-    code = "from slurm_yolo import render; print(render.templates_dir())"
+    code = "from slurm_yolo.login import render; print(render.templates_dir())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/").stdout
     assert "site-packages/slurm_yolo/sbatch_templates" in out, out
 

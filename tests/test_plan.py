@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from slurm_yolo import config as config_mod
-from slurm_yolo import durations, estimate, plan, spec
-from slurm_yolo.errors import SlurmError, UsageError
+from slurm_yolo.core import config as config_mod
+from slurm_yolo.core import durations, spec
+from slurm_yolo.core.errors import SlurmError, UsageError
+from slurm_yolo.core.model import estimate
+from slurm_yolo.core.model.timemodel import TimeModel
+from slurm_yolo.login import plan
 from slurm_yolo.slurm.parsers import WillRun
-from slurm_yolo.timemodel import TimeModel
 
 TM = TimeModel(k=2.0, overhead_seconds=5.0, val_weight=0.5, iteration_seconds=0.01, startup_seconds=20.0, n=40,
                coverage=0.99, coverage_z=math.log(1.05), noise_relative=1.0)  # fmt: skip

@@ -6,8 +6,8 @@ from fractions import Fraction
 
 import pytest
 
-from slurm_yolo.errors import UsageError
-from slurm_yolo.ledger import policy
+from slurm_yolo.core.billing import policy
+from slurm_yolo.core.errors import UsageError
 
 PRICE = 1_000_000  # tokens per GPU-second
 RULES = policy.Rules()

@@ -3,7 +3,7 @@
 deploy/minicluster lets a yolo-prod job preempt yolo-explore ones (PreemptMode=requeue on yolo-explore,
 with a GraceTime). alice trains in yolo-explore, then takes its GPUs with a yolo-prod job of her own:
 her training hands them over at its next saved epoch, requeues, resumes from that checkpoint and
-completes. Every run pays the time it ran (``ledger.policy.charge``): she gains nothing from
+completes. Every run pays the time it ran (``billing.policy.charge``): she gains nothing from
 preempting her own work. The expected tokens come from sacct's own records of each run and the
 price this test's admin set, not from the code; the report counts the preemption under its tier.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from conftest import FONT, PRICE, VENV_BIN, Slurm, nothing_pending, poll, set_test_prices, skip_requeue_delay
 
-from slurm_yolo.synthetic import make_dataset
+from slurm_yolo.core.synthetic import make_dataset
 
 pytestmark = [pytest.mark.cluster, pytest.mark.train]
 USERS_FS = Path("/tmp/slurm-yolo-users")

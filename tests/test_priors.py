@@ -16,8 +16,10 @@ import pytest
 
 from bench import accuracy, corpus
 from bench import priors as bench_priors
-from slurm_yolo import calibration, config, fitting, priors
-from slurm_yolo.timemodel import Sample, TimeModel, predict_train_seconds
+from slurm_yolo.core import config
+from slurm_yolo.core.model import fitting, priors
+from slurm_yolo.core.model.timemodel import Sample, TimeModel, predict_train_seconds
+from slurm_yolo.state import calibration
 
 REF, DDP = 8.86, 0.9
 

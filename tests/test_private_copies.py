@@ -24,9 +24,12 @@ from pathlib import Path
 import pytest
 from conftest import REPO, Slurm, records, report_private_data
 
-from slurm_yolo import beacon, calibration, db, feedback, ledger, visibility
-from slurm_yolo import config as config_mod
-from slurm_yolo.estimate import fmt_tokens
+from slurm_yolo.controller import feedback
+from slurm_yolo.core import config as config_mod
+from slurm_yolo.core.model.estimate import fmt_tokens
+from slurm_yolo.parse import beacon
+from slurm_yolo.slurm import visibility
+from slurm_yolo.state import calibration, db, ledger
 
 pytestmark = pytest.mark.cluster
 
@@ -115,7 +118,7 @@ def test_alice_learns_her_own_charge_from_slurm_where_the_copy_has_no_jobs(clust
     ``yolo-sbatch --wait`` does where the published ledger has no job rows: from its AdminComment."""
     job = cluster.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="sleep 1", user="alice")
     (run,) = cluster.settled(job)
-    code = ("import sys, time; from slurm_yolo import config, submission\n"
+    code = ("import sys, time; from slurm_yolo.core import config; from slurm_yolo.login import submission\n"
             "print(submission.settlement_from_slurm(config.load(), int(sys.argv[1]), sys.argv[2], 0,"
             " time.monotonic() + 60, 0.5))")  # fmt: skip
     env = {

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import PRICE, VENV_BIN, Slurm, fund, own_ledger_config, set_test_prices
 
-from slurm_yolo import calibration
-from slurm_yolo import config as config_mod
+from slurm_yolo.core import config as config_mod
+from slurm_yolo.state import calibration
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from slurm_yolo import estimate, progress, spec
+from slurm_yolo.core import spec
+from slurm_yolo.core.model import estimate
+from slurm_yolo.login import progress
 from slurm_yolo.parse.records import parse_records
 
 

@@ -16,17 +16,18 @@ import pytest
 from click.testing import CliRunner
 from conftest import REPO, Slurm, fund
 
-from slurm_yolo import config as config_mod
-from slurm_yolo import ledger
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
-from slurm_yolo.synthetic import make_dataset
+from slurm_yolo.core import config as config_mod
+from slurm_yolo.core.synthetic import make_dataset
+from slurm_yolo.state import ledger
 
 VENV_BIN = Path("/opt/slurm-yolo/venv/bin")
 WORKER = """
 import json, os, random, sys
 from fractions import Fraction
-from slurm_yolo import config, ledger
+from slurm_yolo.core import config
+from slurm_yolo.state import ledger
 cfg = config.load()
 for line in sys.stdin:
     op, job, amount = json.loads(line)
@@ -260,7 +261,7 @@ def test_users_read_k_and_plan_without_write_access(cluster: Slurm, hooks_config
     state = hooks_config.state_dir
     assert not os.access(state, os.W_OK) or os.geteuid() == 0
     folder = Path("/var/tmp/slurm-yolo-tests") / f"alice-ds-{os.getpid()}"
-    from slurm_yolo.synthetic import make_dataset
+    from slurm_yolo.core.synthetic import make_dataset
 
     data = make_dataset(folder, train=4, val=2, size=32)
     for p in [folder, *folder.rglob("*")]:
@@ -282,7 +283,7 @@ def test_an_account_she_is_not_in_is_said_so_not_that_it_is_empty(cluster: Slurm
     admission runs before Slurm checks the association, so both read as "cannot cover ... 0 left"
     or Slurm's generic line; yolo-sbatch now says whose account it is not, and submits nothing."""
     folder = Path("/var/tmp/slurm-yolo-tests") / f"alice-acct-{os.getpid()}"
-    from slurm_yolo.synthetic import make_dataset
+    from slurm_yolo.core.synthetic import make_dataset
 
     data = make_dataset(folder, train=4, val=2, size=32)
     for p in [folder, *folder.rglob("*")]:
@@ -328,7 +329,7 @@ def test_a_project_folder_she_cannot_write_is_refused_before_the_job_pays_for_it
     the job failed on a PermissionError and was charged. Now one Error: line, even for a dry run; a
     folder this host does not show (a compute node's scratch) is left to the job."""
     folder = Path("/var/tmp/slurm-yolo-tests") / f"project-{os.getpid()}"
-    from slurm_yolo.synthetic import make_dataset
+    from slurm_yolo.core.synthetic import make_dataset
 
     data = make_dataset(folder / "ds", train=4, val=2, size=32)
     for p in [folder, *folder.rglob("*")]:
@@ -406,7 +407,7 @@ def test_calibrate_never_unpickles_a_users_model_as_root(yolo_env: dict[str, str
 def test_a_hook_cancels_the_array_task_not_the_array() -> None:
     """The task that keeps an array's record has the array's id as its own: ``scancel`` of that id
     would cancel every task, so a failing or over-budget prolog names the task."""
-    from slurm_yolo.hooks import _own_target
+    from slurm_yolo.controller.hooks import _own_target
 
     assert _own_target({"SLURM_ARRAY_JOB_ID": "100", "SLURM_ARRAY_TASK_ID": "0"}, 100) == "100_0"
     assert _own_target({"SLURM_ARRAY_JOB_ID": "100", "SLURM_ARRAY_TASK_ID": "3"}, 103) == "100_3"

@@ -1,4 +1,4 @@
-"""A run requeued for time comes back with the limit its progress asks for (``slurm_yolo.limits``),
+"""A run requeued for time comes back with the limit its progress asks for (``slurm_yolo.core.limits``),
 on the real bundled clusters (Slurm 22.05 and 24.11), as a hostile user would try it.
 
 alice's job has a 3-minute limit and a USR2 90 s before it. At its USR2 it posts the summary a
@@ -17,7 +17,10 @@ import time
 import pytest
 from conftest import PRICE, Slurm, fund, nothing_pending, poll, set_test_prices, skip_requeue_delay
 
-from slurm_yolo import beacon, estimate, report, spec
+from slurm_yolo.admin import report
+from slurm_yolo.core import spec
+from slurm_yolo.core.model import estimate
+from slurm_yolo.parse import beacon
 
 pytestmark = pytest.mark.cluster
 T4 = PRICE["t4"]  # tokens per GPU-second, QOS normal (rate 1)

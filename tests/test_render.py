@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from slurm_yolo import estimate, plan, render, spec
-from slurm_yolo.config import Partition, load
-from slurm_yolo.errors import UsageError
-from slurm_yolo.timemodel import TimeModel
+from slurm_yolo.core import spec
+from slurm_yolo.core.config import Partition, load
+from slurm_yolo.core.errors import UsageError
+from slurm_yolo.core.model import estimate
+from slurm_yolo.core.model.timemodel import TimeModel
+from slurm_yolo.login import plan, render
 
 GOLDEN = Path(__file__).parent / "golden" / "train.sbatch"
 WORDS = ["detect", "train", "model=yolo11s.yaml", "data=/data/ds.yaml", "epochs=30", "imgsz=640", "batch=32"]

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from slurm_yolo import report
+from slurm_yolo.admin import report
+from slurm_yolo.admin.report import output
 from slurm_yolo.cli.admin import main as admin
-from slurm_yolo.report import output
 
 REC = Path(__file__).parent / "recorded"
 # The delimiter the recordings were made with (``sacct -p --delimiter``; a live report draws its own).
@@ -61,7 +61,7 @@ def test_the_saved_file_help_names_the_fields() -> None:
 
 
 def _ledger_with_history(config_obj: object) -> None:
-    from slurm_yolo import ledger
+    from slurm_yolo.state import ledger
 
     with ledger.writer(config_obj) as lg:  # type: ignore[arg-type]
         lg.credit("vision", 99_994_000_000, "test")
@@ -73,7 +73,7 @@ def _ledger_with_history(config_obj: object) -> None:
 
 
 def _views(site_config: Path) -> dict:
-    from slurm_yolo import config as config_mod
+    from slurm_yolo.core import config as config_mod
 
     cfg = config_mod.load()
     _ledger_with_history(cfg)
@@ -105,7 +105,7 @@ def test_a_bucket_above_its_capacity_burns_down_to_it_before_refills_count() -> 
 
 
 def test_tables_show_human_units_and_machine_formats_raw_numbers(site_config: Path) -> None:
-    from slurm_yolo.report import output
+    from slurm_yolo.admin.report import output
 
     views = _views(site_config)["views"]
     text = output.table(views)
@@ -132,14 +132,14 @@ def test_tables_show_human_units_and_machine_formats_raw_numbers(site_config: Pa
 def test_token_columns_use_the_ledgers_formatter(value: float, shown: str) -> None:
     import pandas as pd
 
-    from slurm_yolo.report import output
+    from slurm_yolo.admin.report import output
 
     df = output.human("usage", pd.DataFrame({"tokens_charged": [value], "gpu_hours": [12.345]}))
     assert df["tokens_charged"][0] == shown and df["gpu_hours"][0] == "12.3 GPU-h"
 
 
 def test_days_left_words() -> None:
-    from slurm_yolo.report import output
+    from slurm_yolo.admin.report import output
 
     assert [output.fmt_days(d) for d in (0.0, 4.04, float("nan"), 1e8)] == ["spent", "4.0 days", "∞", "> 10 years"]
 
@@ -156,7 +156,7 @@ def test_days_left_words() -> None:
     ],
 )
 def test_durations(seconds: float, shown: str) -> None:
-    from slurm_yolo.report import output
+    from slurm_yolo.admin.report import output
 
     assert output.fmt_duration(seconds) == shown
 
@@ -166,7 +166,7 @@ def test_balance_history_walks_back_from_the_balance(site_config: Path) -> None:
     credit is in the window): each movement kind moves the balance as the ledger does."""
     import time
 
-    from slurm_yolo import config as config_mod
+    from slurm_yolo.core import config as config_mod
 
     cfg = config_mod.load()
     _ledger_with_history(cfg)
@@ -207,7 +207,7 @@ def test_window_start_of_a_date_is_local_time() -> None:
 def test_html_page_plots_usage_burn_down_and_predictions(site_config: Path) -> None:
     import base64
 
-    from slurm_yolo.report import output
+    from slurm_yolo.admin.report import output
 
     built = _views(site_config)
     series = report.series(built["config"], report.Filters(), built["runs"], built["views"])
@@ -225,7 +225,7 @@ def test_plot_axes_are_in_human_units(site_config: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from slurm_yolo.report import output
+    from slurm_yolo.admin.report import output
 
     built = _views(site_config)
     series = report.series(built["config"], report.Filters(), built["runs"], built["views"])
@@ -245,8 +245,8 @@ def test_plot_axes_are_in_human_units(site_config: Path) -> None:
 
 
 def test_matplotlib_stays_off_the_login_and_hook_paths() -> None:
-    code = ("import sys, slurm_yolo.cli.yolo_sbatch, slurm_yolo.cli.admin, slurm_yolo.hooks, slurm_yolo.hookd, "
-            "slurm_yolo.report.output; print('matplotlib' in sys.modules)")  # fmt: skip
+    code = ("import sys, slurm_yolo.cli.yolo_sbatch, slurm_yolo.cli.admin, slurm_yolo.controller.hooks, slurm_yolo.controller.hookd, "
+            "slurm_yolo.admin.report.output; print('matplotlib' in sys.modules)")  # fmt: skip
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert res.stdout.strip() == "False"
 
@@ -256,7 +256,7 @@ def test_a_young_accounts_burn_rate_is_over_its_own_life_not_a_week(site_config:
     (which promised ~12 times the days left); the rate rests on at least an hour."""
     import time
 
-    from slurm_yolo import config as config_mod
+    from slurm_yolo.core import config as config_mod
 
     cfg = config_mod.load()
     _ledger_with_history(cfg)
@@ -291,7 +291,7 @@ def test_refills_alone_start_when_the_quota_began_paying() -> None:
 
 
 def test_people_read_headers_and_the_window_programs_read_column_names(site_config: Path) -> None:
-    from slurm_yolo.report import output
+    from slurm_yolo.admin.report import output
 
     views = _views(site_config)["views"]
     text = output.table({"budgets": views["budgets"]}, "report: runs of --since now-7days")
@@ -314,7 +314,7 @@ def test_usage_and_roi_show_money_at_each_partitions_cost_per_gpu_hour(site_conf
         ]
         assert row.money == pytest.approx(hours["gpu_hours"].sum() * per_hour.get(str(row.Partition), 0.0))
     assert usage["money"].sum() > 0
-    from slurm_yolo.report import output
+    from slurm_yolo.admin.report import output
 
     text = output.table({"usage": usage})
     assert " cost " in text.splitlines()[1] and "GPU-hours" in text.splitlines()[1]

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import Slurm, poll, run_reporting, sample_of
 
-from slurm_yolo import beacon
+from slurm_yolo.parse import beacon
 
 pytestmark = pytest.mark.cluster
 

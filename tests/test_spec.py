@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_yolo import spec
-from slurm_yolo.errors import UsageError
+from slurm_yolo.core import spec
+from slurm_yolo.core.errors import UsageError
 
 
 def test_parses_task_mode_and_typed_values() -> None:

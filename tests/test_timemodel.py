@@ -10,9 +10,10 @@ from dataclasses import asdict, replace
 
 import pytest
 
-from slurm_yolo import estimate, fitting, spec
-from slurm_yolo.fitting import conformal_quantile, fit, noise_scale
-from slurm_yolo.timemodel import (
+from slurm_yolo.core import spec
+from slurm_yolo.core.model import estimate, fitting
+from slurm_yolo.core.model.fitting import conformal_quantile, fit, noise_scale
+from slurm_yolo.core.model.timemodel import (
     Sample,
     TimeModel,
     buffer_for,

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_yolo import calibration, config
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
+from slurm_yolo.core import config
+from slurm_yolo.core.synthetic import make_dataset, train_run
 from slurm_yolo.parse.results import read_run_dir
-from slurm_yolo.synthetic import make_dataset, train_run
+from slurm_yolo.state import calibration
 
 pytestmark = pytest.mark.train
 
@@ -116,8 +117,9 @@ def test_calibrate_refuses_non_runs(tmp_path: Path) -> None:
 def test_recalibrate_moves_a_wrong_k_toward_the_truth(run_dirs: dict[str, Path]) -> None:
     from dataclasses import replace
 
-    from slurm_yolo import calibration, config
-    from slurm_yolo.timemodel import predict_train_seconds
+    from slurm_yolo.core import config
+    from slurm_yolo.core.model.timemodel import predict_train_seconds
+    from slurm_yolo.state import calibration
 
     fit_dirs = [str(p) for n, p in run_dirs.items() if n not in HELD_OUT]
     assert CliRunner().invoke(admin, ["calibrate", "--partition", "recal", *fit_dirs]).exit_code == 0

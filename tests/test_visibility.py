@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from conftest import REPO, Slurm, report_private_data
 
-from slurm_yolo import config as config_mod
-from slurm_yolo import ledger
+from slurm_yolo.core import config as config_mod
 from slurm_yolo.slurm import commands, parsers
-from slurm_yolo.visibility import Viewer, is_admin, may_see, visible
+from slurm_yolo.slurm.visibility import Viewer, is_admin, may_see, visible
+from slurm_yolo.state import ledger
 
 ALICE = Viewer(1001, "alice", "slurm", associated=frozenset({"vision"}), coordinated=frozenset({"lab"}))
 

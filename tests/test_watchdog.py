@@ -14,7 +14,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from slurm_yolo.cli.admin import main as admin
-from slurm_yolo.progress import expand_pattern
+from slurm_yolo.login.progress import expand_pattern
 
 SILENT = "yolo:eff=1;run:at={then},ep=2,s=30,one=1,g=1,c=2"  # progress an hour ago
 BUSY = "yolo:eff=1;run:at={now},ep=9,s=300,one=1,g=1,c=2"

@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 import click
 
-from .. import config as config_mod
-from ..errors import SlurmYoloError
+from slurm_yolo.core import config as config_mod
+from slurm_yolo.core.errors import SlurmYoloError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

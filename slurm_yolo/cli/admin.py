@@ -7,14 +7,15 @@ from pathlib import Path
 
 import click
 
-from .. import __version__, calibration
-from ..doctor import ROLES
-from ..errors import UsageError
-from ..timemodel import describe, startup_note
-from . import OneLineGroup, echo_json, library_errors, load_config
-from .job import COMMANDS as JOB_COMMANDS
-from .ledger import ledger_group
-from .report import COMMANDS as REPORT_COMMANDS
+from slurm_yolo import __version__
+from slurm_yolo.admin.doctor import ROLES
+from slurm_yolo.cli import OneLineGroup, echo_json, library_errors, load_config
+from slurm_yolo.cli.job import COMMANDS as JOB_COMMANDS
+from slurm_yolo.cli.ledger import ledger_group
+from slurm_yolo.cli.report import COMMANDS as REPORT_COMMANDS
+from slurm_yolo.core.errors import UsageError
+from slurm_yolo.core.model.timemodel import describe, startup_note
+from slurm_yolo.state import calibration
 
 
 @click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -76,7 +77,7 @@ def calibrate(partition: str | None, probe: str | None, account: str | None, fol
     if probe is not None:
         if partition or run_dirs:
             raise UsageError("--probe calibrates from its own job: give no --partition and no run folders")
-        from .. import probe as probe_mod
+        from slurm_yolo.login import probe as probe_mod
 
         done = probe_mod.run(config, probe, account, folder, say=lambda line: click.echo(line, err=True))
         click.echo(f"probe job {done.job_id} on {probe} completed; its runs are in {done.folder}/runs", err=as_json)
@@ -105,7 +106,7 @@ def calibrate(partition: str | None, probe: str | None, account: str | None, fol
 @library_errors
 def doctor(role: str, as_json: bool) -> None:
     """Check this host for its role: one line per problem with what to do (exit 1), notes beside."""
-    from .. import doctor as doctor_mod
+    from slurm_yolo.admin import doctor as doctor_mod
 
     report = doctor_mod.check(load_config(), role)
     if as_json:
@@ -129,7 +130,7 @@ def hookd() -> None:
 
     Started as root it becomes paths.owner (the SlurmUser). SIGTERM stops it after the settlements
     it has queued."""
-    from .. import hookd as server
+    from slurm_yolo.controller import hookd as server
 
     server.serve(load_config())
 
@@ -154,6 +155,6 @@ def show_k(partition: str, as_json: bool) -> None:
 @library_errors
 def run(words: tuple[str, ...]) -> None:
     """Run ultralytics training inside a job: slurm-yolo run -- [TASK] train key=value ..."""
-    from .. import launcher  # imports ultralytics: job side only
+    from slurm_yolo.job import launcher  # imports ultralytics: job side only
 
     raise SystemExit(launcher.run(list(words)))

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import click
 
-from .. import beacon, durations, progress, watchdog
-from .. import feedback as feedback_mod
-from ..eventlog import log_event
-from ..parse import parse_path
-from . import echo_json, library_errors, load_config
+from slurm_yolo.cli import echo_json, library_errors, load_config
+from slurm_yolo.cli.follow import follow
+from slurm_yolo.controller import feedback as feedback_mod
+from slurm_yolo.controller import watchdog
+from slurm_yolo.core import durations
+from slurm_yolo.parse import beacon, parse_path
+from slurm_yolo.state.eventlog import log_event
 
 
 @click.command()
@@ -90,22 +91,6 @@ def watch(job_id: int, interval: float, timeout: str | None) -> None:
     state = follow(job_id, interval, durations.parse(timeout) if timeout is not None else None)
     if state != "COMPLETED":
         raise SystemExit(1)
-
-
-def follow(job_id: int, interval: float = 2.0, timeout: float | None = None) -> str:
-    """Print progress lines (redrawn in place on a terminal); the final state."""
-    tty = sys.stdout.isatty()
-
-    def emit(line: str) -> None:
-        click.echo(f"\r\x1b[K{line}" if tty else line, nl=not tty)
-
-    try:
-        return progress.watch(
-            job_id, emit, poll=interval, bin_dir=Path(load_config()["slurm"]["bin_dir"]), timeout=timeout
-        )
-    finally:
-        if tty:
-            click.echo()
 
 
 @click.command("watchdog")

@@ -9,14 +9,17 @@ from pathlib import Path
 
 import click
 
-from .. import admission, availability, books, calibration, enforcement, ledger, visibility
-from .. import config as config_mod
-from ..config import Config
-from ..errors import UsageError
-from ..estimate import fmt_tokens
-from ..ledger import policy, store
-from ..slurm import commands
-from . import echo_json, library_errors, load_config
+from slurm_yolo.cli import echo_json, library_errors, load_config
+from slurm_yolo.controller import enforcement
+from slurm_yolo.core import config as config_mod
+from slurm_yolo.core.billing import policy
+from slurm_yolo.core.config import Config
+from slurm_yolo.core.errors import UsageError
+from slurm_yolo.core.model.estimate import fmt_tokens
+from slurm_yolo.login import admission
+from slurm_yolo.slurm import commands, visibility
+from slurm_yolo.state import availability, books, calibration, ledger
+from slurm_yolo.state.ledger import store
 
 
 def _actor() -> str:
@@ -382,7 +385,7 @@ def reconcile(window_days: float | None, min_age: float, as_json: bool) -> None:
     """The settler, from cron: settle every epilog event still in the inbox (hookd down or killed,
     sacct late), then hold and settle, from sacct, every GPU run the hooks missed (a failed prolog, an
     epilog lost to a slurmctld outage)."""
-    from .. import settler
+    from slurm_yolo.controller import settler
 
     config = load_config()
     done, unread = settler.reconcile(config, window_days, min_age)
@@ -464,8 +467,8 @@ def migrate(backend: str, options: Path) -> None:
     while no hook can write, checked (ledger check on both, every account's totals equal), then
     kept; the SQLite file is marked so that no writer or reader uses it again. Then set
     ledger.backend and ledger.mariadb_options on every controller and restart hookd."""
-    from ..config import config_path
-    from ..ledger import transfer
+    from slurm_yolo.core.config import config_path
+    from slurm_yolo.state.ledger import transfer
 
     config = load_config()
     done = transfer.to_mariadb(config, options)

@@ -46,8 +46,8 @@ DOC = Path("docs") / "reference.md"
 
 
 def _entries() -> Iterator[tuple[str, click.Command, click.Context]]:
-    from .admin import main as admin
-    from .yolo_sbatch import main as yolo_sbatch
+    from slurm_yolo.cli.admin import main as admin
+    from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
 
     for prog, root in zip(PROGRAMS, (yolo_sbatch, admin), strict=True):
         top = _context(root, prog)

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import click
 
-from .. import alerts as alerts_mod
-from .. import recalibrate as recal_mod
-from .. import visibility
-from ..errors import SlurmError, UnreachableError
-from ..slurm import commands
-from ..timemodel import describe
-from . import echo_json, library_errors, load_config
+from slurm_yolo.admin import alerts as alerts_mod
+from slurm_yolo.admin import recalibrate as recal_mod
+from slurm_yolo.cli import echo_json, library_errors, load_config
+from slurm_yolo.core.errors import SlurmError, UnreachableError
+from slurm_yolo.core.model.timemodel import describe
+from slurm_yolo.slurm import commands, visibility
 
 FILTERS = [
     click.option("--since", default="now-7days", show_default=True, help="sacct -S (e.g. 2026-11-01, now-30days)."),
@@ -60,8 +59,8 @@ def report(views: tuple[str, ...], as_csv: bool, as_json: bool, html_file: Path 
     temperature, from the jobs' usage records; thresholds in [efficiency]) and budgets from sacct + the ledger
     (of the accounts you may see: Slurm's PrivateData rule). The table and --html show human units
     (MTok/GTok, GPU-hours, durations, days); --csv and --json raw numbers (tokens, seconds, fractions)."""
-    from .. import report as report_mod
-    from ..report import output
+    from slurm_yolo.admin import report as report_mod
+    from slurm_yolo.admin.report import output
 
     config = load_config()
     viewer = visibility.viewer(config)
@@ -150,7 +149,7 @@ def alerts(as_json: bool, mail_to: str | None, budget_share: float, refusals: in
     """Budgets nearly spent, accounts spending past a weekly amount, repeated refusals, drifting k,
     badly predicted jobs, running jobs whose GPUs idle or overheat (their usage records; thresholds in
     [efficiency]) (exit 1 when any)."""
-    from ..report import recent_predictions
+    from slurm_yolo.admin.report import recent_predictions
 
     config = load_config()
     visibility.require_admin(visibility.viewer(config), "slurm-yolo alerts")
@@ -177,7 +176,7 @@ def alerts(as_json: bool, mail_to: str | None, budget_share: float, refusals: in
 @library_errors
 def metrics(directory: Path) -> None:
     """Write Prometheus metrics (balances, holds, burn, k, prediction error, waits) for node_exporter."""
-    from ..report.metrics import write_textfile
+    from slurm_yolo.admin.report.metrics import write_textfile
 
     config = load_config()
     visibility.require_admin(visibility.viewer(config), "slurm-yolo metrics")

@@ -8,11 +8,14 @@ from pathlib import Path
 
 import click
 
-from .. import __version__, cost, durations, plan, submission
-from ..errors import SlurmYoloError
-from ..estimate import fmt_tokens
-from ..slurm import commands
-from . import OneLineErrors, echo_json, library_errors, load_config
+from slurm_yolo import __version__
+from slurm_yolo.cli import OneLineErrors, echo_json, library_errors, load_config
+from slurm_yolo.core import durations
+from slurm_yolo.core.errors import SlurmYoloError
+from slurm_yolo.core.model.estimate import fmt_tokens
+from slurm_yolo.login import plan, submission
+from slurm_yolo.slurm import commands
+from slurm_yolo.state import cost
 
 CLOCK_SKEW_SECONDS = 300  # a login node's clock behind slurmctld's: a job's runs are those submitted since
 
@@ -138,7 +141,7 @@ def main(
     for line in submitted.told if submitted else []:  # slurmctld's word: e.g. until when the job waits for credits
         click.echo(line, err=as_json)
     if wait and job_id is not None:
-        from .job import follow  # the job-side commands: only when following a job
+        from slurm_yolo.cli.follow import follow  # only when following a job
 
         state = follow(job_id, timeout=wait_limit) if not as_json else commands.wait_for_end(job_id, timeout=wait_limit)
         if state == "COMPLETED":

@@ -117,8 +117,8 @@ def read_text(path: Path, warnings: list[str], max_bytes: int | None = None, own
 
 def parse_path(path: Path) -> ParseResult:
     """Parse whatever ``path`` is; prefer our usage records, then results.csv, then stdout."""
-    from . import records, stdout
-    from .results import parse_results_csv
+    from slurm_yolo.parse import records, stdout
+    from slurm_yolo.parse.results import parse_results_csv
 
     if path.is_dir():
         for pattern, parser in (("yolo-usage-*.jsonl", records.parse_records), ("results.csv", parse_results_csv),

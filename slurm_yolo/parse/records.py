@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from . import EpochStats, ParseResult, losses_and_metrics, read_text
+from slurm_yolo.parse import EpochStats, ParseResult, losses_and_metrics, read_text
 
 MAX_USAGE_BYTES = 16 * 1024 * 1024  # a usage file holds a few hundred bytes per epoch
 TAIL_BYTES = 1024 * 1024  # what reports and alerts read of one: its last few thousand epochs

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UsageError
-from . import losses_and_metrics, read_bytes
+from slurm_yolo.core.errors import UsageError
+from slurm_yolo.parse import losses_and_metrics, read_bytes
 
 if TYPE_CHECKING:
-    from . import ParseResult
+    from slurm_yolo.parse import ParseResult
 
 
 MAX_RUN_FILE_BYTES = 16 * 1024 * 1024  # args.yaml and results.csv of a run folder a user made
@@ -106,7 +106,7 @@ def read_run_dir(path: Path) -> RunDir:
 
 def parse_results_csv(path: Path) -> ParseResult:
     """results.csv alone (plus its args.yaml and dataset, when still there, for images and tokens)."""
-    from . import EpochStats, ParseResult
+    from slurm_yolo.parse import EpochStats, ParseResult
 
     result = ParseResult(source="results.csv", path=str(path))
     try:
@@ -123,7 +123,7 @@ def parse_results_csv(path: Path) -> ParseResult:
             result.epochs_total = int(run.args.get("epochs") or 0) or None
             imgsz = run.args.get("imgsz")
             result.imgsz = int(imgsz) if isinstance(imgsz, int) else None
-            from ..dataset import count
+            from slurm_yolo.core.dataset import count
 
             counts = count(str(run.args.get("data")))
             fraction = float(run.args.get("fraction") or 1.0)

@@ -15,7 +15,7 @@ import contextlib
 import re
 from pathlib import Path
 
-from . import EpochStats, ParseResult, read_text
+from slurm_yolo.parse import EpochStats, ParseResult, read_text
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _NUM = r"(\d+(?:\.\d+)?)"

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
-from ..errors import SlurmError, UnreachableError
+from slurm_yolo.core.errors import SlurmError, UnreachableError
 
 BIN_DIR = Path("/usr/bin")
 # What Slurm's clients print when slurmdbd or slurmctld does not answer (22.05 and 24.11), as opposed

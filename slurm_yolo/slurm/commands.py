@@ -11,9 +11,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from ..errors import SlurmError, UnreachableError, UsageError
-from . import parsers, queries, run
-from .records import FINAL_STATES, JobRecord, comments_from_sacct, from_sacct, from_squeue
+from slurm_yolo.core.errors import SlurmError, UnreachableError, UsageError
+from slurm_yolo.slurm import parsers, queries, run
+from slurm_yolo.slurm.records import FINAL_STATES, JobRecord, comments_from_sacct, from_sacct, from_squeue
 
 
 def submit(script: str, args: list[str], bin_dir: Path | None = None, timeout: float = 30.0) -> int:

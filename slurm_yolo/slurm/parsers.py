@@ -8,8 +8,8 @@ import re
 import time
 from typing import NamedTuple
 
-from .. import durations
-from . import records
+from slurm_yolo.core import durations
+from slurm_yolo.slurm import records
 
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9/:_]*)=")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from .. import durations
-from .queries import SACCT_FIELDS, SQUEUE_FIELDS
+from slurm_yolo.core import durations
+from slurm_yolo.slurm.queries import SACCT_FIELDS, SQUEUE_FIELDS
 
 # States after which a run's record no longer changes; anything else is still going on.
 FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",

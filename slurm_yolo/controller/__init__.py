@@ -1,0 +1,1 @@
+"""slurmctld's side: the hooks, hookd, the settler, enforcement, feedback, the watchdog, admission."""

@@ -1,0 +1,403 @@
+"""Counting a dataset's images from its ultralytics data yaml, fast and cached.
+
+``data=`` resolves as ultralytics resolves it: an existing file first, else one of ultralytics' bundled
+datasets by name (``coco8.yaml``, or ``coco8``), counted where ultralytics keeps it (``./coco8``, else
+its settings' ``datasets_dir``) or, not downloaded there, taken from the sizes its yaml publishes.
+Sources follow ultralytics' rules: ``train``/``val`` may be a folder (searched recursively), a ``.txt``
+list of image paths (``./`` relative to the list), or a list of those; relative entries resolve
+against ``path:``, which itself resolves like ultralytics (its datasets_dir, then the yaml's folder).
+Counts are cached per source by path and the mtimes of the folder and its direct subfolders, so a
+120k-image dataset is scanned once (os.scandir, no stat per file) and is instant afterwards. The
+yaml's resolved sources are cached by its own mtime too: a warm count imports no YAML parser.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+from functools import cache
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from slurm_yolo.core.errors import UsageError
+
+# ultralytics.data.utils.IMG_FORMATS (8.4.190)
+IMG_SUFFIXES = frozenset(
+    {"avif", "bmp", "dng", "heic", "heif", "jp2", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp"}
+)
+
+
+class DatasetCounts(NamedTuple):
+    """Images per split of one data yaml, and where the numbers came from (``--explain`` says)."""
+
+    yaml_path: str
+    train: int
+    val: int
+    source: str = ""
+
+
+class Builtin(NamedTuple):
+    """One of ultralytics' bundled detection datasets: its yaml's ``path:``, splits and published sizes."""
+
+    root: str
+    train: tuple[str, ...]
+    val: tuple[str, ...]
+    train_images: int
+    val_images: int
+
+
+# ultralytics 8.4.190's cfg/datasets/NAME.yaml (the detection ones): ``path``, ``train``, ``val``, and the
+# image counts each split's comment publishes ("train images (relative to 'path') 118287 images"), which
+# are the sizes of the datasets ultralytics downloads. tests/test_dataset.py checks every row against the
+# installed yamls. xView publishes "90% / 10% of 847 train images" (ultralytics' random autosplit): 762 / 85.
+BUILTIN: dict[str, Builtin] = {
+    "Argoverse.yaml": Builtin("Argoverse", ("Argoverse-1.1/images/train/",), ("Argoverse-1.1/images/val/",), 39384, 15062),
+    "GlobalWheat2020.yaml": Builtin(
+        "GlobalWheat2020",
+        tuple(f"images/{d}" for d in ("arvalis_1", "arvalis_2", "arvalis_3", "ethz_1", "rres_1", "inrae_1", "usask_1")),
+        ("images/ethz_1",), 3422, 748,
+    ),
+    "HomeObjects-3K.yaml": Builtin("homeobjects-3K", ("images/train",), ("images/val",), 2285, 404),
+    "Objects365.yaml": Builtin("Objects365", ("images/train",), ("images/val",), 1742289, 80000),
+    "SKU-110K.yaml": Builtin("SKU-110K", ("train.txt",), ("val.txt",), 8219, 588),
+    "TT100K.yaml": Builtin("TT100K", ("images/train",), ("images/val",), 6105, 7641),
+    "VOC.yaml": Builtin(
+        "VOC", ("images/train2012", "images/train2007", "images/val2012", "images/val2007"), ("images/test2007",), 16551, 4952
+    ),
+    "VisDrone.yaml": Builtin("VisDrone", ("images/train",), ("images/val",), 6471, 548),
+    "african-wildlife.yaml": Builtin("african-wildlife", ("images/train",), ("images/val",), 1052, 225),
+    "brain-tumor.yaml": Builtin("brain-tumor", ("images/train",), ("images/val",), 893, 223),
+    "coco.yaml": Builtin("coco", ("train2017.txt",), ("val2017.txt",), 118287, 5000),
+    "coco128.yaml": Builtin("coco128", ("images/train2017",), ("images/train2017",), 128, 128),
+    "coco12-formats.yaml": Builtin("coco12-formats", ("images/train",), ("images/val",), 6, 6),
+    "coco8.yaml": Builtin("coco8", ("images/train",), ("images/val",), 4, 4),
+    "coco8-grayscale.yaml": Builtin("coco8-grayscale", ("images/train",), ("images/val",), 4, 4),
+    "coco8-multispectral.yaml": Builtin("coco8-multispectral", ("images/train",), ("images/val",), 4, 4),
+    "construction-ppe.yaml": Builtin("construction-ppe", ("images/train",), ("images/val",), 1132, 143),
+    "kitti.yaml": Builtin("kitti", ("images/train",), ("images/val",), 5985, 1496),
+    "lvis.yaml": Builtin("lvis", ("train.txt",), ("val.txt",), 100170, 19809),
+    "medical-pills.yaml": Builtin("medical-pills", ("images/train",), ("images/val",), 92, 23),
+    "open-images-v7.yaml": Builtin("open-images-v7", ("images/train",), ("images/val",), 1743042, 41620),
+    "signature.yaml": Builtin("signature", ("images/train",), ("images/val",), 143, 35),
+    "xView.yaml": Builtin("xView", ("images/autosplit_train.txt",), ("images/autosplit_val.txt",), 762, 85),
+}  # fmt: skip
+
+
+def _is_image(name: str) -> bool:
+    return name.rpartition(".")[2].lower() in IMG_SUFFIXES
+
+
+@cache
+def _pseudo_devices() -> frozenset[int]:
+    """The devices of /proc and /sys: kernel files, never images, and endless to walk (/proc/PID/root is /)."""
+    devices = set()
+    for path in ("/proc", "/sys"):
+        with contextlib.suppress(OSError):
+            devices.add(os.stat(path).st_dev)
+    return frozenset(devices)
+
+
+def _stat(path: Path, what: str) -> os.stat_result | None:
+    """``path``'s status, links followed; None when it does not exist. A symlink loop, a name too long or
+    a folder that may not be searched is one line naming ``what``, not a traceback."""
+    try:
+        return os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise UsageError(f"{what} {path}: {(e.strerror or type(e).__name__).lower()}") from None
+    except ValueError:  # an embedded NUL: the spec refuses those, a yaml's own entries may hold one
+        raise UsageError(f"{what} {path!r} is not a valid path") from None
+
+
+def count_dir(path: str) -> int:
+    """Images anywhere under ``path`` (os.scandir, no per-file stat). Entries that cannot be followed
+    (symlink loops, dangling or unreadable folders) and kernel pseudo-filesystems are skipped."""
+    total = 0
+    stack = [path]
+    try:
+        st = os.stat(path)
+        seen = {(st.st_dev, st.st_ino)}
+    except OSError:
+        return 0
+    pseudo = _pseudo_devices()
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    try:
+                        if entry.is_dir():
+                            st = entry.stat()
+                            if (st.st_dev, st.st_ino) not in seen and st.st_dev not in pseudo:  # symlink loops
+                                seen.add((st.st_dev, st.st_ino))
+                                stack.append(entry.path)
+                        elif _is_image(entry.name):
+                            total += 1
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+    return total
+
+
+def count_list(path: Path) -> int:
+    """Images named in an ultralytics ``.txt`` list."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return sum(1 for line in f if line.strip() and _is_image(line.strip()))
+    except OSError as e:
+        raise UsageError(f"cannot read image list {path}: {e.strerror}") from None
+
+
+def _fingerprint(path: Path) -> list[float]:
+    """mtimes of the source and its direct subfolders: what changes when images are added or removed.
+    A source that became something else than a folder or a list (a FIFO would block the count) is refused."""
+    st = path.stat()
+    if stat.S_ISREG(st.st_mode):
+        return [st.st_mtime, float(st.st_size)]
+    if not stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{path} is neither a folder nor an image list")
+    marks = [st.st_mtime, 0.0]
+    with os.scandir(path) as it:
+        for e in it:
+            try:
+                if e.is_dir():
+                    marks.append(e.stat().st_mtime)
+            except OSError:
+                continue  # a symlink loop: count_dir skips it too
+    return marks[:2] + sorted(marks[2:])
+
+
+class CountCache:
+    """A JSON file of counts per source, written atomically; a broken cache is just a cold one."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.entries: dict[str, Any] = {}
+        self.dirty = False
+        if path:
+            try:  # a cache another user's HOME holds (sudo, runuser) is one we may not even stat
+                loaded = json.loads(path.read_text())
+                self.entries = loaded if isinstance(loaded, dict) else {}
+            except (OSError, ValueError):
+                self.entries = {}
+
+    def sources(self, yaml_path: Path) -> dict[str, list[Path]] | None:
+        """The splits' resolved sources recorded for this yaml, if it has not changed since."""
+        hit = self.entries.get(f"yaml:{yaml_path}")
+        st = yaml_path.stat()
+        if isinstance(hit, dict) and hit.get("marks") == [st.st_mtime, st.st_size]:
+            return {split: [Path(p) for p in paths] for split, paths in hit["splits"].items()}
+        return None
+
+    def remember_sources(self, yaml_path: Path, splits: dict[str, list[Path]]) -> None:
+        st = yaml_path.stat()
+        self.entries[f"yaml:{yaml_path}"] = {
+            "marks": [st.st_mtime, st.st_size],
+            "splits": {split: [str(p) for p in paths] for split, paths in splits.items()},
+        }
+        self.dirty = True
+
+    def count(self, source: Path) -> int:
+        key = str(source)
+        marks = _fingerprint(source)
+        hit = self.entries.get(key)
+        if isinstance(hit, dict) and hit.get("marks") == marks:
+            return int(hit["count"])
+        n = count_dir(key) if source.is_dir() else count_list(source)
+        self.entries[key] = {"marks": marks, "count": n}
+        self.dirty = True
+        return n
+
+    def save(self) -> None:
+        if not (self.path and self.dirty):
+            return
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "w") as f:
+                json.dump(self.entries, f)
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # a read-only home must not stop a submission
+
+
+def settings_file(yolo_config_dir: str = "") -> Path:
+    """ultralytics' settings.json as its get_user_config_dir finds it on Linux: the job's YOLO_CONFIG_DIR
+    (``job.yolo_config_dir``), else $YOLO_CONFIG_DIR, else $XDG_CONFIG_HOME or ~/.config."""
+    base = (
+        yolo_config_dir
+        or os.environ.get("YOLO_CONFIG_DIR")
+        or os.environ.get("XDG_CONFIG_HOME")
+        or os.path.join(os.path.expanduser("~"), ".config")
+    )
+    return Path(base).expanduser() / "Ultralytics" / "settings.json"
+
+
+def _datasets_dir(yolo_config_dir: str = "") -> Path | None:
+    """ultralytics' settings datasets_dir, read without importing ultralytics (1.5 s on a login node).
+    Only a small regular file is read: a FIFO left in its place must not block the submission."""
+    path = settings_file(yolo_config_dir)
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > 1 << 20:
+            return None
+        value = json.loads(path.read_text(encoding="utf-8"))["datasets_dir"]
+        return Path(value) if isinstance(value, str) and value else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _root(data: dict[str, Any], yaml_path: Path, yolo_config_dir: str = "") -> Path:
+    raw = data.get("path")
+    if not raw:
+        return yaml_path.parent
+    try:
+        root = Path(str(raw)).expanduser()
+    except RuntimeError:  # ~user that does not exist
+        root = Path(str(raw))
+    if root.is_absolute():
+        return root
+    for base in (_datasets_dir(yolo_config_dir), yaml_path.parent, Path.cwd()):
+        if base is not None and _stat(base / root, f"data {yaml_path}: path") is not None:
+            return Path(os.path.realpath(base / root))
+    return Path(os.path.realpath(yaml_path.parent / root))
+
+
+def _sources(value: Any, root: Path, split: str, yaml_path: Path) -> list[Path]:
+    items = value if isinstance(value, (list, tuple)) else [value]
+    out = []
+    what = f"data {yaml_path}: {split} path"
+    for item in items:
+        if not isinstance(item, str) or not item:
+            raise UsageError(f"data {yaml_path}: '{split}' must be a path or a list of paths")
+        try:
+            p = Path(item).expanduser()
+        except RuntimeError:  # ~user that does not exist
+            p = Path(item)
+        if not p.is_absolute():
+            p = root / p
+            if _stat(p, what) is None and item.startswith("../"):
+                p = root / item[3:]  # ultralytics' own fallback
+        st = _stat(p, what)
+        if st is None:
+            raise UsageError(f"{what} {p} does not exist")
+        if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+            raise UsageError(f"{what} {p} is neither a folder nor an image list")
+        if st.st_dev in _pseudo_devices():
+            raise UsageError(f"{what} {p} is a kernel pseudo-filesystem, not images")
+        out.append(Path(os.path.realpath(p)))
+    return out
+
+
+MAX_DATA_YAML_CHARS = 4 << 20  # a data yaml names folders and classes: a bigger one is no dataset's (read as root)
+
+
+def load_yaml(yaml_path: Path) -> dict[str, Any]:
+    """The data yaml as a mapping, or one clear error."""
+    import yaml  # only on a cache miss: the parser costs the login path ~20 ms
+
+    if not yaml_path.is_file():
+        raise UsageError(f"data yaml {yaml_path} not found")
+    try:
+        with yaml_path.open(encoding="utf-8") as f:
+            text = f.read(MAX_DATA_YAML_CHARS + 1)
+        if len(text) > MAX_DATA_YAML_CHARS:
+            raise UsageError(f"data yaml {yaml_path} is longer than any dataset's ({MAX_DATA_YAML_CHARS} characters)")
+        data = yaml.safe_load(text)
+    except (OSError, yaml.YAMLError, UnicodeDecodeError, RecursionError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UsageError(f"data yaml {yaml_path} is not readable YAML: {reason}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"data yaml {yaml_path} is not a mapping")
+    return data
+
+
+def resolve_sources(yaml_path: Path, yolo_config_dir: str = "") -> dict[str, list[Path]]:
+    """The train and val sources a data yaml names, resolved like ultralytics and checked to exist."""
+    data = load_yaml(yaml_path)
+    for split in ("train", "val"):
+        if not data.get(split):
+            raise UsageError(f"data {yaml_path}: no '{split}' entry")
+    root = _root(data, yaml_path, yolo_config_dir)
+    return {split: _sources(data[split], root, split, yaml_path) for split in ("train", "val")}
+
+
+def _yaml_file(data: str) -> Path | None:
+    """``data=`` as an existing file (absolute, links resolved), or None when there is none by that name."""
+    try:
+        path = Path(data).expanduser()
+    except RuntimeError:  # ~user that does not exist
+        path = Path(data)
+    st = _stat(path, "data yaml")
+    if st is None:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"data yaml {data} is not a regular file")
+    return Path(os.path.realpath(path))
+
+
+def builtin_name(data: str) -> str | None:
+    """The bundled dataset ``data=`` names, as ultralytics finds it (``coco8`` means ``coco8.yaml``)."""
+    name = data if data.endswith((".yaml", ".yml")) else f"{data}.yaml"
+    return name if name in BUILTIN else None
+
+
+def _count_yaml(path: Path, cache: CountCache, yolo_config_dir: str) -> dict[str, int]:
+    try:
+        splits = cache.sources(path)
+        if splits is not None:
+            return {split: sum(cache.count(s) for s in paths) for split, paths in splits.items()}
+    except OSError:
+        pass  # a cached source vanished: resolve again, and say which
+    splits = resolve_sources(path, yolo_config_dir)
+    counts = {split: sum(cache.count(s) for s in paths) for split, paths in splits.items()}
+    cache.remember_sources(path, splits)
+    return counts
+
+
+def _count_builtin(name: str, cache: CountCache, yolo_config_dir: str) -> tuple[dict[str, int], str]:
+    """A bundled dataset where ultralytics would train on it (its ``path:`` under the working folder, else
+    under datasets_dir), counted; else the sizes its yaml publishes."""
+    from slurm_yolo.core.spec import ultralytics_cfg
+
+    entry = BUILTIN[name]
+    datasets = _datasets_dir(yolo_config_dir)
+    for base, where in ((Path.cwd(), "the working folder"), (datasets, "ultralytics' datasets_dir")):
+        if base is not None and _stat(base / entry.root, f"data {name}: path") is not None:
+            root = Path(os.path.realpath(base / entry.root))
+            splits = {split: _sources(value, root, split, Path(name)) for split, value in
+                      (("train", entry.train), ("val", entry.val))}  # fmt: skip
+            return {
+                s: sum(cache.count(p) for p in paths) for s, paths in splits.items()
+            }, f"counted in {root} ({where})"
+    where = f"no {datasets / entry.root} yet" if datasets else f"no datasets_dir in {settings_file(yolo_config_dir)}"
+    how = (f"ultralytics {ultralytics_cfg()['ultralytics']}'s published sizes ({where}: ultralytics downloads it"
+           " when the job starts, which needs the network)")  # fmt: skip
+    return {"train": entry.train_images, "val": entry.val_images}, how
+
+
+def count(data: str | Path, cache_path: Path | None = None, yolo_config_dir: str = "") -> DatasetCounts:
+    """Train and val image counts of ``data=`` (cached in ``cache_path``), resolved as ultralytics would
+    in a job whose YOLO_CONFIG_DIR is ``yolo_config_dir`` (empty: this environment's)."""
+    text = str(data)
+    path = _yaml_file(text)
+    where = str(path) if path is not None else builtin_name(text)
+    if where is None:
+        hint = "" if "/" in text else " (nor is it one of ultralytics' bundled datasets)"
+        if not os.path.isabs(text):
+            hint += f"; a relative path is read from the folder you submit in, {os.getcwd()}"
+        raise UsageError(f"data yaml {text} not found{hint}")
+    cache = CountCache(cache_path)
+    try:
+        if path is not None:
+            counts, source = _count_yaml(path, cache, yolo_config_dir), "counted from its folders and lists"
+        else:
+            counts, source = _count_builtin(where, cache, yolo_config_dir)
+    finally:
+        cache.save()
+    if counts["train"] == 0:
+        raise UsageError(f"data {where}: the train split has 0 images")
+    return DatasetCounts(yaml_path=where, train=counts["train"], val=counts["val"], source=source)

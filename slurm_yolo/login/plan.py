@@ -1,0 +1,382 @@
+"""Estimate + calibration + cluster state -> a submission plan (pure: no I/O, no Slurm).
+
+The plan is everything ``yolo-sbatch`` decides: partition, GPUs, GRES (whole GPUs, or shards for
+light jobs), QOS tier, the predicted run time and a time limit with its buffer, and the reasons,
+which ``--explain`` prints.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import NamedTuple
+
+from slurm_yolo.core import gputypes
+from slurm_yolo.core.config import Config, Partition
+from slurm_yolo.core.durations import fmt_minutes, seconds_text
+from slurm_yolo.core.errors import SlurmError, UsageError
+from slurm_yolo.core.limits import MAX_LIMIT_SECONDS
+from slurm_yolo.core.model import gpu_priors
+from slurm_yolo.core.model.estimate import Workload, fmt_tokens, images_640, model_factor, tokens
+from slurm_yolo.core.model.timemodel import (
+    UNCALIBRATED,
+    Buffer,
+    TimeModel,
+    buffer_for,
+    components,
+    ddp_factor,
+    describe,
+    outside_range,
+    predict_seconds,
+    predict_train_seconds,
+    range_text,
+    range_widening,
+    startup_note,
+)
+from slurm_yolo.slurm.parsers import WillRun
+
+
+class Request(NamedTuple):
+    """What the user asked of the plan beyond the training command."""
+
+    partition: str | None  # a name, "auto", or None: auto over the configured partitions, else Slurm's default
+    gpus: int | None = None
+    deadline_seconds: float | None = None
+    priority: str = "dev"
+    prefer: str = "soonest"  # --partition auto: the earliest finish; "cheapest": the least money (else hold);
+    # "fastest": the shortest predicted run
+    autobatch: float = 0.0  # batch=-1 or a fraction: the share of GPU memory AutoBatch fills (0: a batch given)
+    cpus_per_gpu: int = 0  # --cpus-per-gpu (0: the config's job.cpus_per_gpu)
+    time_limit_seconds: float | None = None  # -t/--time: the user's own limit instead of the plan's
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A fully decided submission."""
+
+    partition: str
+    gpus: int
+    gres: str
+    shard: bool
+    shard_share: float  # the share of one GPU a shard job gets (0: whole GPUs)
+    qos: str
+    priority: str
+    tokens: float
+    train_tokens: float
+    val_tokens: float
+    effective_tokens: float
+    model_factor: float
+    family_factor: float
+    k: float
+    k_source: str
+    predicted_seconds: float
+    predicted_train_seconds: float
+    buffer: float
+    buffer_reason: str
+    coverage: float | None  # share of runs like the model's the limit is promised to cover
+    time_limit_seconds: int
+    workload: Workload
+    explain: list[str] = field(default_factory=list)
+    outside_range: list[str] = field(default_factory=list)  # where the plan leaves its model's calibrated range
+    range_widening: float = 1.0  # the buffer's error scale, widened outside that range (timemodel.range_widening)
+    expected_start: int | None = None  # epoch seconds, from Slurm's scheduler (``--partition auto``)
+    feed: str = ""  # a GPU its job's CPUs cannot feed: the one line that says so, with the CPUs that would
+    short_limit: str = ""  # the user's own limit (-t) is likely too short: the one line that says so
+
+    def to_dict(self) -> dict[str, object]:
+        d = asdict(self)
+        d["workload"] = self.workload.to_dict()
+        return d
+
+
+MAX_CPUS_PER_GPU = 256  # what --cpus-per-gpu takes
+
+
+def time_limit(predicted_seconds: float, buffer: float) -> int:
+    """ceil(T x (1 + buffer)) in whole minutes, as seconds (Slurm's granularity)."""
+    return max(60, math.ceil(predicted_seconds * (1 + buffer) / 60) * 60)
+
+
+def _gpus(
+    w: Workload, tm: TimeModel, part: Partition, req: Request, devices: int | None, ref: float
+) -> tuple[int, str]:
+    limit = part.gpus_per_node
+    if req.gpus is not None:
+        if req.gpus < 1:
+            raise UsageError(f"--gpus {req.gpus}: at least 1")
+        if req.gpus > limit and part.gpu_type:
+            raise UsageError(f"--gpus {req.gpus}: partition {part.name} has {limit} GPUs per node: ask at most {limit},"
+                             " or another partition (-p auto chooses)")  # fmt: skip
+        return req.gpus, "--gpus"
+    if req.deadline_seconds is not None:
+        deadline = seconds_text(req.deadline_seconds)
+        if req.deadline_seconds < tm.startup_seconds:
+            raise UsageError(f"--deadline {deadline} is shorter than the job's start-up alone on {part.name}"
+                             f" ({seconds_text(tm.startup_seconds)}): give a longer one")  # fmt: skip
+        for g in range(1, max(1, limit) + 1):
+            if predict_seconds(w, tm, g, part.ddp_efficiency, ref) <= req.deadline_seconds:
+                return g, f"fewest GPUs that finish within the deadline ({deadline})"
+        best = predict_seconds(w, tm, max(1, limit), part.ddp_efficiency, ref)
+        raise UsageError(
+            f"--deadline {deadline} cannot be met on {part.name}: "
+            f"needs {seconds_text(best)} even with {max(1, limit)} GPUs; give a longer one, or fewer epochs or images"
+        )
+    if devices:
+        if devices > limit and part.gpu_type:  # Slurm would keep it pending for ever (PartitionConfig)
+            raise UsageError(f"device= names {devices} GPUs: partition {part.name} has {limit} GPUs per node: name at"
+                             f" most {limit}, or another partition (-p auto chooses)")  # fmt: skip
+        return devices, "device= of the command"
+    return 1, "default"
+
+
+def _head(w: Workload, tm: TimeModel, k_source: str, ref: float) -> list[str]:
+    """--explain's first lines: the work (images, tokens, the model's FLOPs) and the time model."""
+    mf, ff = model_factor(w.gflops, ref), tm.compute_factor(w.model, w.family)
+    tok = tokens(w, tm.val_weight)
+    return [
+        f"images: {w.train_images} train x {w.epochs} epochs at imgsz {w.imgsz}, {w.val_images} val"
+        f" ({w.val_passes} passes + final), batch {w.batch}, {w.iterations} iterations",
+        f"tokens per epoch: {fmt_tokens(w.train_images * w.imgsz**2)} train;"
+        f" run: {fmt_tokens(tok)} = {images_640(tok)} 640-equivalent images"
+        f" (val weight {tm.val_weight:.2f})",
+        f"model: {w.model} {w.gflops:.2f} GFLOPs ({w.model_source}), factor {mf:.2f} x family {w.family} {ff:.2f}"
+        + (" (with the model's own)" if w.model in tm.model_factors else "")
+        + f" -> work {fmt_tokens(tok * mf * ff)} (effective tokens: what the time model predicts from, not what is"
+        " charged)",
+        f"time model: {k_source}",
+        *(f"  {line}" for line in describe(tm)),
+        *([f"  {covered}"] if (covered := range_text(tm)) else []),
+        *([f"  {startup_note(tm)} (in the prediction, and so in the limit)"] if tm.n and not tm.startup_n else []),
+    ]
+
+
+def plan_partition(
+    w: Workload, tm: TimeModel, k_source: str, part: Partition, req: Request, config: Config,
+    devices: int | None = None,
+) -> Plan:  # fmt: skip
+    """The plan on one partition. A refusal carries the work and the time model worked out before it
+    (``explain``), for ``--explain`` to show."""
+    try:
+        return _plan(w, tm, k_source, part, req, config, devices)
+    except UsageError as e:
+        e.explain = (*_head(w, tm, k_source, config["estimate"]["reference_gflops"]), *e.explain)
+        raise
+
+
+def _plan(
+    w: Workload, tm: TimeModel, k_source: str, part: Partition, req: Request, config: Config, devices: int | None
+) -> Plan:
+    ref = config["estimate"]["reference_gflops"]
+    card = gputypes.card(part)
+    gpu = card.type is not None and card.memory_gb > 0  # a known card: its memory bounds the batch
+    batch_line: list[str] = []
+    if gpu and req.autobatch > 0:
+        w, batch_line = _autobatch(w, card, req.autobatch, ref)
+    gpus, gpus_why = _gpus(w, tm, part, req, devices, ref)
+    memory_lines = [*batch_line, *_check_memory(w, gpus, card, part, ref, bool(batch_line))] if gpu else []
+    cpus_per_gpu = req.cpus_per_gpu or config["job"]["cpus_per_gpu"]
+    cpus = cpus_per_gpu * gpus  # the loader term's CPUs, as render asks Slurm for them
+    predicted = predict_seconds(w, tm, gpus, part.ddp_efficiency, ref, cpus)
+    train = predict_train_seconds(w, tm, gpus, part.ddp_efficiency, ref, cpus)
+    widening = range_widening(tm, w)
+    buf = buffer_for(tm, config["estimate"]["buffer"], predicted, widening)
+    limit = time_limit(predicted, buf.value)
+    short_limit = ""
+    if req.time_limit_seconds is not None:
+        buf, limit, short_limit = _own_limit(tm, req.time_limit_seconds, predicted, widening)
+    if limit > MAX_LIMIT_SECONDS:
+        e = UsageError(
+            f"the job would need a time limit of {limit / 86400:.0f} days on {part.name} (predicted"
+            f" {predicted / 86400:.1f} days): more than a year; train fewer epochs or images, or on more GPUs"
+            + (f" ({part.name} is uncalibrated, so the limit is the prediction doubled: -t sets your own)"
+               if buf.reason == UNCALIBRATED and predicted <= MAX_LIMIT_SECONDS else "")
+        )  # fmt: skip
+        e.explain = (f"time: {fmt_minutes(predicted)} predicted ({fmt_minutes(train)} training) on {gpus} GPU(s)"
+                     f" [{gpus_why}]", f"buffer: {buf.value:.2f} ({buf.reason}) -> time limit {limit // 60} min")  # fmt: skip
+        raise e
+
+    light = config["light"]
+    shard = (
+        gpus == 1
+        and part.shards_per_gpu > 0
+        and w.gflops <= light["max_model_gflops"]
+        and w.batch * w.imgsz**2 <= light["max_batch_pixels"]
+        and _fits_share(w, card, light["gpu_share"], part.shards_per_gpu, ref)
+    )
+    gtype = f"{part.gpu_type}:" if part.gpu_type else ""
+    share = 0.0
+    if shard:
+        n = max(1, math.ceil(light["gpu_share"] * part.shards_per_gpu))
+        gres = f"shard:{gtype}{n}"
+        share = n / part.shards_per_gpu
+    else:
+        gres = f"gpu:{gtype}{gpus}"
+
+    qos_cfg = config["qos"]
+    if req.priority not in ("prod", "dev", "explore"):
+        raise UsageError(f"--priority {req.priority}: one of prod, dev, explore")
+    short = limit <= qos_cfg["short_max_minutes"] * 60 and req.priority != "explore"
+    qos = qos_cfg["short"] if short else qos_cfg[req.priority]
+
+    feed = _feed_line(w, tm, part, gpus, cpus_per_gpu, ref) if card.type is not None else ""
+    mf = model_factor(w.gflops, ref)
+    ff = tm.compute_factor(w.model, w.family)
+    tok = tokens(w, tm.val_weight)
+    eff = tok * mf * ff
+    explain = [
+        *_head(w, tm, k_source, ref),
+        *(
+            [
+                f"  outside it: {'; '.join(outside)} (an extrapolation: "
+                + (
+                    f"the limit's error scale is widened x{widening:.2f} for it)"
+                    if widening > 1
+                    else "the cross-validated error says nothing of it)"
+                )
+            ]
+            if (outside := outside_range(tm, w, gpus, train))
+            else []
+        ),
+        *([unknown] if (unknown := gputypes.unknown_line(part)) and unknown not in k_source else []),
+        f"time: {fmt_minutes(predicted)} predicted ({fmt_minutes(train)} training) on {gpus} GPU(s)"
+        f" [{gpus_why}, DDP x{ddp_factor(gpus, part.ddp_efficiency):.2f}]",
+        *memory_lines,
+        f"buffer: {buf.value:.2f} ({buf.reason}) -> time limit {limit // 60} min"
+        + (f", promised to cover {buf.coverage:.0%} of runs like the {tm.n} behind the model" if buf.coverage else ""),
+        f"gres: {gres}" + (" (light job: shares a GPU)" if shard else ""),
+        f"qos: {qos} ("
+        + (
+            f"a short job, limit at most {qos_cfg['short_max_minutes']} min: {qos}'s priority and tier rate"
+            f" instead of priority {req.priority}'s {qos_cfg[req.priority]})"
+            if short
+            else f"priority {req.priority})"
+        ),
+    ]
+    return Plan(
+        partition=part.name, gpus=gpus, gres=gres, shard=shard, shard_share=share, qos=qos, priority=req.priority,
+        tokens=tok, train_tokens=w.train_tokens, val_tokens=w.val_tokens + w.final_val_tokens,
+        effective_tokens=eff, model_factor=mf, family_factor=ff, k=tm.k, k_source=k_source,
+        predicted_seconds=predicted, predicted_train_seconds=train, buffer=buf.value, buffer_reason=buf.reason,
+        coverage=buf.coverage, time_limit_seconds=limit, workload=w, explain=explain, outside_range=outside,
+        range_widening=widening, feed=feed, short_limit=short_limit,
+    )  # fmt: skip
+
+
+def _own_limit(tm: TimeModel, seconds: float, predicted: float, widening: float) -> tuple[Buffer, int, str]:
+    """The user's own limit (-t) in Slurm's whole minutes, its buffer with what it covers by the
+    partition's measured errors, and a warning when it is likely too short (the user's call: no refusal)."""
+    limit = time_limit(seconds, 0.0)
+    if limit > MAX_LIMIT_SECONDS:
+        raise UsageError(f"--time {seconds_text(seconds)}: more than a year, which no hold covers")
+    covered = tm.covers(limit / predicted, predicted, widening) if predicted > 0 else None
+    said = f"your limit {seconds_text(limit)}"
+    if covered is not None:
+        why = f"{said}: covers the predicted {fmt_minutes(predicted)} at {covered:.0%} of {tm.n} cross-validated runs"
+    else:
+        why = f"{said}: the model keeps no cross-validated errors to say what it covers of the predicted {fmt_minutes(predicted)}"
+    short = ""
+    if limit < predicted or (covered is not None and covered < 0.5):
+        short = (f"{said} is under the predicted {fmt_minutes(predicted)}: the job will likely reach it (it checkpoints"
+                 " and requeues at the USR2 a limit of 3 min or more gets)" if limit < predicted else
+                 f"{said} covers the predicted {fmt_minutes(predicted)} at {covered:.0%} of runs like it")  # fmt: skip
+    return Buffer(limit / predicted - 1 if predicted > 0 else 0.0, why), limit, short
+
+
+def _autobatch(w: Workload, card: gputypes.Card, fraction: float, ref: float) -> tuple[Workload, list[str]]:
+    """The workload at the batch AutoBatch would pick on this card, and the line that says so."""
+    b = gpu_priors.autobatch(w, card.memory_gb, fraction, ref, gpu_priors.shipped())
+    return replace(w, batch=b), [f"batch: AutoBatch would pick {b} on this {card.memory_gb:g} GB card ({fraction * 100:.3g}%"
+                                 " of its memory by its own profile: a training step takes more, below), planned at it"]  # fmt: skip
+
+
+def _check_memory(
+    w: Workload, gpus: int, card: gputypes.Card, part: Partition, ref: float, autobatch: bool = False
+) -> list[str]:
+    """The predicted GPU memory against the card's; refused, with a batch that fits, past it (a batch
+    AutoBatch picks is ultralytics' choice: said, not refused)."""
+    priors = gpu_priors.shipped()
+    need = gpu_priors.memory_gb(w, gpus, ref, priors)
+    line = (f"GPU memory: about {need:.1f} GB per GPU predicted (batch {w.batch // max(1, gpus)} per GPU at imgsz"
+            f" {w.imgsz}, {w.model}) of the {card.memory_gb:g} GB card")  # fmt: skip
+    if need <= card.memory_gb:
+        return [line]
+    if autobatch:
+        return [f"{line}: AutoBatch's pick may run out of memory (a lower fraction, e.g. batch=0.6, leaves room)"]
+    fits = gpu_priors.largest_batch(w, gpus, card.memory_gb, ref, priors)
+    hint = f"batch={fits} would fit" if fits >= 1 else f"not even batch={gpus} fits: a smaller imgsz or model"
+    more = ", or more GPUs with --gpus: DDP splits the batch" if gpus < part.gpus_per_node else ""
+    raise UsageError(
+        f"batch={w.batch} at imgsz {w.imgsz} needs about {need:.0f} GB of GPU memory per GPU ({w.model}) and"
+        f" partition {part.name}'s {card.type.label if card.type else 'GPU'} has {card.memory_gb:g} GB: {hint}"
+        f" (or batch=-1: AutoBatch{more})"
+    )
+
+
+def _fits_share(w: Workload, card: gputypes.Card, share: float, shards: int, ref: float) -> bool:
+    """Whether a shard's share of one card holds the run's memory (unknown cards: the light rule alone)."""
+    if card.type is None or card.memory_gb <= 0 or shards <= 0:
+        return True
+    n = max(1, math.ceil(share * shards))
+    return gpu_priors.memory_gb(w, 1, ref, gpu_priors.shipped()) <= card.memory_gb * n / shards
+
+
+def _feed_line(w: Workload, tm: TimeModel, part: Partition, gpus: int, cpus_per_gpu: int, ref: float) -> str:
+    """One line when the job's CPUs cannot load images as fast as its GPUs compute: how busy the GPUs
+    stay, and the CPUs per GPU that would keep them busy."""
+    c = components(w, tm, gpus, part.ddp_efficiency, ref, cpus_per_gpu * gpus)
+    if c.loader <= c.compute or c.loader <= 0:
+        return ""
+    rate = w.epochs * w.train_images / c.loader
+    need = math.ceil(cpus_per_gpu * c.loader / c.compute)
+    fix = (
+        f"--cpus-per-gpu {need} would keep up"
+        if need <= MAX_CPUS_PER_GPU
+        else f"not even --cpus-per-gpu {MAX_CPUS_PER_GPU} would: a smaller imgsz, or a bigger model or batch, uses it"
+    )
+    return (
+        f"data loading bounds this run: {cpus_per_gpu * gpus} CPU(s) load about {rate:.0f} images/s, which keeps its"
+        f" {gpus} GPU(s) about {c.compute / c.loader:.0%} busy; {fix}"
+    )
+
+
+def clock(epoch: float) -> str:
+    """A time as the user reads it: local ``YYYY-MM-DDTHH:MM:SS``, as Slurm prints times."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
+
+
+def choose(plans: list[Plan], answers: list[WillRun], now: float, holds: Sequence[float] | None = None,
+           prefer: str = "soonest", labels: Sequence[str] | None = None) -> Plan:  # fmt: skip
+    """``--partition auto``: the plan with the earliest predicted finish: its start as Slurm's own
+    scheduler expects it (``answers``: ``sbatch --test-only`` of each plan's script) plus its
+    predicted run time; with ``prefer`` "cheapest", the one whose cost (``holds``: budget tokens, or
+    the money the site prices it at) is smallest, and with "fastest" the shortest predicted run on
+    its card (whatever the queue), the earliest finish among equals. Partitions Slurm
+    refuses are skipped, with their reason in ``explain``; ``labels`` say each plan's cost there."""
+    costs = list(holds) if holds is not None else [0.0] * len(plans)
+    usable = [(p, a.start, c) for p, a, c in zip(plans, answers, costs, strict=True) if a.start is not None]
+    if not usable:
+        why = "; ".join(f"{p.partition}: {a.refused}" for p, a in zip(plans, answers, strict=True))
+        raise SlurmError(f"--partition auto: Slurm refuses the job on every partition ({why})")
+    first = {"cheapest": lambda u: u[2], "fastest": lambda u: u[0].predicted_seconds}.get(prefer)
+    best, start, _ = min(usable, key=lambda u: ((first(u),) if first else ()) + (u[1] + u[0].predicted_seconds,))
+    held = (
+        list(labels) if labels is not None else [f", holds {fmt_tokens(c)}" if holds is not None else "" for c in costs]
+    )
+    lines = [
+        f"partition auto: {p.partition} refused by Slurm: {a.refused}" if a.start is None else
+        f"partition auto: {p.partition} would start {clock(a.start)} + {p.predicted_seconds / 60:.1f} min predicted"
+        f" -> finish {clock(a.start + p.predicted_seconds)}{h}"
+        for p, a, h in zip(plans, answers, held, strict=True)
+    ]  # fmt: skip
+    lines += [
+        f"partition auto: {best.partition} "
+        + (
+            "is the only one Slurm would run it on"
+            if len(usable) == 1
+            else {"cheapest": "is the cheapest", "fastest": "runs fastest"}.get(prefer, "finishes first")
+        ),
+        f"expected start: {clock(start)} on {best.partition}, in {fmt_minutes(max(0.0, start - now))} (Slurm's scheduler)",
+    ]
+    return replace(best, expected_start=start, explain=best.explain + lines)

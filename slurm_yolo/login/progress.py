@@ -1,0 +1,113 @@
+"""Following a job: progress from its usage records (pure), and the polling loop around it."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurm_yolo.core.errors import SlurmYoloError
+from slurm_yolo.parse import ParseResult
+from slurm_yolo.parse.records import USAGE_NAME, parse_records
+from slurm_yolo.slurm import commands
+from slurm_yolo.slurm.records import FINAL_STATES
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a training job stands."""
+
+    epoch: int
+    epochs: int | None
+    tokens_done: float
+    tokens_total: float | None
+    mtok_per_s: float | None
+    eta_seconds: float | None
+
+
+def progress(records: ParseResult) -> Progress:
+    """Epochs and training tokens done (of ``Workload.train_tokens``: no validation, no model
+    factor), throughput, and the time left at the recent rate."""
+    done = [e for e in records.per_epoch if e.seconds]
+    tokens = sum((e.mtok_per_s or 0) * (e.seconds or 0) * 1e6 for e in done)
+    per_epoch = tokens / len(done) if done else None
+    total = per_epoch * records.epochs_total if per_epoch and records.epochs_total else None
+    recent = done[-3:]
+    rate = (
+        (sum((e.mtok_per_s or 0) * (e.seconds or 0) for e in recent) / sum(e.seconds or 0 for e in recent))
+        if recent
+        else None
+    )
+    eta = (total - tokens) / (rate * 1e6) if total is not None and rate else None
+    return Progress(records.epochs_completed, records.epochs_total, tokens, total, rate, eta)
+
+
+def render(state: str, p: Progress | None, width: int = 24, starts: float | None = None) -> str:
+    """One status line: state, bar, epoch, training tokens done/total, MTok/s, ETA.
+
+    The tokens are those trained (train images x imgsz^2 per epoch, as the usage records count
+    them): fewer than the submit line's work, which adds the validation passes and scales by
+    the model's FLOPs. The line says "trained" so the two are never read as one number."""
+    if p is None or not p.epoch:
+        if state == "PENDING" and starts is not None:  # e.g. the begin time of a job that waits for credits
+            return f"PENDING: expected to start {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(starts))}"
+        return state if state in FINAL_STATES else f"{state}: waiting for the first epoch"
+    share = min(1.0, p.tokens_done / p.tokens_total) if p.tokens_total else 0.0
+    bar = "█" * round(share * width) + "░" * (width - round(share * width))
+    total = f"/{p.tokens_total / 1e6:.1f}" if p.tokens_total else ""
+    eta = f" ETA {int(p.eta_seconds // 60)}:{int(p.eta_seconds % 60):02d}" if p.eta_seconds is not None else ""
+    rate = f" {p.mtok_per_s:.2f} MTok/s" if p.mtok_per_s else ""
+    return f"{state} {bar} epoch {p.epoch}/{p.epochs or '?'} {p.tokens_done / 1e6:.1f}{total} MTok trained{rate}{eta}"
+
+
+def usage_file(job_id: int, bin_dir: Path | None = None) -> Path | None:
+    """Where the job writes its usage records (its working directory), while Slurm still knows it."""
+    try:
+        work = commands.show_job(job_id, bin_dir=bin_dir).get("WorkDir")
+    except Exception:  # noqa: BLE001 - the job left the controller: nothing more to follow
+        return None
+    return Path(work) / USAGE_NAME.format(job=job_id) if work else None
+
+
+def watch(job_id: int, emit: Callable[[str], None], poll: float = 2.0, bin_dir: Path | None = None,
+          timeout: float | None = None) -> str:  # fmt: skip
+    """Emit a status line whenever it changes, until the job ends (``commands.states``: an error
+    after ``timeout`` seconds, or for a job Slurm does not know); its final state."""
+    path = usage_file(job_id, bin_dir)
+    last = state = ""
+    for state in commands.states(job_id, poll, timeout, bin_dir):
+        if state == "UNKNOWN":
+            continue  # not yet (or no longer) known to Slurm: a state to print, or an error, comes next
+        p = progress(parse_records(path)) if path and path.exists() else None
+        starts = None
+        if state == "PENDING":
+            with contextlib.suppress(SlurmYoloError):  # only what the line shows: the state is known
+                starts = commands.expected_start(job_id, bin_dir)
+        line = render(state, p, starts=starts)
+        if line != last:
+            emit(line)
+            last = line
+    return state
+
+
+def expand_pattern(pattern: str, job_id: int, name: str = "", user: str = "", array_job_id: str = "",
+                   array_task_id: str = "") -> str:  # fmt: skip
+    """Slurm's %j, %x, %u, %A, %a and %% in an output path (squeue prints them unexpanded). %A is an
+    array task's array id (a job's own id otherwise), %a its task id."""
+    codes = {"j": str(job_id), "A": array_job_id or str(job_id), "x": name, "u": user, "%": "%"}
+    if array_task_id:
+        codes["a"] = array_task_id
+    out = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "%" and i + 1 < len(pattern):
+            code = pattern[i + 1]
+            out.append(codes.get(code, "%" + code))
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
