@@ -82,8 +82,9 @@ def ours(prior: TimeModel, base: float, coverage: float) -> Fitter:
 
 
 def legacy(prior: TimeModel, base: float) -> Fitter:
-    lprior = legacy_timemodel.TimeModel(k=prior.k, overhead_seconds=5.0, val_weight=prior.val_weight,
-                                        iteration_seconds=0.0, startup_seconds=20.0)  # fmt: skip
+    lprior = legacy_timemodel.TimeModel(
+        k=prior.k, overhead_seconds=5.0, val_weight=prior.val_weight, iteration_seconds=0.0, startup_seconds=20.0
+    )
 
     def fit(train: list[Sample]) -> Predictor:
         old = [legacy_timemodel.Sample(s.workload, s.gpus, s.train_seconds, s.key) for s in train]
@@ -164,8 +165,10 @@ def held_out(
 
 def _row(label: str, sc: Scores) -> str:
     ratio = f"{sc.limit_ratio:.2f} ({sc.long_runs})" if sc.limit_ratio else "-"
-    return (f"  {label:<26} MAPE {sc.mape:6.1%}  median {sc.median:6.1%}  p90 {sc.p90:6.1%}  bias {sc.bias:+6.1%}"
-            f"  covered {sc.realised:6.1%}  limit/actual>=60s {ratio}")  # fmt: skip
+    return (
+        f"  {label:<26} MAPE {sc.mape:6.1%}  median {sc.median:6.1%}  p90 {sc.p90:6.1%}  bias {sc.bias:+6.1%}"
+        f"  covered {sc.realised:6.1%}  limit/actual>=60s {ratio}"
+    )
 
 
 def few_runs(fitter: Fitter, cal: list[Sample], test: list[Sample]) -> dict[int, tuple[float, float]]:
@@ -220,21 +223,38 @@ def site_protocol(runs: list[tuple[dict[str, Any], Sample]]) -> dict[str, tuple[
     base = bench_priors.config_prior()
     shipped = priors.apply(base, priors.shipped())
     families = sorted({s.workload.family for _, s in runs})
-    without = {f: fitting.fit_terms(cal, priors.apply(base, bench_priors.fit_priors(
-        [s for _, s in runs if s.workload.family != f], base, f"without {f}", draws=10)), DDP, REF) for f in families}  # fmt: skip
-    print(f"site protocol: calibrated on {len(cal)} run folders ({SITE_RUNS} lowest-index small runs per model,"
-          f" training time alone); training time predicted for the {len(rest)} other small and long runs ('rest')"
-          f" and the {len(ext)} runs 3-10x bigger")  # fmt: skip
+    without = {
+        f: fitting.fit_terms(
+            cal,
+            priors.apply(
+                base,
+                bench_priors.fit_priors([s for _, s in runs if s.workload.family != f], base, f"without {f}", draws=10),
+            ),
+            DDP,
+            REF,
+        )
+        for f in families
+    }
+    print(
+        f"site protocol: calibrated on {len(cal)} run folders ({SITE_RUNS} lowest-index small runs per model,"
+        f" training time alone); training time predicted for the {len(rest)} other small and long runs ('rest')"
+        f" and the {len(ext)} runs 3-10x bigger"
+    )
     out = {}
-    for label, tm in (("config priors", fitting.fit_terms(cal, base, DDP, REF)),
-                      ("shipped priors", fitting.fit_terms(cal, shipped, DDP, REF))):  # fmt: skip
+    for label, tm in (
+        ("config priors", fitting.fit_terms(cal, base, DDP, REF)),
+        ("shipped priors", fitting.fit_terms(cal, shipped, DDP, REF)),
+    ):
         for split, test in (("rest", rest), ("3-10x", ext)):
             out[f"{label.split()[0]} {split}"] = error_figures(train_pairs(tm, test))
     for split, test in (("rest", rest), ("3-10x", ext)):
         pairs = [pair for s in test for pair in train_pairs(without[s.workload.family], [s])]
         out[f"held-out-family {split}"] = error_figures(pairs)
-    labels = {"config": "config priors", "shipped": "shipped priors (in-sample)",
-              "held-out-family": "priors without the run's family"}  # fmt: skip
+    labels = {
+        "config": "config priors",
+        "shipped": "shipped priors (in-sample)",
+        "held-out-family": "priors without the run's family",
+    }
     for key, (mape, bias, p90, worst) in out.items():
         kind, split = key.rsplit(" ", 1)
         print(
@@ -247,15 +267,23 @@ def unmodelled(runs: list[tuple[dict[str, Any], Sample]]) -> None:
     """The options the time model has no term for (``rect``, ``cache``), by their runs' mean error
     under a fit on every run: a term is worth adding where that mean stands out of the noise."""
     tm = fitting.fit_terms([s for _, s in runs], bench_priors.config_prior(), DDP, REF)
-    groups = {"rect=True": lambda d: d["rect"], "cache=ram": lambda d: d["cache"] == "ram",
-              "cache=disk": lambda d: d["cache"] == "disk",
-              "neither": lambda d: not d["rect"] and not d["cache"]}  # fmt: skip
+    groups = {
+        "rect=True": lambda d: d["rect"],
+        "cache=ram": lambda d: d["cache"] == "ram",
+        "cache=disk": lambda d: d["cache"] == "disk",
+        "neither": lambda d: not d["rect"] and not d["cache"],
+    }
     parts = []
     for label, member in groups.items():
-        errors = [(predict_train_seconds(s.workload, tm, s.gpus, DDP, REF, s.cpus) - s.train_seconds) / s.train_seconds
-                  for rec, s in runs if member(rec["design"])]  # fmt: skip
-        parts.append(f"{label} {len(errors)} runs: mean {statistics.fmean(errors):+.1%}"
-                     f" (+-{statistics.stdev(errors) / math.sqrt(len(errors)):.1%})")  # fmt: skip
+        errors = [
+            (predict_train_seconds(s.workload, tm, s.gpus, DDP, REF, s.cpus) - s.train_seconds) / s.train_seconds
+            for rec, s in runs
+            if member(rec["design"])
+        ]
+        parts.append(
+            f"{label} {len(errors)} runs: mean {statistics.fmean(errors):+.1%}"
+            f" (+-{statistics.stdev(errors) / math.sqrt(len(errors)):.1%})"
+        )
     print(
         "options without a term (training time, fitted on every run; mean error, +- its standard error): "
         + "; ".join(parts)
@@ -269,8 +297,10 @@ def unmodelled(runs: list[tuple[dict[str, Any], Sample]]) -> None:
             later = (cumulative[-1] - cumulative[0]) / (len(cumulative) - 1)
             ratios.append(cumulative[0] / later)
             extra.append(cumulative[0] - later)
-    print(f"first epoch: x{statistics.median(ratios):.3f} a later one, {statistics.median(extra):+.2f} s (medians of the"
-          f" {len(ratios)} runs of 3 epochs or more): inside the overhead term, no term of its own")  # fmt: skip
+    print(
+        f"first epoch: x{statistics.median(ratios):.3f} a later one, {statistics.median(extra):+.2f} s (medians of the"
+        f" {len(ratios)} runs of 3 epochs or more): inside the overhead term, no term of its own"
+    )
 
 
 def widening(runs: list[tuple[dict[str, Any], Sample]]) -> None:
@@ -290,11 +320,15 @@ def widening(runs: list[tuple[dict[str, Any], Sample]]) -> None:
 
         return d
 
-    lines = [("imgsz above 320", lambda s: s.workload.imgsz <= 320, distance("imgsz")),
-             ("imgsz below 160", lambda s: s.workload.imgsz >= 160, distance("imgsz")),
-             ("batch pixels above their median", lambda s: batch_pixels(s.workload) <= middle, distance("batch_pixels")),
-             *((f"family {f}", lambda s, f=f: s.workload.family != f, lambda s, tm: 1.0)
-               for f in sorted({s.workload.family for s in every}))]  # fmt: skip
+    lines = [
+        ("imgsz above 320", lambda s: s.workload.imgsz <= 320, distance("imgsz")),
+        ("imgsz below 160", lambda s: s.workload.imgsz >= 160, distance("imgsz")),
+        ("batch pixels above their median", lambda s: batch_pixels(s.workload) <= middle, distance("batch_pixels")),
+        *(
+            (f"family {f}", lambda s, f=f: s.workload.family != f, lambda s, tm: 1.0)
+            for f in sorted({s.workload.family for s in every})
+        ),
+    ]
     print("outside the calibrated range (error scale beyond it / cross-validated inside it):")
     for label, inside, far in lines:
         cal = [s for rec, s in runs if rec["design"]["split"] == "calibration" and inside(s)]
@@ -325,11 +359,16 @@ def main(path: Path = corpus.CORPUS) -> dict[str, float]:
     base, coverage = cfg["estimate"]["buffer"], cfg["estimate"]["coverage"]
     walls = [wall(s) for _, s in runs]
     small_tokens = statistics.median(s.workload.train_tokens * s.workload.gflops for s in small)
-    print(f"corpus {path.name}: {len(runs)} real ultralytics CPU runs ({len(small)} calibration, {len(long)} long,"
-          f" {len(ext)} extrapolation: median {statistics.median(s.workload.train_tokens * s.workload.gflops for s in ext) / small_tokens:.1f}x"
-          f" the calibration runs' FLOP-tokens); wall {min(walls):.0f}-{max(walls):.0f} s")  # fmt: skip
-    models = {"seeds T = k x tokens": seeds(base), "before the corpus": legacy(prior, base),
-              "this model": ours(prior, base, coverage)}  # fmt: skip
+    print(
+        f"corpus {path.name}: {len(runs)} real ultralytics CPU runs ({len(small)} calibration, {len(long)} long,"
+        f" {len(ext)} extrapolation: median {statistics.median(s.workload.train_tokens * s.workload.gflops for s in ext) / small_tokens:.1f}x"
+        f" the calibration runs' FLOP-tokens); wall {min(walls):.0f}-{max(walls):.0f} s"
+    )
+    models = {
+        "seeds T = k x tokens": seeds(base),
+        "before the corpus": legacy(prior, base),
+        "this model": ours(prior, base, coverage),
+    }
     result: dict[str, float] = {}
     cv_label = f"10-fold CV ({len(cal)} runs)"
     for label, fitter in models.items():
@@ -352,10 +391,12 @@ def main(path: Path = corpus.CORPUS) -> dict[str, float]:
     cv_pairs = cross_validate(models["this model"], cal)
     ext_pairs = held_out(models["this model"], small, ext)[0]
     cv, ex, pooled = score(cv_pairs), score(ext_pairs), score(cv_pairs + ext_pairs)
-    print(f"this model on all {len(cal)} runs: cross-validated median error {final.cv_median:.1%},"
-          f" bias {final.cv_bias:+.1%}; limits promise {promised:.0%} coverage (error scale {final.noise_relative or 0:.3f}"
-          f" + {final.noise_seconds or 0:.1f} s: actual/predicted up to {final.limit_ratio(60) or 0:.2f} at 1 min,"
-          f" {final.limit_ratio(600) or 0:.2f} at 10 min); realised {cv.realised:.1%} in CV, {ex.realised:.1%} extrapolating")  # fmt: skip
+    print(
+        f"this model on all {len(cal)} runs: cross-validated median error {final.cv_median:.1%},"
+        f" bias {final.cv_bias:+.1%}; limits promise {promised:.0%} coverage (error scale {final.noise_relative or 0:.3f}"
+        f" + {final.noise_seconds or 0:.1f} s: actual/predicted up to {final.limit_ratio(60) or 0:.2f} at 1 min,"
+        f" {final.limit_ratio(600) or 0:.2f} at 10 min); realised {cv.realised:.1%} in CV, {ex.realised:.1%} extrapolating"
+    )
     for line in describe(final)[:1]:
         print(f"  fitted terms: {line}")
     prior_alone = Predictor(lambda s: predict_seconds(s.workload, prior, s.gpus, DDP, REF, s.cpus), lambda s: 0, None)
@@ -379,18 +420,26 @@ def main(path: Path = corpus.CORPUS) -> dict[str, float]:
     floor = statistics.median(
         time_limit(wall(s), base) / wall(s) for s, _, _ in cv_pairs + ext_pairs if wall(s) >= LONG
     )
-    print(f"median limit / actual on the {pooled.long_runs} runs >= 60 s: {pooled.limit_ratio or math.inf:.2f};"
-          f" a perfect prediction with the {base:.0%} buffer, in whole minutes, would give {floor:.2f}")  # fmt: skip
+    print(
+        f"median limit / actual on the {pooled.long_runs} runs >= 60 s: {pooled.limit_ratio or math.inf:.2f};"
+        f" a perfect prediction with the {base:.0%} buffer, in whole minutes, would give {floor:.2f}"
+    )
     multipliers = [1 + buffer_for(final, base, pred).value for _, pred, _ in cv_pairs + ext_pairs]
     five = [(limit / wall(s)) for s, _, limit in cv_pairs + ext_pairs if wall(s) >= FIVE_MINUTES]
-    print(f"buffer multiplier (limit / prediction before whole-minute rounding) at the promised {promised:.0%}:"
-          f" median {statistics.median(multipliers):.2f}; limit / actual on the {len(five)} runs of 5 minutes or"
-          f" more: median {statistics.median(five) if five else math.nan:.2f}, largest {max(five, default=math.nan):.2f}")  # fmt: skip
+    print(
+        f"buffer multiplier (limit / prediction before whole-minute rounding) at the promised {promised:.0%}:"
+        f" median {statistics.median(multipliers):.2f}; limit / actual on the {len(five)} runs of 5 minutes or"
+        f" more: median {statistics.median(five) if five else math.nan:.2f}, largest {max(five, default=math.nan):.2f}"
+    )
     unmodelled(runs)
     site = site_protocol(runs)
     widening(runs)
-    targets |= {f"site protocol with the shipped priors, {k.split()[1]} (in-sample): MAPE <= 8%, |bias| <= 4%":
-                v[0] <= 0.08 and abs(v[1]) <= 0.04 for k, v in site.items() if k.startswith("shipped")}  # fmt: skip
+    targets |= {
+        f"site protocol with the shipped priors, {k.split()[1]} (in-sample): MAPE <= 8%, |bias| <= 4%": v[0] <= 0.08
+        and abs(v[1]) <= 0.04
+        for k, v in site.items()
+        if k.startswith("shipped")
+    }
     for name, ok in targets.items():
         print(f"  target {name}: {'met' if ok else 'MISSED'}")
     result.update(
@@ -400,9 +449,17 @@ def main(path: Path = corpus.CORPUS) -> dict[str, float]:
             for m, v in zip(("mape", "bias", "p90", "worst"), pair, strict=True)
         }
     )
-    result.update({"cv_mape": cv.mape, "cv_bias": cv.bias, "extrapolation_mape": ex.mape, "promised": promised,
-                   "realised_cv": cv.realised, "realised_extrapolation": ex.realised,
-                   "limit_ratio_long": pooled.limit_ratio or math.inf})  # fmt: skip
+    result.update(
+        {
+            "cv_mape": cv.mape,
+            "cv_bias": cv.bias,
+            "extrapolation_mape": ex.mape,
+            "promised": promised,
+            "realised_cv": cv.realised,
+            "realised_extrapolation": ex.realised,
+            "limit_ratio_long": pooled.limit_ratio or math.inf,
+        }
+    )
     return result
 
 

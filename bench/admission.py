@@ -34,8 +34,27 @@ BATCHES = 3
 
 
 def _sbatch() -> int:
-    out = subprocess.run(["sbatch", "--parsable", "--hold", "-A", "vision", "-p", "a100", "--gres=gpu:a100:1", "-t", "5",
-                          "-o", "/dev/null", "--wrap", "true"], capture_output=True, text=True, check=True)  # fmt: skip
+    out = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            "--hold",
+            "-A",
+            "vision",
+            "-p",
+            "a100",
+            "--gres=gpu:a100:1",
+            "-t",
+            "5",
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return int(out.stdout.strip().split(";")[0])
 
 
@@ -83,8 +102,10 @@ def main() -> None:
             for _ in range(backlog - len(jobs)):
                 jobs.append(_sbatch())
             plain, admitted = _measure(real, jobs)
-            print(f"admission ({label}, {ledger_kind}): plain sbatch {plain:.1f} ms, with admission {admitted:.1f} ms, "
-                  f"ratio {admitted / plain:.2f} (target <= 1.5)")  # fmt: skip
+            print(
+                f"admission ({label}, {ledger_kind}): plain sbatch {plain:.1f} ms, with admission {admitted:.1f} ms, "
+                f"ratio {admitted / plain:.2f} (target <= 1.5)"
+            )
     finally:
         SCRIPT.write_text(real)
         for i in range(0, len(jobs), 200):

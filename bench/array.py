@@ -72,8 +72,9 @@ def _up(round_name: str | None) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MINICLUSTER_")}
     if round_name is not None:
         env["MINICLUSTER_SCHEDULER_PARAMETERS"] = SCHEDULER
-        for name, value in zip(("MINICLUSTER_PROLOG_SLURMCTLD", "MINICLUSTER_EPILOG_SLURMCTLD"), ROUNDS[round_name],
-                               strict=True):  # fmt: skip
+        for name, value in zip(
+            ("MINICLUSTER_PROLOG_SLURMCTLD", "MINICLUSTER_EPILOG_SLURMCTLD"), ROUNDS[round_name], strict=True
+        ):
             if value is not None:
                 env[name] = value
     _cmd(str(REPO / "deploy" / "minicluster"), "up", "22.05", env=env)
@@ -95,8 +96,22 @@ def _account(config: Path) -> None:
 def _array(tasks: int) -> tuple[int, list[dict[str, str]]]:
     """Submit an array of ``tasks`` 1-second one-shard tasks and wait for all of them: its id and
     sacct's record of each task."""
-    out = _cmd("sbatch", "--parsable", f"--array=0-{tasks - 1}", "-p", "t4,a100", "-A", ACCOUNT, "--gres=shard:1",
-               "-t", "1", "-o", "/dev/null", "--wrap", "sleep 1")  # fmt: skip
+    out = _cmd(
+        "sbatch",
+        "--parsable",
+        f"--array=0-{tasks - 1}",
+        "-p",
+        "t4,a100",
+        "-A",
+        ACCOUNT,
+        "--gres=shard:1",
+        "-t",
+        "1",
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "sleep 1",
+    )
     array = int(out.strip().split(";")[0])
     while _cmd("squeue", "-h", "-j", str(array), "-o", "%i").strip():
         time.sleep(1)
@@ -235,10 +250,14 @@ def main() -> dict[str, float]:
             check = _cli(config_path, "ledger", "check", check=False).strip()
             p50, p99 = statistics.median(ms), ms[min(len(ms) - 1, int(0.99 * len(ms)))]
             print(f"hooks: {len(ms)} calls in hookd, p50 {p50:.0f} ms, p99 {p99:.0f} ms")
-            print(f"runs: {len(jobs)} in sacct, {len(held)} held in the ledger, {len(settled)} settled"
-                  f" ({len({r['job_key'] for r in held})} distinct) [{'met' if len(settled) == len(jobs) == len(held) else 'MISSED'}]")  # fmt: skip
-            print(f"AdminComments: the last of {tasks} in sacct {landed:.0f} s after the array's end, {missing} missing"
-                  f" [{'met' if not missing and landed <= COMMENT_TARGET_S else 'MISSED'}]")  # fmt: skip
+            print(
+                f"runs: {len(jobs)} in sacct, {len(held)} held in the ledger, {len(settled)} settled"
+                f" ({len({r['job_key'] for r in held})} distinct) [{'met' if len(settled) == len(jobs) == len(held) else 'MISSED'}]"
+            )
+            print(
+                f"AdminComments: the last of {tasks} in sacct {landed:.0f} s after the array's end, {missing} missing"
+                f" [{'met' if not missing and landed <= COMMENT_TARGET_S else 'MISSED'}]"
+            )
             kinds = sorted({f["kind"] for f in ours})
             print(
                 f"ledger audit: {len(ours)} finding(s) on these jobs {kinds or ''} [{'met' if not ours else 'MISSED'}]"
@@ -252,12 +271,16 @@ def main() -> dict[str, float]:
         _cli(config_path, "ledger", "reconcile", "--window-days", "0.2")
         audit = _cli(config_path, "ledger", "audit", "--window-days", "0.2", "--min-age", "0", "--json", check=False)
         ours = [f for f in json.loads(audit or "[]") if _job_of(f["key"]) in bench_jobs]
-        print(f"ledger reconcile of the rounds without hooks: {time.monotonic() - started:.0f} s;"
-              f" then {len(ours)} audit finding(s) on the bench's jobs")  # fmt: skip
+        print(
+            f"ledger reconcile of the rounds without hooks: {time.monotonic() - started:.0f} s;"
+            f" then {len(ours)} audit finding(s) on the bench's jobs"
+        )
         for i, what in enumerate((f"array of {tasks}", f"next array of {max(1, tasks // 5)}")):
             off, true, on = (spans[name][i] for name in ROUNDS)
-            print(f"{what}: makespan {on:.0f} s with the hooks, {off:.0f} s without ({on / off:.2f}x);"
-                  f" {true:.0f} s with EpilogSlurmctld=/bin/true ({true / off:.2f}x)")  # fmt: skip
+            print(
+                f"{what}: makespan {on:.0f} s with the hooks, {off:.0f} s without ({on / off:.2f}x);"
+                f" {true:.0f} s with EpilogSlurmctld=/bin/true ({true / off:.2f}x)"
+            )
             out[f"makespan_ratio_{i}"] = on / off
     finally:
         _up(None)

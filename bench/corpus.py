@@ -62,11 +62,25 @@ DATASETS = (
     ("big640", 128, 32, 640, (1, 3)),
 )
 MODELS = (
-    ("yolov8n", 0.22), ("yolo11n", 0.2), ("yolo26n", 0.18), ("yolov8s", 0.12), ("yolo11s", 0.1),
-    ("yolo26s", 0.08), ("yolov8m", 0.05), ("yolo11m", 0.05),
-)  # fmt: skip
-GFLOPS = {"yolov8n": 8.9, "yolo11n": 6.7, "yolo26n": 6.2, "yolov8s": 28.8, "yolo11s": 21.8, "yolo26s": 23.1,
-          "yolov8m": 79.3, "yolo11m": 68.6}  # fmt: skip
+    ("yolov8n", 0.22),
+    ("yolo11n", 0.2),
+    ("yolo26n", 0.18),
+    ("yolov8s", 0.12),
+    ("yolo11s", 0.1),
+    ("yolo26s", 0.08),
+    ("yolov8m", 0.05),
+    ("yolo11m", 0.05),
+)
+GFLOPS = {
+    "yolov8n": 8.9,
+    "yolo11n": 6.7,
+    "yolo26n": 6.2,
+    "yolov8s": 28.8,
+    "yolo11s": 21.8,
+    "yolo26s": 23.1,
+    "yolov8m": 79.3,
+    "yolo11m": 68.6,
+}
 # A rough cost on 2 CPUs, only to keep the design inside its time budget (the corpus measures the truth).
 SECONDS_PER_GFLOP_TOKEN = 0.055 / (8.9 * 160 * 160)
 SECONDS_PER_ITERATION = 0.08
@@ -165,10 +179,24 @@ def design(seed: int = SEED) -> list[dict[str, Any]]:
 
 
 def _args(d: dict[str, Any], data: Path, project: Path) -> list[str]:
-    return ["train", f"model={d['model']}.yaml", f"data={data}", f"epochs={d['epochs']}", f"imgsz={d['imgsz']}",
-            f"batch={d['batch']}", f"fraction={d['fraction']}", f"val={d['val']}", f"rect={d['rect']}",
-            f"cache={d['cache']}", f"project={project}", f"name=r{d['index']}", "plots=False", "exist_ok=True",
-            "seed=0", "deterministic=False"]  # fmt: skip
+    return [
+        "train",
+        f"model={d['model']}.yaml",
+        f"data={data}",
+        f"epochs={d['epochs']}",
+        f"imgsz={d['imgsz']}",
+        f"batch={d['batch']}",
+        f"fraction={d['fraction']}",
+        f"val={d['val']}",
+        f"rect={d['rect']}",
+        f"cache={d['cache']}",
+        f"project={project}",
+        f"name=r{d['index']}",
+        "plots=False",
+        "exist_ok=True",
+        "seed=0",
+        "deterministic=False",
+    ]
 
 
 def _non_default_args(args_yaml: Path) -> dict[str, Any]:
@@ -204,15 +232,24 @@ def generate(out: Path = CORPUS, seed: int = SEED, only: int | None = None) -> N
         return
     tmp = Path(tempfile.mkdtemp(prefix="slurm-yolo-corpus-"))
     try:
-        env = {**os.environ, "YOLO_OFFLINE": "1", "YOLO_VERBOSE": "False", "YOLO_CONFIG_DIR": str(tmp / "cfg"),
-               "CUDA_VISIBLE_DEVICES": "", "SLURM_YOLO_HOME": str(tmp / "home"), "SLURM_CPUS_PER_TASK": str(CPUS),
-               "OMP_NUM_THREADS": str(CPUS)}  # fmt: skip
+        env = {
+            **os.environ,
+            "YOLO_OFFLINE": "1",
+            "YOLO_VERBOSE": "False",
+            "YOLO_CONFIG_DIR": str(tmp / "cfg"),
+            "CUDA_VISIBLE_DEVICES": "",
+            "SLURM_YOLO_HOME": str(tmp / "home"),
+            "SLURM_CPUS_PER_TASK": str(CPUS),
+            "OMP_NUM_THREADS": str(CPUS),
+        }
         fonts = sorted(Path("/usr/share/fonts/truetype").rglob("*.ttf"))
         (tmp / "cfg" / "Ultralytics").mkdir(parents=True)
         if fonts:
             shutil.copyfile(fonts[0], tmp / "cfg" / "Ultralytics" / "Arial.ttf")
-        data = {name: make_dataset(tmp / name, n, v, px, seed=i, objects=obj)
-                for i, (name, n, v, px, obj) in enumerate(DATASETS)}  # fmt: skip
+        data = {
+            name: make_dataset(tmp / name, n, v, px, seed=i, objects=obj)
+            for i, (name, n, v, px, obj) in enumerate(DATASETS)
+        }
         out.parent.mkdir(parents=True, exist_ok=True)
         for d in todo:
             job = tmp / f"job{d['index']}"
@@ -252,8 +289,11 @@ def generate(out: Path = CORPUS, seed: int = SEED, only: int | None = None) -> N
             }
             with out.open("a") as f:
                 f.write(json.dumps(record, sort_keys=True, default=str) + "\n")
-            print(f"run {d['index']} ({d['split']}, {d['model']} {d['dataset']} imgsz {d['imgsz']} batch {d['batch']}"
-                  f" epochs {d['epochs']}): wall {wall:.1f} s, rough {rough_train_seconds(d):.1f} s train", flush=True)  # fmt: skip
+            print(
+                f"run {d['index']} ({d['split']}, {d['model']} {d['dataset']} imgsz {d['imgsz']} batch {d['batch']}"
+                f" epochs {d['epochs']}): wall {wall:.1f} s, rough {rough_train_seconds(d):.1f} s train",
+                flush=True,
+            )
             shutil.rmtree(run_dir, ignore_errors=True)
             shutil.rmtree(job, ignore_errors=True)
     finally:
@@ -296,6 +336,17 @@ def load(path: Path = CORPUS) -> list[tuple[dict[str, Any], Sample]]:
         w = Workload(**start["workload"])
         done = len(rows) - 1
         w = replace(w, epochs=done, val_passes=done if rec["design"]["val"] else 1 if done >= w.epochs else 0)
-        out.append((rec, Sample(w, max(1, rec["gpus"]), float(rows[-1][col]), key=f"corpus:{rec['design']['index']}",
-                                total_seconds=rec["wall_seconds"], cpus=rec["cpus"])))  # fmt: skip
+        out.append(
+            (
+                rec,
+                Sample(
+                    w,
+                    max(1, rec["gpus"]),
+                    float(rows[-1][col]),
+                    key=f"corpus:{rec['design']['index']}",
+                    total_seconds=rec["wall_seconds"],
+                    cpus=rec["cpus"],
+                ),
+            )
+        )
     return sorted(out, key=lambda r: r[0]["design"]["index"])  # CV folds are round-robin in this order

@@ -56,8 +56,10 @@ def _submissions(dry: list[str], env: dict[str, str], cwd: str, rounds: int) -> 
     finally:
         subprocess.run(["/usr/bin/scancel", *map(str, jobs)], check=False)
     med_y, med_p = statistics.median(y) * 1000, statistics.median(p) * 1000
-    print(f"yolo-sbatch (real submit): median {med_y:.0f} ms, plain sbatch of the same script: median {med_p:.0f} ms, "
-          f"ratio {med_y / med_p:.2f}x")  # fmt: skip
+    print(
+        f"yolo-sbatch (real submit): median {med_y:.0f} ms, plain sbatch of the same script: median {med_p:.0f} ms, "
+        f"ratio {med_y / med_p:.2f}x"
+    )
 
 
 def main(rounds: int = 21) -> dict[str, float]:
@@ -67,8 +69,18 @@ def main(rounds: int = 21) -> dict[str, float]:
         env = {**os.environ, "SLURM_YOLO_HOME": str(Path(tmp) / "home")}
         # pip compiles installed packages to bytecode; a source checkout must be allowed to as well.
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        dry = [str(bindir / "yolo-sbatch"), "--dry-run", "--json", "-p", "a100", "train", "model=yolo11s.yaml",
-               f"data={data}", "epochs=100", "imgsz=640"]  # fmt: skip
+        dry = [
+            str(bindir / "yolo-sbatch"),
+            "--dry-run",
+            "--json",
+            "-p",
+            "a100",
+            "train",
+            "model=yolo11s.yaml",
+            f"data={data}",
+            "epochs=100",
+            "imgsz=640",
+        ]
         floor = [sys.executable, "-c", "import click"]
         wall(dry, env, tmp)  # warm the dataset cache and the page cache
         d, f = [], []
@@ -78,9 +90,11 @@ def main(rounds: int = 21) -> dict[str, float]:
         _submissions(dry, env, tmp, rounds=7)
     med_d, med_f = statistics.median(d) * 1000, statistics.median(f) * 1000
     ratio = med_d / med_f
-    print(f"yolo-sbatch --dry-run: median {med_d:.0f} ms (p90 {sorted(d)[int(0.9 * rounds)] * 1000:.0f} ms), "
-          f"import click: median {med_f:.0f} ms, ratio {ratio:.2f}x "
-          f"[targets <= {TARGET_MS} ms, <= {TARGET_RATIO:.0f}x: {'met' if med_d <= TARGET_MS and ratio <= TARGET_RATIO else 'MISSED'}]")  # fmt: skip
+    print(
+        f"yolo-sbatch --dry-run: median {med_d:.0f} ms (p90 {sorted(d)[int(0.9 * rounds)] * 1000:.0f} ms), "
+        f"import click: median {med_f:.0f} ms, ratio {ratio:.2f}x "
+        f"[targets <= {TARGET_MS} ms, <= {TARGET_RATIO:.0f}x: {'met' if med_d <= TARGET_MS and ratio <= TARGET_RATIO else 'MISSED'}]"
+    )
     return {"dry_run_ms": med_d, "click_ms": med_f, "ratio": ratio}
 
 

@@ -75,8 +75,12 @@ def _settle_delays(home: str, starts: dict[int, float], timeout: float = 60) -> 
 def _finished_jobs(partition: str, n: int) -> list[int]:
     """``n`` real one-shard jobs that ran and ended: the hooks replayed on them take the paths a real
     job end takes (slurmdbd has their final records)."""
-    ids = [commands.submit("#!/bin/bash\ntrue\n", ["-p", partition, "-A", "vision", "--gres=shard:1", "-t", "1", "-o", "/dev/null"])
-           for _ in range(n)]  # fmt: skip
+    ids = [
+        commands.submit(
+            "#!/bin/bash\ntrue\n", ["-p", partition, "-A", "vision", "--gres=shard:1", "-t", "1", "-o", "/dev/null"]
+        )
+        for _ in range(n)
+    ]
     for job in ids:
         commands.wait_for_end(job, poll=0.3, timeout=300)
     return ids
@@ -93,8 +97,11 @@ def _home(base: str, name: str, config_text: str) -> str:
 
 def main(jobs: int = 50) -> dict[str, float]:
     marker = json.loads(Path("/var/lib/slurm-yolo-cluster/clusters/22.05.json").read_text())  # the bundled cluster
-    config_text = Path(marker["config"]).read_text().replace(
-        "[ledger]\n", "[ledger]\nenforce = false\nadmin_comment = false\nfeedback = false\n")  # fmt: skip
+    config_text = (
+        Path(marker["config"])
+        .read_text()
+        .replace("[ledger]\n", "[ledger]\nenforce = false\nadmin_comment = false\nfeedback = false\n")
+    )
     with tempfile.TemporaryDirectory() as base:
         Path(base).chmod(0o755)
         parts = {j: p for p in ("a100", "t4") for j in _finished_jobs(p, jobs // 2)}
@@ -105,11 +112,24 @@ def main(jobs: int = 50) -> dict[str, float]:
             print(f"hookd: no {CLIENT} (deploy/install builds it): only the Python hooks are measured")
         results: dict[str, list[tuple[float, float, int]]] = {}
         settle: dict[str, list[float]] = {}
-        envs = [{"SLURM_JOB_ID": str(j), "SLURM_JOB_ACCOUNT": "vision", "SLURM_JOB_USER": "root", "SLURM_CLUSTER_NAME": "yolo",
-                 "SLURM_JOB_PARTITION": p} for j, p in parts.items()]  # fmt: skip
+        envs = [
+            {
+                "SLURM_JOB_ID": str(j),
+                "SLURM_JOB_ACCOUNT": "vision",
+                "SLURM_JOB_USER": "root",
+                "SLURM_CLUSTER_NAME": "yolo",
+                "SLURM_JOB_PARTITION": p,
+            }
+            for j, p in parts.items()
+        ]
         query = {**os.environ, "SLURM_TIME_FORMAT": queries.TIME_FORMAT}
-        base_times = [_timed(["/usr/bin/" + a if i == 0 else a for i, a in enumerate(queries.squeue_argv([int(e["SLURM_JOB_ID"])]))],
-                             query)[1] for e in envs]  # fmt: skip
+        base_times = [
+            _timed(
+                ["/usr/bin/" + a if i == 0 else a for i, a in enumerate(queries.squeue_argv([int(e["SLURM_JOB_ID"])]))],
+                query,
+            )[1]
+            for e in envs
+        ]
         alerts = 0
         for variant, argv in variants.items():
             for round_name in ("alone", f"x{jobs}"):

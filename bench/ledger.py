@@ -34,8 +34,10 @@ def _mysql(statement: str) -> None:
 def _mariadb(folder: str) -> Iterator[str]:
     """The config lines of a MariaDB ledger of the bench's own on the bundled server."""
     name, password = f"yolo_bench_{secrets.token_hex(4)}", secrets.token_hex(16)
-    _mysql(f"CREATE DATABASE {name}; CREATE USER '{name}'@'localhost' IDENTIFIED BY '{password}';"
-           f" GRANT ALL ON {name}.* TO '{name}'@'localhost'")  # fmt: skip
+    _mysql(
+        f"CREATE DATABASE {name}; CREATE USER '{name}'@'localhost' IDENTIFIED BY '{password}';"
+        f" GRANT ALL ON {name}.* TO '{name}'@'localhost'"
+    )
     options = Path(folder) / "ledger.cnf"
     options.write_text(f"[client]\nuser={name}\npassword={password}\ndatabase={name}\nsocket=/run/mysqld/mysqld.sock\n")
     options.chmod(0o600)
@@ -84,8 +86,10 @@ def _rounds(tmp: str, backend: str, config_text: str, base: float, out: dict[str
             problems = lg.check()
         rate = (OPS // procs) * procs / seconds
         out[f"{backend}_x{procs}"] = rate
-        print(f"{backend:>7}, {procs:>2} processes: {rate:,.0f} hold+settle pairs/s ({2 * rate / (2 * OPS / base):.2f}x"
-              f" the bare SQLite insert rate); books {'consistent' if not problems else problems[:2]}")  # fmt: skip
+        print(
+            f"{backend:>7}, {procs:>2} processes: {rate:,.0f} hold+settle pairs/s ({2 * rate / (2 * OPS / base):.2f}x"
+            f" the bare SQLite insert rate); books {'consistent' if not problems else problems[:2]}"
+        )
 
 
 def main() -> dict[str, float]:

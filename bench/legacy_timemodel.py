@@ -225,9 +225,12 @@ def _fit_families(
 
 
 def fit(
-    samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, reference_gflops: float = 8.86,
+    samples: list[Sample],
+    prior: TimeModel,
+    ddp_eff: float = 0.9,
+    reference_gflops: float = 8.86,
     forms: tuple[tuple[str, ...], ...] = FORMS,
-) -> TimeModel:  # fmt: skip
+) -> TimeModel:
     """The best-supported model for these runs; ``prior`` supplies what the data cannot."""
     if not samples:
         return prior

@@ -63,8 +63,13 @@ def fit_priors(samples: list[Sample], base: TimeModel, source: str, draws: int =
     spreads = {}
     for name in _values(tm):
         seen = [d[name] for d in refits if name in d]
-        floor = (fitting.SPREAD[name] if name in priors.WIDE else priors.FIXED_SPREAD if name in fitting.LOG_TERMS
-                 else priors.MIN_SPREAD)  # fmt: skip
+        floor = (
+            fitting.SPREAD[name]
+            if name in priors.WIDE
+            else priors.FIXED_SPREAD
+            if name in fitting.LOG_TERMS
+            else priors.MIN_SPREAD
+        )
         spreads[name] = _round(max(floor, 2 * statistics.pstdev(seen) if len(seen) > 1 else floor))
     return {
         "source": source,
@@ -78,8 +83,10 @@ def fit_priors(samples: list[Sample], base: TimeModel, source: str, draws: int =
 
 def corpus_priors(path: Path = corpus.CORPUS) -> dict[str, Any]:
     runs = corpus.load(path)
-    source = (f"{path.name}: {len(runs)} real ultralytics CPU runs (2 CPUs each), fitted by `python -m bench priors`"
-              f" ({DRAWS} bootstrap refits for the spreads)")  # fmt: skip
+    source = (
+        f"{path.name}: {len(runs)} real ultralytics CPU runs (2 CPUs each), fitted by `python -m bench priors`"
+        f" ({DRAWS} bootstrap refits for the spreads)"
+    )
     return fit_priors([s for _, s in runs], config_prior(), source)
 
 

@@ -36,14 +36,28 @@ def sacct_text(n: int, seed: int = 0) -> str:
         start = submit + rng.randint(0, 7200)
         ts = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))  # noqa: E731
         gpus = rng.choice([1, 2, 4, 8])
-        lines.append("".join(f"{field}{DELIMITER}" for field in [
-            str(100000 + i), rng.choice(["vision", "research", "robotics"]), f"user{rng.randint(1, 300)}", part,
-            rng.choice(["yolo-short", "yolo-prod", "yolo-dev"]), state, ts(submit), ts(start), ts(start + elapsed),
-            str(elapsed), str(int(pred * 1.2 / 60) + 1), f"billing=1,cpu=8,gres/gpu={gpus},mem=32G,node=1",
-            f"yolo:tok={pred * 1e6:.0f},eff={pred * 1e6:.0f},pred_s={pred},limit_s={int(pred * 1.2)},k=1,gpus={gpus}",
-            f"yolo:est=1,hold={pred * 2_000_000},charge={elapsed * 1_000_000},refund={pred * 1_000_000},k=1,state=x,elapsed={elapsed}",
-            f"/home/user/run{i}",
-        ]))  # fmt: skip
+        lines.append(
+            "".join(
+                f"{field}{DELIMITER}"
+                for field in [
+                    str(100000 + i),
+                    rng.choice(["vision", "research", "robotics"]),
+                    f"user{rng.randint(1, 300)}",
+                    part,
+                    rng.choice(["yolo-short", "yolo-prod", "yolo-dev"]),
+                    state,
+                    ts(submit),
+                    ts(start),
+                    ts(start + elapsed),
+                    str(elapsed),
+                    str(int(pred * 1.2 / 60) + 1),
+                    f"billing=1,cpu=8,gres/gpu={gpus},mem=32G,node=1",
+                    f"yolo:tok={pred * 1e6:.0f},eff={pred * 1e6:.0f},pred_s={pred},limit_s={int(pred * 1.2)},k=1,gpus={gpus}",
+                    f"yolo:est=1,hold={pred * 2_000_000},charge={elapsed * 1_000_000},refund={pred * 1_000_000},k=1,state=x,elapsed={elapsed}",
+                    f"/home/user/run{i}",
+                ]
+            )
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -60,8 +74,10 @@ def main() -> dict[str, float]:
         rows = report.read_saved(text, DELIMITER)
         views = report.build(cfg, report.Filters(), ("usage", "accuracy", "waits", "failures", "budgets"), rows)
         took = time.perf_counter() - start
-        print(f"report over {ROWS:,} sacct rows: {took:.2f} s ({took / base:.1f}x pandas.read_csv alone {base:.2f} s);"
-              f" {len(views['usage'])} usage rows")  # fmt: skip
+        print(
+            f"report over {ROWS:,} sacct rows: {took:.2f} s ({took / base:.1f}x pandas.read_csv alone {base:.2f} s);"
+            f" {len(views['usage'])} usage rows"
+        )
 
         m = estimate.lookup_model("yolov8n")
         assert m is not None
@@ -70,16 +86,24 @@ def main() -> dict[str, float]:
         with calibration.Store(cfg) as store:
             store.conn.execute("BEGIN")
             for i in range(ROWS):
-                w = estimate.workload(spec.parse(["train", "data=d.yaml", f"epochs={rng.randint(1, 50)}", f"imgsz={rng.choice([320, 640])}"]),
-                                      rng.randint(100, 5000), rng.randint(10, 500), m)  # fmt: skip
+                w = estimate.workload(
+                    spec.parse(
+                        ["train", "data=d.yaml", f"epochs={rng.randint(1, 50)}", f"imgsz={rng.choice([320, 640])}"]
+                    ),
+                    rng.randint(100, 5000),
+                    rng.randint(10, 500),
+                    m,
+                )
                 t = predict_train_seconds(w, truth, 1, 0.9, 8.86) * rng.uniform(0.9, 1.1)
                 store.add_sample("bench", Sample(w, 1, t, key=str(i)), "bench")
             store.conn.execute("COMMIT")
         start = time.perf_counter()
         result = recalibrate.recalibrate(cfg, ["bench"], min_samples=5)[0]
         recal = time.perf_counter() - start
-        print(f"recalibrate over {ROWS:,} recorded jobs (window {calibration.WINDOW} newest): {recal:.2f} s,"
-              f" k {result.new.k:.3f} (truth 0.8), cross-validated median error {result.new.cv_median or 0:.1%}")  # fmt: skip
+        print(
+            f"recalibrate over {ROWS:,} recorded jobs (window {calibration.WINDOW} newest): {recal:.2f} s,"
+            f" k {result.new.k:.3f} (truth 0.8), cross-validated median error {result.new.cv_median or 0:.1%}"
+        )
     return {"report_s": took, "read_csv_s": base, "recalibrate_s": recal}
 
 

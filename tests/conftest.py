@@ -79,8 +79,10 @@ def mariadb_options(tmp_path: Path) -> Iterator[Path]:
     if not (MARKERS / "22.05.json").is_file():
         _missing("the bundled cluster's MariaDB is not up (deploy/minicluster up)")
     name, password = f"yolo_test_{secrets.token_hex(4)}", secrets.token_hex(16)
-    mysql(f"CREATE DATABASE {name}; CREATE USER '{name}'@'localhost' IDENTIFIED BY '{password}';"
-          f" GRANT ALL ON {name}.* TO '{name}'@'localhost'")  # fmt: skip
+    mysql(
+        f"CREATE DATABASE {name}; CREATE USER '{name}'@'localhost' IDENTIFIED BY '{password}';"
+        f" GRANT ALL ON {name}.* TO '{name}'@'localhost'"
+    )
     path = tmp_path / "ledger.cnf"
     path.write_text(f"[client]\nuser={name}\npassword={password}\ndatabase={name}\nsocket={MYSQL_SOCKET}\n")
     path.chmod(0o600)
@@ -141,8 +143,9 @@ class Slurm(NamedTuple):
             env["MINICLUSTER_USER"] = user
         return env
 
-    def cmd(self, *argv: str, user: str | None = None, input: str | None = None, check: bool = True,
-            cwd: str = "/tmp") -> subprocess.CompletedProcess[str]:  # fmt: skip
+    def cmd(
+        self, *argv: str, user: str | None = None, input: str | None = None, check: bool = True, cwd: str = "/tmp"
+    ) -> subprocess.CompletedProcess[str]:
         """A Slurm command of this cluster (``argv[0]`` from its bin dir), as root or as ``user``."""
         full = [str(self.bin_dir / argv[0]), *argv[1:]]
         if user and self.root == Path("/"):
@@ -158,14 +161,25 @@ class Slurm(NamedTuple):
         res = self.cmd("sbatch", "--parsable", "-o", "/dev/null", *args, user=user, input=f"#!/bin/bash\n{script}\n")
         return int(res.stdout.strip().split(";")[0])
 
-    def cli(self, *args: str, user: str | None = None, check: bool = True,
-            extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    def cli(
+        self, *args: str, user: str | None = None, check: bool = True, extra_env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """``slurm-yolo ARGS`` on this cluster's config, where its users run it: the installed one on
         the host, the source tree with the chroot's Python 3.13 on Debian 13."""
         argv = [str(VENV_BIN / "slurm-yolo"), *args]
         if self.root != Path("/"):
-            argv = ["/usr/sbin/chroot", f"--userspec={user or 'root'}:{user or 'root'}", str(self.root), "/usr/bin/env",
-                    "PYTHONPATH=/opt/slurm-yolo/src", "PYTHONDONTWRITEBYTECODE=1", "/usr/bin/python3", "-m", "slurm_yolo", *args]  # fmt: skip
+            argv = [
+                "/usr/sbin/chroot",
+                f"--userspec={user or 'root'}:{user or 'root'}",
+                str(self.root),
+                "/usr/bin/env",
+                "PYTHONPATH=/opt/slurm-yolo/src",
+                "PYTHONDONTWRITEBYTECODE=1",
+                "/usr/bin/python3",
+                "-m",
+                "slurm_yolo",
+                *args,
+            ]
         elif user:
             argv = ["/usr/sbin/runuser", "-u", user, "--", *argv]
         res = subprocess.run(
@@ -230,8 +244,12 @@ class Slurm(NamedTuple):
 
         def find() -> list[dict[str, str]] | None:
             rows = self.sacct(job)  # an end state with End=Unknown: slurmdbd has not the end time yet
-            ended = [r for r in rows if (r["State"].split(" ")[0] not in unfinished or r["State"] == "REQUEUED")
-                     and r["End"] not in ("Unknown", "")]  # fmt: skip
+            ended = [
+                r
+                for r in rows
+                if (r["State"].split(" ")[0] not in unfinished or r["State"] == "REQUEUED")
+                and r["End"] not in ("Unknown", "")
+            ]
             return rows if len(ended) >= count and len(rows) >= count else None
 
         return poll(f"job {job}: {count} run(s) ended in sacct on {self.release}", find, timeout)
@@ -473,24 +491,47 @@ def records(seconds: list[float], imgsz: int = 320, images: int = 40) -> str:
     ``seconds`` per epoch."""
     m = estimate.lookup_model("yolov8n")
     assert m is not None
-    w = estimate.workload(spec.parse(["train", "data=d.yaml", f"epochs={len(seconds)}", f"imgsz={imgsz}"]), images,
-                          max(1, images // 5), m)  # fmt: skip
+    w = estimate.workload(
+        spec.parse(["train", "data=d.yaml", f"epochs={len(seconds)}", f"imgsz={imgsz}"]), images, max(1, images // 5), m
+    )
     recs = [{"kind": "start", "gpus": 1, "cpus": 1, "workload": w.to_dict()}]
-    recs += [{"kind": "epoch", "epoch": i + 1, "epochs": len(seconds), "images": images, "tokens": images * imgsz**2,
-              "seconds": s} for i, s in enumerate(seconds)]  # fmt: skip
+    recs += [
+        {
+            "kind": "epoch",
+            "epoch": i + 1,
+            "epochs": len(seconds),
+            "images": images,
+            "tokens": images * imgsz**2,
+            "seconds": s,
+        }
+        for i, s in enumerate(seconds)
+    ]
     return "".join(json.dumps(r) + "\n" for r in recs)
 
 
-def run_reporting(slurm: Slurm, work: Path, seconds: list[float], sleep: int, imgsz: int = 320,
-                  images: int = 40) -> int:  # fmt: skip
+def run_reporting(
+    slurm: Slurm, work: Path, seconds: list[float], sleep: int, imgsz: int = 320, images: int = 40
+) -> int:
     """alice's job: its usage records (``records``), the launcher's reporter, then ``sleep`` seconds
     more; its id."""
     # the installed package (deploy/install), or in the 24.11 root this source tree with its own Python
     python = "/opt/slurm-yolo/venv/bin/python" if slurm.root == Path("/") else "PYTHONPATH=/opt/slurm-yolo/src python3"
-    script = (f"cat > yolo-usage-$SLURM_JOB_ID.jsonl <<'EOF'\n{records(seconds, imgsz, images)}EOF\n"
-              f"{python} -c \"{REPORT}\" || exit 3\nsleep {sleep}\n")  # fmt: skip
-    return slurm.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "2", "-D", str(work), "--comment=yolo:eff=1,pred_s=9",
-                        script=script, user="alice")  # fmt: skip
+    script = (
+        f"cat > yolo-usage-$SLURM_JOB_ID.jsonl <<'EOF'\n{records(seconds, imgsz, images)}EOF\n"
+        f'{python} -c "{REPORT}" || exit 3\nsleep {sleep}\n'
+    )
+    return slurm.sbatch(
+        "-p",
+        "t4",
+        "--gres=gpu:t4:1",
+        "-t",
+        "2",
+        "-D",
+        str(work),
+        "--comment=yolo:eff=1,pred_s=9",
+        script=script,
+        user="alice",
+    )
 
 
 def sample_of(slurm: Slurm, job: int) -> calibration.Sample | None:
@@ -511,8 +552,14 @@ def reference_workloads() -> list[timemodel.Workload]:
     ):
         m = estimate.lookup_model(name)
         assert m is not None
-        out.append(estimate.workload(spec.parse(["train", "data=d.yaml", f"epochs={epochs}", f"imgsz={imgsz}"]),
-                                     images, max(1, images // 4), m))  # fmt: skip
+        out.append(
+            estimate.workload(
+                spec.parse(["train", "data=d.yaml", f"epochs={epochs}", f"imgsz={imgsz}"]),
+                images,
+                max(1, images // 4),
+                m,
+            )
+        )
     return out
 
 

@@ -174,8 +174,13 @@ def test_slurms_gpu_accounting_is_read_from_the_real_sacct_where_it_is_gathered(
     assert commands.wait_for_end(job, poll=0.3, timeout=60, bin_dir=slurm.bin_dir) == "COMPLETED"
 
     def steps() -> list[str]:
-        out = subprocess.run([str(slurm.bin_dir / "sacct"), "-n", "-P", "-j", str(job), "-o", "JobIDRaw,TRESUsageInMax"],
-                             capture_output=True, text=True, check=True, env=slurm.env()).stdout  # fmt: skip
+        out = subprocess.run(
+            [str(slurm.bin_dir / "sacct"), "-n", "-P", "-j", str(job), "-o", "JobIDRaw,TRESUsageInMax"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=slurm.env(),
+        ).stdout
         return [line for line in out.splitlines() if line.startswith(f"{job}.")]
 
     assert {line.split("|")[0] for line in poll(f"job {job}'s steps in sacct", steps)} >= {f"{job}.batch", f"{job}.0"}
@@ -183,8 +188,9 @@ def test_slurms_gpu_accounting_is_read_from_the_real_sacct_where_it_is_gathered(
     assert commands.sacct_step_gpus(["-a", "-S", start, "-E", "now"], bin_dir=slurm.bin_dir) == {}
 
 
-def test_alerts(system: config_mod.Config, series: dict, dataset: Path, site_config: Path,
-                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_alerts(
+    system: config_mod.Config, series: dict, dataset: Path, site_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Budget and prediction alerts on the real cluster. yolo-sbatch's own refusals go to syslog and
     nowhere the admin side reads (the refusals alerts counts are slurmctld's: test_alerts.py)."""
     import syslog
@@ -213,8 +219,11 @@ def test_alerts(system: config_mod.Config, series: dict, dataset: Path, site_con
     finally:
         with ledger.writer(cfg) as lg:
             lg.credit("research", 10**12, "test", "alerts done")
-        subprocess.run(["/opt/slurm-yolo/venv/bin/slurm-yolo", "ledger", "enforce", "--account", "research"], check=True,
-                       env={k: v for k, v in os.environ.items() if k != "SLURM_YOLO_HOME"})  # fmt: skip
+        subprocess.run(
+            ["/opt/slurm-yolo/venv/bin/slurm-yolo", "ledger", "enforce", "--account", "research"],
+            check=True,
+            env={k: v for k, v in os.environ.items() if k != "SLURM_YOLO_HOME"},
+        )
 
 
 def test_metrics_textfile(system: config_mod.Config, series: dict, tmp_path: Path) -> None:
@@ -279,8 +288,13 @@ def test_reconcile_holds_and_settles_runs_no_prolog_held(cluster: Slurm, home: P
     rec = cluster.ended(job)[0]
 
     def reconciled() -> list[dict]:
-        subprocess.run(["/opt/slurm-yolo/venv/bin/slurm-yolo", "ledger", "reconcile", "--window-days", "0.05"],
-                       env=env, capture_output=True, text=True, check=True)  # fmt: skip
+        subprocess.run(
+            ["/opt/slurm-yolo/venv/bin/slurm-yolo", "ledger", "reconcile", "--window-days", "0.05"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         lg = ledger.reader(cfg)
         assert lg is not None
         with lg:
@@ -320,9 +334,11 @@ def test_a_price_for_no_known_cluster_or_the_past_is_refused(cluster: Slurm) -> 
     """A typo in --cluster would set a price nothing reads, one in --from a price already due: each is
     one Error: line, and the prices stay as they were."""
     before = cluster.cli("ledger", "price", "show", "--json").stdout
-    for args, why in ((["--cluster", "nosuch"], "no cluster 'nosuch' keeps its runs in this ledger"),
-                      (["--from", "2020-01-01T00:00"], "is in the past"),
-                      (["--cluster", "No Such"], "not a plain Slurm name")):  # fmt: skip
+    for args, why in (
+        (["--cluster", "nosuch"], "no cluster 'nosuch' keeps its runs in this ledger"),
+        (["--from", "2020-01-01T00:00"], "is in the past"),
+        (["--cluster", "No Such"], "not a plain Slurm name"),
+    ):
         res = cluster.cli("ledger", "price", "set", "t4", "5", *args, check=False)
         assert res.returncode != 0 and res.stderr.startswith("Error: ") and why in res.stderr, res.stderr
         assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
@@ -335,11 +351,13 @@ def test_a_tier_is_for_a_qos_slurm_has_and_can_be_removed(cluster: Slurm) -> Non
     """A tier for a QOS Slurm does not have would never apply (a typo): refused. A tier can be
     removed (its jobs pay the price again); removing one that is not there says so."""
     before = cluster.cli("ledger", "tiers").stdout
-    for args, why in ((["yolo-test", "0.8"], "Slurm has no QOS 'yolo-test' (it has "),
-                      (["yolo-dev"], "give QOS 'yolo-dev' a RATE, or --remove its tier"),
-                      (["yolo-dev", "0.5", "--remove"], "give QOS 'yolo-dev' a RATE, or --remove its tier"),
-                      (["--remove"], "--remove needs the QOS"),
-                      (["yolo-dev", "--remove"], "no tier for QOS 'yolo-dev' to remove")):  # fmt: skip
+    for args, why in (
+        (["yolo-test", "0.8"], "Slurm has no QOS 'yolo-test' (it has "),
+        (["yolo-dev"], "give QOS 'yolo-dev' a RATE, or --remove its tier"),
+        (["yolo-dev", "0.5", "--remove"], "give QOS 'yolo-dev' a RATE, or --remove its tier"),
+        (["--remove"], "--remove needs the QOS"),
+        (["yolo-dev", "--remove"], "no tier for QOS 'yolo-dev' to remove"),
+    ):
         res = cluster.cli("ledger", "tiers", *args, check=False)
         assert res.returncode != 0 and res.stderr.startswith(f"Error: {why}"), (args, res.stderr)
         assert len(res.stderr.strip().splitlines()) == 1
@@ -365,8 +383,10 @@ def test_a_scheduled_price_can_be_cancelled_and_the_price_in_effect_stays(cluste
     cluster.cli("ledger", "price", "set", "t4", "778", "--from", "2099-02-01T00:00", "--reason", "test: later")
     assert "777" in cluster.cli("ledger", "price", "show").stdout
     res = cluster.cli("ledger", "price", "cancel", "t4")
-    assert res.stdout == ("t4: cancelled 777 tokens per GPU-second from 2099-01-01 00:00\n"
-                          "t4: cancelled 778 tokens per GPU-second from 2099-02-01 00:00\n")  # fmt: skip
+    assert res.stdout == (
+        "t4: cancelled 777 tokens per GPU-second from 2099-01-01 00:00\n"
+        "t4: cancelled 778 tokens per GPU-second from 2099-02-01 00:00\n"
+    )
     assert cluster.cli("ledger", "price", "show", "--json").stdout == before
 
 
@@ -396,8 +416,9 @@ def test_a_users_own_account_without_a_deposit_is_in_her_balances(cluster: Slurm
         cluster.cmd("sacctmgr", "-i", "delete", "account", name, f"cluster={cluster.name}", check=False)
 
 
-def test_alerts_catch_a_running_jobs_idle_and_overheated_gpu_from_its_usage_records(cluster: Slurm,
-                                                                                    tmp_path: Path) -> None:  # fmt: skip
+def test_alerts_catch_a_running_jobs_idle_and_overheated_gpu_from_its_usage_records(
+    cluster: Slurm, tmp_path: Path
+) -> None:
     """A GPU job on the real cluster whose usage records (recorded as the launcher writes them: an
     epoch every 10 minutes, NVML's figures) say its GPU ran at 12% for the last 40 minutes and at
     91 C in its latest epoch: `slurm-yolo alerts` names it twice (gpu-idle, gpu-hot) and exits 1. A
@@ -408,15 +429,38 @@ def test_alerts_catch_a_running_jobs_idle_and_overheated_gpu_from_its_usage_reco
         folder = Path(tempfile.mkdtemp(prefix=f"gpu-{name}-", dir="/tmp"))
         shutil.chown(folder, "alice")
         records = [{"kind": "start", "imgsz": 640, "epochs": 10, "batch": 16, "gpus": 1}] + [
-            {"kind": "epoch", "time": now - (4 - n) * 600, "epoch": n, "epochs": 10, "images": 500, "seconds": 600,
-             "gpu_util_pct": util, "gpu_mem_gb": 3.1, "gpu_mem_total_gb": 40.0, "gpu_temp_c": temp}
+            {
+                "kind": "epoch",
+                "time": now - (4 - n) * 600,
+                "epoch": n,
+                "epochs": 10,
+                "images": 500,
+                "seconds": 600,
+                "gpu_util_pct": util,
+                "gpu_mem_gb": 3.1,
+                "gpu_mem_total_gb": 40.0,
+                "gpu_temp_c": temp,
+            }
             for n in range(5)
-        ]  # fmt: skip
+        ]
         (folder / "records").write_text("".join(json.dumps(r) + "\n" for r in records))
         folders[name] = folder
     script = 'cp records "yolo-usage-$SLURM_JOB_ID.jsonl" && sleep 120'
-    jobs = {name: cluster.sbatch("-A", "vision", "-p", "a100", "--gres=gpu:a100:1", "-t", "3", f"--chdir={folder}",
-                                 script=script, user="alice") for name, folder in folders.items()}  # fmt: skip
+    jobs = {
+        name: cluster.sbatch(
+            "-A",
+            "vision",
+            "-p",
+            "a100",
+            "--gres=gpu:a100:1",
+            "-t",
+            "3",
+            f"--chdir={folder}",
+            script=script,
+            user="alice",
+        )
+        for name, folder in folders.items()
+    }
     try:
 
         def named() -> dict[str, set[str]] | None:

@@ -26,19 +26,21 @@ def refusals(home: Path) -> Path:
 
 
 def test_parse_refusals_keeps_well_formed_lines_only() -> None:
-    text = "\n".join([
-        "1796000000 vision 1001 5000 -20",  # available is negative when pending jobs promise more than the balance
-        "1796000001 vision 1001 5000",  # a field short
-        "1796000002 vision 1001 5000 20 extra",
-        "1796000003.5 vision 1001 5000 20",  # epoch seconds are whole
-        "1796000004  vision 1001 5000 20",  # two spaces: an empty field
-        "1796000005\tvision 1001 5000 20",
-        "1796000006 vis\x07ion 1001 5000 20",
-        "1796000007 vision 1001 " + "9" * 30 + " 20",
-        "x vision 1001 5000 20",
-        "",
-        "1796000008 research 1002 7 0",
-    ])  # fmt: skip
+    text = "\n".join(
+        [
+            "1796000000 vision 1001 5000 -20",  # available is negative when pending jobs promise more than the balance
+            "1796000001 vision 1001 5000",  # a field short
+            "1796000002 vision 1001 5000 20 extra",
+            "1796000003.5 vision 1001 5000 20",  # epoch seconds are whole
+            "1796000004  vision 1001 5000 20",  # two spaces: an empty field
+            "1796000005\tvision 1001 5000 20",
+            "1796000006 vis\x07ion 1001 5000 20",
+            "1796000007 vision 1001 " + "9" * 30 + " 20",
+            "x vision 1001 5000 20",
+            "",
+            "1796000008 research 1002 7 0",
+        ]
+    )
     assert alerts.parse_refusals(text) == [
         alerts.Refusal(1796000000, "vision", 1001, 5000, -20),
         alerts.Refusal(1796000008, "research", 1002, 7, 0),
@@ -109,8 +111,14 @@ def test_a_log_that_is_not_the_trusted_sides_file_is_not_read(home: Path, kind: 
 def test_alerts_from_the_command_line_never_wait_on_a_fifo(cluster: object, home: Path) -> None:
     """`slurm-yolo alerts` answers at once with a FIFO for its log (subprocess: a hang would be killed)."""
     os.mkfifo(refusals(home))
-    res = subprocess.run([sys.executable, "-m", "slurm_yolo", "alerts", "--json"], capture_output=True, text=True, timeout=30,
-                         env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-m", "slurm_yolo", "alerts", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
+    )
     assert res.returncode == 1 and '"not read: not a regular file"' in res.stdout, res.stdout + res.stderr
 
 
@@ -151,10 +159,14 @@ def test_a_job_that_hit_its_limit_is_an_alert_of_its_own(home: Path) -> None:
     """A TIMEOUT, or a requeue for time, is an alert (the loop of issue 38 said nothing, or "predicted
     63 s, ran 13 s" of its last run alone); the job's runs together are what it ran."""
     config = config_mod.load()
-    found = alerts.check(config, predictions=[(7, "t4", 63.0, 1050.0, True), (8, "t4", 100.0, 400.0, False),
-                                              (9, "t4", 100.0, 110.0, False)])  # fmt: skip
+    found = alerts.check(
+        config,
+        predictions=[(7, "t4", 63.0, 1050.0, True), (8, "t4", 100.0, 400.0, False), (9, "t4", 100.0, 110.0, False)],
+    )
     assert [(a.kind, a.subject) for a in found if a.kind in ("limit", "prediction")] == [
-        ("limit", "job 7"), ("prediction", "job 8")]  # fmt: skip
+        ("limit", "job 7"),
+        ("prediction", "job 8"),
+    ]
     assert next(a for a in found if a.kind == "limit").message == (
         "on t4: hit its time limit (a TIMEOUT or a requeue for time); predicted 63 s, ran 1050 s in all"
     )

@@ -24,8 +24,10 @@ def workload() -> estimate.Workload:
 
 def usage(path: Path, seconds: list[float], *extra: dict) -> Path:
     recs = [{"kind": "start", "gpus": 2, "cpus": 8, "workload": workload().to_dict()}]
-    recs += [{"kind": "epoch", "epoch": i + 1, "epochs": 5, "images": 200, "tokens": 200 * 320**2, "seconds": s}
-             for i, s in enumerate(seconds)]  # fmt: skip
+    recs += [
+        {"kind": "epoch", "epoch": i + 1, "epochs": 5, "images": 200, "tokens": 200 * 320**2, "seconds": s}
+        for i, s in enumerate(seconds)
+    ]
     path.write_text("\n".join(json.dumps(r) for r in [*recs, *extra]) + "\n")
     return path
 

@@ -33,9 +33,21 @@ def run(job_id: int, submit: int = SUBMIT, account: str = "vision") -> ledger.Ru
 
 def record(job_id: int, state: str = "COMPLETED", elapsed: int = 100, submit: int = SUBMIT) -> JobRecord:
     start = submit + 5
-    return JobRecord(job_id=job_id, submit=submit, state=state, partition="a100", account="vision", qos="normal",
-                     user="alice", tres=GPU, time_limit=600, elapsed=elapsed, start=start, cluster="yolo",
-                     end=start + elapsed)  # fmt: skip
+    return JobRecord(
+        job_id=job_id,
+        submit=submit,
+        state=state,
+        partition="a100",
+        account="vision",
+        qos="normal",
+        user="alice",
+        tres=GPU,
+        time_limit=600,
+        elapsed=elapsed,
+        start=start,
+        cluster="yolo",
+        end=start + elapsed,
+    )
 
 
 def settle(lg: ledger.Ledger, job_id: int, state: str = "COMPLETED", elapsed: int = 100, submit: int = SUBMIT) -> None:
@@ -50,9 +62,11 @@ def test_comment_names_each_run_and_survives_22_05_lowercasing(cfg: config.Confi
         settle(lg, 7, "NODE_FAIL", 40, submit=SUBMIT + 300)  # a requeued job's second run
         [queued] = lg.unwritten_comments()
     text = queued["text"]
-    assert text == (f"yolo:run={SUBMIT},est=,hold=1800000,charge=300000,refund=1500000,price=3000,rate=1,"
-                    f"state=COMPLETED,elapsed=100;run={SUBMIT + 300},est=,hold=1800000,charge=0,refund=1800000,"
-                    "price=3000,rate=1,state=NODE_FAIL,elapsed=40")  # fmt: skip
+    assert text == (
+        f"yolo:run={SUBMIT},est=,hold=1800000,charge=300000,refund=1500000,price=3000,rate=1,"
+        f"state=COMPLETED,elapsed=100;run={SUBMIT + 300},est=,hold=1800000,charge=0,refund=1800000,"
+        "price=3000,rate=1,state=NODE_FAIL,elapsed=40"
+    )
     for stored in (text, text.lower()):
         runs = comment.parse(stored)
         assert runs[SUBMIT]["charge"] == "300000" and runs[SUBMIT + 300]["state"] == "NODE_FAIL"
@@ -75,8 +89,11 @@ def test_a_comment_is_written_once_and_requeued_when_another_run_settles(cfg: co
 
 def test_sacct_comment_lines_keep_bars_and_newlines_inside_the_comment() -> None:
     text = f"12|yolo|{SUBMIT}|a|b\nstill b\n13|yolo|{SUBMIT + 1}|\n14|other|{SUBMIT + 2}|yolo:run=1"
-    assert comments_from_sacct(text) == {("yolo", 12, SUBMIT): "a|b\nstill b", ("yolo", 13, SUBMIT + 1): "",
-                                         ("other", 14, SUBMIT + 2): "yolo:run=1"}  # fmt: skip
+    assert comments_from_sacct(text) == {
+        ("yolo", 12, SUBMIT): "a|b\nstill b",
+        ("yolo", 13, SUBMIT + 1): "",
+        ("other", 14, SUBMIT + 2): "yolo:run=1",
+    }
 
 
 def test_availability_lists_balances_prices_rates_and_held_jobs(cfg: config.Config) -> None:
@@ -122,12 +139,20 @@ def test_audit_finds_each_kind_of_difference(cfg: config.Config) -> None:
     with ledger.reader(cfg) as lg:
         found = books._compare(lg, cfg, sacct, comments, time.time() + 60, 0, "yolo")
     by = {(f.kind, f.key.split(":")[1]) for f in found}
-    assert by == {("differs", "2"), ("comment", "2"), ("unsettled", "3"), ("missing-in-ledger", "4"),
-                  ("missing-in-sacct", "5"), ("comment", "7")}  # fmt: skip
+    assert by == {
+        ("differs", "2"),
+        ("comment", "2"),
+        ("unsettled", "3"),
+        ("missing-in-ledger", "4"),
+        ("missing-in-sacct", "5"),
+        ("comment", "7"),
+    }
     [detail] = [f.detail for f in found if f.key.split(":")[1] == "7"]  # in the comment's own words
     hold, charge, refund = seven["hold"], seven["charge"], seven["refund"]
-    assert detail == (f"AdminComment says hold={hold}, charge=1, refund={refund}, state=COMPLETED;"
-                      f" the ledger hold={hold}, charge={charge}, refund={refund}, state=COMPLETED")  # fmt: skip
+    assert detail == (
+        f"AdminComment says hold={hold}, charge=1, refund={refund}, state=COMPLETED;"
+        f" the ledger hold={hold}, charge={charge}, refund={refund}, state=COMPLETED"
+    )
 
 
 def test_audit_knows_slurmdbd_rewrites_a_requeued_finished_run_as_requeued(cfg: config.Config) -> None:
@@ -219,8 +244,9 @@ def test_sweeps_ask_sacct_a_day_at_a_time_and_one_failing_day_spares_the_rest(ho
         ("12", "", "yolo:run=1"),
     ],
 )
-def test_a_comment_that_could_change_sacctmgr_s_line_is_never_sent(tmp_path: Path, target: str, cluster: str,
-                                                                   text: str) -> None:  # fmt: skip
+def test_a_comment_that_could_change_sacctmgr_s_line_is_never_sent(
+    tmp_path: Path, target: str, cluster: str, text: str
+) -> None:
     """sacctmgr reads the batch's commands one per line: what could add a line or a word is refused
     before sacctmgr starts (a sacctmgr in ``bin_dir`` that would leave a mark shows it never ran)."""
     (tmp_path / "sacctmgr").write_text(f"#!/bin/sh\ntouch {tmp_path}/ran\n")

@@ -39,8 +39,14 @@ def wait_running(slurm: Slurm, job: int) -> None:
 
 
 def gone_from_controller(slurm: Slurm, job: int, timeout: float = 240) -> None:
-    poll("job ended in slurmctld", lambda: slurm.cmd("squeue", "-h", "-j", str(job), "-o", "%T", check=False).stdout.strip()
-         in ("", "COMPLETED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "FAILED"), timeout)  # fmt: skip
+    poll(
+        "job ended in slurmctld",
+        lambda: (
+            slurm.cmd("squeue", "-h", "-j", str(job), "-o", "%T", check=False).stdout.strip()
+            in ("", "COMPLETED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "FAILED")
+        ),
+        timeout,
+    )
 
 
 @pytest.fixture
@@ -62,11 +68,24 @@ def test_plain_submissions_beyond_what_is_left_are_refused_at_submit(lean: Slurm
     fund(lean, ("vision",), day - 1)
     before = last_movement(lean, "vision")
     for argv in (["sbatch", "-o", "/dev/null", "--wrap", "true"], ["srun", "true"], ["salloc", "true"]):
-        res = lean.cmd(argv[0], "-A", "vision", "-p", "a100", "--gres=gpu:a100:1", "-t", "1-0", *argv[1:], user="alice",
-                       check=False)  # fmt: skip
+        res = lean.cmd(
+            argv[0],
+            "-A",
+            "vision",
+            "-p",
+            "a100",
+            "--gres=gpu:a100:1",
+            "-t",
+            "1-0",
+            *argv[1:],
+            user="alice",
+            check=False,
+        )
         assert res.returncode != 0, res.stdout
-        assert (f"account vision cannot cover this job: its worst case is {day:,} tokens" in res.stderr
-                and f"the account has {day - 1:,} left" in res.stderr), res.stderr  # fmt: skip
+        assert (
+            f"account vision cannot cover this job: its worst case is {day:,} tokens" in res.stderr
+            and f"the account has {day - 1:,} left" in res.stderr
+        ), res.stderr
     refusals = [line.split() for line in (lean.state_dir / "private" / "refusals.log").read_text().splitlines()[-3:]]
     assert [(r[1], r[3], r[4]) for r in refusals] == [("vision", str(day), str(day - 1))] * 3  # account, need, left
     assert all(r[2].isdigit() and r[2] != "0" for r in refusals)  # alice's uid
@@ -97,8 +116,9 @@ def test_what_slurm_grants_beyond_the_request_is_counted_too(lean: Slurm) -> Non
     time limit the hold's: each worst case as the prolog will hold it, refused beyond the balance."""
     fund(lean, ("vision",), 2 * 60 * A100 - 1)  # less than one minute of the node's two GPUs
     for args, worst in ((["--exclusive"], 2 * 60 * A100), (["--gres=gpu:a100:1", "--array=[0-9]"], 10 * 60 * A100)):
-        res = lean.cmd("sbatch", "-A", "vision", "-p", "a100", "-t", "1", *args, "--wrap", "true", user="alice",
-                       check=False)  # fmt: skip
+        res = lean.cmd(
+            "sbatch", "-A", "vision", "-p", "a100", "-t", "1", *args, "--wrap", "true", user="alice", check=False
+        )
         assert res.returncode != 0 and f"its worst case is {worst:,} tokens" in res.stderr, (args, res.stderr)
     fund(lean, ("vision",), 10**15)
     job = lean.sbatch("-A", "vision", "-p", "a100", "--gres=gpu:a100:1", "--hold", script="true", user="alice")
@@ -119,8 +139,22 @@ def test_twenty_submissions_racing_for_the_last_tokens_never_overdraw(lean: Slur
     lock = threading.Lock()
 
     def submit() -> None:
-        res = lean.cmd("sbatch", "--parsable", "-o", "/dev/null", "-A", "vision", "-p", "a100", "--gres=gpu:a100:1",
-                       "-t", "1", user="alice", input="#!/bin/bash\nsleep 2\n", check=False)  # fmt: skip
+        res = lean.cmd(
+            "sbatch",
+            "--parsable",
+            "-o",
+            "/dev/null",
+            "-A",
+            "vision",
+            "-p",
+            "a100",
+            "--gres=gpu:a100:1",
+            "-t",
+            "1",
+            user="alice",
+            input="#!/bin/bash\nsleep 2\n",
+            check=False,
+        )
         with lock:
             results.append(res)
 
@@ -168,8 +202,21 @@ def test_a_job_the_refill_covers_soon_waits_for_credits_then_starts_by_itself(le
         lg.set_quota("vision", per_day, 10 * worst, "test")
     before = last_movement(lean, "vision")
     submitted = time.time()
-    res = lean.cmd("sbatch", "--parsable", "-o", "/dev/null", "-A", "vision", "-p", "a100", "--gres=gpu:a100:1",
-                   "-t", "1", user="alice", input="#!/bin/bash\nsleep 1\n")  # fmt: skip
+    res = lean.cmd(
+        "sbatch",
+        "--parsable",
+        "-o",
+        "/dev/null",
+        "-A",
+        "vision",
+        "-p",
+        "a100",
+        "--gres=gpu:a100:1",
+        "-t",
+        "1",
+        user="alice",
+        input="#!/bin/bash\nsleep 1\n",
+    )
     job = int(res.stdout.strip().split(";")[0])
     assert "slurm-yolo: account vision waits for credits: its refill covers this job by " in res.stderr, res.stderr
     assert "starts by itself (squeue: BeginTime)" in res.stderr
@@ -177,11 +224,24 @@ def test_a_job_the_refill_covers_soon_waits_for_credits_then_starts_by_itself(le
     sooner = lean.cmd("scontrol", "update", f"jobid={job}", "StartTime=now", user="alice", check=False)
     # a hostile helper's: started early, it ran uncovered until the prolog cancelled it (22.05's scontrol
     # prints only "Access/permission denied", 24.11's the script's reason)
-    assert sooner.returncode != 0 and ("begin time can only move later" in sooner.stderr
-                                       or "Access/permission denied" in sooner.stderr), sooner  # fmt: skip
+    assert sooner.returncode != 0 and (
+        "begin time can only move later" in sooner.stderr or "Access/permission denied" in sooner.stderr
+    ), sooner
     assert lean.cmd("squeue", "-h", "-j", str(job), "-o", "%T %r").stdout.split() == ["PENDING", "BeginTime"]
-    never = lean.cmd("sbatch", "-A", "vision", "-p", "a100", "--gres=gpu:a100:2", "-t", "10", "--wrap", "true",
-                     user="alice", check=False)  # fmt: skip
+    never = lean.cmd(
+        "sbatch",
+        "-A",
+        "vision",
+        "-p",
+        "a100",
+        "--gres=gpu:a100:2",
+        "-t",
+        "10",
+        "--wrap",
+        "true",
+        user="alice",
+        check=False,
+    )
     assert never.returncode != 0 and f"cannot cover this job: its worst case is {20 * worst:,}" in never.stderr
     work = Path(tempfile.mkdtemp(dir="/tmp/slurm-yolo-users"))  # yolo-sbatch on a login node, behind that job
     try:
@@ -233,8 +293,9 @@ def _up(slurm: Slurm) -> None:
 def test_a_run_that_ends_while_slurmdbd_is_down_is_settled_once_it_is_back(lean: Slurm, cause: str) -> None:
     fund(lean, ("vision",), 10**12)
     limit = 1 if cause == "TIMEOUT" else 5
-    job = lean.sbatch("-A", "vision", "-p", "a100", "--gres=gpu:a100:1", "-t", str(limit), "--no-requeue",
-                      script="sleep 400")  # fmt: skip
+    job = lean.sbatch(
+        "-A", "vision", "-p", "a100", "--gres=gpu:a100:1", "-t", str(limit), "--no-requeue", script="sleep 400"
+    )
     wait_running(lean, job)
     hold = limit * 60 * A100
     os.kill(_slurmdbd_pid(lean), signal.SIGTERM)
@@ -243,8 +304,9 @@ def test_a_run_that_ends_while_slurmdbd_is_down_is_settled_once_it_is_back(lean:
         if cause == "NODE_FAIL":
             lean.cmd("scontrol", "update", "nodename=gpu-a100-1", "state=down", "reason=budget-test")
         elif cause == "PREEMPTED":
-            preemptor = lean.sbatch("-A", "vision", "-p", "a100", "--qos=yolo-preempt", "--gres=gpu:a100:2", "-t", "1",
-                                    script="sleep 1")  # fmt: skip
+            preemptor = lean.sbatch(
+                "-A", "vision", "-p", "a100", "--qos=yolo-preempt", "--gres=gpu:a100:2", "-t", "1", script="sleep 1"
+            )
         gone_from_controller(lean, job)
         time.sleep(6)  # the epilog has asked sacct (down) and given up
         assert [r["state"] for r in lean.runs(job)] == ["held"]
@@ -264,8 +326,16 @@ def test_a_run_that_ends_while_slurmdbd_is_down_is_settled_once_it_is_back(lean:
         kinds = [m["kind"] for m in lg.job_movements(job, lean.name)]
     assert sorted(kinds) == ["charge", "hold", *(["overrun"] if due > hold else []), "refund"]  # once
     lean.cli("ledger", "comments", check=False)
-    comment = poll("AdminComment", lambda: (c := lean.cmd("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "AdminComment")
-                                            .stdout.strip()).startswith("yolo:") and c, 60)  # fmt: skip
+    comment = poll(
+        "AdminComment",
+        lambda: (
+            (c := lean.cmd("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "AdminComment").stdout.strip()).startswith(
+                "yolo:"
+            )
+            and c
+        ),
+        60,
+    )
     assert f"run={row['submit_time']},".lower() in comment.lower()
     assert f",hold={hold},charge={due},refund={refund}," in comment and f"state={cause}".lower() in comment.lower()
     if preemptor:
@@ -302,11 +372,14 @@ def submit_through_restarts(slurm: Slurm, *args: str, script: str) -> int:
         res = slurm.cmd("sbatch", "--parsable", "-o", "/dev/null", *args, input=f"#!/bin/bash\n{script}\n", check=False)
         if res.returncode == 0:
             return int(res.stdout.strip().split(";")[0])
-        assert any(why in res.stderr for why in (
-            "the shared token ledger did not answer",
-            "Zero Bytes were transmitted or received",
-            "Socket timed out on send/recv operation",
-        )), res.stderr  # fmt: skip
+        assert any(
+            why in res.stderr
+            for why in (
+                "the shared token ledger did not answer",
+                "Zero Bytes were transmitted or received",
+                "Socket timed out on send/recv operation",
+            )
+        ), res.stderr
         return None
 
     return poll("the submission admitted", submitted, timeout=120)
@@ -339,12 +412,15 @@ def test_chaos_over_200_jobs_leaves_sacct_and_the_ledger_in_agreement(lean: Slur
                 stop.wait(rng.uniform(0.5, 3.0))
                 _up(lean)
             else:  # the epilogs running now, and the children they left to finish their work
-                _kill_hooks_of(lean, (
-                    "slurm-yolo-hook epilog",
-                    "slurm_yolo.controller.hook_entry import epilog_main",
-                    "slurm_yolo ledger reconcile --job",
-                    "slurm_yolo ledger comments",
-                ))  # fmt: skip
+                _kill_hooks_of(
+                    lean,
+                    (
+                        "slurm-yolo-hook epilog",
+                        "slurm_yolo.controller.hook_entry import epilog_main",
+                        "slurm_yolo ledger reconcile --job",
+                        "slurm_yolo ledger comments",
+                    ),
+                )
             done.append(what)
 
     chaos_thread = threading.Thread(target=chaos)
@@ -357,8 +433,14 @@ def test_chaos_over_200_jobs_leaves_sacct_and_the_ledger_in_agreement(lean: Slur
             script = rng.choice(["sleep 1", "sleep 2", "true", "exit 3"])
             jobs.append(submit_through_restarts(lean, "-A", "vision", "-p", part, gres, "-t", "1", script=script))
             time.sleep(rng.uniform(0, 0.2))
-        poll("the 200 jobs gone from slurmctld, every kind of failure done", lambda: {"slurmdbd", "hookd", "epilog"} <= set(done)
-             and not lean.cmd("squeue", "-h", "-A", "vision", "-o", "%i", check=False).stdout.strip(), 900)  # fmt: skip
+        poll(
+            "the 200 jobs gone from slurmctld, every kind of failure done",
+            lambda: (
+                {"slurmdbd", "hookd", "epilog"} <= set(done)
+                and not lean.cmd("squeue", "-h", "-A", "vision", "-o", "%i", check=False).stdout.strip()
+            ),
+            900,
+        )
     finally:
         stop.set()
         chaos_thread.join()
@@ -409,8 +491,21 @@ def on_a_login_node(slurm: Slurm, cwd: Path, *args: str) -> subprocess.Completed
     MINICLUSTER_USER=alice: the cluster's commands there are wrappers that chroot, as alice."""
     yolo = slurm.config_path.parent
     user = ["/usr/sbin/runuser", "-u", "alice", "--"] if slurm.root == Path("/") else []
-    argv = ["/usr/bin/unshare", "-m", "--propagation", "private", "--", "/bin/sh", "-c", LOGIN_NODE, "sh", str(yolo),
-            *user, str(VENV_BIN / "yolo-sbatch"), *args]  # fmt: skip
+    argv = [
+        "/usr/bin/unshare",
+        "-m",
+        "--propagation",
+        "private",
+        "--",
+        "/bin/sh",
+        "-c",
+        LOGIN_NODE,
+        "sh",
+        str(yolo),
+        *user,
+        str(VENV_BIN / "yolo-sbatch"),
+        *args,
+    ]
     return subprocess.run(argv, env=slurm.env("alice"), capture_output=True, text=True, cwd=cwd, timeout=120)
 
 
@@ -427,8 +522,14 @@ def test_a_login_node_without_the_state_dir_plans_as_the_controller_does_and_is_
         data = make_dataset(work, train=16, val=8, size=96)
         subprocess.run(["chmod", "-R", "a+rX", str(work)], check=True)
         words = ["-A", "vision", "-p", "t4", "train", "model=yolov8n.yaml", f"data={data}", "epochs=1", "imgsz=64"]
-        full = subprocess.run([str(VENV_BIN / "yolo-sbatch"), "--dry-run", "--json", *words], env=lean.env(),
-                              capture_output=True, text=True, cwd=work, timeout=120)  # fmt: skip
+        full = subprocess.run(
+            [str(VENV_BIN / "yolo-sbatch"), "--dry-run", "--json", *words],
+            env=lean.env(),
+            capture_output=True,
+            text=True,
+            cwd=work,
+            timeout=120,
+        )
         login = on_a_login_node(lean, work, "--dry-run", "--json", *words)
         assert full.returncode == 0 and login.returncode == 0, full.stderr + login.stderr
         assert login.stderr == "", login.stderr  # no warning: it found all it plans with
@@ -470,11 +571,29 @@ def test_a_teammates_pending_comment_is_no_claim_on_the_budget(lean: Slurm) -> N
         work.chmod(0o755)
         data = make_dataset(work, train=16, val=8, size=96)
         subprocess.run(["chmod", "-R", "a+rX", str(work)], check=True)
-        lean.sbatch("-A", "vision", "-p", "t4", "-t", "1", "--hold", "--comment=yolo:eff=999999999999999999",
-                    user="alice")  # fmt: skip
-        res = subprocess.run([str(VENV_BIN / "yolo-sbatch"), "--json", "-A", "vision", "-p", "t4", "train",
-                              "model=yolov8n.yaml", f"data={data}", "epochs=1", "imgsz=64"], env=lean.env(),
-                             capture_output=True, text=True, cwd=work, timeout=120)  # fmt: skip
+        lean.sbatch(
+            "-A", "vision", "-p", "t4", "-t", "1", "--hold", "--comment=yolo:eff=999999999999999999", user="alice"
+        )
+        res = subprocess.run(
+            [
+                str(VENV_BIN / "yolo-sbatch"),
+                "--json",
+                "-A",
+                "vision",
+                "-p",
+                "t4",
+                "train",
+                "model=yolov8n.yaml",
+                f"data={data}",
+                "epochs=1",
+                "imgsz=64",
+            ],
+            env=lean.env(),
+            capture_output=True,
+            text=True,
+            cwd=work,
+            timeout=120,
+        )
         assert res.returncode == 0, res.stderr
         job = int(json.loads(res.stdout)["job_id"])
         lean.cmd("scancel", str(job))

@@ -17,8 +17,19 @@ from slurm_yolo.core import durations
 from slurm_yolo.login import plan
 from slurm_yolo.state import cost
 
-REQUIRED = {"tokens", "effective_tokens", "predicted_seconds", "time_limit_seconds", "partition", "gres", "gpus", "qos",
-            "k", "script", "predicted_train_seconds"}  # fmt: skip
+REQUIRED = {
+    "tokens",
+    "effective_tokens",
+    "predicted_seconds",
+    "time_limit_seconds",
+    "partition",
+    "gres",
+    "gpus",
+    "qos",
+    "k",
+    "script",
+    "predicted_train_seconds",
+}
 
 
 def run(args: list[str]) -> tuple[int, str]:
@@ -29,8 +40,20 @@ def run(args: list[str]) -> tuple[int, str]:
 
 
 def test_dry_run_json_offline_for_any_partition(dataset: Path) -> None:
-    code, out = run(["--dry-run", "--json", "--partition", "never-configured", "train", f"data={dataset}", "model=yolov8n.yaml",
-                     "epochs=3", "imgsz=96", "batch=8"])  # fmt: skip
+    code, out = run(
+        [
+            "--dry-run",
+            "--json",
+            "--partition",
+            "never-configured",
+            "train",
+            f"data={dataset}",
+            "model=yolov8n.yaml",
+            "epochs=3",
+            "imgsz=96",
+            "batch=8",
+        ]
+    )
     assert code == 0, out
     d = json.loads(out)
     assert set(d) >= REQUIRED
@@ -111,8 +134,10 @@ def write_script(path: Path, body: str) -> None:
 
 
 # A stand-in scontrol: ``show partition`` as Slurm prints it with --all --oneliner (t4 the default).
-PARTITIONS = ("PartitionName=a100 AllowGroups=ALL AllowAccounts=ALL Default=NO QoS=N/A Nodes=gpu-a100-1 State=UP\n"
-              "PartitionName=t4 AllowGroups=ALL AllowAccounts=ALL Default=YES QoS=N/A Nodes=gpu-t4-1 State=UP\n")  # fmt: skip
+PARTITIONS = (
+    "PartitionName=a100 AllowGroups=ALL AllowAccounts=ALL Default=NO QoS=N/A Nodes=gpu-a100-1 State=UP\n"
+    "PartitionName=t4 AllowGroups=ALL AllowAccounts=ALL Default=YES QoS=N/A Nodes=gpu-t4-1 State=UP\n"
+)
 
 
 def fake_slurm(home: Path, tmp_path: Path, scontrol: str, config: str = "") -> Path:
@@ -152,10 +177,14 @@ def test_no_partition_and_none_configured_is_slurms_default(home: Path, tmp_path
 
 @pytest.mark.parametrize(
     ("scontrol", "why"),
-    [(f"printf '{PARTITIONS.replace('YES', 'NO')}'", "Slurm has no default partition (none is Default=YES)"),
-     ("echo 'slurm_load_partitions: Unable to contact slurm controller (connect failure)' >&2; exit 1",
-      "scontrol failed: slurm_load_partitions: Unable to contact slurm controller (connect failure)")],
-)  # fmt: skip
+    [
+        (f"printf '{PARTITIONS.replace('YES', 'NO')}'", "Slurm has no default partition (none is Default=YES)"),
+        (
+            "echo 'slurm_load_partitions: Unable to contact slurm controller (connect failure)' >&2; exit 1",
+            "scontrol failed: slurm_load_partitions: Unable to contact slurm controller (connect failure)",
+        ),
+    ],
+)
 def test_no_default_partition_is_one_error(home: Path, tmp_path: Path, dataset: Path, scontrol: str, why: str) -> None:
     fake_slurm(home, tmp_path, scontrol)
     code, out = run(["--dry-run", "train", f"data={dataset}"])
@@ -178,13 +207,19 @@ def test_auto_asks_slurm_with_the_real_request(home: Path, tmp_path: Path, datas
     assert (tmp_path / "argv.log").read_text() == "%s --test-only\n" * 2
     assert (tmp_path / "t4.sbatch").read_text() == d["script"]  # the very script it would submit
     a100 = (tmp_path / "a100.sbatch").read_text()
-    for line in ("#SBATCH --partition=a100", "#SBATCH --gres=gpu:a100:1", "#SBATCH --qos=", "#SBATCH --time=",
-                 "#SBATCH --account=vision"):  # fmt: skip
+    for line in (
+        "#SBATCH --partition=a100",
+        "#SBATCH --gres=gpu:a100:1",
+        "#SBATCH --qos=",
+        "#SBATCH --time=",
+        "#SBATCH --account=vision",
+    ):
         assert line in a100
     assert f"partition auto: a100 would start {plan.clock(now + 3600)} + " in "\n".join(d["explain"])
     assert d["explain"][-2] == "partition auto: t4 finishes first"
-    assert d["explain"][-1] in (f"expected start: {plan.clock(now + 60)} on t4, in {when} (Slurm's scheduler)"
-                                for when in ("1.0 min", "59 s"))  # a second may have passed  # fmt: skip
+    assert d["explain"][-1] in (
+        f"expected start: {plan.clock(now + 60)} on t4, in {when} (Slurm's scheduler)" for when in ("1.0 min", "59 s")
+    )  # a second may have passed
 
     code, out = run(args[2:])  # submitted: the start beside the prediction
     assert code == 0, out
@@ -201,15 +236,19 @@ def test_auto_skips_what_slurm_refuses(home: Path, tmp_path: Path, dataset: Path
     assert code == 0, out
     d = json.loads(out)
     assert d["partition"] == "a100" and d["expected_start"] == now + 600
-    assert ("partition auto: t4 refused by Slurm: sbatch failed: sbatch: error: Batch job submission failed: "
-            "Requested node configuration is not available") in d["explain"]  # fmt: skip
+    assert (
+        "partition auto: t4 refused by Slurm: sbatch failed: sbatch: error: Batch job submission failed: "
+        "Requested node configuration is not available"
+    ) in d["explain"]
 
     (tmp_path / "answer.a100").write_text("Invalid account or account/partition combination specified")
     code, out = run(["--dry-run", "-p", "auto", "train", f"data={dataset}", "model=yolov8l.yaml"])
     assert code == 1
-    assert out == ("Error: --partition auto: Slurm refuses the job on every partition (a100: sbatch failed: sbatch: "
-                   "error: Invalid account or account/partition combination specified; t4: sbatch failed: sbatch: "
-                   "error: Batch job submission failed: Requested node configuration is not available)\n")  # fmt: skip
+    assert out == (
+        "Error: --partition auto: Slurm refuses the job on every partition (a100: sbatch failed: sbatch: "
+        "error: Invalid account or account/partition combination specified; t4: sbatch failed: sbatch: "
+        "error: Batch job submission failed: Requested node configuration is not available)\n"
+    )
 
 
 def test_every_command_has_help() -> None:
@@ -248,40 +287,69 @@ def test_login_path_imports_no_heavy_modules() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["train", "data={ds}", "device=0,1,2,3,4,5,6,7,8"], "Error: device= names 9 GPUs: partition a100 has 2 GPUs per node"),
-        (["train", "data={ds}", "device=$(id)"], "Error: 'device=$(id)' must be cpu, mps, or GPU indices such as 0 or 0,1"),
+        (
+            ["train", "data={ds}", "device=0,1,2,3,4,5,6,7,8"],
+            "Error: device= names 9 GPUs: partition a100 has 2 GPUs per node",
+        ),
+        (
+            ["train", "data={ds}", "device=$(id)"],
+            "Error: 'device=$(id)' must be cpu, mps, or GPU indices such as 0 or 0,1",
+        ),
         (["train", "data={ds}", "fraction=nan"], "Error: 'fraction=nan' must be in (0, 1]"),
         (["train", "data={ds}", "batch=1e300"], "Error: 'batch=1e+300' is absurd"),
-        (["--deadline", "1s", "train", "data={ds}"],
-         "Error: --deadline 1 s is shorter than the job's start-up alone on a100 (20 s)"),
-        (["--deadline", "45s", "train", "data={ds}", "model=yolov8x.yaml", "epochs=50"],
-         "Error: --deadline 45 s cannot be met on a100: needs "),
-        (["-J", "a/b", "train", "data={ds}"],
-         "Error: --job-name 'a/b' holds a '/', so --output %x-%j.out points into folder a, which does not exist"),
-        (["-J", "a/b", "-e", "err/%x.err", "-o", "out.log", "train", "data={ds}"],
-         "Error: --job-name 'a/b' holds a '/', so --error err/%x.err points into folder err/a, which does not exist"),
-        (["-o", "/nowhere/%j.out", "train", "data={ds}"], "Error: --output /nowhere/%j.out: folder /nowhere does not exist"),
-        (["--prefer", "cheapest", "train", "data={ds}"],
-         "Error: --prefer cheapest chooses among partitions: give --partition auto, not a100"),
-        (["--sbatch-arg=--chdir={tmp}", "-o", "logs/%j.out", "train", "data={ds}"],
-         "Error: --output logs/%j.out: folder logs does not exist"),
+        (
+            ["--deadline", "1s", "train", "data={ds}"],
+            "Error: --deadline 1 s is shorter than the job's start-up alone on a100 (20 s)",
+        ),
+        (
+            ["--deadline", "45s", "train", "data={ds}", "model=yolov8x.yaml", "epochs=50"],
+            "Error: --deadline 45 s cannot be met on a100: needs ",
+        ),
+        (
+            ["-J", "a/b", "train", "data={ds}"],
+            "Error: --job-name 'a/b' holds a '/', so --output %x-%j.out points into folder a, which does not exist",
+        ),
+        (
+            ["-J", "a/b", "-e", "err/%x.err", "-o", "out.log", "train", "data={ds}"],
+            "Error: --job-name 'a/b' holds a '/', so --error err/%x.err points into folder err/a, which does not exist",
+        ),
+        (
+            ["-o", "/nowhere/%j.out", "train", "data={ds}"],
+            "Error: --output /nowhere/%j.out: folder /nowhere does not exist",
+        ),
+        (
+            ["--prefer", "cheapest", "train", "data={ds}"],
+            "Error: --prefer cheapest chooses among partitions: give --partition auto, not a100",
+        ),
+        (
+            ["--sbatch-arg=--chdir={tmp}", "-o", "logs/%j.out", "train", "data={ds}"],
+            "Error: --output logs/%j.out: folder logs does not exist",
+        ),
     ],
-)  # fmt: skip
-def test_checked_against_the_partition_before_submitting(dataset: Path, site_config: Path, tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch, args: list[str], message: str) -> None:  # fmt: skip
+)
+def test_checked_against_the_partition_before_submitting(
+    dataset: Path, site_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
     """Each of these would have been submitted and then pended for ever, or failed at once with no log."""
     monkeypatch.chdir(tmp_path)
     code, out = run(["--dry-run", "-p", "a100", *[a.format(ds=dataset, tmp=tmp_path) for a in args]])
     assert code != 0 and out.startswith(message) and len(out.strip().splitlines()) == 1, out
 
 
-def test_log_paths_that_slurm_can_open_plan(dataset: Path, site_config: Path, tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_log_paths_that_slurm_can_open_plan(
+    dataset: Path, site_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a").mkdir()
     (tmp_path / "logs").mkdir()
-    for args in (["-J", "a/b"], ["-o", "logs/%x-%j.out"], ["-o", "logs/%j/x.out"], ["-o", "x\\%x/y.out"],
-                 ["--sbatch-arg=--chdir=" + str(tmp_path / "logs"), "-o", "x.out"], ["-J", "plain", "-e", "%x.err"]):  # fmt: skip
+    for args in (
+        ["-J", "a/b"],
+        ["-o", "logs/%x-%j.out"],
+        ["-o", "logs/%j/x.out"],
+        ["-o", "x\\%x/y.out"],
+        ["--sbatch-arg=--chdir=" + str(tmp_path / "logs"), "-o", "x.out"],
+        ["-J", "plain", "-e", "%x.err"],
+    ):
         code, out = run(["--dry-run", "--json", "-p", "a100", *args, "train", f"data={dataset}"])
         assert code == 0, (args, out)
 
@@ -294,8 +362,11 @@ def test_auto_passes_over_partitions_too_small(
     site_config.write_text(
         site_config.read_text() + '\n[partitions.big]\ngpu_type = "h100"\ngpu_like = "cpu"\ngpus_per_node = 4\n'
     )
-    monkeypatch.setattr(commands, "will_run",  # Slurm would start any of them now
-                        lambda scripts, bin_dir=None, timeout=30.0: [parsers.WillRun(int(time.time())) for _ in scripts])  # fmt: skip
+    monkeypatch.setattr(
+        commands,
+        "will_run",  # Slurm would start any of them now
+        lambda scripts, bin_dir=None, timeout=30.0: [parsers.WillRun(int(time.time())) for _ in scripts],
+    )
     code, out = run(["--dry-run", "--json", "-p", "auto", "train", f"data={dataset}", "device=0,1,2"])
     assert code == 0, out
     assert (json.loads(out)["partition"], json.loads(out)["gres"]) == ("big", "gpu:h100:3")
@@ -303,8 +374,9 @@ def test_auto_passes_over_partitions_too_small(
     assert code != 0 and out.startswith("Error: device= names 5 GPUs: partition a100 has 2 GPUs per node"), out
 
 
-def test_bundled_dataset_plans_offline_and_says_where_its_counts_came_from(site_config: Path, tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_bundled_dataset_plans_offline_and_says_where_its_counts_came_from(
+    site_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("YOLO_CONFIG_DIR", str(tmp_path / "cfg"))
     code, out = run(["--dry-run", "--explain", "-p", "a100", "train", "model=yolov8n.yaml", "data=coco8.yaml"])
@@ -387,8 +459,10 @@ def test_a_partition_not_configured_is_planned_with_a_warning(dataset: Path, sit
     (stderr, and in --explain); ``--json`` stays one JSON object on stdout."""
     res = CliRunner().invoke(yolo_sbatch, ["--dry-run", "--json", "-p", "v100", "train", f"data={dataset}"])
     assert res.exit_code == 0 and json.loads(res.stdout)["partition"] == "v100"
-    assert res.stderr == ("warning: partition v100 is not one of the configured (a100, t4): planned with the defaults"
-                          " (whole GPUs, the prior k); Slurm refuses it if it does not exist\n")  # fmt: skip
+    assert res.stderr == (
+        "warning: partition v100 is not one of the configured (a100, t4): planned with the defaults"
+        " (whole GPUs, the prior k); Slurm refuses it if it does not exist\n"
+    )
     assert res.stderr.removeprefix("warning: ").strip() in json.loads(res.stdout)["explain"]
     assert CliRunner().invoke(yolo_sbatch, ["--dry-run", "--json", "-p", "t4", "train", f"data={dataset}"]).stderr == ""
 
@@ -404,9 +478,11 @@ def test_weights_that_are_not_on_disk_are_named_before_the_job_fails_on_them(
         yolo_sbatch, ["--dry-run", "--json", "-p", "t4", "train", f"data={dataset}", "model=yolov8n.pt"]
     )
     assert res.exit_code == 0 and json.loads(res.stdout)["partition"] == "t4"
-    assert res.stderr == ("warning: model yolov8n.pt is not on disk from the job's work dir, and the job cannot download it"
-                          " (ultralytics runs offline there): it fails unless the weights are in ultralytics' weights folder"
-                          " on the compute node; model=yolov8n.yaml trains from scratch\n")  # fmt: skip
+    assert res.stderr == (
+        "warning: model yolov8n.pt is not on disk from the job's work dir, and the job cannot download it"
+        " (ultralytics runs offline there): it fails unless the weights are in ultralytics' weights folder"
+        " on the compute node; model=yolov8n.yaml trains from scratch\n"
+    )
     (tmp_path / "yolov8n.pt").write_bytes(b"weights")
     for model in ("yolov8n.pt", "yolov8n.yaml"):
         res = CliRunner().invoke(yolo_sbatch, ["--dry-run", "-p", "t4", "train", f"data={dataset}", f"model={model}"])
@@ -423,8 +499,10 @@ def test_a_config_that_is_not_there_is_said_not_silently_replaced_by_defaults(
     assert CliRunner().invoke(yolo_sbatch, words).stderr == ""  # the test's own SLURM_YOLO_HOME
     monkeypatch.setenv("SLURM_YOLO_CONFIG", str(tmp_path / "typo.toml"))
     res = CliRunner().invoke(yolo_sbatch, words)
-    hint = (f"no slurm-yolo config at {tmp_path / 'typo.toml'} (from SLURM_YOLO_CONFIG): the built-in defaults are in"
-            " force; export SLURM_YOLO_CONFIG=<your site's config.toml>")  # fmt: skip
+    hint = (
+        f"no slurm-yolo config at {tmp_path / 'typo.toml'} (from SLURM_YOLO_CONFIG): the built-in defaults are in"
+        " force; export SLURM_YOLO_CONFIG=<your site's config.toml>"
+    )
     assert res.exit_code == 0 and res.stderr == f"warning: {hint}\n"
     res = CliRunner().invoke(yolo_sbatch, words[1:])  # a submission on the defaults could hold 1000x the site's
     assert (res.exit_code, res.stdout) == (1, "")
@@ -437,8 +515,10 @@ def test_a_config_that_is_not_there_is_said_not_silently_replaced_by_defaults(
     )
 
 
-@pytest.mark.parametrize(("task", "model", "gflops"), [("segment", "yolov8n-seg.yaml", 12.14), ("pose", "yolo11n-pose.yaml", 7.78),
-                                                        ("obb", "yolo26s-obb.pt", 25.05)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("task", "model", "gflops"),
+    [("segment", "yolov8n-seg.yaml", 12.14), ("pose", "yolo11n-pose.yaml", 7.78), ("obb", "yolo26s-obb.pt", 25.05)],
+)
 def test_segment_pose_and_obb_models_plan_from_the_table(dataset: Path, task: str, model: str, gflops: float) -> None:
     res = CliRunner().invoke(
         yolo_sbatch, ["--dry-run", "--json", "-p", "t4", task, "train", f"data={dataset}", f"model={model}"]

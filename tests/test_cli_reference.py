@@ -82,6 +82,11 @@ def test_man_pages_hold_every_commands_help_and_man_reads_them(tmp_path: Path) -
         if path.startswith("slurm-yolo "):
             assert f".SS {path}\n" in page
     if shutil.which("man"):
-        out = subprocess.run(["man", "-l", str(tmp_path / "man1" / "yolo-sbatch.1")], capture_output=True, text=True,
-                             env={"PATH": "/usr/bin:/bin", "MANWIDTH": "100", "MAN_KEEP_FORMATTING": "0"}, check=True)  # fmt: skip
+        out = subprocess.run(
+            ["man", "-l", str(tmp_path / "man1" / "yolo-sbatch.1")],
+            capture_output=True,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", "MANWIDTH": "100", "MAN_KEEP_FORMATTING": "0"},
+            check=True,
+        )
         assert "Usage: yolo-sbatch [OPTIONS]" in out.stdout and "--deadline" in out.stdout

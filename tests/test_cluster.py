@@ -48,12 +48,33 @@ def sacct_row(
         ("t4", ["--priority", "explore"], "yolo11n.yaml", "shard:t4:2"),
     ],
 )
-def test_slurm_records_the_plan(cluster: None, site_config: Path, dataset: Path, tmp_path: Path,
-                                monkeypatch: pytest.MonkeyPatch, partition: str, extra: list[str], model: str,
-                                gres: str) -> None:  # fmt: skip
+def test_slurm_records_the_plan(
+    cluster: None,
+    site_config: Path,
+    dataset: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    partition: str,
+    extra: list[str],
+    model: str,
+    gres: str,
+) -> None:
     monkeypatch.chdir(tmp_path)
-    d = submit(["-p", partition, *extra, "--sbatch-arg=--hold", "-J", "plan-check", "train", f"model={model}",
-                f"data={dataset}", "epochs=5", "imgsz=96"])  # fmt: skip
+    d = submit(
+        [
+            "-p",
+            partition,
+            *extra,
+            "--sbatch-arg=--hold",
+            "-J",
+            "plan-check",
+            "train",
+            f"model={model}",
+            f"data={dataset}",
+            "epochs=5",
+            "imgsz=96",
+        ]
+    )
     job_id = d["job_id"]
     try:
         assert d["gres"] == gres
@@ -75,12 +96,24 @@ def test_slurm_records_the_plan(cluster: None, site_config: Path, dataset: Path,
     assert sacct_row(job_id, until=lambda r: r["State"].startswith("CANCELLED"))["Comment"] == job["Comment"]
 
 
-def test_hostile_job_name_is_data_not_code(cluster: None, site_config: Path, dataset: Path, tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_hostile_job_name_is_data_not_code(
+    cluster: None, site_config: Path, dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     name = "x$(touch pwned);`id`"  # no '/': under the log's %x that would name a folder, refused before submitting
-    d = submit(["-p", "t4", "--sbatch-arg=--hold", "-J", name, "train", f"data={dataset}", "model=yolov8n.yaml",
-                f"name=n$(touch {tmp_path}/pwned2)"])  # fmt: skip
+    d = submit(
+        [
+            "-p",
+            "t4",
+            "--sbatch-arg=--hold",
+            "-J",
+            name,
+            "train",
+            f"data={dataset}",
+            "model=yolov8n.yaml",
+            f"name=n$(touch {tmp_path}/pwned2)",
+        ]
+    )
     try:
         assert commands.show_job(d["job_id"])["JobName"] == name
         assert not list(tmp_path.glob("pwned*"))
@@ -104,15 +137,37 @@ def test_slurm_error_is_one_line_and_nothing_submitted(cluster: None, site_confi
 
 
 @pytest.mark.train
-def test_real_training_job_end_to_end(cluster: None, site_config: Path, dataset: Path, yolo_env: dict[str, str],
-                                      tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_real_training_job_end_to_end(
+    cluster: None,
+    site_config: Path,
+    dataset: Path,
+    yolo_env: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     site_config.write_text(
         site_config.read_text().replace("[job]\n", f'[job]\nyolo_config_dir = "{yolo_env["YOLO_CONFIG_DIR"]}"\n')
     )
     tmp_path.chmod(0o755)
     monkeypatch.chdir(tmp_path)
-    res = CliRunner().invoke(yolo_sbatch, ["-p", "t4", "--wait", "-J", "e2e", "train", "model=yolov8n.yaml", f"data={dataset}",
-                                           "epochs=2", "imgsz=64", "batch=8", f"project={tmp_path}/runs", "name=e2e"])  # fmt: skip
+    res = CliRunner().invoke(
+        yolo_sbatch,
+        [
+            "-p",
+            "t4",
+            "--wait",
+            "-J",
+            "e2e",
+            "train",
+            "model=yolov8n.yaml",
+            f"data={dataset}",
+            "epochs=2",
+            "imgsz=64",
+            "batch=8",
+            f"project={tmp_path}/runs",
+            "name=e2e",
+        ],
+    )
     job_id = int(res.output.split()[3])
     log = tmp_path / f"e2e-{job_id}.out"  # the default log name: NAME-JOBID.out
     assert res.exit_code == 0, (res.output, log.read_text()[-3000:] if log.is_file() else "no log")
@@ -125,11 +180,26 @@ def test_real_training_job_end_to_end(cluster: None, site_config: Path, dataset:
     assert sacct_row(job_id, until=lambda r: r["State"] == "COMPLETED")["Comment"].startswith("yolo:tok=")
 
 
-def test_wait_gives_up_after_its_timeout_and_the_job_goes_on(cluster: None, site_config: Path, dataset: Path,
-                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_wait_gives_up_after_its_timeout_and_the_job_goes_on(
+    cluster: None, site_config: Path, dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
-    res = CliRunner().invoke(yolo_sbatch, ["-p", "t4", "--wait", "--wait-timeout", "2s", "--sbatch-arg=--hold", "-J",
-                                           "wait-timeout", "train", f"data={dataset}", "model=yolov8n.yaml"])  # fmt: skip
+    res = CliRunner().invoke(
+        yolo_sbatch,
+        [
+            "-p",
+            "t4",
+            "--wait",
+            "--wait-timeout",
+            "2s",
+            "--sbatch-arg=--hold",
+            "-J",
+            "wait-timeout",
+            "train",
+            f"data={dataset}",
+            "model=yolov8n.yaml",
+        ],
+    )
     job = int(res.output.split()[3])
     try:
         assert res.exit_code == 1 and res.output.strip().splitlines()[-1].startswith(
@@ -140,8 +210,9 @@ def test_wait_gives_up_after_its_timeout_and_the_job_goes_on(cluster: None, site
         subprocess.run(["/usr/bin/scancel", str(job)], check=False)
 
 
-def test_wait_on_a_job_that_did_not_complete_names_its_log(cluster: None, site_config: Path, dataset: Path,
-                                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_wait_on_a_job_that_did_not_complete_names_its_log(
+    cluster: None, site_config: Path, dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``--wait`` on a job that ends other than COMPLETED exits 1 and says where its log is (Slurm's
     name for it, in the job's work dir), so the user does not have to work out ``%x-%j.out``."""
     import threading
@@ -151,8 +222,9 @@ def test_wait_on_a_job_that_did_not_complete_names_its_log(cluster: None, site_c
 
     def cancel_once_queued() -> None:
         for _ in range(300):
-            jobs = subprocess.run(["/usr/bin/squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True,
-                                  check=False).stdout.split()  # fmt: skip
+            jobs = subprocess.run(
+                ["/usr/bin/squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True, check=False
+            ).stdout.split()
             if jobs:
                 subprocess.run(["/usr/bin/scancel", *jobs], check=False)
                 return
@@ -160,8 +232,22 @@ def test_wait_on_a_job_that_did_not_complete_names_its_log(cluster: None, site_c
 
     canceller = threading.Thread(target=cancel_once_queued)
     canceller.start()
-    res = CliRunner().invoke(yolo_sbatch, ["-p", "t4", "--wait", "--wait-timeout", "2m", "--sbatch-arg=--hold", "-J", name,
-                                           "train", f"data={dataset}", "model=yolov8n.yaml"])  # fmt: skip
+    res = CliRunner().invoke(
+        yolo_sbatch,
+        [
+            "-p",
+            "t4",
+            "--wait",
+            "--wait-timeout",
+            "2m",
+            "--sbatch-arg=--hold",
+            "-J",
+            name,
+            "train",
+            f"data={dataset}",
+            "model=yolov8n.yaml",
+        ],
+    )
     canceller.join()
     job = int(res.output.split()[3])
     assert res.exit_code == 1, res.output

@@ -38,10 +38,15 @@ def test_config_env_var(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("[estimat]\nbuffer=1\n", "unknown section [estimat]"), ("[estimate]\nbufer=1\n", "unknown key estimate.bufer"),
-     ("[estimate]\nbuffer='x'\n", "expected float"), ("[partitions.a]\ngpus=2\n", "unknown key partitions.a.gpus"),
-     ("[estimate\n", "config"), ("[estimate]\ndefault_priority='urgent'\n", "default_priority")],
-)  # fmt: skip
+    [
+        ("[estimat]\nbuffer=1\n", "unknown section [estimat]"),
+        ("[estimate]\nbufer=1\n", "unknown key estimate.bufer"),
+        ("[estimate]\nbuffer='x'\n", "expected float"),
+        ("[partitions.a]\ngpus=2\n", "unknown key partitions.a.gpus"),
+        ("[estimate\n", "config"),
+        ("[estimate]\ndefault_priority='urgent'\n", "default_priority"),
+    ],
+)
 def test_bad_config_is_clear(home: Path, text: str, message: str) -> None:
     (home / "config.toml").write_text(text)
     with pytest.raises(UsageError, match=message.replace("[", r"\[")):

@@ -28,8 +28,10 @@ def test_a_quote_is_the_limits_and_the_predictions_worth() -> None:
     assert cost.quote(61, 1, Fraction(1, 3), 7, 1_000_000, 0, "").hold_tokens == 143  # 61 x 7 / 3 = 142.33: rounded up
 
 
-@pytest.mark.parametrize(("amount", "currency", "text"), [(0.2083, "EUR", "0.21 EUR"), (1234.5, "USD", "1,234.50 USD"),
-                                                          (0.00417, "EUR", "0.00417 EUR"), (0.5, "", "0.50")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("amount", "currency", "text"),
+    [(0.2083, "EUR", "0.21 EUR"), (1234.5, "USD", "1,234.50 USD"), (0.00417, "EUR", "0.00417 EUR"), (0.5, "", "0.50")],
+)
 def test_money_reads_as_money(amount: float, currency: str, text: str) -> None:
     assert cost.fmt_money(amount, currency) == text
 

@@ -126,9 +126,15 @@ def settings(config_dir: Path, datasets: Path) -> None:
 
 @pytest.mark.parametrize(
     ("data", "train", "val"),
-    [("coco8.yaml", 4, 4), ("coco8", 4, 4), ("coco128.yaml", 128, 128), ("coco.yaml", 118287, 5000),
-     ("VOC.yaml", 16551, 4952), ("Objects365.yaml", 1742289, 80000)],
-)  # fmt: skip
+    [
+        ("coco8.yaml", 4, 4),
+        ("coco8", 4, 4),
+        ("coco128.yaml", 128, 128),
+        ("coco.yaml", 118287, 5000),
+        ("VOC.yaml", 16551, 4952),
+        ("Objects365.yaml", 1742289, 80000),
+    ],
+)
 def test_bundled_dataset_not_downloaded_uses_the_published_sizes(
     elsewhere: Path, data: str, train: int, val: int
 ) -> None:
@@ -219,10 +225,16 @@ def test_a_data_yaml_that_is_no_file_is_one_error(tmp_path: Path, kind: str) -> 
 
 @pytest.mark.parametrize(
     ("entry", "message"),
-    [("loop", "too many levels of symbolic links"), ("fifo", "neither a folder nor an image list"),
-     ("/dev/zero", "neither a folder nor an image list"), ("/proc", "kernel pseudo-filesystem"),
-     ("/sys/kernel", "kernel pseudo-filesystem"), ("x" * 300, "file name too long"), ("~nosuchuser9/x", "does not exist")],
-)  # fmt: skip
+    [
+        ("loop", "too many levels of symbolic links"),
+        ("fifo", "neither a folder nor an image list"),
+        ("/dev/zero", "neither a folder nor an image list"),
+        ("/proc", "kernel pseudo-filesystem"),
+        ("/sys/kernel", "kernel pseudo-filesystem"),
+        ("x" * 300, "file name too long"),
+        ("~nosuchuser9/x", "does not exist"),
+    ],
+)
 def test_hostile_sources_are_one_error(tmp_path: Path, entry: str, message: str) -> None:
     os.symlink(tmp_path / "loop", tmp_path / "loop")
     os.mkfifo(tmp_path / "fifo")

@@ -30,8 +30,17 @@ from slurm_yolo.state import calibration
 DOCS = [REPO / "README.md", *sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "reference.md")]
 PROGRAMS: dict[str, click.Command] = {"yolo-sbatch": yolo_sbatch, "slurm-yolo": admin}
 _FORM = re.compile(r"^\[|\]$|^[A-Z][A-Z_]*$|^\.\.\.$")  # [ACCOUNT], [--json], KEY, JOBID, ...: a synopsis
-SAMPLE = {"ACCOUNT": "vision", "JOBID": "42", "KEY": "yolo:42:1796000000", "PATH": str(REPO), "T": "2026-01-01",
-          "TASK": "detect", "OPTIONS": "", "...": "", "key=value": "epochs=1"}  # fmt: skip
+SAMPLE = {
+    "ACCOUNT": "vision",
+    "JOBID": "42",
+    "KEY": "yolo:42:1796000000",
+    "PATH": str(REPO),
+    "T": "2026-01-01",
+    "TASK": "detect",
+    "OPTIONS": "",
+    "...": "",
+    "key=value": "epochs=1",
+}
 _SHELL = (">", ">>", "2>", "|", "&&", ";")  # what the shell takes off the command line
 
 
@@ -140,9 +149,14 @@ def test_every_example_runs_on_the_bundled_cluster(cluster: Slurm, tmp_path: Pat
             user = "alice" if words[0] == "yolo-sbatch" else "root"
             user_env = env | {"HOME": f"/home/{user}" if user != "root" else "/root", "USER": user}
             argv = _words_as_the_shell_gives_them(words, user_env)
-            res = subprocess.run(["/usr/sbin/runuser", "-u", user, "--", str(VENV_BIN / argv[0]), *argv[1:]],
-                                 env=user_env,
-                                 capture_output=True, text=True, cwd=work, timeout=600)  # fmt: skip
+            res = subprocess.run(
+                ["/usr/sbin/runuser", "-u", user, "--", str(VENV_BIN / argv[0]), *argv[1:]],
+                env=user_env,
+                capture_output=True,
+                text=True,
+                cwd=work,
+                timeout=600,
+            )
             submitted += [int(m) for m in re.findall(r"^Submitted batch job (\d+)", res.stdout, re.M)]
             if "--wait" not in argv:
                 for job in submitted:
@@ -150,11 +164,16 @@ def test_every_example_runs_on_the_bundled_cluster(cluster: Slurm, tmp_path: Pat
             if "--wait" in argv:  # it ends with what the run was charged, as the ledger settled it
                 job = submitted[-1]
                 row = cluster.settled(job)[0]
-                assert (f"job {job}: charged {fmt_tokens(row['charge'])} of budget for" in res.stdout
-                        and f", {fmt_tokens(row['refund'])} of its {fmt_tokens(row['hold'])} hold back" in res.stdout), res.stdout  # fmt: skip
+                assert (
+                    f"job {job}: charged {fmt_tokens(row['charge'])} of budget for" in res.stdout
+                    and f", {fmt_tokens(row['refund'])} of its {fmt_tokens(row['hold'])} hold back" in res.stdout
+                ), res.stdout
             allowed = (0, 1) if any(argv[: len(f)] == f for f in FINDERS) else (0,)
             assert res.returncode in allowed and "Error:" not in res.stderr and "Traceback" not in res.stderr, (
-                where, res.stdout, res.stderr)  # fmt: skip
+                where,
+                res.stdout,
+                res.stderr,
+            )
             ran.append(where)
     finally:
         for left in set(Path("/var/tmp").glob("yolo-probe-*")) - probes_before:

@@ -22,8 +22,13 @@ from slurm_yolo.slurm import parsers
 REC = Path(__file__).parent / "recorded"
 
 
-@pytest.mark.parametrize(("release", "prolog"), [("22.05", "/var/lib/slurm-yolo-cluster/slurm-yolo/prolog"),
-                                                 ("24.11", "/var/lib/slurm-yolo-cluster/c2411/slurm-yolo/prolog")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("release", "prolog"),
+    [
+        ("22.05", "/var/lib/slurm-yolo-cluster/slurm-yolo/prolog"),
+        ("24.11", "/var/lib/slurm-yolo-cluster/c2411/slurm-yolo/prolog"),
+    ],
+)
 def test_the_controllers_config_on_each_release(release: str, prolog: str) -> None:
     cc = parsers.controller_config((REC / release / "scontrol_config.txt").read_text())
     assert cc.as_of == time.mktime((2026, 11, 30, 16, 40, 57, 0, 0, -1))  # the controller's clock, local time
@@ -52,8 +57,9 @@ def test_the_role_is_the_hosts_place_in_slurm() -> None:
     assert doctor.detect_role(None, "ctl-a", slurmd_here=False) == "login"  # slurmctld did not say
 
 
-def test_a_host_that_cannot_reach_slurm_or_train_says_so(site_config: Path, tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_a_host_that_cannot_reach_slurm_or_train_says_so(
+    site_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     site_config.write_text(site_config.read_text().replace('python = "', 'python = "/usr/bin/python3"\n#'))
     monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
     res = CliRunner().invoke(admin, ["doctor", "--role", "compute", "--json"])
@@ -85,8 +91,11 @@ def test_a_login_node_is_told_what_it_lacks(cluster: Slurm, monkeypatch: pytest.
     assert ok.exit_code == 0 and ok.stdout.splitlines()[-1].endswith("no problems"), ok.output
     public, own = tmp_path / "public", tmp_path / "config.toml"
     public.mkdir()
-    own.write_text(cluster.config_path.read_text().replace(f'public_dir = "{cluster.config().public_dir}"',
-                                                           f'public_dir = "{public}"'))  # fmt: skip
+    own.write_text(
+        cluster.config_path.read_text().replace(
+            f'public_dir = "{cluster.config().public_dir}"', f'public_dir = "{public}"'
+        )
+    )
     monkeypatch.setenv("SLURM_YOLO_CONFIG", str(own))
 
     def problems() -> list[str]:
@@ -94,9 +103,11 @@ def test_a_login_node_is_told_what_it_lacks(cluster: Slurm, monkeypatch: pytest.
         assert res.exit_code == 1, res.output
         return [f"{p['what']} | {p['fix']}" for p in json.loads(res.stdout)["problems"]]
 
-    assert problems() == [f"{public} has no ledger.db or calibration.db: yolo-sbatch plans here with the prior k and the"
-                          f" default price | mount the controller's {public} here read-only (or rsync it from cron):"
-                          " docs/site-install.md"]  # fmt: skip
+    assert problems() == [
+        f"{public} has no ledger.db or calibration.db: yolo-sbatch plans here with the prior k and the"
+        f" default price | mount the controller's {public} here read-only (or rsync it from cron):"
+        " docs/site-install.md"
+    ]
     (public / "ledger.db").write_bytes(b"")
     (public / "calibration.db").write_bytes(b"")
     with pytest.MonkeyPatch.context() as m:  # as a user would find them (root reads anything)
@@ -115,8 +126,11 @@ def test_a_login_node_is_told_what_it_lacks(cluster: Slurm, monkeypatch: pytest.
         f'#!/bin/sh\n[ "$1" = --help ] && exec {cluster.bin_dir / "sbatch"} --help | grep -v yolo-tokens\n'
     )
     (bare / "sbatch").chmod(0o755)
-    own.write_text(own.read_text().replace("[slurm]\n", f'[slurm]\nbin_dir = "{bare}"\n', 1)
-                   if "bin_dir" not in own.read_text() else own.read_text().replace(f'bin_dir = "{cluster.bin_dir}"', f'bin_dir = "{bare}"'))  # fmt: skip
+    own.write_text(
+        own.read_text().replace("[slurm]\n", f'[slurm]\nbin_dir = "{bare}"\n', 1)
+        if "bin_dir" not in own.read_text()
+        else own.read_text().replace(f'bin_dir = "{cluster.bin_dir}"', f'bin_dir = "{bare}"')
+    )
     assert any(
         p.startswith("slurm.spank_tokens is on, but this host's sbatch has no --yolo-tokens") for p in problems()
     )
@@ -184,8 +198,10 @@ def test_a_compute_nodes_plugstack_is_followed_to_the_plugin(site_config: Path, 
     def whats() -> list[str]:
         return [p.what for p in doctor._plugstack(config, cc)]
 
-    missing = [f"{tmp_path / 'plugstack.conf'} loads no yolo_tokens.so, while slurm.spank_tokens is on: jobs carry"
-               " --yolo-tokens, an option slurmstepd here does not know"]  # fmt: skip
+    missing = [
+        f"{tmp_path / 'plugstack.conf'} loads no yolo_tokens.so, while slurm.spank_tokens is on: jobs carry"
+        " --yolo-tokens, an option slurmstepd here does not know"
+    ]
     assert whats() == missing
     (conf_d / "slurm-yolo.conf").write_text(f"optional {lib / 'yolo_tokens.so'}  # deploy/plugstack.conf\n")
     assert whats() == missing  # named, but not installed
@@ -209,15 +225,32 @@ def test_a_compute_node_without_the_spank_plugin_is_told(cluster: Slurm, monkeyp
         "SLURM_YOLO_CONFIG": str(cluster.config_path)
     }
     script = f'mount --bind /dev/null {line} && exec "$@"'
-    argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
-            str(VENV_BIN / "slurm-yolo"), "doctor", "--role", "compute", "--json"]  # fmt: skip
+    argv = [
+        "unshare",
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        str(VENV_BIN / "slurm-yolo"),
+        "doctor",
+        "--role",
+        "compute",
+        "--json",
+    ]
     res = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, check=False)
     assert res.returncode == 1, res.stdout + res.stderr
     problems = {p["what"]: p["fix"] for p in json.loads(res.stdout)["problems"]}
-    what = ("/etc/slurm/plugstack.conf loads no yolo_tokens.so, while slurm.spank_tokens is on: jobs carry"
-            " --yolo-tokens, an option slurmstepd here does not know")  # fmt: skip
-    assert problems[what] == ("make -C spank install, and deploy/plugstack.conf in /etc/slurm/plugstack.conf.d/"
-                              " (included from plugstack.conf)")  # fmt: skip
+    what = (
+        "/etc/slurm/plugstack.conf loads no yolo_tokens.so, while slurm.spank_tokens is on: jobs carry"
+        " --yolo-tokens, an option slurmstepd here does not know"
+    )
+    assert problems[what] == (
+        "make -C spank install, and deploy/plugstack.conf in /etc/slurm/plugstack.conf.d/"
+        " (included from plugstack.conf)"
+    )
     assert line.stat().st_size > 0  # the host's own line, untouched
 
 
@@ -230,8 +263,9 @@ def test_a_controller_without_its_tiers_copies_or_cron_is_told(
     state, public = tmp_path / "state", tmp_path / "public"
     state.mkdir()
     public.mkdir()
-    text = own_ledger_config(cluster).replace(f'state_dir = "{cluster.state_dir}"',
-                                              f'state_dir = "{state}"\npublic_dir = "{public}"')  # fmt: skip
+    text = own_ledger_config(cluster).replace(
+        f'state_dir = "{cluster.state_dir}"', f'state_dir = "{state}"\npublic_dir = "{public}"'
+    )
     own = tmp_path / "config.toml"
     own.write_text(text.replace('explore = "yolo-explore"', 'explore = "yolo-nowhere"'))
     monkeypatch.delenv("SLURM_YOLO_HOME", raising=False)
@@ -264,8 +298,9 @@ def test_a_controller_install_with_pieces_left_out_is_told_each(
     public.mkdir()
     for name in ("ledger.db", "calibration.db"):  # published once, but not the availability file
         (public / name).write_bytes(b"")
-    text = own_ledger_config(cluster).replace(f'state_dir = "{cluster.state_dir}"',
-                                              f'state_dir = "{state}"\npublic_dir = "{public}"')  # fmt: skip
+    text = own_ledger_config(cluster).replace(
+        f'state_dir = "{cluster.state_dir}"', f'state_dir = "{state}"\npublic_dir = "{public}"'
+    )
     text = text.replace("[hookd]\n", f'[hookd]\nclient = "{tmp_path / "no-client"}"\n', 1)
     if "[hookd]" not in text:
         text += f'\n[hookd]\nclient = "{tmp_path / "no-client"}"\n'

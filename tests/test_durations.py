@@ -22,32 +22,105 @@ DAY = 86400
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [
-        ("90s", 90), ("15m", 900), ("2h", 7200), ("1d", DAY), ("1h30m", 5400), ("1d2h3m4s", DAY + 7384),
-        ("1.5h", 5400), ("0.5m", 30), ("2H", 7200), (" 45m\n", 2700), ("7d", 7 * DAY),
+        ("90s", 90),
+        ("15m", 900),
+        ("2h", 7200),
+        ("1d", DAY),
+        ("1h30m", 5400),
+        ("1d2h3m4s", DAY + 7384),
+        ("1.5h", 5400),
+        ("0.5m", 30),
+        ("2H", 7200),
+        (" 45m\n", 2700),
+        ("7d", 7 * DAY),
         # sbatch --time's forms, with its meaning: a bare number is minutes, MM:SS, D-HH[:MM[:SS]]
-        ("90", 5400), ("5:30", 330), ("01:02:03", 3723), ("1-12", DAY + 12 * 3600), ("1-12:30", DAY + 45000),
-        ("1-02:03:04", 93784), ("366-00:00:00", 366 * DAY), ("1s", 1),
+        ("90", 5400),
+        ("5:30", 330),
+        ("01:02:03", 3723),
+        ("1-12", DAY + 12 * 3600),
+        ("1-12:30", DAY + 45000),
+        ("1-02:03:04", 93784),
+        ("366-00:00:00", 366 * DAY),
+        ("1s", 1),
     ],
-)  # fmt: skip
+)
 def test_user_forms(text: str, seconds: float) -> None:
     assert durations.parse(text) == seconds
 
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("00:05:00", 300), ("1-02:03:04", 93784), ("4:59", 299), ("10", 600), ("0", 0), ("2-00:00:00", 2 * DAY),
-     ("1-12", DAY + 12 * 3600), ("UNLIMITED", None), ("INFINITE", None), (" 00:00:07 ", 7)],
-)  # fmt: skip
+    [
+        ("00:05:00", 300),
+        ("1-02:03:04", 93784),
+        ("4:59", 299),
+        ("10", 600),
+        ("0", 0),
+        ("2-00:00:00", 2 * DAY),
+        ("1-12", DAY + 12 * 3600),
+        ("UNLIMITED", None),
+        ("INFINITE", None),
+        (" 00:00:07 ", 7),
+    ],
+)
 def test_slurm_forms(text: str, seconds: int | None) -> None:
     assert durations.slurm(text) == seconds
 
 
 HOSTILE = [
-    "", " ", "soon", "nan", "NaN", "inf", "-inf", "infinity", "-5m", "-1", "-1-00:00:00", "0", "0s", "0:00", "0.5s",
-    "1e3", "1e3s", "9999d", "367d", "367-00:00:00", "9" * 20 + "d", "1" * 5000, "1" * 41 + "s", "٣h", "١٠",
-    "１０m", "1h\n30m", "1h 30m", "1m30h", "1h1h", "1:2:3:4", "1-", "-", ":", "1:", ":30", "1.5", ".5h", "1.h", "1-2-3",
-    "UNLIMITED", "INFINITE", "INVALID", "N/A", "2h; rm -rf /", "$(id)", "2h\x00", "h", "d", "ms", "1ms", "1w",
-]  # fmt: skip
+    "",
+    " ",
+    "soon",
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "infinity",
+    "-5m",
+    "-1",
+    "-1-00:00:00",
+    "0",
+    "0s",
+    "0:00",
+    "0.5s",
+    "1e3",
+    "1e3s",
+    "9999d",
+    "367d",
+    "367-00:00:00",
+    "9" * 20 + "d",
+    "1" * 5000,
+    "1" * 41 + "s",
+    "٣h",
+    "١٠",
+    "１０m",
+    "1h\n30m",
+    "1h 30m",
+    "1m30h",
+    "1h1h",
+    "1:2:3:4",
+    "1-",
+    "-",
+    ":",
+    "1:",
+    ":30",
+    "1.5",
+    ".5h",
+    "1.h",
+    "1-2-3",
+    "UNLIMITED",
+    "INFINITE",
+    "INVALID",
+    "N/A",
+    "2h; rm -rf /",
+    "$(id)",
+    "2h\x00",
+    "h",
+    "d",
+    "ms",
+    "1ms",
+    "1w",
+]
 
 
 @pytest.mark.parametrize("text", HOSTILE)
@@ -58,8 +131,10 @@ def test_hostile_user_values_refused_with_one_line(text: str) -> None:
     assert message.startswith("duration ") and "\n" not in message and len(message) < 140
 
 
-@pytest.mark.parametrize("text", ["", "soon", "INVALID", "N/A", "Partition_Limit", "1:2:3:4", "١٠", "１０", "9" * 5000,
-                                  "-5", "1.5", "1h", "nan"])  # fmt: skip
+@pytest.mark.parametrize(
+    "text",
+    ["", "soon", "INVALID", "N/A", "Partition_Limit", "1:2:3:4", "١٠", "１０", "9" * 5000, "-5", "1.5", "1h", "nan"],
+)
 def test_slurm_unreadable_is_value_error(text: str) -> None:
     with pytest.raises(ValueError, match="not a duration"):
         durations.slurm(text)
@@ -96,8 +171,11 @@ def test_any_text_is_a_slurm_duration_or_value_error(text: str) -> None:
 @given(st.integers(min_value=0, max_value=10**6 * DAY))
 def test_slurm_round_trip(seconds: int) -> None:
     d, rest = divmod(seconds, DAY)
-    text = f"{d}-{rest // 3600:02}:{rest % 3600 // 60:02}:{rest % 60:02}" if d else \
-        f"{rest // 3600:02}:{rest % 3600 // 60:02}:{rest % 60:02}"  # fmt: skip
+    text = (
+        f"{d}-{rest // 3600:02}:{rest % 3600 // 60:02}:{rest % 60:02}"
+        if d
+        else f"{rest // 3600:02}:{rest % 3600 // 60:02}:{rest % 60:02}"
+    )
     assert durations.slurm(text) == seconds
     if 1 <= seconds <= durations.YEAR:
         assert durations.parse(text) == seconds  # what Slurm prints, a user may type back

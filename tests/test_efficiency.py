@@ -20,11 +20,29 @@ T = efficiency.Thresholds(low_util_pct=85.0, idle_minutes=30.0, temp_limit_c=85.
 NOW = 1_800_000_000.0
 
 
-def epoch(n: int, end: float, seconds: float, util: Any, mem: Any = 3.0, temp: Any = 60.0, images: int = 1000,
-          total: Any = 40.0) -> dict[str, Any]:  # fmt: skip
+def epoch(
+    n: int,
+    end: float,
+    seconds: float,
+    util: Any,
+    mem: Any = 3.0,
+    temp: Any = 60.0,
+    images: int = 1000,
+    total: Any = 40.0,
+) -> dict[str, Any]:
     """One epoch record as the launcher writes it (``time``: when the epoch ended)."""
-    return {"kind": "epoch", "time": end, "epoch": n, "epochs": 10, "images": images, "seconds": seconds,
-            "gpu_util_pct": util, "gpu_mem_gb": mem, "gpu_mem_total_gb": total, "gpu_temp_c": temp}  # fmt: skip
+    return {
+        "kind": "epoch",
+        "time": end,
+        "epoch": n,
+        "epochs": 10,
+        "images": images,
+        "seconds": seconds,
+        "gpu_util_pct": util,
+        "gpu_mem_gb": mem,
+        "gpu_mem_total_gb": total,
+        "gpu_temp_c": temp,
+    }
 
 
 def test_a_jobs_use_is_weighted_by_epoch_time_and_hostile_figures_say_nothing() -> None:
@@ -47,11 +65,18 @@ def test_a_jobs_use_is_weighted_by_epoch_time_and_hostile_figures_say_nothing() 
     assert efficiency.summarize([{"kind": "start", "batch": 8}, {"kind": "end"}], 85.0) is None
 
 
-@pytest.mark.parametrize(("mem", "util", "share", "fits"), [
-    (9.0, 20.0, 0.25, True), (10.5, 20.0, 0.25, False), (9.0, 30.0, 0.25, False), (19.0, 45.0, 0.5, True),
-])  # fmt: skip
-def test_a_job_fits_a_share_of_a_gpu_by_its_memory_and_its_utilisation(mem: float, util: float, share: float,
-                                                                          fits: bool) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("mem", "util", "share", "fits"),
+    [
+        (9.0, 20.0, 0.25, True),
+        (10.5, 20.0, 0.25, False),
+        (9.0, 30.0, 0.25, False),
+        (19.0, 45.0, 0.5, True),
+    ],
+)
+def test_a_job_fits_a_share_of_a_gpu_by_its_memory_and_its_utilisation(
+    mem: float, util: float, share: float, fits: bool
+) -> None:
     use = efficiency.summarize([epoch(1, NOW, 60, util, mem=mem)], 85.0)
     assert use is not None and use.fits(share) is fits
 
@@ -87,9 +112,26 @@ def test_the_efficiency_view_and_its_plot_from_jobs_usage_records(site_config: P
     GPU). A third job's records are a link to them: not read (a work dir is the user's)."""
     cfg = config_mod.load()
     jobs, user = [101, 102, 103], getpass.getuser()
-    rows = [[str(j), "vision", user, "a100", "normal", "COMPLETED", "2026-11-30T10:00:00", "2026-11-30T10:00:00",
-             "2026-11-30T11:00:00", "3600", "120", "billing=1,cpu=1,gres/gpu=1,node=1", "yolo:eff=1", "",
-             str(tmp_path / str(j))] for j in jobs]  # fmt: skip
+    rows = [
+        [
+            str(j),
+            "vision",
+            user,
+            "a100",
+            "normal",
+            "COMPLETED",
+            "2026-11-30T10:00:00",
+            "2026-11-30T10:00:00",
+            "2026-11-30T11:00:00",
+            "3600",
+            "120",
+            "billing=1,cpu=1,gres/gpu=1,node=1",
+            "yolo:eff=1",
+            "",
+            str(tmp_path / str(j)),
+        ]
+        for j in jobs
+    ]
     runs = report.jobs(cfg, report.Filters(), rows)
     figures = {jobs[0]: (95.0, 30.0, 82.0), jobs[1]: (10.0, 4.0, 55.0)}
     for job in jobs:
@@ -113,7 +155,12 @@ def test_the_efficiency_view_and_its_plot_from_jobs_usage_records(site_config: P
     )
     assert (idle["gpu_hours"], idle["low_util_gpu_hours"], idle["fits_shard"]) == (1.0, 1.0, True)
     assert (idle["mem_gb"], idle["mem_total_gb"], idle["temp_c"], idle["batch"], idle["images_per_s"]) == (
-        4.0, 40.0, 55.0, 16, 10.0)  # fmt: skip
+        4.0,
+        40.0,
+        55.0,
+        16,
+        10.0,
+    )
     from slurm_yolo.admin.report import output
 
     text = output.table({"efficiency": view})
@@ -176,10 +223,41 @@ def test_random_hostile_records_never_raise() -> None:
     import random
 
     rng = random.Random(7)
-    junk = [None, True, False, 0, -1, 2**70, -(2**70), 1e308, -1e308, float("nan"), float("inf"), "", "x", "90",
-            [], [1], {}, {"a": 1}, 1e-300, NOW, NOW + 1e9]  # fmt: skip
-    keys = ["kind", "time", "epoch", "seconds", "images", "gpu_util_pct", "gpu_mem_gb", "gpu_mem_total_gb",
-            "gpu_temp_c", "batch"]  # fmt: skip
+    junk = [
+        None,
+        True,
+        False,
+        0,
+        -1,
+        2**70,
+        -(2**70),
+        1e308,
+        -1e308,
+        float("nan"),
+        float("inf"),
+        "",
+        "x",
+        "90",
+        [],
+        [1],
+        {},
+        {"a": 1},
+        1e-300,
+        NOW,
+        NOW + 1e9,
+    ]
+    keys = [
+        "kind",
+        "time",
+        "epoch",
+        "seconds",
+        "images",
+        "gpu_util_pct",
+        "gpu_mem_gb",
+        "gpu_mem_total_gb",
+        "gpu_temp_c",
+        "batch",
+    ]
     for _ in range(2000):
         records = []
         for _ in range(rng.randrange(0, 6)):
@@ -203,8 +281,13 @@ def test_the_plot_names_the_commonest_batch_sizes_and_the_rest_as_one() -> None:
 
     from slurm_yolo.admin.report import output
 
-    view = pd.DataFrame({"mem_gb": [1.0 + i / 100 for i in range(300)], "images_per_s": [100.0] * 300,
-                         "batch": pd.array([2] * 5 + list(range(10, 305)), dtype="Int64")})  # fmt: skip
+    view = pd.DataFrame(
+        {
+            "mem_gb": [1.0 + i / 100 for i in range(300)],
+            "images_per_s": [100.0] * 300,
+            "batch": pd.array([2] * 5 + list(range(10, 305)), dtype="Int64"),
+        }
+    )
     fig = output.PLOTS["efficiency"](plt, view, None)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert len(labels) == output.PLOT_BATCHES + 1 and "batch 2" in labels and labels[-1] == "other batch sizes"
@@ -235,9 +318,26 @@ def test_slurms_own_gpu_accounting_where_a_site_gathers_it(site_config: Path, tm
     assert parsers.step_gpu("gres/gpuutil=7000", "gres/gpumem=1G") == parsers.StepGpu(None, 1.0)
     cfg = config_mod.load()
     user = getpass.getuser()
-    rows = [[str(j), "vision", user, "a100", "normal", "COMPLETED", "2026-11-30T10:00:00", "2026-11-30T10:00:00",
-             "2026-11-30T11:00:00", "3600", "120", f"billing=1,cpu=1,gres/gpu={g},node=1", "yolo:eff=1", "",
-             str(tmp_path / str(j))] for j, g in ((201, 1), (202, 2), (203, 1))]  # fmt: skip
+    rows = [
+        [
+            str(j),
+            "vision",
+            user,
+            "a100",
+            "normal",
+            "COMPLETED",
+            "2026-11-30T10:00:00",
+            "2026-11-30T10:00:00",
+            "2026-11-30T11:00:00",
+            "3600",
+            "120",
+            f"billing=1,cpu=1,gres/gpu={g},node=1",
+            "yolo:eff=1",
+            "",
+            str(tmp_path / str(j)),
+        ]
+        for j, g in ((201, 1), (202, 2), (203, 1))
+    ]
     runs = report.jobs(cfg, report.Filters(), rows)
     slurm = {201: parsers.StepGpu(30.0, 2.5), 202: parsers.StepGpu(150.0, 60.0)}
     view = report.efficiency(runs, cfg, lambda *_: [], slurm)

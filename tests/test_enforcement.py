@@ -49,7 +49,9 @@ def test_tres_lists() -> None:
 def test_a_block_keeps_the_site_limits_and_lifting_it_restores_them() -> None:
     assert converge("cpu=1000,gres/gpu=50000", True, None) == ("cpu=1000,gres/gpu=0,gres/shard=0", "gres/gpu=50000")
     assert converge("cpu=1000,gres/gpu=0,gres/shard=0", True, "gres/gpu=50000") == (
-        "cpu=1000,gres/gpu=0,gres/shard=0", "gres/gpu=50000")  # fmt: skip
+        "cpu=1000,gres/gpu=0,gres/shard=0",
+        "gres/gpu=50000",
+    )
     assert converge("cpu=1000,gres/gpu=0,gres/shard=0", False, "gres/gpu=50000") == ("cpu=1000,gres/gpu=50000", None)
     assert converge("", True, None) == ("gres/gpu=0,gres/shard=0", "")  # the site had none: lifting clears
     assert converge("gres/gpu=0,gres/shard=0", False, "") == ("", None)
@@ -181,8 +183,11 @@ def test_enforce_says_so_when_the_limits_already_match(home: Path, tmp_path: Pat
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     write_script(bin_dir / "scontrol", 'echo "ClusterName             = fake"')
-    write_script(bin_dir / "sacctmgr", f"""echo "$*" >> {log}
-printf 'fake|enf_a|||gres/gpu=0,gres/shard=0\\n'""")  # fmt: skip
+    write_script(
+        bin_dir / "sacctmgr",
+        f"""echo "$*" >> {log}
+printf 'fake|enf_a|||gres/gpu=0,gres/shard=0\\n'""",
+    )
     cfg = use_bin_dir(home, bin_dir)
     set_dry(cfg, "enf_a", True)
     with ledger.writer(cfg) as lg:
@@ -193,7 +198,9 @@ printf 'fake|enf_a|||gres/gpu=0,gres/shard=0\\n'""")  # fmt: skip
     (home / "config.toml").write_text((home / "config.toml").read_text() + "\n[ledger]\nenforce = false\n")
     res = CliRunner().invoke(admin, ["ledger", "enforce"])
     assert (res.exit_code, res.output) == (
-        0, "nothing done: ledger.enforce is false in the config (Slurm's limits are the site's alone)\n")  # fmt: skip
+        0,
+        "nothing done: ledger.enforce is false in the config (Slurm's limits are the site's alone)\n",
+    )
     assert len(log.read_text().splitlines()) == 1
 
 
@@ -219,10 +226,12 @@ def test_blocks_of_an_earlier_release_are_lifted_once_funded(home: Path) -> None
     for name, blocked in (("dry", 1), ("funded", 0)):
         conn.execute("INSERT INTO accounts (name, refilled_at, blocked) VALUES (?, 0, ?)", (name, blocked))
     for cluster, job_id in (("yolo", 1), ("yolo", 2), ("other", 1)):
-        conn.execute("INSERT INTO jobs (job_key, cluster, job_id, submit_time, restart, account, user, partition, gpus,"
-                     " price, rate, hold_seconds, hold, held_at)"
-                     " VALUES (?, ?, ?, 0, 0, 'dry', 'u', 'p', 1, 1, 1, 60, 60, 0)",
-                     (ledger.run_key(cluster, job_id, 0), cluster, job_id))  # fmt: skip
+        conn.execute(
+            "INSERT INTO jobs (job_key, cluster, job_id, submit_time, restart, account, user, partition, gpus,"
+            " price, rate, hold_seconds, hold, held_at)"
+            " VALUES (?, ?, ?, 0, 0, 'dry', 'u', 'p', 1, 1, 1, 60, 60, 0)",
+            (ledger.run_key(cluster, job_id, 0), cluster, job_id),
+        )
     conn.close()
     assert kept(cfg, "yolo") == kept(cfg, "other") == {"dry": ""}
     assert converge("gres/gpu=0,gres/shard=0", False, "") == ("", None)
@@ -233,15 +242,33 @@ def test_blocks_of_an_earlier_release_are_lifted_once_funded(home: Path) -> None
 
 def grp_tres_run_mins(slurm: Slurm, account: str, cluster: str | None = None) -> str:
     """The account's own association's GrpTRESRunMins, as sacctmgr prints it (read without slurm-yolo)."""
-    res = slurm.cmd("sacctmgr", "-n", "-P", "show", "assoc", "where", f"account={account}",
-                    f"cluster={cluster or slurm.name}", "format=User,GrpTRESRunMins")  # fmt: skip
+    res = slurm.cmd(
+        "sacctmgr",
+        "-n",
+        "-P",
+        "show",
+        "assoc",
+        "where",
+        f"account={account}",
+        f"cluster={cluster or slurm.name}",
+        "format=User,GrpTRESRunMins",
+    )
     (own,) = [line.split("|")[1] for line in res.stdout.splitlines() if line.startswith("|")]
     return own
 
 
 def set_site_limit(slurm: Slurm, account: str, value: str, cluster: str | None = None) -> None:
-    slurm.cmd("sacctmgr", "-i", "modify", "account", "where", f"name={account}", f"cluster={cluster or slurm.name}",
-              "set", f"GrpTRESRunMins={value}")  # fmt: skip
+    slurm.cmd(
+        "sacctmgr",
+        "-i",
+        "modify",
+        "account",
+        "where",
+        f"name={account}",
+        f"cluster={cluster or slurm.name}",
+        "set",
+        f"GrpTRESRunMins={value}",
+    )
 
 
 def add_account(slurm: Slurm, account: str, cluster: str) -> None:
@@ -250,8 +277,17 @@ def add_account(slurm: Slurm, account: str, cluster: str) -> None:
 
 
 def remove_account(slurm: Slurm, account: str, cluster: str) -> None:
-    slurm.cmd("sacctmgr", "-i", "delete", "user", "where", "name=alice", f"account={account}", f"cluster={cluster}",
-              check=False)  # fmt: skip
+    slurm.cmd(
+        "sacctmgr",
+        "-i",
+        "delete",
+        "user",
+        "where",
+        "name=alice",
+        f"account={account}",
+        f"cluster={cluster}",
+        check=False,
+    )
     slurm.cmd("sacctmgr", "-i", "delete", "account", "where", f"name={account}", f"cluster={cluster}", check=False)
 
 
@@ -283,16 +319,20 @@ def modifies(bin_dir: Path) -> list[str]:
 
 
 @pytest.mark.cluster
-def test_enforcement_keeps_the_site_limits_and_restores_them(slurm: Slurm, account: str, home: Path,
-                                                            tmp_path: Path) -> None:  # fmt: skip
+def test_enforcement_keeps_the_site_limits_and_restores_them(
+    slurm: Slurm, account: str, home: Path, tmp_path: Path
+) -> None:
     bin_dir = counting_bin_dir(slurm, tmp_path / "bin")
     cfg = use_bin_dir(home, bin_dir)
     set_site_limit(slurm, account, "cpu=1000,gres/gpu=50000")
 
     set_dry(cfg, account, True)
     out = enforcement.sync(cfg, [account])
-    assert out == enforcement.Outcome(slurm.name, [enforcement.Change(
-        account, True, "cpu=1000,gres/gpu=50000", "cpu=1000,gres/gpu=0,gres/shard=0")], [])  # fmt: skip
+    assert out == enforcement.Outcome(
+        slurm.name,
+        [enforcement.Change(account, True, "cpu=1000,gres/gpu=50000", "cpu=1000,gres/gpu=0,gres/shard=0")],
+        [],
+    )
     assert grp_tres_run_mins(slurm, account) == "cpu=1000,gres/gpu=0,gres/shard=0"
     assert kept(cfg, slurm.name) == {account: "gres/gpu=50000"}
     assert len(modifies(bin_dir)) == 1
@@ -324,13 +364,16 @@ def test_lifting_a_block_clears_what_the_site_never_set(slurm: Slurm, account: s
 
 
 @pytest.mark.cluster
-def test_a_failed_sacctmgr_is_reported_and_the_next_run_converges(slurm: Slurm, account: str, home: Path,
-                                                                 tmp_path: Path) -> None:  # fmt: skip
+def test_a_failed_sacctmgr_is_reported_and_the_next_run_converges(
+    slurm: Slurm, account: str, home: Path, tmp_path: Path
+) -> None:
     failing = counting_bin_dir(slurm, tmp_path / "failing", modify_fails=True)
     cfg = use_bin_dir(home, failing)
     set_site_limit(slurm, account, "cpu=1000,gres/gpu=50000")
-    error = (f"Error: account {account}: the ledger says dry, its limit on cluster {slurm.name} is not set: "
-             "sacctmgr failed: sacctmgr: error: Problem talking to the database\n")  # fmt: skip
+    error = (
+        f"Error: account {account}: the ledger says dry, its limit on cluster {slurm.name} is not set: "
+        "sacctmgr failed: sacctmgr: error: Problem talking to the database\n"
+    )
 
     set_dry(cfg, account, True)
     res = CliRunner().invoke(admin, ["ledger", "enforce"])

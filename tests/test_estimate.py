@@ -53,10 +53,19 @@ def test_units() -> None:
 
 @pytest.mark.parametrize(
     ("name", "family", "gflops"),
-    [("yolov8n.pt", "yolov8", 8.86), ("cfg/yolo11s.yaml", "yolo11", 21.84), ("YOLO26X.pt", "yolo26", 210.07),
-     ("yolov5su.pt", "yolov5", 24.21), ("yolov5n.yaml", "yolov5", 7.84), ("yolov5x.pt", "yolov5", 247.31), ("yolov10b.yaml", "yolov10", 99.47), ("yolo26n-seg.pt", "yolo26", 10.63),
-     ("yolo11s-pose.yaml", "yolo11", 23.6), ("yolov8x-obb.pt", "yolov8", 264.31)],
-)  # fmt: skip
+    [
+        ("yolov8n.pt", "yolov8", 8.86),
+        ("cfg/yolo11s.yaml", "yolo11", 21.84),
+        ("YOLO26X.pt", "yolo26", 210.07),
+        ("yolov5su.pt", "yolov5", 24.21),
+        ("yolov5n.yaml", "yolov5", 7.84),
+        ("yolov5x.pt", "yolov5", 247.31),
+        ("yolov10b.yaml", "yolov10", 99.47),
+        ("yolo26n-seg.pt", "yolo26", 10.63),
+        ("yolo11s-pose.yaml", "yolo11", 23.6),
+        ("yolov8x-obb.pt", "yolov8", 264.31),
+    ],
+)
 def test_table_lookup(name: str, family: str, gflops: float) -> None:
     m = estimate.lookup_model(name)
     assert m is not None and (m.family, m.gflops, m.source) == (family, gflops, "table")
@@ -112,9 +121,13 @@ def test_custom_model_is_measured_with_ultralytics_and_cached(
 
 
 @given(
-    epochs=st.integers(1, 1000), train=st.integers(1, 10**6), val=st.integers(0, 10**5),
-    imgsz=st.integers(32, 2048), batch=st.integers(1, 512), vw=st.floats(0, 2),
-)  # fmt: skip
+    epochs=st.integers(1, 1000),
+    train=st.integers(1, 10**6),
+    val=st.integers(0, 10**5),
+    imgsz=st.integers(32, 2048),
+    batch=st.integers(1, 512),
+    vw=st.floats(0, 2),
+)
 def test_tokens_properties(epochs: int, train: int, val: int, imgsz: int, batch: int, vw: float) -> None:
     s = spec.parse(["train", "data=d.yaml", f"epochs={epochs}", f"imgsz={imgsz}", f"batch={batch}"])
     w = estimate.workload(s, train, val, info())

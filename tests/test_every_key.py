@@ -19,20 +19,92 @@ from conftest import REPO
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
 from slurm_yolo.core.spec import ultralytics_cfg
 
-SHELL = ("$(touch {tmp}/pwned)", "`touch {tmp}/pwned`", "a;touch {tmp}/pwned", "a|touch {tmp}/pwned", "a&&touch {tmp}/pwned",
-         "x' ; touch {tmp}/pwned ; '", 'x" ; touch {tmp}/pwned ; "', "$HOME", "*", "\\", "a b", "-x", "--help")  # fmt: skip
+SHELL = (
+    "$(touch {tmp}/pwned)",
+    "`touch {tmp}/pwned`",
+    "a;touch {tmp}/pwned",
+    "a|touch {tmp}/pwned",
+    "a&&touch {tmp}/pwned",
+    "x' ; touch {tmp}/pwned ; '",
+    'x" ; touch {tmp}/pwned ; "',
+    "$HOME",
+    "*",
+    "\\",
+    "a b",
+    "-x",
+    "--help",
+)
 HOSTILE = (
-    "nan", "NaN", "inf", "-inf", "1e308", "-1e308", "1e309", str(10**30), str(-(10**30)), "-1", "0", "0.0", "-0",
-    "1e-320", "0x10", "1_000", "[]", "()", "[nan]", "[inf]", "[1e308]", "[-1]", "[0,1,2,3,4,5,6,7,8]", "[[[1]]]",
-    "[" * 200, "(1,", "{}", "None", "True", "False", " ", "ü€😀", "\u202e", "\x7f", "x" * 4000, "a\nb", "a\rb", "a\tb",
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "1e308",
+    "-1e308",
+    "1e309",
+    str(10**30),
+    str(-(10**30)),
+    "-1",
+    "0",
+    "0.0",
+    "-0",
+    "1e-320",
+    "0x10",
+    "1_000",
+    "[]",
+    "()",
+    "[nan]",
+    "[inf]",
+    "[1e308]",
+    "[-1]",
+    "[0,1,2,3,4,5,6,7,8]",
+    "[[[1]]]",
+    "[" * 200,
+    "(1,",
+    "{}",
+    "None",
+    "True",
+    "False",
+    " ",
+    "ü€😀",
+    "\u202e",
+    "\x7f",
+    "x" * 4000,
+    "a\nb",
+    "a\rb",
+    "a\tb",
     *SHELL,
     # paths: a symlink loop, a FIFO (opening it would block), endless or special files, a folder holding a loop
-    "{tmp}/loop", "{tmp}/fifo", "/dev/zero", "/dev/null", "/proc", "/proc/self/root", "/", "..", "~nosuchuser9/x",
-    "{tmp}/loopy", "{tmp}/" + "d/" * 2000,
-)  # fmt: skip
-OPTIONS = ("--partition", "--gpus", "--deadline", "--priority", "--flops-factor", "--wait-timeout", "--account",
-           "--job-name", "--output", "--error", "--mail-type", "--mail-user", "--dependency", "--begin", "--constraint",
-           "--sbatch-arg")  # fmt: skip
+    "{tmp}/loop",
+    "{tmp}/fifo",
+    "/dev/zero",
+    "/dev/null",
+    "/proc",
+    "/proc/self/root",
+    "/",
+    "..",
+    "~nosuchuser9/x",
+    "{tmp}/loopy",
+    "{tmp}/" + "d/" * 2000,
+)
+OPTIONS = (
+    "--partition",
+    "--gpus",
+    "--deadline",
+    "--priority",
+    "--flops-factor",
+    "--wait-timeout",
+    "--account",
+    "--job-name",
+    "--output",
+    "--error",
+    "--mail-type",
+    "--mail-user",
+    "--dependency",
+    "--begin",
+    "--constraint",
+    "--sbatch-arg",
+)
 DUMP = '#!/bin/sh\nfor a in "$@"; do printf "%s\\0" "$a"; done > "$ARGV_FILE"\n'
 
 
@@ -55,8 +127,9 @@ def hostile_home(tmp_path: Path, site_config: Path, dataset: Path, monkeypatch: 
     return tmp_path
 
 
-def verdict(code: int, out: str, exc: BaseException | None, words: list[str], tmp: Path,
-            stdout: str | None = None) -> str | None:  # fmt: skip
+def verdict(
+    code: int, out: str, exc: BaseException | None, words: list[str], tmp: Path, stdout: str | None = None
+) -> str | None:
     """What is wrong with one answer (None: it is one of the two allowed). ``out`` is what the user
     saw, ``stdout`` (when apart) the JSON alone: beside a plan, stderr may only hold warning lines."""
     if exc is not None and not isinstance(exc, SystemExit):
@@ -168,15 +241,26 @@ def test_hostile_data_yaml(text: str, hostile_home: Path) -> None:
 
 @pytest.mark.parametrize(
     ("args", "ok"),
-    [(["data={ds}", "fraction=nan"], False), (["data={tmp}/loop"], False), (["data={ds}", "project={tmp}/fifo"], False),
-     (["data=coco8.yaml", "name=$(touch {tmp}/pwned)"], True), (["data={ds}", "device=0,1,2,3,4,5,6,7,8"], False)],
-)  # fmt: skip
+    [
+        (["data={ds}", "fraction=nan"], False),
+        (["data={tmp}/loop"], False),
+        (["data={ds}", "project={tmp}/fifo"], False),
+        (["data=coco8.yaml", "name=$(touch {tmp}/pwned)"], True),
+        (["data={ds}", "device=0,1,2,3,4,5,6,7,8"], False),
+    ],
+)
 def test_as_a_user_runs_it(args: list[str], ok: bool, hostile_home: Path, dataset: Path) -> None:
     """The real command in a process of its own: errors are one line on stderr, plans one JSON object on stdout."""
     words = ["train", *(a.replace("{ds}", str(dataset)).replace("{tmp}", str(hostile_home)) for a in args)]
     code = "from slurm_yolo.cli.yolo_sbatch import main; main()"
-    res = subprocess.run([sys.executable, "-c", code, "--dry-run", "--json", "-p", "a100", *words], capture_output=True,
-                         text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-c", code, "--dry-run", "--json", "-p", "a100", *words],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
+    )
     if ok:
         assert res.returncode == 0 and res.stderr == "", res.stderr
         assert verdict(0, res.stdout, None, words, hostile_home) is None

@@ -104,8 +104,9 @@ def write_site(shared: Slurm) -> Slurm:
         if not dev.is_char_device():
             os.mknod(dev, 0o666 | 0o020000, os.makedev(195, i))
     (CONF / "slurm.conf").write_text(slurm_conf())
-    (CONF / "gres.conf").write_text("".join(f"NodeName=ha-gpu-1 Name=gpu Type=a100 File={BASE}/dev/nvidia{i}\n"
-                                            for i in range(GPUS)))  # fmt: skip
+    (CONF / "gres.conf").write_text(
+        "".join(f"NodeName=ha-gpu-1 Name=gpu Type=a100 File={BASE}/dev/nvidia{i}\n" for i in range(GPUS))
+    )
     (CONF / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\n")
     (CONF / "plugstack.conf").write_text("")
     # what each controller host resolves its own name with (NoCtldInAddrAny: it listens there alone)
@@ -133,13 +134,16 @@ PidFile={BASE}/dbd/slurmdbd.pid
 """)
     dbd.chmod(0o600)
     shutil.chown(dbd, "slurm", "slurm")
-    subprocess.run(["mysql", "--protocol=socket", "-e", "GRANT ALL ON slurm_acct_db_ha.* TO 'slurm'@'127.0.0.1'"],
-                   check=True)  # fmt: skip
+    subprocess.run(
+        ["mysql", "--protocol=socket", "-e", "GRANT ALL ON slurm_acct_db_ha.* TO 'slurm'@'127.0.0.1'"], check=True
+    )
     # the shared MariaDB ledger, whatever books the bundled clusters run on (CI runs this beside their
     # money tests): its option file, the SlurmUser's alone
     cnf = BASE / "slurm-yolo" / "ledger.cnf"
-    cnf.write_text("[client]\nhost = 127.0.0.1\nport = 3306\nuser = slurm_yolo\n"
-                   f"password = {(CLUSTER_STATE / 'ledger-dbpass').read_text().strip()}\ndatabase = slurm_yolo_ledger\n")  # fmt: skip
+    cnf.write_text(
+        "[client]\nhost = 127.0.0.1\nport = 3306\nuser = slurm_yolo\n"
+        f"password = {(CLUSTER_STATE / 'ledger-dbpass').read_text().strip()}\ndatabase = slurm_yolo_ledger\n"
+    )
     cnf.chmod(0o600)
     shutil.chown(cnf, "slurm", "slurm")
     lines = []
@@ -160,9 +164,11 @@ PidFile={BASE}/dbd/slurmdbd.pid
     (BASE / "slurm-yolo" / "config.toml").write_text(config)
     for event in ("prolog", "epilog"):
         hook = BASE / "slurm-yolo" / event
-        hook.write_text(f"#!/bin/sh\nunset SLURM_YOLO_HOME\nSLURM_YOLO_CONFIG={BASE}/slurm-yolo/config.toml\n"
-                        f"SLURM_YOLO_HOOKD_SOCKET={BASE}/host/run/hookd.sock\n"
-                        "export SLURM_YOLO_CONFIG SLURM_YOLO_HOOKD_SOCKET\nexec /opt/slurm-yolo/bin/slurm-yolo-hook \"$@\"\n")  # fmt: skip
+        hook.write_text(
+            f"#!/bin/sh\nunset SLURM_YOLO_HOME\nSLURM_YOLO_CONFIG={BASE}/slurm-yolo/config.toml\n"
+            f"SLURM_YOLO_HOOKD_SOCKET={BASE}/host/run/hookd.sock\n"
+            'export SLURM_YOLO_CONFIG SLURM_YOLO_HOOKD_SOCKET\nexec /opt/slurm-yolo/bin/slurm-yolo-hook "$@"\n'
+        )
         hook.chmod(0o755)
     ha = Slurm("22.05", "yoloha", Path("/"), BASE / "bin", BASE / "slurm-yolo" / "config.toml", BASE / "host" / "state")
     script = ha.cli("ledger", "admission-script", "--cluster", "yoloha").stdout
@@ -178,17 +184,39 @@ class Host:
         self.name = name
         mine = BASE / "hosts" / name
         self.holder = subprocess.Popen(
-            ["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c",
-             f"mount --bind {mine} {BASE}/host && mount --bind {CONF}/hosts /etc/hosts && hostname {name} && echo ready && exec sleep infinity"],
-            stdout=subprocess.PIPE, text=True, start_new_session=True,
-        )  # fmt: skip
+            [
+                "unshare",
+                "--uts",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                f"mount --bind {mine} {BASE}/host && mount --bind {CONF}/hosts /etc/hosts && hostname {name} && echo ready && exec sleep infinity",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         assert self.holder.stdout is not None and self.holder.stdout.readline().strip() == "ready"
         self.ns = os.readlink(f"/proc/{self.holder.pid}/ns/mnt")
 
     def run(self, *argv: str, background: bool = False) -> None:
         """``argv`` on this host, as root; in the background a daemon that stays (its log on the host)."""
-        full = ["nsenter", "-t", str(self.holder.pid), "-u", "-m", "--", "env", "-u", "SLURM_YOLO_HOME",  # the host's state
-                f"SLURM_CONF={CONF}/slurm.conf", f"SLURM_YOLO_CONFIG={BASE}/slurm-yolo/config.toml", *argv]  # fmt: skip
+        full = [
+            "nsenter",
+            "-t",
+            str(self.holder.pid),
+            "-u",
+            "-m",
+            "--",
+            "env",
+            "-u",
+            "SLURM_YOLO_HOME",  # the host's state
+            f"SLURM_CONF={CONF}/slurm.conf",
+            f"SLURM_YOLO_CONFIG={BASE}/slurm-yolo/config.toml",
+            *argv,
+        ]
         if background:
             with open(BASE / "hosts" / self.name / "log" / f"{Path(argv[0]).name}.out", "ab") as log:
                 subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
@@ -242,8 +270,16 @@ def ha() -> Iterator[tuple[Slurm, dict[str, Host]]]:
     daemons: list[subprocess.Popen[bytes]] = []
     try:
         with open(BASE / "dbd" / "slurmdbd.out", "ab") as log:
-            daemons.append(subprocess.Popen(["/usr/sbin/slurmdbd", "-D"], env=env, stdin=subprocess.DEVNULL,
-                                            stdout=log, stderr=log, start_new_session=True))  # fmt: skip
+            daemons.append(
+                subprocess.Popen(
+                    ["/usr/sbin/slurmdbd", "-D"],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                )
+            )
         poll(
             "the cluster's slurmdbd",
             lambda: ha.cmd("sacctmgr", "-n", "show", "cluster", check=False).returncode == 0,
@@ -256,8 +292,16 @@ def ha() -> Iterator[tuple[Slurm, dict[str, Host]]]:
         for user in ("root", "alice"):
             ha.cmd(*sacctmgr, "add", "user", user, f"account={ACCOUNT}", "cluster=yoloha", check=False)
         with open(BASE / "node" / "slurmd.out", "ab") as log:
-            daemons.append(subprocess.Popen(["/usr/sbin/slurmd", "-D", "-N", "ha-gpu-1"], env=env,
-                                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True))  # fmt: skip
+            daemons.append(
+                subprocess.Popen(
+                    ["/usr/sbin/slurmd", "-D", "-N", "ha-gpu-1"],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                )
+            )
         for name in HOSTS:
             hosts[name] = Host(name)
             hosts[name].boot()
@@ -321,8 +365,13 @@ def sacct_runs(ha: Slurm, array: int) -> list[dict[str, str]]:
     """slurmdbd's record of every run of every task (``-D``: a requeued task has one per run), times
     in epoch seconds, read without slurm-yolo's parsers."""
     fields = ["JobIDRaw", "JobID", "Submit", "Start", "State", "ElapsedRaw", "AllocTRES"]
-    out = subprocess.run([str(ha.bin_dir / "sacct"), "-X", "-D", "-n", "-P", "-j", str(array), "-o", ",".join(fields)],
-                         capture_output=True, text=True, check=True, env=ha.env() | {"SLURM_TIME_FORMAT": "%s"}).stdout  # fmt: skip
+    out = subprocess.run(
+        [str(ha.bin_dir / "sacct"), "-X", "-D", "-n", "-P", "-j", str(array), "-o", ",".join(fields)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=ha.env() | {"SLURM_TIME_FORMAT": "%s"},
+    ).stdout
     return [dict(zip(fields, line.split("|"), strict=True)) for line in out.splitlines() if line.strip()]
 
 
@@ -342,8 +391,12 @@ def assert_every_task_settled_once(ha: Slurm, array: int, since: int, times: Pat
     def all_settled() -> list[tuple[dict[str, str], dict[str, Any] | None]] | None:
         records = [r for r in sacct_runs(ha, array) if r["Start"].isdigit() and r["Start"] != "0"]
         with ha.ledger() as lg:  # job ids come again after a failover: this array's runs only
-            runs = {(r["job_id"], r["submit_time"]): dict(r) for job in {int(t["JobIDRaw"]) for t in records}
-                    for r in lg.runs(job, "yoloha") if r["submit_time"] >= since}  # fmt: skip
+            runs = {
+                (r["job_id"], r["submit_time"]): dict(r)
+                for job in {int(t["JobIDRaw"]) for t in records}
+                for r in lg.runs(job, "yoloha")
+                if r["submit_time"] >= since
+            }
         pairs = [(t, runs.pop((int(t["JobIDRaw"]), int(t["Submit"])), None)) for t in records]
         assert not runs or len({t["JobID"] for t in records}) < TASKS, f"runs sacct does not have: {runs}"
         done = len({t["JobID"] for t in records}) == TASKS and all(r and r["state"] == "settled" for _, r in pairs)
@@ -396,15 +449,18 @@ def assert_every_task_settled_once(ha: Slurm, array: int, since: int, times: Pat
             ledger = {k: row[k] for k in ("held_at", "settled_at", "held_by", "settled_by")}
             wrong.append(f"{seen} {ledger}: ledger {got}, expected {(state, ran, hold, charge)}")
     assert not wrong, "\n".join(wrong)
-    print(f"{len(settled)} runs of {TASKS} tasks; {by_cron} held or settled by cron's reconcile; "
-          f"{again} ended again by the controller in charge; {moved} requeues' starts moved by slurmdbd;"
-          f" {rerun} run again after their settlement")  # fmt: skip
+    print(
+        f"{len(settled)} runs of {TASKS} tasks; {by_cron} held or settled by cron's reconcile; "
+        f"{again} ended again by the controller in charge; {moved} requeues' starts moved by slurmdbd;"
+        f" {rerun} run again after their settlement"
+    )
     pairs_keys = {r["job_key"] for _, r in settled}
     keys = pairs_keys
 
     def audited() -> list[dict[str, str]]:
-        findings = json.loads(ha.cli("ledger", "audit", "--window-days", "0.1", "--min-age", "0", "--json",
-                                     check=False).stdout)  # fmt: skip
+        findings = json.loads(
+            ha.cli("ledger", "audit", "--window-days", "0.1", "--min-age", "0", "--json", check=False).stdout
+        )
         return [f for f in findings if f["key"] in keys or f["kind"] == "books"]
 
     # A comment slurmdbd lost to a record the new controller sent again is queued again by the audit;
@@ -434,8 +490,18 @@ def times() -> Iterator[Path]:
 def run_array(ha: Slurm, times: Path) -> int:
     """200 one-GPU tasks of 3 s each, alice's, on the cluster's 16 GPUs."""
     script = f"t={times}/$SLURM_ARRAY_TASK_ID; date +%s.%N > $t.start; sleep 3; date +%s.%N > $t.end"
-    return ha.sbatch("-A", ACCOUNT, "-p", "a100", "--gres=gpu:a100:1", "-t", "1", f"--array=0-{TASKS - 1}",
-                     script=script, user="alice")  # fmt: skip
+    return ha.sbatch(
+        "-A",
+        ACCOUNT,
+        "-p",
+        "a100",
+        "--gres=gpu:a100:1",
+        "-t",
+        "1",
+        f"--array=0-{TASKS - 1}",
+        script=script,
+        user="alice",
+    )
 
 
 def array_through(ha: Slurm, times: Path, change: Callable[[], None]) -> None:
@@ -446,8 +512,14 @@ def array_through(ha: Slurm, times: Path, change: Callable[[], None]) -> None:
     array = run_array(ha, times)
     poll("a fifth of the array ended", lambda: ended(ha, array, TASKS // 5), 300)
     change()
-    poll("the backup in control", lambda: ping(ha) == {"ctl-a": "DOWN", "ctl-b": "UP"}
-         and ha.cmd("squeue", "-h", "-j", str(array), check=False).returncode == 0, 60)  # fmt: skip
+    poll(
+        "the backup in control",
+        lambda: (
+            ping(ha) == {"ctl-a": "DOWN", "ctl-b": "UP"}
+            and ha.cmd("squeue", "-h", "-j", str(array), check=False).returncode == 0
+        ),
+        60,
+    )
     helped: list[str] = []
 
     def all_ended() -> list[dict[str, str]] | None:

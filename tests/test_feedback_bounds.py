@@ -34,16 +34,24 @@ def forged(folder: Path, job: int, seconds: float, imgsz: int = 320, images: int
     assert m is not None
     w = estimate.workload(spec.parse(["train", "data=d.yaml", "epochs=5", f"imgsz={imgsz}"]), images, images // 4, m)
     path = folder / f"yolo-usage-{job}.jsonl"
-    recs = [{"kind": "start", "gpus": 1, "workload": w.to_dict()},
-            {"kind": "epoch", "epoch": 1, "epochs": 5, "images": images, "tokens": images * imgsz**2,
-             "seconds": seconds}]  # fmt: skip
+    recs = [
+        {"kind": "start", "gpus": 1, "workload": w.to_dict()},
+        {"kind": "epoch", "epoch": 1, "epochs": 5, "images": images, "tokens": images * imgsz**2, "seconds": seconds},
+    ]
     path.write_text("\n".join(map(json.dumps, recs)))
     posted = beacon.from_records(path, 1_700_000_000)
     return beacon.decode(beacon.summary_text(beacon.with_beacon("yolo:eff=1", posted))) if posted else None
 
 
-def feed(cfg: config_mod.Config, folder: Path, job: int, seconds: float, elapsed: int | None,
-         uid: int | None = None, **workload: int) -> feedback.Feedback | None:  # fmt: skip
+def feed(
+    cfg: config_mod.Config,
+    folder: Path,
+    job: int,
+    seconds: float,
+    elapsed: int | None,
+    uid: int | None = None,
+    **workload: int,
+) -> feedback.Feedback | None:
     owner = os.getuid() if uid is None else uid
     return feedback.job_feedback(cfg, PART, job, forged(folder, job, seconds, **workload), "c", owner, elapsed)
 

@@ -52,8 +52,9 @@ def test_sample_from_usage(tmp_path: Path) -> None:
     w = sample(1).workload
     f = tmp_path / "u.jsonl"
     recs = [{"kind": "start", "gpus": 1, "workload": w.to_dict()}] + [
-        {"kind": "epoch", "epoch": e, "epochs": 5, "images": 200, "tokens": 200 * 320**2, "seconds": 3.0} for e in (1, 2, 3)
-    ]  # fmt: skip
+        {"kind": "epoch", "epoch": e, "epochs": 5, "images": 200, "tokens": 200 * 320**2, "seconds": 3.0}
+        for e in (1, 2, 3)
+    ]
     f.write_text("\n".join(map(json.dumps, recs)))
     s = from_usage(f, "k1")
     assert s is not None and s.train_seconds == 9.0 and s.workload.epochs == 3 and s.workload.val_passes == 3
@@ -80,8 +81,12 @@ def test_jobs_teach_the_startup_run_folders_cannot() -> None:
 
 def test_progress_line(tmp_path: Path) -> None:
     f = tmp_path / "u.jsonl"
-    f.write_text("\n".join(json.dumps({"kind": "epoch", "epoch": e, "epochs": 4, "images": 100, "tokens": 10**6, "seconds": 2.0})
-                           for e in (1, 2)))  # fmt: skip
+    f.write_text(
+        "\n".join(
+            json.dumps({"kind": "epoch", "epoch": e, "epochs": 4, "images": 100, "tokens": 10**6, "seconds": 2.0})
+            for e in (1, 2)
+        )
+    )
     p = progress.progress(parse_records(f))
     assert (p.epoch, p.epochs, p.tokens_done, p.tokens_total) == (2, 4, 2e6, 4e6)
     assert p.mtok_per_s == pytest.approx(0.5) and p.eta_seconds == pytest.approx(4.0)

@@ -131,7 +131,8 @@ def test_run_folders_are_cross_validated_on_their_training_time_alone(
     scored = fitting.cross_validated(folders, prior, DDP, REF)
     assert [actual for _, _, actual in scored] == [s.train_seconds for s, _, _ in scored]
     tm = fitting.fit_terms(folders[1:], prior, DDP, REF)  # the fit that did not see the first run
-    assert scored[0][1] == pytest.approx(predict_train_seconds(folders[0].workload, tm, folders[0].gpus, DDP, REF,
-                                                               folders[0].cpus))  # fmt: skip
+    assert scored[0][1] == pytest.approx(
+        predict_train_seconds(folders[0].workload, tm, folders[0].gpus, DDP, REF, folders[0].cpus)
+    )
     jobs = fitting.cross_validated(cal[:12], prior, DDP, REF)
     assert [actual for _, _, actual in jobs] == [s.total_seconds for s, _, _ in jobs]  # a job: its whole elapsed

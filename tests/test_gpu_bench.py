@@ -15,8 +15,9 @@ from bench import gpu_accuracy, gpu_corpus
 
 
 def test_the_shipped_gpu_priors_are_what_the_public_corpus_gives() -> None:
-    res = subprocess.run([sys.executable, "-m", "bench", "gpu-priors", "--check"], cwd=REPO, capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-m", "bench", "gpu-priors", "--check"], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -51,8 +52,14 @@ def test_a_point_never_predicts_itself() -> None:
 def test_the_gpu_bench_runs_in_its_cpu_form_and_writes_what_it_measured(
     tmp_path: Path, yolo_env: dict[str, str]
 ) -> None:
-    res = subprocess.run([sys.executable, "-m", "bench", "gpu", "--cpu", "--out", str(tmp_path)], cwd=REPO,
-                         env=yolo_env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-m", "bench", "gpu", "--cpu", "--out", str(tmp_path)],
+        cwd=REPO,
+        env=yolo_env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     (written,) = tmp_path.glob("cpu-*.json")
     data = json.loads(written.read_text())

@@ -86,9 +86,16 @@ def test_a_sites_own_tflops_take_the_law_never_a_known_types_fit() -> None:
 
 
 @pytest.mark.parametrize(
-    ("key", "value"), [("gpu_tflops", "nan"), ("gpu_tflops", "-1.0"), ("gpu_tflops", "1e308"),
-                       ("gpu_memory_gb", "-5.0"), ("gpu_memory_gb", "1e-300"), ("gpu_memory_gb", "inf")],
-)  # fmt: skip
+    ("key", "value"),
+    [
+        ("gpu_tflops", "nan"),
+        ("gpu_tflops", "-1.0"),
+        ("gpu_tflops", "1e308"),
+        ("gpu_memory_gb", "-5.0"),
+        ("gpu_memory_gb", "1e-300"),
+        ("gpu_memory_gb", "inf"),
+    ],
+)
 def test_impossible_card_figures_are_refused_at_load(key: str, value: str, tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
     path.write_text(f'[partitions.p]\ngpu_type = "zzcard"\n{key} = {value}\n')

@@ -67,8 +67,16 @@ def state() -> Iterator[Path]:
 
 
 def start_hookd(home: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([str(VENV_BIN / "slurm-yolo"), "hookd"], env={"SLURM_YOLO_CONFIG": str(home / "config.toml"),
-                            "SLURM_YOLO_HOME": str(home), "PATH": "/usr/bin:/bin", **(env or {})}, stderr=subprocess.PIPE)  # fmt: skip
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "slurm-yolo"), "hookd"],
+        env={
+            "SLURM_YOLO_CONFIG": str(home / "config.toml"),
+            "SLURM_YOLO_HOME": str(home),
+            "PATH": "/usr/bin:/bin",
+            **(env or {}),
+        },
+        stderr=subprocess.PIPE,
+    )
     poll("hookd socket", lambda: (home / "hookd.sock").is_socket() or proc.poll() is not None, timeout=30)
     assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
     return proc
@@ -84,9 +92,16 @@ def hookd(cluster: None, state: Path) -> Iterator[subprocess.Popen[bytes]]:
 
 
 def hook_env(home: Path, job: int, restart: int = 0, socket: Path | None = None) -> dict[str, str]:
-    return {"SLURM_JOB_ID": str(job), "SLURM_JOB_ACCOUNT": "vision", "SLURM_JOB_USER": "root", "SLURM_JOB_PARTITION": "a100",
-            "SLURM_CLUSTER_NAME": "yolo", "SLURM_JOB_RESTART_COUNT": str(restart), "SLURM_YOLO_HOME": str(home),
-            "SLURM_YOLO_HOOKD_SOCKET": str(socket or home / "hookd.sock")}  # fmt: skip
+    return {
+        "SLURM_JOB_ID": str(job),
+        "SLURM_JOB_ACCOUNT": "vision",
+        "SLURM_JOB_USER": "root",
+        "SLURM_JOB_PARTITION": "a100",
+        "SLURM_CLUSTER_NAME": "yolo",
+        "SLURM_JOB_RESTART_COUNT": str(restart),
+        "SLURM_YOLO_HOME": str(home),
+        "SLURM_YOLO_HOOKD_SOCKET": str(socket or home / "hookd.sock"),
+    }
 
 
 def runs(home: Path) -> list[dict]:
@@ -111,8 +126,10 @@ def check(home: Path) -> list[str]:
 def ended_jobs(n: int) -> list[int]:
     """Jobs that ran and ended, for replaying their hooks (the cluster's own hooks billed them in the
     cluster's ledger; the replays here write the test's)."""
-    jobs = [commands.submit("#!/bin/bash\ntrue\n", ["-p", "a100", "--gres=shard:a100:1", "-t", "1", "-o", "/dev/null"])
-            for _ in range(n)]  # fmt: skip
+    jobs = [
+        commands.submit("#!/bin/bash\ntrue\n", ["-p", "a100", "--gres=shard:a100:1", "-t", "1", "-o", "/dev/null"])
+        for _ in range(n)
+    ]
     for job in jobs:
         commands.wait_for_end(job, poll=0.3, timeout=120)
     poll("sacct has every end", lambda: all(runs and runs[-1].final for runs in commands.job_runs(jobs).values()))
@@ -120,8 +137,12 @@ def ended_jobs(n: int) -> list[int]:
 
 
 def held_jobs(n: int) -> list[int]:
-    return [commands.submit("#!/bin/bash\ntrue\n", ["-p", "a100", "--gres=gpu:a100:1", "--hold", "-t", "5", "-o", "/dev/null"])
-            for _ in range(n)]  # fmt: skip
+    return [
+        commands.submit(
+            "#!/bin/bash\ntrue\n", ["-p", "a100", "--gres=gpu:a100:1", "--hold", "-t", "5", "-o", "/dev/null"]
+        )
+        for _ in range(n)
+    ]
 
 
 def test_client_names_a_missing_event_and_exits_zero() -> None:
@@ -208,16 +229,41 @@ def test_hookd_refuses_other_users(hookd: subprocess.Popen[bytes], state: Path) 
     [job] = held_jobs(1)
     try:
         env = hook_env(state, job)
-        send = ("import contextlib,socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]);\n"
-                "with contextlib.suppress(OSError): s.sendall(sys.argv[2].encode().replace(b',', b'\\0')); s.shutdown(1)\n"
-                "print(s.recv(99).decode(), end='')")  # fmt: skip  # hookd may answer and close before reading
+        send = (
+            "import contextlib,socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]);\n"
+            "with contextlib.suppress(OSError): s.sendall(sys.argv[2].encode().replace(b',', b'\\0')); s.shutdown(1)\n"
+            "print(s.recv(99).decode(), end='')"
+        )  # hookd may answer and close before reading
         request = f"prolog,SLURM_JOB_ID={job},SLURM_YOLO_HOME={state}"
-        res = subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", "/usr/bin/python3", "-c", send, str(state / "hookd.sock"),
-                              request], capture_output=True, text=True, cwd="/tmp", timeout=60, check=False)  # fmt: skip
+        res = subprocess.run(
+            [
+                "/usr/sbin/runuser",
+                "-u",
+                "alice",
+                "--",
+                "/usr/bin/python3",
+                "-c",
+                send,
+                str(state / "hookd.sock"),
+                request,
+            ],
+            capture_output=True,
+            text=True,
+            cwd="/tmp",
+            timeout=60,
+            check=False,
+        )
         assert res.stdout == "error: permission denied\n", res.stderr
         # the client run by alice is refused too, falls back on the Python hook, which cannot write
-        res = subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", str(CLIENT), "prolog"], env=env,
-                             capture_output=True, text=True, cwd="/tmp", timeout=60, check=False)  # fmt: skip
+        res = subprocess.run(
+            ["/usr/sbin/runuser", "-u", "alice", "--", str(CLIENT), "prolog"],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd="/tmp",
+            timeout=60,
+            check=False,
+        )
         assert res.returncode == 0 and "slurm-yolo-hook: hookd: error: permission denied" in res.stderr
         assert runs(state) == []
     finally:
@@ -253,8 +299,12 @@ def test_chaos_through_hookd_killed_and_restarted_keeps_the_books(hookd: subproc
     for job in jobs:
         commands.wait_for_end(job, poll=0.3, timeout=60)
     env = {"SLURM_YOLO_CONFIG": str(state / "config.toml"), "SLURM_YOLO_HOME": str(state), "PATH": "/usr/bin:/bin"}
-    subprocess.run([str(VENV_BIN / "slurm-yolo"), "ledger", "reconcile", "--min-age", "0"], env=env, check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        [str(VENV_BIN / "slurm-yolo"), "ledger", "reconcile", "--min-age", "0"],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     rows = [r for r in runs(state) if r["job_id"] in jobs]  # reconcile also bills the cluster's other runs here
     assert len(rows) == 50 and all(
         r["state"] == "settled" and r["charge"] == 0 and r["refund"] == r["hold"] for r in rows
@@ -277,8 +327,17 @@ def test_kill_9_right_after_50_acknowledged_epilogs_loses_none(cluster: None, st
     (state / "slow.toml").write_text(text.replace("[slurm]\n", f'[slurm]\nbin_dir = "{slow}"\n'))
     server = start_hookd(state, {"SLURM_YOLO_CONFIG": str(state / "slow.toml")})
     try:
-        acked = [subprocess.run([str(CLIENT), "epilog"], env=hook_env(state, job), timeout=60, capture_output=True,
-                                text=True, check=False) for job in jobs]  # fmt: skip
+        acked = [
+            subprocess.run(
+                [str(CLIENT), "epilog"],
+                env=hook_env(state, job),
+                timeout=60,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            for job in jobs
+        ]
         assert all(r.returncode == 0 and r.stderr == "" for r in acked)  # hookd's "ok", no fallback
     finally:
         server.send_signal(signal.SIGKILL)
@@ -292,8 +351,12 @@ def test_kill_9_right_after_50_acknowledged_epilogs_loses_none(cluster: None, st
     finally:
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=60) == 0
-    res = subprocess.run(["/usr/bin/sacct", "-X", "-n", "-P", "-j", ",".join(map(str, jobs)), "-o", "JobIDRaw,ElapsedRaw"],
-                         capture_output=True, text=True, check=True)  # fmt: skip
+    res = subprocess.run(
+        ["/usr/bin/sacct", "-X", "-n", "-P", "-j", ",".join(map(str, jobs)), "-o", "JobIDRaw,ElapsedRaw"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     elapsed = {int(j): int(e) for j, e in (line.split("|") for line in res.stdout.split())}
     rows = runs(state)
     assert sorted(r["job_id"] for r in rows) == sorted(jobs)
@@ -309,8 +372,15 @@ def admit(state: Path, *args: str, user: str | None = None) -> subprocess.Comple
     argv = [str(CLIENT), "admit", *args]
     if user:
         argv = ["/usr/sbin/runuser", "-u", user, "--", *argv]
-    return subprocess.run(argv, env={"SLURM_YOLO_HOOKD_SOCKET": str(state / "hookd.sock")}, capture_output=True,
-                          text=True, cwd="/tmp", timeout=60, check=False)  # fmt: skip
+    return subprocess.run(
+        argv,
+        env={"SLURM_YOLO_HOOKD_SOCKET": str(state / "hookd.sock")},
+        capture_output=True,
+        text=True,
+        cwd="/tmp",
+        timeout=60,
+        check=False,
+    )
 
 
 def test_admission_on_a_shared_ledger_through_hookd(hookd: subprocess.Popen[bytes], state: Path) -> None:
@@ -325,9 +395,16 @@ def test_admission_on_a_shared_ledger_through_hookd(hookd: subprocess.Popen[byte
     assert (res.returncode, res.stdout) == (1, "refused 1000 0 600\n")  # 600 + 401 > 1000
     res = admit(state, "west", "vision", "400", "research=5")
     assert (res.returncode, res.stdout) == (0, "ok\n")
-    for bad in (["east", "vision"], ["east", "vis ion", "1"], ["east", "vision", "-5"], ["east", "vision", "1e3"],
-                ["east", "vision", "1", "x=1", "x=2"], ["east';rm -rf /;'", "vision", "1"], ["east", "vision", "1", "=1"],
-                ["east", "vision", "9" * 40]):  # fmt: skip
+    for bad in (
+        ["east", "vision"],
+        ["east", "vis ion", "1"],
+        ["east", "vision", "-5"],
+        ["east", "vision", "1e3"],
+        ["east", "vision", "1", "x=1", "x=2"],
+        ["east';rm -rf /;'", "vision", "1"],
+        ["east", "vision", "1", "=1"],
+        ["east", "vision", "9" * 40],
+    ):
         res = admit(state, *bad)
         assert res.returncode == 1 and res.stdout.startswith("error: "), (bad, res.stdout)
     res = admit(state, "east", "vision", "1", user="alice")  # the socket is the SlurmUser's
@@ -337,7 +414,10 @@ def test_admission_on_a_shared_ledger_through_hookd(hookd: subprocess.Popen[byte
     assert (res.returncode, res.stdout) == (1, "error: permission denied\n")
     with ledger.reader(cfg) as lg:  # type: ignore[union-attr]
         assert {(r["cluster"], r["account"], r["tokens"]) for r in lg.commitments()} == {
-            ("east", "vision", 600), ("west", "vision", 400), ("west", "research", 5)}  # fmt: skip
+            ("east", "vision", 600),
+            ("west", "vision", 400),
+            ("west", "research", 5),
+        }
         assert lg.account("vision")["balance"] == 1_000 and lg.check() == []
     hookd.send_signal(signal.SIGTERM)
     hookd.wait(timeout=60)
@@ -396,8 +476,11 @@ def test_the_real_script_on_a_shared_ledger_asks_hookd(cluster: None, state: Pat
     shutil.copy2(mariadb_options, options)
     shutil.chown(options, "slurm", "slurm")
     text = (state / "config.toml").read_text()
-    (state / "config.toml").write_text(text.replace("[ledger]\n", f'[ledger]\nbackend = "mariadb"\nmariadb_options'
-                                                    f' = "{options}"\ndefault_price = 10\n'))  # fmt: skip
+    (state / "config.toml").write_text(
+        text.replace(
+            "[ledger]\n", f'[ledger]\nbackend = "mariadb"\nmariadb_options = "{options}"\ndefault_price = 10\n'
+        )
+    )
     cfg = config_mod.load(state / "config.toml", env={"SLURM_YOLO_HOME": str(state)})
     script = state / "job_submit.lua"
     script.write_text(availability.script(cfg, "east"))
@@ -406,8 +489,9 @@ def test_the_real_script_on_a_shared_ledger_asks_hookd(cluster: None, state: Pat
         lg.credit("vision", 1_000, "test")
 
     def submit_all() -> list[str]:
-        res = subprocess.run([lua, str(state / "driver.lua"), str(script)], capture_output=True, text=True,
-                             timeout=120, check=True)  # fmt: skip
+        res = subprocess.run(
+            [lua, str(state / "driver.lua"), str(script)], capture_output=True, text=True, timeout=120, check=True
+        )
         return res.stdout.splitlines()
 
     Path("/tmp/slurm-yolo-pwned").unlink(missing_ok=True)
@@ -420,10 +504,12 @@ def test_the_real_script_on_a_shared_ledger_asks_hookd(cluster: None, state: Pat
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
     assert ok == "0 "  # 60 s x 1 GPU x 10 = 600 of the ledger's 1,000
-    assert second == ("2050 slurm-yolo: account vision cannot cover this job: its worst case is 600 tokens (60 s x 1"
-                      " GPU x 10 tokens/GPU-s on p x rate 1), the account has 400 left across the clusters that share"
-                      " its budget (balance 1,000, minus 600 for its pending and starting GPU jobs here and 0 for those"
-                      " on the other clusters)")  # fmt: skip
+    assert second == (
+        "2050 slurm-yolo: account vision cannot cover this job: its worst case is 600 tokens (60 s x 1"
+        " GPU x 10 tokens/GPU-s on p x rate 1), the account has 400 left across the clusters that share"
+        " its budget (balance 1,000, minus 600 for its pending and starting GPU jobs here and 0 for those"
+        " on the other clusters)"
+    )
     assert shouted == second  # -A VISION is vision, as Slurm folds it (and as the ledger keeps it)
     assert hostile.startswith("2050 slurm-yolo: account x';touch /tmp/slurm-yolo-pwned;' cannot cover this job")
     assert not Path("/tmp/slurm-yolo-pwned").exists()
@@ -452,6 +538,8 @@ def test_the_doctor_asks_hookd_which_config_it_serves(hookd: subprocess.Popen[by
     later = path.stat().st_mtime + 5
     os.utime(path, (later, later))  # an admin's edit after hookd started
     assert [(p.what, p.fix) for p in doctor._hookd(cfg)] == [
-        (f"hookd read {path} before its last change: it holds, settles and admits by the old one",
-         "systemctl restart slurm-yolo-hookd")
-    ]  # fmt: skip
+        (
+            f"hookd read {path} before its last change: it holds, settles and admits by the old one",
+            "systemctl restart slurm-yolo-hookd",
+        )
+    ]

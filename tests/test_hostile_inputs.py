@@ -44,8 +44,15 @@ def plant(folder: Path, name: str, junk: str) -> None:
 
 def slurm_yolo(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """This checkout's ``slurm-yolo ARGS``, killed (TimeoutExpired) if it does not finish in 30 s."""
-    return subprocess.run([sys.executable, "-m", "slurm_yolo", *args], env={**env, "PYTHONPATH": str(REPO)}, capture_output=True,
-                          text=True, timeout=30, cwd="/tmp", check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "slurm_yolo", *args],
+        env={**env, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd="/tmp",
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -78,7 +85,8 @@ def books(home: Path) -> dict[str, str]:
 def test_alerts(books: dict[str, str], home: Path, junk: str) -> None:
     before = slurm_yolo("alerts", "--json", env=books)
     assert before.returncode == 1 and json.loads(before.stdout) == [
-        {"kind": "refusals", "subject": "vision", "message": "3 submissions refused in a row for lack of tokens"}]  # fmt: skip
+        {"kind": "refusals", "subject": "vision", "message": "3 submissions refused in a row for lack of tokens"}
+    ]
     plant(home / "refusals", "note.json", junk)  # the drop box of earlier releases, left on an upgraded host
     after = slurm_yolo("alerts", "--json", env=books)
     assert (after.returncode, after.stdout, after.stderr) == (before.returncode, before.stdout, before.stderr)
@@ -118,8 +126,20 @@ def alices_runs(cluster: Slurm) -> Iterator[tuple[dict[str, int], dict[str, Path
     jobs = {}
     for name, d in dirs.items():
         script = f"echo '{record}' > yolo-usage-$SLURM_JOB_ID.jsonl; sleep 2" if name == "scored" else "sleep 2"
-        jobs[name] = cluster.sbatch("-A", "vision", "-p", "t4", "--gres=gpu:t4:1", "-t", "1", "--chdir", str(d),
-                                    "--comment=yolo:tok=1,eff=1,pred_s=2,limit_s=60,k=1,gpus=1", script=script, user="alice")  # fmt: skip
+        jobs[name] = cluster.sbatch(
+            "-A",
+            "vision",
+            "-p",
+            "t4",
+            "--gres=gpu:t4:1",
+            "-t",
+            "1",
+            "--chdir",
+            str(d),
+            "--comment=yolo:tok=1,eff=1,pred_s=2,limit_s=60,k=1,gpus=1",
+            script=script,
+            user="alice",
+        )
     try:
         for job in jobs.values():
             cluster.settled(job)

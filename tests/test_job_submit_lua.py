@@ -89,8 +89,16 @@ def request(
         n: {"default_time": rng.choice([NO_VAL, 30]), "max_time": rng.choice([INFINITE, 2880]), "flag_default": 0}
         for n in parts
     }
-    desc = {"time_limit": limit, "partition": ",".join(names), "qos": qos, "min_nodes": nodes, "max_nodes": nodes,
-            "tres_per_node": gres(rng, kind, count), "array_inx": array, "shared": 0 if exclusive else NO_VAL}  # fmt: skip
+    desc = {
+        "time_limit": limit,
+        "partition": ",".join(names),
+        "qos": qos,
+        "min_nodes": nodes,
+        "max_nodes": nodes,
+        "tres_per_node": gres(rng, kind, count),
+        "array_inx": array,
+        "shared": 0 if exclusive else NO_VAL,
+    }
     rate = tiers.get(qos, policy.RATE_SCALE)
     worst = 0
     for n in names:
@@ -103,20 +111,36 @@ def request(
     p_kind, p_count, p_tasks = rng.choice(["gpu", "shard"]), rng.choice([1, 4, 10**9 - 1]), rng.choice([1, 7])
     p_names, p_limit = rng.sample(sorted(parts), 2), rng.choice([NO_VAL, 10, 527040])
     p_qos = rng.choice([*tiers, None])
-    job = {"job_state": 0, "job_id": 10_000 + i, "tres_fmt_req_str": f"cpu=1,gres/{p_kind}={p_count}",
-           "time_limit": p_limit, "partition": ",".join(p_names), "array_task_cnt": p_tasks}  # fmt: skip
+    job = {
+        "job_state": 0,
+        "job_id": 10_000 + i,
+        "tres_fmt_req_str": f"cpu=1,gres/{p_kind}={p_count}",
+        "time_limit": p_limit,
+        "partition": ",".join(p_names),
+        "array_task_cnt": p_tasks,
+    }
     if p_qos is not None:
         job["qos"] = p_qos
     p_rate = tiers.get(p_qos, policy.RATE_SCALE) if p_qos else max([policy.RATE_SCALE, *tiers.values()])
     pending = p_tasks * max(
-        policy.tokens(seconds_of(p_limit, None, UNLIMITED),
-                      policy.share(p_count if p_kind == "gpu" else 0, p_count, parts[n].shards_per_gpu), PRICES[n], p_rate)
+        policy.tokens(
+            seconds_of(p_limit, None, UNLIMITED),
+            policy.share(p_count if p_kind == "gpu" else 0, p_count, parts[n].shards_per_gpu),
+            PRICES[n],
+            p_rate,
+        )
         for n in p_names
-    )  # fmt: skip
+    )
     # a record slurmctld freed after it built slurm.jobs (memory since reused): its id is not its key
     stale = {**job, "job_id": 20_000 + i, "stale_key": str(30_000 + i)}
-    return {"account": f"c{i}", "desc": desc, "parts": part_list, "jobs": [job, stale], "need": worst * tasks,
-            "pending": pending}  # fmt: skip
+    return {
+        "account": f"c{i}",
+        "desc": desc,
+        "parts": part_list,
+        "jobs": [job, stale],
+        "need": worst * tasks,
+        "pending": pending,
+    }
 
 
 UNLIMITED = policy.unlimited_cap(168)
@@ -139,14 +163,23 @@ def test_lua_worst_cases_equal_the_policy(tmp_path: Path, home: Path) -> None:
     for n, name in enumerate(sorted(partitions)):
         current = rng.choice([1, 3, 1000, 999_983, 10**12 + 7, 10**15])
         PRICES[name] = current
-        prices += [{"id": 5 * n, "cluster": "", "partition": name, "price": current * 2 + 1, "effective_at": now - 7200},
-                   {"id": 5 * n + 1, "cluster": "", "partition": name, "price": current, "effective_at": now - 60},
-                   {"id": 5 * n + 2, "cluster": "", "partition": name, "price": current * 5, "effective_at": now + 86400},
-                   {"id": 5 * n + 3, "cluster": "other", "partition": name, "price": 7, "effective_at": now - 60}]  # fmt: skip
+        prices += [
+            {"id": 5 * n, "cluster": "", "partition": name, "price": current * 2 + 1, "effective_at": now - 7200},
+            {"id": 5 * n + 1, "cluster": "", "partition": name, "price": current, "effective_at": now - 60},
+            {"id": 5 * n + 2, "cluster": "", "partition": name, "price": current * 5, "effective_at": now + 86400},
+            {"id": 5 * n + 3, "cluster": "other", "partition": name, "price": 7, "effective_at": now - 60},
+        ]
         if n % 2:  # the script's own cluster's price, in effect: it, not every cluster's, is held
             PRICES[name] = current + 11
-            prices.append({"id": 5 * n + 4, "cluster": "yolo", "partition": name, "price": current + 11,
-                           "effective_at": now - 3600})  # fmt: skip
+            prices.append(
+                {
+                    "id": 5 * n + 4,
+                    "cluster": "yolo",
+                    "partition": name,
+                    "price": current + 11,
+                    "effective_at": now - 3600,
+                }
+            )
         elif n == 2:  # one only scheduled: every cluster's price holds until then
             prices.append(
                 {"id": 5 * n + 4, "cluster": "yolo", "partition": name, "price": 3, "effective_at": now + 600}
@@ -159,21 +192,29 @@ def test_lua_worst_cases_equal_the_policy(tmp_path: Path, home: Path) -> None:
     ]
     tiers["prod"] = 700_001  # the script's cluster's own rate
     cases = [request(rng, i, partitions, tiers, big=i % 3 == 0) for i in range(CASES)]
-    accounts = [{"name": f"{c['account']}{suffix}", "balance": balance, "capacity": 0, "rate_per_day": 0}
-                for c in cases
-                for suffix, balance in (("z", 0), ("ok", c["need"] + c["pending"]), ("no", c["need"] + c["pending"] - 1))]  # fmt: skip
+    accounts = [
+        {"name": f"{c['account']}{suffix}", "balance": balance, "capacity": 0, "rate_per_day": 0}
+        for c in cases
+        for suffix, balance in (("z", 0), ("ok", c["need"] + c["pending"]), ("no", c["need"] + c["pending"] - 1))
+    ]
     text = availability.render(cfg, now, accounts, prices, tier_rows, [])
     availability.path(cfg).parent.mkdir(parents=True, exist_ok=True)
     availability.path(cfg).write_text(text)
     db.make_private(cfg.state_dir)  # where slurmctld appends refusals.log (the ledger's writers make it)
     script = tmp_path / "job_submit.lua"
     script.write_text(availability.script(cfg, "yolo"))
-    (tmp_path / "cases.lua").write_text("return " + lua([{k: v for k, v in c.items() if k not in ("need", "pending")}
-                                                          for c in cases]))  # fmt: skip
+    (tmp_path / "cases.lua").write_text(
+        "return " + lua([{k: v for k, v in c.items() if k not in ("need", "pending")} for c in cases])
+    )
     (tmp_path / "driver.lua").write_text(DRIVER)
     assert LUA is not None, "CI installs lua5.1 (deploy/install)"
-    out = subprocess.run([LUA, str(tmp_path / "driver.lua"), str(script), str(tmp_path / "cases.lua")],
-                         capture_output=True, text=True, check=True, timeout=120).stdout  # fmt: skip
+    out = subprocess.run(
+        [LUA, str(tmp_path / "driver.lua"), str(script), str(tmp_path / "cases.lua")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
     results = dict(line.split(" ") for line in out.splitlines())
     refused = {
         line.split(" ")[1]: line.split(" ")[3:5] for line in availability.refusals_path(cfg).read_text().splitlines()
@@ -188,8 +229,14 @@ def test_lua_worst_cases_equal_the_policy(tmp_path: Path, home: Path) -> None:
     assert max(c["need"] for c in cases) > 2**64 and any(0 < c["need"] < 2**53 for c in cases)
 
 
-def run_on_p0(tmp_path: Path, cfg: config.Config, accounts: list[dict[str, Any]], price: int,
-              cases: list[dict[str, Any]], driver: str) -> str:  # fmt: skip
+def run_on_p0(
+    tmp_path: Path,
+    cfg: config.Config,
+    accounts: list[dict[str, Any]],
+    price: int,
+    cases: list[dict[str, Any]],
+    driver: str,
+) -> str:
     """The script of ``cfg`` (one partition, p0, at ``price``) run by ``driver`` on ``cases``, with
     ``accounts`` published: what the driver printed."""
     prices = [{"id": 1, "cluster": "", "partition": "p0", "price": price, "effective_at": time.time() - 60}]
@@ -201,8 +248,13 @@ def run_on_p0(tmp_path: Path, cfg: config.Config, accounts: list[dict[str, Any]]
     (tmp_path / "cases.lua").write_text("return " + lua(cases))
     (tmp_path / "driver.lua").write_text(driver)
     assert LUA is not None, "CI installs lua5.1 (deploy/install)"
-    return subprocess.run([LUA, str(tmp_path / "driver.lua"), str(script), str(tmp_path / "cases.lua")],
-                          capture_output=True, text=True, check=True, timeout=120).stdout  # fmt: skip
+    return subprocess.run(
+        [LUA, str(tmp_path / "driver.lua"), str(script), str(tmp_path / "cases.lua")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
 
 
 P0 = {"default_time": NO_VAL, "max_time": INFINITE, "flag_default": 0}  # a partition without limits
@@ -219,8 +271,19 @@ def test_gpus_slurm_derives_from_ntasks_per_gpu_are_counted(tmp_path: Path, home
         {"name": n, "balance": b, "capacity": 0, "rate_per_day": 0}
         for n, b in (("tz", 0), ("tok", need), ("tno", need - 1))
     ]
-    case = {"account": "t", "desc": {"time_limit": 1, "partition": "p0", "num_tasks": 6, "ntasks_per_tres": 4,
-                                     "min_nodes": 1, "max_nodes": 1}, "parts": {"p0": P0}, "jobs": []}  # fmt: skip
+    case = {
+        "account": "t",
+        "desc": {
+            "time_limit": 1,
+            "partition": "p0",
+            "num_tasks": 6,
+            "ntasks_per_tres": 4,
+            "min_nodes": 1,
+            "max_nodes": 1,
+        },
+        "parts": {"p0": P0},
+        "jobs": [],
+    }
     out = run_on_p0(tmp_path, cfg, accounts, price, [case], DRIVER)
     assert dict(line.split(" ") for line in out.splitlines()) == {"tz": "2050", "tok": "0", "tno": "2050"}
     refused = [line.split(" ") for line in availability.refusals_path(cfg).read_text().splitlines()]
@@ -249,8 +312,11 @@ def test_a_job_the_refill_covers_soon_waits_for_it(tmp_path: Path, home: Path) -
     beyond the wait, beyond the bucket's capacity or without a quota is refused as before. A --begin
     later than the refill stays the user's."""
     cfg = config.load()
-    cfg = replace(cfg, partitions={"p0": Partition("p0", gpus_per_node=8, shards_per_gpu=0)},
-                  values={**cfg.values, "ledger": {**cfg["ledger"], "credit_wait_minutes": 60}})  # fmt: skip
+    cfg = replace(
+        cfg,
+        partitions={"p0": Partition("p0", gpus_per_node=8, shards_per_gpu=0)},
+        values={**cfg.values, "ledger": {**cfg["ledger"], "credit_wait_minutes": 60}},
+    )
     price = 1000
     need = 60 * price  # a minute of one GPU
     per_day = need * 144  # a job's worth every 600 s
@@ -263,9 +329,21 @@ def test_a_job_the_refill_covers_soon_waits_for_it(tmp_path: Path, home: Path) -
         {"name": "none", "balance": 0, "capacity": 0, "rate_per_day": 0},  # no quota
     ]
     far = int(time.time()) + 7200
-    cases = [{"desc": {"account": a["name"], "time_limit": 1, "partition": "p0", "tres_per_node": "gres:gpu:1",
-                       "min_nodes": 1, "max_nodes": 1, **({"begin_time": far} if a["name"] == "later" else {})},
-              "parts": {"p0": P0}} for a in accounts]  # fmt: skip
+    cases = [
+        {
+            "desc": {
+                "account": a["name"],
+                "time_limit": 1,
+                "partition": "p0",
+                "tres_per_node": "gres:gpu:1",
+                "min_nodes": 1,
+                "max_nodes": 1,
+                **({"begin_time": far} if a["name"] == "later" else {}),
+            },
+            "parts": {"p0": P0},
+        }
+        for a in accounts
+    ]
     out = run_on_p0(tmp_path, cfg, accounts, price, cases, WAIT_DRIVER)
     got = {line.split("|")[0]: line.split("|")[1:] for line in out.splitlines()}
     waits = {a: int(begin) for a, (rc, begin, _) in got.items() if rc == "0"}

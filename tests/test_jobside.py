@@ -51,8 +51,11 @@ def job_dir(cluster: Slurm, yolo_env: dict[str, str], monkeypatch: pytest.Monkey
     tmp_path = Path(tempfile.mkdtemp(dir=USERS_FS))
     monkeypatch.delenv("SLURM_YOLO_HOME", raising=False)
     cfg = tmp_path / "config.toml"
-    cfg.write_text(cluster.config_path.read_text().replace(
-        "[job]\n", f"[job]\nyolo_config_dir = \"{yolo_env['YOLO_CONFIG_DIR']}\"\n"))  # fmt: skip
+    cfg.write_text(
+        cluster.config_path.read_text().replace(
+            "[job]\n", f'[job]\nyolo_config_dir = "{yolo_env["YOLO_CONFIG_DIR"]}"\n'
+        )
+    )
     monkeypatch.setenv("SLURM_YOLO_CONFIG", str(cfg))
     tmp_path.chmod(0o755)
     monkeypatch.chdir(tmp_path)
@@ -83,8 +86,18 @@ def history_entry(partition: str, source: str) -> calibration.TimeModel | None:
 
 
 def train_words(folder: Path, dataset: Path, name: str, epochs: int = 2) -> list[str]:
-    return ["train", "model=yolov8n.yaml", f"data={dataset}", f"epochs={epochs}", "imgsz=64", "batch=8", "workers=0",
-            f"project={folder}/runs", f"name={name}", "exist_ok=True"]  # fmt: skip
+    return [
+        "train",
+        "model=yolov8n.yaml",
+        f"data={dataset}",
+        f"epochs={epochs}",
+        "imgsz=64",
+        "batch=8",
+        "workers=0",
+        f"project={folder}/runs",
+        f"name={name}",
+        "exist_ok=True",
+    ]
 
 
 def test_job_feedback_moves_k_and_the_next_estimate(job_dir: Path, dataset: Path, cluster: Slurm) -> None:
@@ -112,8 +125,9 @@ def test_job_feedback_moves_k_and_the_next_estimate(job_dir: Path, dataset: Path
     # Another work dir than the submit dir: the records go where the epilog's feedback and --wait look.
     work = job_dir / "work"
     work.mkdir(mode=0o755)
-    res = CliRunner().invoke(yolo_sbatch, ["-p", "t4", "--wait", f"--sbatch-arg=--chdir={work}",
-                                           *train_words(job_dir, dataset, "fb2")])  # fmt: skip
+    res = CliRunner().invoke(
+        yolo_sbatch, ["-p", "t4", "--wait", f"--sbatch-arg=--chdir={work}", *train_words(job_dir, dataset, "fb2")]
+    )
     assert res.exit_code == 0, res.output
     second = int(res.output.split()[3])
     assert "epoch 2/2" in res.output and "MTok/s" in res.output  # --wait shows live progress
@@ -172,7 +186,8 @@ def test_signal_checkpoints_requeues_and_resumes(job_dir: Path, dataset: Path, c
     first = [r for r in epochs if r["restart"] == 0]
     assert first[-1]["epoch"] == requeue["epoch"]  # stopped at the checkpoint: no epoch of run 0 lost or redone
     assert [r["seconds"] for r in first] == pytest.approx(
-        [b.time - a.time for a, b in zip([EpochRow(0, 0.0), *rows], rows[: len(first)], strict=False)], abs=1e-3)  # fmt: skip
+        [b.time - a.time for a, b in zip([EpochRow(0, 0.0), *rows], rows[: len(first)], strict=False)], abs=1e-3
+    )
     saved = next(r for r in recs if r["kind"] == "checkpoint" and r["epoch"] == requeue["epoch"])
     assert next(r for r in recs if r["kind"] == "resume")["from"] == saved["last"]
 
@@ -181,9 +196,11 @@ def says(at: str) -> str:
     """A job script's line that writes its summary into its own Comment, as the launcher does, with
     its progress last seen at the shell expression ``at``; an array task names itself ARRAY_TASK (its
     own id may be the array's, which names every task)."""
-    return ('T=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_$SLURM_ARRAY_TASK_ID}\n'
-            f'scontrol update JobId=${{T:-$SLURM_JOB_ID}} Comment="yolo:eff=1;run:at=$(({at})),ep=1,s=1,one=1,g=1,c=1"'
-            " || exit 3\n")  # fmt: skip
+    return (
+        "T=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_$SLURM_ARRAY_TASK_ID}\n"
+        f'scontrol update JobId=${{T:-$SLURM_JOB_ID}} Comment="yolo:eff=1;run:at=$(({at})),ep=1,s=1,one=1,g=1,c=1"'
+        " || exit 3\n"
+    )
 
 
 def test_watchdog_requeues_or_cancels_a_silent_job(job_dir: Path, cluster: Slurm) -> None:
@@ -206,15 +223,21 @@ def test_watchdog_acts_on_one_array_task_alone(job_dir: Path) -> None:
     field, and the watchdog cancels that task, not its array. Only this test's jobs are acted on
     (others may share the cluster). Task 1 stopped making progress an hour ago; task 2 says so
     every second."""
-    script = ("#!/bin/bash\necho started\nif [ $SLURM_ARRAY_TASK_ID = 1 ]; then\n"
-              f"{says('$(date +%s) - 3600')}sleep 600\nfi\nwhile :; do\n{says('$(date +%s)')}sleep 1\ndone\n")  # fmt: skip
+    script = (
+        "#!/bin/bash\necho started\nif [ $SLURM_ARRAY_TASK_ID = 1 ]; then\n"
+        f"{says('$(date +%s) - 3600')}sleep 600\nfi\nwhile :; do\n{says('$(date +%s)')}sleep 1\ndone\n"
+    )
     array = commands.submit(
         script, ["-p", "t4", "-t", "15", "-a", "1-2", "-J", "z|a|b", "-o", str(job_dir / "z-%A_%a.out")]
     )
 
     def tasks() -> dict[str, int] | None:
-        out = subprocess.run(["/usr/bin/squeue", "-h", "-j", str(array), "-t", "RUNNING", "-o", "%i %A"],
-                             capture_output=True, text=True, check=False).stdout.split()  # fmt: skip
+        out = subprocess.run(
+            ["/usr/bin/squeue", "-h", "-j", str(array), "-t", "RUNNING", "-o", "%i %A"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.split()
         found = {task: int(own) for task, own in zip(out[::2], out[1::2], strict=False)}
         ready = len(found) == 2 and all(";run:" in commands.job_comment(task) for task in found)
         return found if ready else None

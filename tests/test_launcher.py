@@ -98,8 +98,15 @@ def job(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
 
 
 def words(dataset: Path, project: Path, epochs: int) -> list[str]:
-    return ["train", "model=yolov8n.yaml", f"data={dataset}", f"epochs={epochs}", "imgsz=64", f"project={project}",
-            "name=run"]  # fmt: skip
+    return [
+        "train",
+        "model=yolov8n.yaml",
+        f"data={dataset}",
+        f"epochs={epochs}",
+        "imgsz=64",
+        f"project={project}",
+        "name=run",
+    ]
 
 
 def records(path: Path) -> list[dict]:
@@ -137,8 +144,9 @@ def test_records_come_from_the_run_folder(job: Path, dataset: Path) -> None:
     epochs = [r for r in recs if r["kind"] == "epoch"]
     rows = launcher.read_results_csv(job / "runs" / "run" / "results.csv")
     assert [e["epoch"] for e in epochs] == [1, 2, 3] and all(e["epochs"] == 3 for e in epochs)
-    assert [e["seconds"] for e in epochs] == pytest.approx([rows[0].time, rows[1].time - rows[0].time,
-                                                            rows[2].time - rows[1].time])  # fmt: skip
+    assert [e["seconds"] for e in epochs] == pytest.approx(
+        [rows[0].time, rows[1].time - rows[0].time, rows[2].time - rows[1].time]
+    )
     assert all(e["images"] == 16 and e["tokens"] == 16 * 64**2 for e in epochs)
     assert epochs[-1]["metrics"] == {"train/box_loss": pytest.approx(1 / 3, abs=1e-4), "metrics/mAP50-95(B)": 0.03}
     assert recs[-1]["epochs_completed"] == 3 and recs[-1]["metrics"]["metrics/mAP50-95(B)"] == 0.03
@@ -165,8 +173,9 @@ def test_usr2_requeues_the_array_task_at_the_next_checkpoint_and_the_next_run_re
     shown, *updates, last = (tmp_path / "slurm.log").read_text().splitlines()
     assert shown == "scontrol show job -o 101"  # the run's start line in the log names its time limit
     assert last == "scontrol requeue 100_5"  # after the summary of what was done, for the epilog's feedback
-    assert updates and all(u.startswith("scontrol update JobId=100_5 Comment=yolo:eff=7,pred_s=1;run:at=")
-                           for u in updates)  # fmt: skip
+    assert updates and all(
+        u.startswith("scontrol update JobId=100_5 Comment=yolo:eff=7,pred_s=1;run:at=") for u in updates
+    )
     summary = beacon.decode(beacon.summary_text(updates[-1].split("Comment=", 1)[1]))
     assert summary is not None and summary.epochs_done == requeue["epoch"] and summary.one_run is False
     assert summary.workload is not None and summary.workload.train_images == 16
@@ -191,14 +200,24 @@ def test_usr2_requeues_the_array_task_at_the_next_checkpoint_and_the_next_run_re
     assert next(r for r in second if r["kind"] == "epoch")["seconds"] < 1  # time restarts with the resumed run
 
 
-@pytest.mark.parametrize(("version", "preempt_time", "why", "asks"), [
-    ("slurm-wlm 22.05.8", "2026-12-03T11:19:35", "preempted", True),
-    ("slurm 24.11.5", "2026-12-03T11:19:35", "preempted", False),
-    ("slurm 24.11.5", "N/A", "USR1 without a preemption", True),  # her own scancel -s USR1: no preemption
-])  # fmt: skip
-def test_usr1_a_preemption_hands_over_at_the_next_checkpoint(job: Path, dataset: Path, tmp_path: Path, version: str,
-                                                             preempt_time: str, why: str, asks: bool,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("version", "preempt_time", "why", "asks"),
+    [
+        ("slurm-wlm 22.05.8", "2026-12-03T11:19:35", "preempted", True),
+        ("slurm 24.11.5", "2026-12-03T11:19:35", "preempted", False),
+        ("slurm 24.11.5", "N/A", "USR1 without a preemption", True),  # her own scancel -s USR1: no preemption
+    ],
+)
+def test_usr1_a_preemption_hands_over_at_the_next_checkpoint(
+    job: Path,
+    dataset: Path,
+    tmp_path: Path,
+    version: str,
+    preempt_time: str,
+    why: str,
+    asks: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The batch script's watch step passes a preemption on as USR1: the training stops at its next
     saved epoch and the job requeues, by asking for it where Slurm would complete a job that ends in
     its grace (22.05), by ending where Slurm requeues it itself (23.02 and later). A USR1 while
@@ -206,11 +225,14 @@ def test_usr1_a_preemption_hands_over_at_the_next_checkpoint(job: Path, dataset:
     monkeypatch.setenv("SLURM_JOB_ID", "102")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
     bin_dir = tmp_path / "bin"
-    (bin_dir / "scontrol").write_text(f'#!/bin/sh\n[ "$1" = --version ] && {{ echo "{version}"; exit 0; }}\n'
-                                      f'echo "scontrol $*" >> {tmp_path}/slurm.log\n')  # fmt: skip
+    (bin_dir / "scontrol").write_text(
+        f'#!/bin/sh\n[ "$1" = --version ] && {{ echo "{version}"; exit 0; }}\n'
+        f'echo "scontrol $*" >> {tmp_path}/slurm.log\n'
+    )
     (bin_dir / "squeue").write_text(  # the job's Comment, or the PreemptTime slurmctld set, each with its delimiter
         '#!/bin/sh\nfor a; do case "$a" in Comment:*) printf "yolo:eff=7%s\\n" "${a#Comment:}";; '
-        f'PreemptTime:*) printf "{preempt_time}%s\\n" "${{a#PreemptTime:}}";; esac; done\n')  # fmt: skip
+        f'PreemptTime:*) printf "{preempt_time}%s\\n" "${{a#PreemptTime:}}";; esac; done\n'
+    )
     usage = job / "yolo-usage-102.jsonl"
     signal_when(usage, signal.SIGUSR1, lambda recs: any(r["kind"] == "epoch" and r["epoch"] >= 2 for r in recs))
     assert launcher.run(words(dataset, job / "runs", 40)) == 0
@@ -239,8 +261,9 @@ def test_a_run_after_one_that_finished_trains_nothing(
     assert usage.read_text() == before
 
 
-def test_a_launcher_that_fails_takes_its_training_with_it(job: Path, dataset: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_a_launcher_that_fails_takes_its_training_with_it(
+    job: Path, dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The training runs in a session of its own: a launcher that fails (here, reading the run folder)
     kills it and its worker, which would otherwise train on past the job's end, unbilled."""
 

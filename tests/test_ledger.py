@@ -121,8 +121,11 @@ def test_version_1_ledger_migrates_with_its_runs(sqlite_cfg: config.Config) -> N
     conn.execute(
         "INSERT INTO movements (at, account, kind, amount, job_key, actor) VALUES (0, 'a', 'hold', 300, ?, 't')", (old,)
     )
-    conn.execute("INSERT INTO jobs (job_key, cluster, job_id, submit_time, restart, account, user, partition, gpus, k,"
-                 " time_limit, hold, held_at) VALUES (?, 'c', 9, '2026-11-30T00:00:00', 0, 'a', 'u', 'p', 1, 2.0, 60, 300, 0)", (old,))  # fmt: skip
+    conn.execute(
+        "INSERT INTO jobs (job_key, cluster, job_id, submit_time, restart, account, user, partition, gpus, k,"
+        " time_limit, hold, held_at) VALUES (?, 'c', 9, '2026-11-30T00:00:00', 0, 'a', 'u', 'p', 1, 2.0, 60, 300, 0)",
+        (old,),
+    )
     conn.close()
     submit = int(
         time.mktime(time.strptime("2026-11-30T00:00:00", "%Y-%m-%dT%H:%M:%S"))
@@ -187,13 +190,13 @@ def test_migration_keeps_old_runs_and_tiers_exact(sqlite_cfg: config.Config) -> 
         conn.execute(
             "INSERT INTO jobs (job_key, cluster, job_id, submit_time, restart, account, user, partition, gpus, price,"
             " rate, time_limit, hold_seconds, hold, held_at) VALUES (?, 'c', ?, 1, 0, 'a', 'u', 'p', ?, 1, ?, 60, 60,"
-            " 1, 0)", (f"c:{job}:1", job, gpus, rate),
-        )  # fmt: skip
+            " 1, 0)",
+            (f"c:{job}:1", job, gpus, rate),
+        )
     conn.close()
     with ledger.writer(sqlite_cfg) as lg:
         runs = [(ledger.run_share(r), r["rate_ppm"]) for r in lg.conn.execute("SELECT * FROM jobs ORDER BY job_id")]
-        assert runs == [(2, 800_000), (Fraction(1, 2), 1_500_000), (Fraction(1, 3), 1_000_000),
-                        (Fraction(3, 4), 1_000)]  # fmt: skip
+        assert runs == [(2, 800_000), (Fraction(1, 2), 1_500_000), (Fraction(1, 3), 1_000_000), (Fraction(3, 4), 1_000)]
         assert lg.tier_rate("prod") == 800_000 and lg.tier_rate("cheap") == 1_000
 
 
@@ -308,10 +311,18 @@ def test_the_books_are_private_and_users_read_a_published_copy(monkeypatch: pyte
     with ledger.writer(cfg) as lg:
         lg.credit("acct", 5, "t")
     assert copy.stat().st_ino != inode  # a new file each time: a reader's descriptor holds the old one
-    read = ("from slurm_yolo.core import config; from slurm_yolo.state import ledger; lg = ledger.reader(config.load());"
-            "print(lg.balance('acct'), lg.conn.execute('PRAGMA application_id').fetchone()[0])")  # fmt: skip
-    res = subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", sys.executable, "-c", read], capture_output=True,
-                         text=True, env={**os.environ, "SLURM_YOLO_HOME": str(home)}, cwd="/tmp", check=False)  # fmt: skip
+    read = (
+        "from slurm_yolo.core import config; from slurm_yolo.state import ledger; lg = ledger.reader(config.load());"
+        "print(lg.balance('acct'), lg.conn.execute('PRAGMA application_id').fetchone()[0])"
+    )
+    res = subprocess.run(
+        ["/usr/sbin/runuser", "-u", "alice", "--", sys.executable, "-c", read],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SLURM_YOLO_HOME": str(home)},
+        cwd="/tmp",
+        check=False,
+    )
     assert res.stdout.split() == ["15", str(db.PUBLISHED_ID)], res.stderr
     shutil.rmtree(home)
 
@@ -396,7 +407,10 @@ def test_admit_across_clusters_never_overcommits(cfg: config.Config) -> None:
         c = lg.admit("east", "acct", 200, {"acct": 400})  # east's own count: its job still pending
         assert c == (False, 1000, 400, 500, 0.0)  # 400 + 500 + 200 > 1000
         assert {(r["cluster"], r["account"], r["tokens"]) for r in lg.commitments()} == {
-            ("east", "acct", 400), ("west", "acct", 500), ("west", "other", 7)}  # fmt: skip
+            ("east", "acct", 400),
+            ("west", "acct", 500),
+            ("west", "other", 7),
+        }
         lg.hold(run()._replace(cluster="west"), 500, None, "prolog")  # west's job started: its hold, not its commitment
         assert lg.account("acct")["balance"] == 500
         assert {(r["cluster"], r["tokens"]) for r in lg.commitments() if r["account"] == "acct"} == {("east", 400)}
@@ -449,9 +463,11 @@ def test_a_cluster_joins_once_and_a_migrated_ledger_keeps_its_history(sqlite_cfg
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = db.connect_write(path, MIGRATIONS[:8], wal=True)
     conn.execute("INSERT INTO accounts (name, refilled_at) VALUES ('acct', 0)")
-    conn.execute("INSERT INTO jobs (job_key, cluster, job_id, submit_time, restart, account, user, `partition`, qos, gpus, price,"
-                 " rate, time_limit, hold_seconds, hold, held_at, held_by) VALUES ('old:1:1', 'old', 1, 1, 0, 'acct', 'u',"
-                 " 'p', '', 1, 1, 1, 60, 60, 0, 1, 'prolog')")  # fmt: skip
+    conn.execute(
+        "INSERT INTO jobs (job_key, cluster, job_id, submit_time, restart, account, user, `partition`, qos, gpus, price,"
+        " rate, time_limit, hold_seconds, hold, held_at, held_by) VALUES ('old:1:1', 'old', 1, 1, 0, 'acct', 'u',"
+        " 'p', '', 1, 1, 1, 60, 60, 0, 1, 'prolog')"
+    )
     conn.close()
     with ledger.writer(sqlite_cfg) as lg:
         assert lg.joined_at("old") == 0.0 and lg.joined_at("c") is None

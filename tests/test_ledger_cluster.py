@@ -66,9 +66,17 @@ def movements(slurm: Slurm, job: int) -> dict[str, list[int]]:
     return out
 
 
-def assert_billed(slurm: Slurm, job: int, hold_seconds: int, gpus: Fraction | int, partition: str,
-                  state: str | None = None, run: int = 0, timeout: float = 90,
-                  limit_at_end: int | None = None) -> dict:  # fmt: skip
+def assert_billed(
+    slurm: Slurm,
+    job: int,
+    hold_seconds: int,
+    gpus: Fraction | int,
+    partition: str,
+    state: str | None = None,
+    run: int = 0,
+    timeout: float = 90,
+    limit_at_end: int | None = None,
+) -> dict:
     """The run was held and charged exactly what its Slurm record and the price say (a TIMEOUT pays
     at least the limit in force at its end: ``limit_at_end``, else the limit it was held for)."""
     row = slurm.settled(job, run + 1, timeout)[run]
@@ -111,8 +119,13 @@ def test_shard_job_pays_its_share_of_a_gpu(funded: Slurm) -> None:
 
 def test_array_tasks_are_held_and_settled_each(funded: Slurm) -> None:
     first = funded.sbatch("-p", "a100", "--array=0-3", "--gres=shard:a100:1", "-t", "1", script="sleep 1")
-    ids = poll("array tasks in sacct", lambda: len(ids := funded.cmd("sacct", "-X", "-n", "-P", "-j", str(first), "-o",
-                                                                      "JobIDRaw").stdout.split()) == 4 and ids)  # fmt: skip
+    ids = poll(
+        "array tasks in sacct",
+        lambda: (
+            len(ids := funded.cmd("sacct", "-X", "-n", "-P", "-j", str(first), "-o", "JobIDRaw").stdout.split()) == 4
+            and ids
+        ),
+    )
     for task in ids:
         assert_billed(funded, int(task), 60, Fraction(1, 4), "a100", "COMPLETED")
 
@@ -121,10 +134,32 @@ def test_each_array_task_and_hetjob_component_gets_its_own_admin_comment(funded:
     """sacctmgr's `jobid=ID` of an array's own id reaches every task (of a hetjob leader, every
     component): each run's AdminComment must carry its own numbers, and the audit find nothing."""
     array = funded.sbatch("-p", "a100", "--array=0-2", "--gres=shard:a100:1", "-t", "1", script="sleep 1")
-    het = funded.cmd("sbatch", "--parsable", "-o", "/dev/null", "-p", "t4", "--gres=gpu:t4:1", "-t", "1", ":", "-p", "a100",
-                     "--gres=gpu:a100:1", "-t", "2", input="#!/bin/bash\nsleep 1\n").stdout.strip()  # fmt: skip
-    ids = poll("5 runs in sacct", lambda: len(ids := funded.cmd("sacct", "-X", "-n", "-P", "-j", f"{array},{het}", "-o",
-                                                               "JobIDRaw").stdout.split()) == 5 and ids)  # fmt: skip
+    het = funded.cmd(
+        "sbatch",
+        "--parsable",
+        "-o",
+        "/dev/null",
+        "-p",
+        "t4",
+        "--gres=gpu:t4:1",
+        "-t",
+        "1",
+        ":",
+        "-p",
+        "a100",
+        "--gres=gpu:a100:1",
+        "-t",
+        "2",
+        input="#!/bin/bash\nsleep 1\n",
+    ).stdout.strip()
+    ids = poll(
+        "5 runs in sacct",
+        lambda: (
+            len(ids := funded.cmd("sacct", "-X", "-n", "-P", "-j", f"{array},{het}", "-o", "JobIDRaw").stdout.split())
+            == 5
+            and ids
+        ),
+    )
     rows = {int(j): funded.settled(int(j))[0] for j in ids}
     for job, row in rows.items():  # each charged its own elapsed time, at its own share
         state, ran = elapsed(funded, job)
@@ -139,8 +174,9 @@ def test_each_array_task_and_hetjob_component_gets_its_own_admin_comment(funded:
         return parsed if done else None
 
     poll("every run's own AdminComment", comments, timeout=120)
-    findings = json.loads(funded.cli("ledger", "audit", "--window-days", "0.05", "--min-age", "0", "--json",
-                                     check=False).stdout)  # fmt: skip
+    findings = json.loads(
+        funded.cli("ledger", "audit", "--window-days", "0.05", "--min-age", "0", "--json", check=False).stdout
+    )
     assert not [f for f in findings if f["key"].split(":")[1:2] and f["key"].split(":")[1] in ids], findings
 
 
@@ -198,8 +234,9 @@ def test_timeout_pays_at_least_its_limit(funded: Slurm, limit_runs: dict[str, in
     assert row["refund"] == 0
 
 
-def test_timeout_after_a_lowered_limit_pays_the_lower_limit_not_the_hold(funded: Slurm,
-                                                                          limit_runs: dict[str, int]) -> None:  # fmt: skip
+def test_timeout_after_a_lowered_limit_pays_the_lower_limit_not_the_hold(
+    funded: Slurm, limit_runs: dict[str, int]
+) -> None:
     """Held for 5 minutes, lowered to 1 by its user while it runs: its TIMEOUT pays what it ran (at
     least the 1 minute in force at its end), and the rest of the 5-minute hold comes back."""
     row = assert_billed(funded, limit_runs["lowered"], 300, 1, "t4", "TIMEOUT", timeout=240, limit_at_end=60)
@@ -255,8 +292,14 @@ def test_repeated_prolog_and_epilog_change_nothing(funded: Slurm) -> None:
     job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="true")
     row = assert_billed(funded, job, 60, 1, "t4", "COMPLETED")
     before = funded.ledger().account("vision")["balance"]
-    env = {"SLURM_JOB_ID": str(job), "SLURM_JOB_ACCOUNT": "vision", "SLURM_JOB_USER": "root", "SLURM_JOB_PARTITION": "t4",
-           "SLURM_CLUSTER_NAME": funded.name, "SLURM_JOB_RESTART_COUNT": "0"}  # fmt: skip
+    env = {
+        "SLURM_JOB_ID": str(job),
+        "SLURM_JOB_ACCOUNT": "vision",
+        "SLURM_JOB_USER": "root",
+        "SLURM_JOB_PARTITION": "t4",
+        "SLURM_CLUSTER_NAME": funded.name,
+        "SLURM_JOB_RESTART_COUNT": "0",
+    }
     for hook in ("epilog", "prolog", "epilog"):
         assert funded.hook(hook, env) == 0
     time.sleep(1)  # hookd settles epilogs after answering
@@ -332,8 +375,9 @@ def test_time_limits_a_user_sets_are_billed_exactly(funded: Slurm) -> None:
     running (refused: such a run would hold nothing while slurmctld takes its time to end it): each
     run is held from its real limit and charged the time it ran."""
     shard = ("-p", "t4", "--gres=shard:t4:1")
-    long_job = funded.cmd("sbatch", *shard, "-t", "400-00:00:00", "-o", "/dev/null", "--wrap", "sleep 2", user="alice",
-                          check=False)  # fmt: skip
+    long_job = funded.cmd(
+        "sbatch", *shard, "-t", "400-00:00:00", "-o", "/dev/null", "--wrap", "sleep 2", user="alice", check=False
+    )
     assert long_job.returncode != 0 and "at most 366 days" in long_job.stderr, long_job.stderr
     year_job = funded.sbatch(*shard, "-t", "365-00:00:00", script="sleep 2", user="alice")
     pending = funded.sbatch(*shard, "-t", "5", "--hold", script="sleep 2", user="alice")
@@ -355,8 +399,12 @@ def test_forged_spank_and_comment_values_in_the_hooks_environment(funded: Slurm)
     the hold is the same and no estimate is recorded."""
     for value in ("²", "１２", "1e19", "inf", "-1", "9" * 19):
         job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", "--hold")
-        env = {"SLURM_JOB_ID": str(job), "SLURM_CLUSTER_NAME": funded.name, "SPANK_YOLO_TOKENS": value,
-               "SLURM_JOB_COMMENT": f"yolo:eff={value}"}  # fmt: skip
+        env = {
+            "SLURM_JOB_ID": str(job),
+            "SLURM_CLUSTER_NAME": funded.name,
+            "SPANK_YOLO_TOKENS": value,
+            "SLURM_JOB_COMMENT": f"yolo:eff={value}",
+        }
         try:
             assert funded.hook("prolog", env) == 0
             (row,) = poll("held", lambda job=job: funded.runs(job))
@@ -367,8 +415,10 @@ def test_forged_spank_and_comment_values_in_the_hooks_environment(funded: Slurm)
 
 
 # A summary as the launcher writes it, but with no FLOPs: once a ZeroDivisionError in the feedback
-HOSTILE_SUMMARY = ("yolo:eff=1;run:at=1,ep=3,s=10,one=1,g=1,c=0,tr=1000,va=640,sz=640,ne=3,b=16,vp=3,m=yolov8n.pt,"
-                   "f=yolov8,gf=0,ms=table")  # fmt: skip
+HOSTILE_SUMMARY = (
+    "yolo:eff=1;run:at=1,ep=3,s=10,one=1,g=1,c=0,tr=1000,va=640,sz=640,ne=3,b=16,vp=3,m=yolov8n.pt,"
+    "f=yolov8,gf=0,ms=table"
+)
 
 
 @pytest.mark.parametrize("kind", ["symlink to /dev/zero", "fifo", "1 GB"])
@@ -378,9 +428,18 @@ def test_a_hostile_usage_file_neither_blocks_nor_feeds_the_controller(funded: Sl
     work = _hostile_dir(funded, f"usage-{kind.split()[0]}")
     make = {"symlink to /dev/zero": "ln -s /dev/zero", "fifo": "mkfifo", "1 GB": "truncate -s 1G"}[kind]
     before = calibration.load(funded.config(), "t4").model.k
-    job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", "-D", str(work), user="alice",
-                        script=f"{make} yolo-usage-$SLURM_JOB_ID.jsonl\n"
-                               f"scontrol update JobId=$SLURM_JOB_ID Comment='{HOSTILE_SUMMARY}' || exit 3\nsleep 2")  # fmt: skip
+    job = funded.sbatch(
+        "-p",
+        "t4",
+        "--gres=gpu:t4:1",
+        "-t",
+        "1",
+        "-D",
+        str(work),
+        user="alice",
+        script=f"{make} yolo-usage-$SLURM_JOB_ID.jsonl\n"
+        f"scontrol update JobId=$SLURM_JOB_ID Comment='{HOSTILE_SUMMARY}' || exit 3\nsleep 2",
+    )
     assert_billed(funded, job, 60, 1, "t4", "COMPLETED")
     log = funded.state_dir / "private" / "hooks.log"
 
@@ -396,27 +455,46 @@ def test_a_hostile_usage_file_neither_blocks_nor_feeds_the_controller(funded: Sl
     assert calibration.load(funded.config(), "t4").model.k == before
 
 
-def test_dry_account_refused_by_yolo_sbatch_and_held_back_by_slurm(request: pytest.FixtureRequest, priced: Slurm,
-                                                                   site_config: Path, dataset: Path) -> None:  # fmt: skip
+def test_dry_account_refused_by_yolo_sbatch_and_held_back_by_slurm(
+    request: pytest.FixtureRequest, priced: Slurm, site_config: Path, dataset: Path
+) -> None:
     if priced.release != "22.05":
         pytest.skip("yolo-sbatch runs on the login node of the 22.05 cluster")
     request.getfixturevalue("hooks_config")  # only now: on 24.11 it would fund the 22.05 cluster's accounts,
     # which CI's other stream is billing at that moment
     set_balance(priced, "research", 1_000)  # less than a minute of any GPU at this test's prices
     try:
-        res = CliRunner().invoke(yolo_sbatch, ["-A", "research", "-p", "t4", "train", "model=yolov8l.yaml", f"data={dataset}",
-                                               "epochs=50", "imgsz=640"])  # fmt: skip
+        res = CliRunner().invoke(
+            yolo_sbatch,
+            ["-A", "research", "-p", "t4", "train", "model=yolov8l.yaml", f"data={dataset}", "epochs=50", "imgsz=640"],
+        )
         assert res.exit_code == 1 and len(res.output.strip().splitlines()) == 1
         assert res.output.startswith("Error: account research cannot cover this job: needs ")
         assert " tokens/GPU-s x 1; its work is " in res.output  # what its start holds, and the work beside it
         assert "has 1.0 kTok left; no refill covers it" in res.output
         assert priced.ledger().account("research")["balance"] == 1_000
-        explained = CliRunner().invoke(yolo_sbatch, ["--explain", "-A", "research", "-p", "t4", "train",
-                                                     "model=yolov8l.yaml", f"data={dataset}", "epochs=50", "imgsz=640"])  # fmt: skip
+        explained = CliRunner().invoke(
+            yolo_sbatch,
+            [
+                "--explain",
+                "-A",
+                "research",
+                "-p",
+                "t4",
+                "train",
+                "model=yolov8l.yaml",
+                f"data={dataset}",
+                "epochs=50",
+                "imgsz=640",
+            ],
+        )
         lines = explained.output.strip().splitlines()  # the refused plan's numbers, then the same one line
         assert explained.exit_code == 1 and lines[-1] == res.output.strip(), lines
         assert [line.split(":")[0] for line in lines if line.startswith(("time:", "buffer:", "cost:"))] == [
-            "time", "buffer", "cost"]  # fmt: skip
+            "time",
+            "buffer",
+            "cost",
+        ]
         assert priced.ledger().account("research")["balance"] == 1_000
 
         set_balance(priced, "research", 10**9)
@@ -426,14 +504,20 @@ def test_dry_account_refused_by_yolo_sbatch_and_held_back_by_slurm(request: pyte
             "sacctmgr", "-n", "-P", "show", "assoc", "where", "account=research", "format=grptresrunmins"
         )
         assert "gres/gpu=0" in limits.stdout
-        refused = priced.cmd("sbatch", "-A", "research", "-p", "t4", "--gres=gpu:t4:1", "-t", "1", "--wrap", "true",
-                             check=False)  # fmt: skip
+        refused = priced.cmd(
+            "sbatch", "-A", "research", "-p", "t4", "--gres=gpu:t4:1", "-t", "1", "--wrap", "true", check=False
+        )
         assert refused.returncode != 0 and "account research cannot cover this job" in refused.stderr  # at submit
         cpu_job = priced.sbatch("-A", "research", "-p", "t4", "-t", "1", script="true")
         assert priced.ended(cpu_job)[0]["State"] == "COMPLETED"  # CPU jobs are not metered
         priced.cmd("scontrol", "release", str(gpu_job))  # admitted while funded: Slurm's own limit holds it back
-        reason = poll("pending reason", lambda: (r := priced.cmd("squeue", "-h", "-j", str(gpu_job), "-o", "%r").stdout.strip())
-                      not in ("", "None") and r)  # fmt: skip  # "None" until the scheduler has looked at it
+        reason = poll(
+            "pending reason",
+            lambda: (
+                (r := priced.cmd("squeue", "-h", "-j", str(gpu_job), "-o", "%r").stdout.strip()) not in ("", "None")
+                and r
+            ),
+        )  # "None" until the scheduler has looked at it
         assert reason == "AssocGrpGRESRunMinutes"
         priced.cli("ledger", "deposit", "research", "1G")
         assert priced.ended(gpu_job)[0]["State"] == "COMPLETED"
@@ -451,8 +535,14 @@ def test_spank_option_reaches_the_ledger(funded: Slurm) -> None:
             "sbatch", f"--yolo-tokens={value}", "-p", "t4", "--gres=gpu:t4:1", "--wrap", "true", check=False
         )
         assert bad.returncode != 0 and "yolo_tokens: --yolo-tokens: " in bad.stderr, value
-    row = assert_billed(funded, funded.sbatch("--yolo-tokens=777", "-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="true"),
-                        60, 1, "t4", "COMPLETED")  # fmt: skip
+    row = assert_billed(
+        funded,
+        funded.sbatch("--yolo-tokens=777", "-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="true"),
+        60,
+        1,
+        "t4",
+        "COMPLETED",
+    )
     assert row["estimate"] == 777
 
 
@@ -468,8 +558,10 @@ def test_users_cannot_write_the_ledger(funded: Slurm) -> None:
     # The bundled clusters set no PrivateData, so she may see any account, as Slurm shows her sshare
     # (PrivateData=accounts: test_visibility.py). Who she is comes from her uid, never from $USER.
     assert funded.cli("ledger", "balance", "research", user="alice").returncode == 0
-    names = [{r["name"] for r in json.loads(funded.cli("ledger", "balance", "--json", user="alice", extra_env=env).stdout)}
-             for env in ({}, {"USER": "slurm", "LOGNAME": "slurm"})]  # fmt: skip
+    names = [
+        {r["name"] for r in json.loads(funded.cli("ledger", "balance", "--json", user="alice", extra_env=env).stdout)}
+        for env in ({}, {"USER": "slurm", "LOGNAME": "slurm"})
+    ]
     assert names[0] == names[1] >= {"vision", "research"}
 
 
@@ -550,8 +642,21 @@ time.sleep(3600)
 def alice_locks(funded: Slurm) -> Iterator[dict[str, list[str]]]:
     """alice holding every lock she can on the cluster's slurm-yolo state (until the test ends)."""
     ready = _hostile_dir(funded, "locks") / "held"
-    proc = subprocess.Popen(["/usr/sbin/runuser", "-u", "alice", "--", "/usr/bin/python3", "-c", LOCKER,
-                             str(funded.state_dir.parent), str(ready)], cwd="/tmp", start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            "/usr/sbin/runuser",
+            "-u",
+            "alice",
+            "--",
+            "/usr/bin/python3",
+            "-c",
+            LOCKER,
+            str(funded.state_dir.parent),
+            str(ready),
+        ],
+        cwd="/tmp",
+        start_new_session=True,
+    )
     try:
         poll("alice's locks", lambda: ready.exists() or proc.poll() is not None, timeout=60)
         assert proc.poll() is None
@@ -601,8 +706,11 @@ def _hookd_descendants(slurm: Slurm) -> list[str]:
                 procs[int(entry.name)] = (ppid, cmd, os.readlink(entry / "root") if ns == here else "")
             except OSError:
                 continue
-    hookd = {pid for pid, (_, cmd, root) in procs.items()
-             if cmd.split()[-1:] == ["hookd"] and "slurm" in cmd and root == str(slurm.root)}  # fmt: skip
+    hookd = {
+        pid
+        for pid, (_, cmd, root) in procs.items()
+        if cmd.split()[-1:] == ["hookd"] and "slurm" in cmd and root == str(slurm.root)
+    }
     out = []
     for ppid, cmd, _ in procs.values():
         while ppid > 1 and ppid not in hookd and ppid in procs:
@@ -633,8 +741,15 @@ def test_a_big_array_is_held_settled_and_commented_with_few_children(funded: Slu
         array = funded.sbatch(
             "-p", "a100", f"--array=0-{tasks - 1}", "--gres=shard:a100:1", "-t", "1", script="sleep 1"
         )
-        ids = poll(f"{tasks} runs in sacct", lambda: len(ids := funded.cmd("sacct", "-X", "-n", "-P", "-j", str(array), "-o",
-                                                                           "JobIDRaw").stdout.split()) == tasks and ids, 300)  # fmt: skip
+        ids = poll(
+            f"{tasks} runs in sacct",
+            lambda: (
+                len(ids := funded.cmd("sacct", "-X", "-n", "-P", "-j", str(array), "-o", "JobIDRaw").stdout.split())
+                == tasks
+                and ids
+            ),
+            300,
+        )
         for job in ids:
             assert_billed(funded, int(job), 60, Fraction(1, 4), "a100", "COMPLETED", timeout=300)
 
@@ -653,8 +768,9 @@ def test_a_big_array_is_held_settled_and_commented_with_few_children(funded: Slu
     for job, _, text in rows:  # each task's own numbers
         (run,) = comment.parse(text).values()
         assert run["charge"] == str(funded.settled(int(job))[0]["charge"])
-    findings = json.loads(funded.cli("ledger", "audit", "--window-days", "0.05", "--min-age", "0", "--json",
-                                     check=False).stdout)  # fmt: skip
+    findings = json.loads(
+        funded.cli("ledger", "audit", "--window-days", "0.05", "--min-age", "0", "--json", check=False).stdout
+    )
     assert not [f for f in findings if f["key"].split(":")[1:2] and f["key"].split(":")[1] in ids], findings
 
 
@@ -678,8 +794,22 @@ def test_a_gpu_job_may_ask_for_366_days_at_most(priced: Slurm) -> None:
     1000-day job that needed 21.6 G). job_submit.lua refuses it at submit, on both releases; 366 days
     is admitted."""
     for limit in ("367-0", "1000-0", "4000000000"):
-        res = priced.cmd("sbatch", "-A", "research", "-p", "t4", "--gres=shard:t4:1", "-t", limit, "-o", "/dev/null",
-                         "--wrap", "sleep 1", user="bob", check=False)  # fmt: skip
+        res = priced.cmd(
+            "sbatch",
+            "-A",
+            "research",
+            "-p",
+            "t4",
+            "--gres=shard:t4:1",
+            "-t",
+            limit,
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "sleep 1",
+            user="bob",
+            check=False,
+        )
         assert res.returncode != 0 and "time limit can be at most 366 days" in res.stderr, (limit, res.stderr)
     job = priced.sbatch("-A", "research", "-p", "t4", "--gres=shard:t4:1", "-t", "366-0", "--hold", user="bob")
     priced.cmd("scancel", str(job))

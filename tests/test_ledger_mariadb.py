@@ -28,8 +28,9 @@ OWNER = "slurm"  # paths.owner: the SlurmUser, whose option file it is
 
 
 def run(job_id: int, account: str = "acct") -> ledger.Run:
-    return ledger.Run("c", job_id, 100, 0, account, "alice", "a100", "normal", Fraction(1, 4), 600, 600, 3000,
-                      1_000_000)  # fmt: skip
+    return ledger.Run(
+        "c", job_id, 100, 0, account, "alice", "a100", "normal", Fraction(1, 4), 600, 600, 3000, 1_000_000
+    )
 
 
 def test_writers_racing_on_their_own_connections_move_every_token_once(mariadb_options: Path) -> None:
@@ -78,20 +79,41 @@ class Server:
         self.socket = folder / "mysqld.sock"
         self.proc: subprocess.Popen[bytes] | None = None
         shutil.chown(folder, "mysql", "mysql")
-        subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={folder / 'data'}", "--user=mysql",
-                        "--skip-test-db", "--auth-root-authentication-method=normal"],
-                       check=True, capture_output=True, timeout=120)  # fmt: skip
+        subprocess.run(
+            [
+                "mariadb-install-db",
+                "--no-defaults",
+                f"--datadir={folder / 'data'}",
+                "--user=mysql",
+                "--skip-test-db",
+                "--auth-root-authentication-method=normal",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            ["/usr/sbin/mariadbd", "--no-defaults", f"--datadir={self.folder / 'data'}", f"--socket={self.socket}",
-             "--skip-networking", "--user=mysql", f"--pid-file={self.folder / 'pid'}",
-             "--innodb-flush-log-at-trx-commit=1", f"--log-error={self.folder / 'error.log'}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                "/usr/sbin/mariadbd",
+                "--no-defaults",
+                f"--datadir={self.folder / 'data'}",
+                f"--socket={self.socket}",
+                "--skip-networking",
+                "--user=mysql",
+                f"--pid-file={self.folder / 'pid'}",
+                "--innodb-flush-log-at-trx-commit=1",
+                f"--log-error={self.folder / 'error.log'}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 60
-        while subprocess.run(["mysqladmin", f"--socket={self.socket}", "-uroot", "ping"],
-                             capture_output=True).returncode != 0:  # fmt: skip
+        while (
+            subprocess.run(["mysqladmin", f"--socket={self.socket}", "-uroot", "ping"], capture_output=True).returncode
+            != 0
+        ):
             assert time.monotonic() < deadline, (self.folder / "error.log").read_text()[-2000:]
             time.sleep(0.1)
 
@@ -126,8 +148,10 @@ def test_a_server_killed_in_the_middle_of_50_settlements_loses_and_doubles_nothi
     """50 runs held, then settled one by one while the server is killed (SIGKILL: whatever was in
     flight, a COMMIT included) and started again, twice. Every run ends settled once, and the totals
     are what 50 charges of 400 from holds of 1000 make, computed here."""
-    server.sql("CREATE DATABASE books; CREATE USER 'ledger'@'localhost' IDENTIFIED BY 'pw';"
-               " GRANT ALL ON books.* TO 'ledger'@'localhost'")  # fmt: skip
+    server.sql(
+        "CREATE DATABASE books; CREATE USER 'ledger'@'localhost' IDENTIFIED BY 'pw';"
+        " GRANT ALL ON books.* TO 'ledger'@'localhost'"
+    )
     options = tmp_path / "ledger.cnf"
     options.write_text(f"[client]\nuser=ledger\npassword=pw\ndatabase=books\nsocket={server.socket}\n")
     options.chmod(0o600)
@@ -176,8 +200,9 @@ def test_a_server_killed_in_the_middle_of_50_settlements_loses_and_doubles_nothi
     assert retried  # the kills did land in the middle of transactions
 
 
-def test_the_books_move_from_sqlite_checked_and_the_old_file_is_written_no_more(mariadb_options: Path,
-                                                                                home: Path) -> None:  # fmt: skip
+def test_the_books_move_from_sqlite_checked_and_the_old_file_is_written_no_more(
+    mariadb_options: Path, home: Path
+) -> None:
     cfg = config.load()
     with ledger.writer(cfg) as lg:
         lg.credit("acct", 10_000, "t")
@@ -223,8 +248,9 @@ def test_a_move_into_books_that_are_not_empty_is_refused(mariadb_options: Path, 
         assert lg.balance("acct") == 10
 
 
-def test_users_read_a_published_copy_of_the_mariadb_books(mariadb_options: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_users_read_a_published_copy_of_the_mariadb_books(
+    mariadb_options: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Users never get the database's credentials: what alice reads is a SQLite copy published after
     each write, with the same numbers."""
     home = Path(tempfile.mkdtemp(dir="/var/tmp"))  # a folder alice can reach
@@ -237,8 +263,14 @@ def test_users_read_a_published_copy_of_the_mariadb_books(mariadb_options: Path,
             lg.hold(run(1), 100, None, "prolog")
         assert (home / "ledger.db").stat().st_mode & 0o777 == 0o644
         code = "from slurm_yolo.core import config; from slurm_yolo.state import ledger; lg = ledger.reader(config.load()); print(lg.balance('acct'), len(lg.runs(1)))"
-        res = subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", sys.executable, "-c", code], capture_output=True,
-                             text=True, env={**os.environ, "SLURM_YOLO_HOME": str(home)}, cwd="/tmp", timeout=60)  # fmt: skip
+        res = subprocess.run(
+            ["/usr/sbin/runuser", "-u", "alice", "--", sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "SLURM_YOLO_HOME": str(home)},
+            cwd="/tmp",
+            timeout=60,
+        )
         assert res.stdout.split() == ["677", "1"], res.stderr
     finally:
         shutil.rmtree(home)
@@ -300,9 +332,12 @@ def test_a_database_of_an_earlier_release_is_upgraded_in_place(mariadb_options: 
     """A ledger database made before prices and tiers could be one cluster's (schema 6) gets the
     cluster columns on its first connection, its rows kept as every cluster's."""
     lg = ledger.Ledger(mariadb.connect(mariadb_options, OWNER))
-    for statement in ("ALTER TABLE prices DROP COLUMN cluster",
-                      "ALTER TABLE tiers DROP PRIMARY KEY, DROP COLUMN cluster, ADD PRIMARY KEY (qos)",
-                      "DROP TABLE commitments", "UPDATE schema_version SET version = 6"):  # fmt: skip
+    for statement in (
+        "ALTER TABLE prices DROP COLUMN cluster",
+        "ALTER TABLE tiers DROP PRIMARY KEY, DROP COLUMN cluster, ADD PRIMARY KEY (qos)",
+        "DROP TABLE commitments",
+        "UPDATE schema_version SET version = 6",
+    ):
         lg.conn.execute(statement)
     lg.conn.execute(
         "INSERT INTO prices (`partition`, price, effective_at, set_at, actor) VALUES ('a100', 3000, 0, 0, 'old')"

@@ -15,12 +15,19 @@ HOSTILE = ['vi"sion', "back\\slash", "new\nline", 'all\\"of\n\\n"them', "ünï  
 
 def views(names: list[str]) -> dict[str, pd.DataFrame]:
     return {
-        "budgets": pd.DataFrame({"account": names, "balance": [5e9] * len(names), "held": [1.0] * len(names),
-                                 "burn_per_day": [float("nan")] + [2.5] * (len(names) - 1)}),
-        "accuracy": pd.DataFrame({"Partition": names, "median_abs_error": [0.1] * len(names),
-                                  "timeout_share": [0.0] * len(names)}),
+        "budgets": pd.DataFrame(
+            {
+                "account": names,
+                "balance": [5e9] * len(names),
+                "held": [1.0] * len(names),
+                "burn_per_day": [float("nan")] + [2.5] * (len(names) - 1),
+            }
+        ),
+        "accuracy": pd.DataFrame(
+            {"Partition": names, "median_abs_error": [0.1] * len(names), "timeout_share": [0.0] * len(names)}
+        ),
         "waits": pd.DataFrame({"Partition": names, "QOS": list(reversed(names)), "median": [30.0] * len(names)}),
-    }  # fmt: skip
+    }
 
 
 def samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:

@@ -39,8 +39,15 @@ def slurm(m: dict[str, str], *argv: str, stdin: str | None = None, user: str | N
     env = {k: v for k, v in os.environ.items() if k not in ("SLURM_CONF", "MINICLUSTER_USER")}
     if user:
         env["MINICLUSTER_USER"] = user
-    res = subprocess.run([str(Path(m["bin_dir"]) / argv[0]), *argv[1:]], input=stdin, capture_output=True,
-                         text=True, timeout=60, env=env, cwd="/tmp")  # fmt: skip
+    res = subprocess.run(
+        [str(Path(m["bin_dir"]) / argv[0]), *argv[1:]],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd="/tmp",
+    )
     assert res.returncode == 0, f"{argv}: {res.stderr}"
     return res.stdout
 
@@ -49,15 +56,34 @@ def fund(m: dict[str, str]) -> None:
     """Tokens for a few small jobs, in the cluster's own ledger (its hooks' config and state)."""
     env = {k: v for k, v in os.environ.items() if k not in ("SLURM_YOLO_HOME", "SLURM_CONF")}
     env["SLURM_YOLO_CONFIG"] = m["config"]
-    res = subprocess.run([sys.executable, "-m", "slurm_yolo", "ledger", "deposit", ACCOUNT, "1G", "--reason",
-                          "test_minicluster"], capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-m", "slurm_yolo", "ledger", "deposit", ACCOUNT, "1G", "--reason", "test_minicluster"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 
 def run_gpu_job(m: dict[str, str], user: str | None = None) -> int:
     fund(m)
-    out = slurm(m, "sbatch", "--parsable", "-p", "t4", "-A", ACCOUNT, "--gres=gpu:t4:1", "-t", "1", "-o", "/dev/null",
-                stdin="#!/bin/bash\nsleep 1\n", user=user)  # fmt: skip
+    out = slurm(
+        m,
+        "sbatch",
+        "--parsable",
+        "-p",
+        "t4",
+        "-A",
+        ACCOUNT,
+        "--gres=gpu:t4:1",
+        "-t",
+        "1",
+        "-o",
+        "/dev/null",
+        stdin="#!/bin/bash\nsleep 1\n",
+        user=user,
+    )
     job_id = int(out.strip().split(";")[0])
     deadline = time.monotonic() + 90
     state = ""

@@ -23,16 +23,25 @@ def test_man_finds_the_pages_the_install_wrote() -> None:
     for prog in ("yolo-sbatch", "slurm-yolo"):
         where = subprocess.run(["man", "-w", prog], capture_output=True, text=True, check=False)
         assert Path(where.stdout.strip()).resolve() == Path(f"/usr/local/share/man/man1/{prog}.1"), where.stderr
-    page = subprocess.run(["man", "yolo-sbatch"], capture_output=True, text=True, check=True,
-                          env={"PATH": "/usr/bin:/bin", "MANWIDTH": "100", "PAGER": "cat"}).stdout  # fmt: skip
+    page = subprocess.run(
+        ["man", "yolo-sbatch"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin", "MANWIDTH": "100", "PAGER": "cat"},
+    ).stdout
     assert "Usage: yolo-sbatch [OPTIONS]" in page and "--deadline" in page
 
 
 def test_clean_venv_login_node_install(tmp_path: Path, dataset: Path) -> None:
     venv = tmp_path / "venv"
     subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], check=True)
-    pip = subprocess.run([str(venv / "bin/pip"), "install", "-q", "--disable-pip-version-check", str(REPO)],
-                         check=False, capture_output=True, text=True)  # fmt: skip
+    pip = subprocess.run(
+        [str(venv / "bin/pip"), "install", "-q", "--disable-pip-version-check", str(REPO)],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     assert pip.returncode == 0, pip.stderr[-2000:]
     for cmd in ("yolo-sbatch", "slurm-yolo"):
         res = subprocess.run(
@@ -41,9 +50,22 @@ def test_clean_venv_login_node_install(tmp_path: Path, dataset: Path) -> None:
         assert res.returncode == 0 and "Usage:" in res.stdout, res.stderr
     env = {"PATH": "/usr/bin:/bin", "SLURM_YOLO_HOME": str(tmp_path / "home")}
     res = subprocess.run(
-        [str(venv / "bin/yolo-sbatch"), "--dry-run", "--json", "-p", "a100", "train", f"data={dataset}", "model=yolov8s.pt"],
-        capture_output=True, text=True, cwd=tmp_path, env=env, check=False,
-    )  # fmt: skip
+        [
+            str(venv / "bin/yolo-sbatch"),
+            "--dry-run",
+            "--json",
+            "-p",
+            "a100",
+            "train",
+            f"data={dataset}",
+            "model=yolov8s.pt",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        check=False,
+    )
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["script"].startswith("#!/bin/bash")
     freeze = subprocess.run(
@@ -61,8 +83,15 @@ def test_a_login_shell_finds_the_commands(user: str) -> None:
         _missing(f"deploy/install has not run: no {VENV_BIN / 'yolo-sbatch'}")
     prefix = [] if user == "root" else ["/usr/sbin/runuser", "-u", user, "--"]
     script = "command -v yolo-sbatch slurm-yolo && yolo-sbatch --version && slurm-yolo --version"
-    res = subprocess.run([*prefix, "/bin/bash", "-lc", script], env={"TERM": "dumb"}, cwd="/", capture_output=True,
-                         text=True, timeout=60, check=False)  # fmt: skip
+    res = subprocess.run(
+        [*prefix, "/bin/bash", "-lc", script],
+        env={"TERM": "dumb"},
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     lines = res.stdout.splitlines()
     assert lines[:2] == ["/usr/local/bin/yolo-sbatch", "/usr/local/bin/slurm-yolo"], res.stdout

@@ -23,16 +23,36 @@ YOLO = str(Path(sys.executable).parent / "yolo")
 def logs(tmp_path_factory: pytest.TempPathFactory, dataset: Path, yolo_env: dict[str, str]) -> dict[str, Path]:
     """Real ultralytics stdout: plain (non-TTY, yolov8n) and under a pseudo-terminal (80 columns, yolo26n)."""
     root = tmp_path_factory.mktemp("logs")
-    args = [f"data={dataset}", "imgsz=64", "batch=8", "pretrained=False", "workers=0", "device=cpu", "plots=False",
-            f"project={root}", "exist_ok=True"]  # fmt: skip
+    args = [
+        f"data={dataset}",
+        "imgsz=64",
+        "batch=8",
+        "pretrained=False",
+        "workers=0",
+        "device=cpu",
+        "plots=False",
+        f"project={root}",
+        "exist_ok=True",
+    ]
     plain = root / "plain.log"
     with open(plain, "w") as f:
-        subprocess.run([YOLO, "detect", "train", "model=yolov8n.yaml", "epochs=3", "name=plain", *args],
-                       stdout=f, stderr=subprocess.STDOUT, env=yolo_env, check=True, timeout=300)  # fmt: skip
+        subprocess.run(
+            [YOLO, "detect", "train", "model=yolov8n.yaml", "epochs=3", "name=plain", *args],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env=yolo_env,
+            check=True,
+            timeout=300,
+        )
     pty = root / "pty.log"
     cmd = " ".join([YOLO, "detect", "train", "model=yolo26n.yaml", "epochs=2", "name=pty", *args])
-    subprocess.run(["script", "-qfec", f"stty cols 80; {cmd}", str(pty)], env=yolo_env, check=True, timeout=300,
-                   stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        ["script", "-qfec", f"stty cols 80; {cmd}", str(pty)],
+        env=yolo_env,
+        check=True,
+        timeout=300,
+        stdout=subprocess.DEVNULL,
+    )
     return {"plain": plain, "pty": pty, "run": root / "plain"}
 
 

@@ -23,11 +23,23 @@ def test_seeds_format(tmp_path: Path) -> None:
 def test_usage_records(tmp_path: Path) -> None:
     f = tmp_path / "yolo-usage-7.jsonl"
     values = {"train/box_loss": 1.5, "metrics/mAP50(B)": 0.25, "val/box_loss": 1.7, "lr/pg0": 0.01}  # as results.csv
-    recs = [{"kind": "start", "imgsz": 64, "epochs": 3}] + [
-        {"kind": "epoch", "epoch": e, "epochs": 3, "images": 16, "tokens": 16 * 64**2, "seconds": 2.0, "gpu_mem_gb": 1.5,
-         "metrics": values}
-        for e in (1, 2)
-    ] + [{"kind": "epoch", "epoch": 3, "epochs": 3, "images": 16, "seconds": 2.0, "metrics": [1, 2]}]  # fmt: skip
+    recs = (
+        [{"kind": "start", "imgsz": 64, "epochs": 3}]
+        + [
+            {
+                "kind": "epoch",
+                "epoch": e,
+                "epochs": 3,
+                "images": 16,
+                "tokens": 16 * 64**2,
+                "seconds": 2.0,
+                "gpu_mem_gb": 1.5,
+                "metrics": values,
+            }
+            for e in (1, 2)
+        ]
+        + [{"kind": "epoch", "epoch": 3, "epochs": 3, "images": 16, "seconds": 2.0, "metrics": [1, 2]}]
+    )
     f.write_text("\n".join(json.dumps(r) for r in recs) + "\n{broken\n")
     r = parse_path(tmp_path)  # the folder: records are preferred
     assert r.source == "usage-records" and r.epochs_completed == 2 and r.epochs_total == 3 and r.partial

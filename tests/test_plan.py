@@ -16,8 +16,17 @@ from slurm_yolo.core.model.timemodel import TimeModel
 from slurm_yolo.login import plan
 from slurm_yolo.slurm.parsers import WillRun
 
-TM = TimeModel(k=2.0, overhead_seconds=5.0, val_weight=0.5, iteration_seconds=0.01, startup_seconds=20.0, n=40,
-               coverage=0.99, coverage_z=math.log(1.05), noise_relative=1.0)  # fmt: skip
+TM = TimeModel(
+    k=2.0,
+    overhead_seconds=5.0,
+    val_weight=0.5,
+    iteration_seconds=0.01,
+    startup_seconds=20.0,
+    n=40,
+    coverage=0.99,
+    coverage_z=math.log(1.05),
+    noise_relative=1.0,
+)
 
 
 @pytest.fixture
@@ -89,8 +98,15 @@ def test_deadline_picks_fewest_gpus(cfg: config_mod.Config) -> None:
 
 
 def test_seconds_text() -> None:
-    assert [durations.seconds_text(s) for s in (0.4, 1, 45, 59.4, 59.6, 90, 3600)] == ["0 s", "1 s", "45 s", "59 s", "1 min",
-                                                                                "2 min", "60 min"]  # fmt: skip
+    assert [durations.seconds_text(s) for s in (0.4, 1, 45, 59.4, 59.6, 90, 3600)] == [
+        "0 s",
+        "1 s",
+        "45 s",
+        "59 s",
+        "1 min",
+        "2 min",
+        "60 min",
+    ]
 
 
 def test_too_many_gpus_for_the_partition(cfg: config_mod.Config) -> None:
@@ -169,8 +185,10 @@ def test_a_short_job_says_its_qos_replaced_the_tier_asked_for(cfg: config_mod.Co
     short = wl(epochs=1, imgsz=64, train=16)
     p = plan.plan_partition(short, TM, "t", cfg.partition("t4"), plan.Request("t4", priority="prod"), cfg)
     assert p.time_limit_seconds <= 60 * 60 and p.qos == "yolo-short"
-    assert ("qos: yolo-short (a short job, limit at most 60 min: yolo-short's priority and tier rate instead of"
-            " priority prod's yolo-prod)") in p.explain  # fmt: skip
+    assert (
+        "qos: yolo-short (a short job, limit at most 60 min: yolo-short's priority and tier rate instead of"
+        " priority prod's yolo-prod)"
+    ) in p.explain
 
 
 def test_her_own_limit_is_the_jobs_with_what_it_covers_by_the_measured_errors(cfg: config_mod.Config) -> None:
@@ -180,15 +198,22 @@ def test_her_own_limit_is_the_jobs_with_what_it_covers_by_the_measured_errors(cf
     tm = replace(TM, n=9, noise_relative=0.1, scores=scores)
     base = plan.plan_partition(wl(epochs=50), tm, "t", cfg.partition("t4"), plan.Request("t4"), cfg)
     ratio = math.exp(0.1 * 0.6)  # at least the five scores <= 0.6 of nine
-    own = plan.plan_partition(wl(epochs=50), tm, "t", cfg.partition("t4"),
-                              plan.Request("t4", time_limit_seconds=base.predicted_seconds * ratio), cfg)  # fmt: skip
+    own = plan.plan_partition(
+        wl(epochs=50),
+        tm,
+        "t",
+        cfg.partition("t4"),
+        plan.Request("t4", time_limit_seconds=base.predicted_seconds * ratio),
+        cfg,
+    )
     assert own.predicted_seconds == base.predicted_seconds
     assert own.time_limit_seconds == math.ceil(base.predicted_seconds * ratio / 60) * 60
     assert own.coverage is None  # hers: the plan promises nothing of it
     assert any(line.startswith("buffer: ") and "cross-validated runs" in line for line in own.explain), own.explain
     assert own.short_limit == ""
-    hour = plan.plan_partition(wl(epochs=50), tm, "t", cfg.partition("t4"),
-                               plan.Request("t4", time_limit_seconds=3600), cfg)  # fmt: skip
+    hour = plan.plan_partition(
+        wl(epochs=50), tm, "t", cfg.partition("t4"), plan.Request("t4", time_limit_seconds=3600), cfg
+    )
     assert hour.time_limit_seconds == 3600 and hour.qos == "yolo-short"  # the tier follows her limit
 
 

@@ -41,8 +41,18 @@ def test_tokens_are_exact() -> None:
     assert big == -(-366 * 86400 * 4096 * 10**12 * 7_654_321 // 10**6)
 
 
-@pytest.mark.parametrize(("text", "ppm"), [("0.8", 800_000), ("1.5", 1_500_000), ("1", ONE), ("0.000001", 1),
-                                           (" 2.000000 ", 2_000_000), ("3/4", 750_000), ("1e-3", 1_000)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "ppm"),
+    [
+        ("0.8", 800_000),
+        ("1.5", 1_500_000),
+        ("1", ONE),
+        ("0.000001", 1),
+        (" 2.000000 ", 2_000_000),
+        ("3/4", 750_000),
+        ("1e-3", 1_000),
+    ],
+)
 def test_rates_are_read_exactly_from_their_text(text: str, ppm: int) -> None:
     assert policy.parse_rate(text) == ppm
     assert policy.parse_rate(policy.rate_text(ppm)) == ppm

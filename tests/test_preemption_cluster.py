@@ -70,8 +70,18 @@ def records(home: Path, job: int) -> list[dict]:
 
 
 def test_prod_preempts_explore_which_resumes_from_its_checkpoint_and_pays_what_it_ran(slurm: Slurm, home: Path) -> None:
-    words = ["train", "model=yolov8n.yaml", f"data={home / 'ds' / 'data.yaml'}", f"epochs={EPOCHS}", "imgsz=64",
-             "batch=8", "workers=0", f"project={home}/runs", "name=ex", "exist_ok=True"]  # fmt: skip
+    words = [
+        "train",
+        "model=yolov8n.yaml",
+        f"data={home / 'ds' / 'data.yaml'}",
+        f"epochs={EPOCHS}",
+        "imgsz=64",
+        "batch=8",
+        "workers=0",
+        f"project={home}/runs",
+        "name=ex",
+        "exist_ok=True",
+    ]
     started = int(time.time()) - 1
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started))
 
@@ -81,18 +91,26 @@ def test_prod_preempts_explore_which_resumes_from_its_checkpoint_and_pays_what_i
 
         def fresh() -> list[dict[str, str]] | None:
             rows = [r for r in slurm.sacct(job) if r["Submit"] >= since]
-            done = [r for r in rows if r["End"] not in ("Unknown", "") and r["State"].split(" ")[0] not in
-                    ("PENDING", "RUNNING", "COMPLETING")]  # fmt: skip
+            done = [
+                r
+                for r in rows
+                if r["End"] not in ("Unknown", "")
+                and r["State"].split(" ")[0] not in ("PENDING", "RUNNING", "COMPLETING")
+            ]
             return rows if len(done) >= count else None
 
         return poll(f"job {job}: {count} run(s) ended", fresh, 600)
 
     explore = int(yolo_sbatch(slurm, home, "-p", "a100", "--priority", "explore", "-J", "explore", *words)["job_id"])
-    poll("epoch 2 of the explore run", lambda: any(r.get("kind") == "epoch" and r["epoch"] >= 2
-                                                  for r in records(home, explore)), timeout=300)  # fmt: skip
+    poll(
+        "epoch 2 of the explore run",
+        lambda: any(r.get("kind") == "epoch" and r["epoch"] >= 2 for r in records(home, explore)),
+        timeout=300,
+    )
     # alice's own production job needs both a100 GPUs: Slurm preempts her explore run for it
-    prod = slurm.sbatch("-A", "vision", "-p", "a100", "--qos=yolo-prod", "--gres=gpu:a100:2", "-t", "2",
-                        script="sleep 5", user="alice")  # fmt: skip
+    prod = slurm.sbatch(
+        "-A", "vision", "-p", "a100", "--qos=yolo-prod", "--gres=gpu:a100:2", "-t", "2", script="sleep 5", user="alice"
+    )
 
     def handed_over() -> bool:
         kinds = [r.get("kind") for r in records(home, explore)]
@@ -124,10 +142,21 @@ def test_prod_preempts_explore_which_resumes_from_its_checkpoint_and_pays_what_i
     assert [r["State"].split(" ")[0] for r in runs] == [handed, "COMPLETED", "COMPLETED"]
 
     def settled_runs(job: int, count: int) -> list[dict]:
-        return poll(f"job {job}: {count} run(s) settled", lambda: (
-            rows if len(rows := sorted((r for r in slurm.runs(job) if r["state"] == "settled"
-                                        and r["submit_time"] >= started), key=lambda r: r["submit_time"])) >= count
-            else None), 90)  # fmt: skip
+        return poll(
+            f"job {job}: {count} run(s) settled",
+            lambda: (
+                rows
+                if len(
+                    rows := sorted(
+                        (r for r in slurm.runs(job) if r["state"] == "settled" and r["submit_time"] >= started),
+                        key=lambda r: r["submit_time"],
+                    )
+                )
+                >= count
+                else None
+            ),
+            90,
+        )
 
     settled = settled_runs(explore, 2) + settled_runs(prod, 1)
     per_gpu = slurm.config().partition("a100").shards_per_gpu  # the admin's: a shard is this share of a GPU
@@ -142,9 +171,26 @@ def test_prod_preempts_explore_which_resumes_from_its_checkpoint_and_pays_what_i
 
     # The report (an admin's, on the login node) counts the preemption under the explore tier, with
     # what it was charged, and the job that came back; nothing else of vision's ran since.
-    res = subprocess.run([str(VENV_BIN / "slurm-yolo"), "report", "--json", "--view", "preemptions", "-A", "vision",
-                          "--since", runs[0]["Submit"]], capture_output=True, text=True, env=slurm.env(), timeout=300)  # fmt: skip
+    res = subprocess.run(
+        [
+            str(VENV_BIN / "slurm-yolo"),
+            "report",
+            "--json",
+            "--view",
+            "preemptions",
+            "-A",
+            "vision",
+            "--since",
+            runs[0]["Submit"],
+        ],
+        capture_output=True,
+        text=True,
+        env=slurm.env(),
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     got = json.loads(res.stdout)["preemptions"]
-    assert [(r["Partition"], r["QOS"], r["runs"], r["preempted"], r["preempted_tokens_charged"], r["resumed_completed"])
-            for r in got] == [("a100", "yolo-explore", 2, 1, settled[0]["charge"], 1)]  # fmt: skip
+    assert [
+        (r["Partition"], r["QOS"], r["runs"], r["preempted"], r["preempted_tokens_charged"], r["resumed_completed"])
+        for r in got
+    ] == [("a100", "yolo-explore", 2, 1, settled[0]["charge"], 1)]

@@ -31,8 +31,10 @@ def loaded() -> list[tuple[dict[str, Any], Sample]]:
 
 def errors(tm: TimeModel, runs: list[Sample]) -> tuple[float, float]:
     """(MAPE, bias) of training time, computed here from the corpus' results.csv times."""
-    e = [(predict_train_seconds(s.workload, tm, s.gpus, DDP, REF, s.cpus) - s.train_seconds) / s.train_seconds
-         for s in runs]  # fmt: skip
+    e = [
+        (predict_train_seconds(s.workload, tm, s.gpus, DDP, REF, s.cpus) - s.train_seconds) / s.train_seconds
+        for s in runs
+    ]
     return statistics.fmean(abs(x) for x in e), statistics.fmean(e)
 
 
@@ -53,11 +55,13 @@ def test_the_default_config_uses_the_shipped_priors_and_config_turns_them_off() 
 
 @pytest.mark.parametrize(
     "what, held_out",
-    [("family yolov8", lambda s: s.workload.family == "yolov8"),
-     ("family yolo11", lambda s: s.workload.family == "yolo11"),
-     ("family yolo26", lambda s: s.workload.family == "yolo26"),
-     ("imgsz 352-640", lambda s: s.workload.imgsz > 320)],
-)  # fmt: skip
+    [
+        ("family yolov8", lambda s: s.workload.family == "yolov8"),
+        ("family yolo11", lambda s: s.workload.family == "yolo11"),
+        ("family yolo26", lambda s: s.workload.family == "yolo26"),
+        ("imgsz 352-640", lambda s: s.workload.imgsz > 320),
+    ],
+)
 def test_priors_fitted_without_a_family_or_an_imgsz_band_predict_it_better_than_the_config(
     loaded: list[tuple[dict[str, Any], Sample]],
     what: str,
@@ -70,8 +74,10 @@ def test_priors_fitted_without_a_family_or_an_imgsz_band_predict_it_better_than_
     assert len(target) >= 30
     mape, bias = errors(fitting.fit_terms(cal, priors.apply(base, part), DDP, REF), target)
     guess_mape, guess_bias = errors(fitting.fit_terms(cal, base, DDP, REF), target)
-    print(f"{what}: {len(target)} runs; held-out priors MAPE {mape:.1%} bias {bias:+.1%};"
-          f" config priors MAPE {guess_mape:.1%} bias {guess_bias:+.1%}")  # fmt: skip
+    print(
+        f"{what}: {len(target)} runs; held-out priors MAPE {mape:.1%} bias {bias:+.1%};"
+        f" config priors MAPE {guess_mape:.1%} bias {guess_bias:+.1%}"
+    )
     assert mape < guess_mape and abs(bias) < abs(guess_bias) + 0.01
     assert mape <= 0.12 and abs(bias) <= 0.09
 

@@ -50,8 +50,9 @@ def alices_job(cluster: Slurm, home: Path) -> int:
     job = cluster.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", "--hold", script="true", user="alice")
     cluster.cmd("scancel", str(job))
     cfg = config_mod.load()
-    run = ledger.Run(cluster.name, job, int(time.time()), 0, "vision", "alice", "t4", "", Fraction(1), 60, 60, 1000,
-                     1_000_000)  # fmt: skip
+    run = ledger.Run(
+        cluster.name, job, int(time.time()), 0, "vision", "alice", "t4", "", Fraction(1), 60, 60, 1000, 1_000_000
+    )
     with ledger.writer(cfg) as lg:
         lg.credit("vision", 10**9, "test")
         assert lg.hold(run, 60_000, None, "prolog")[0]
@@ -77,8 +78,9 @@ def published(cfg: config_mod.Config) -> list[Path]:
 
 
 @pytest.mark.parametrize("private", ["accounts,jobs,usage", "none"])
-def test_published_copies_name_no_other_users_jobs_where_slurm_hides_them(cluster: Slurm, shared_home: Path,
-                                                                          private: str) -> None:  # fmt: skip
+def test_published_copies_name_no_other_users_jobs_where_slurm_hides_them(
+    cluster: Slurm, shared_home: Path, private: str
+) -> None:
     home = shared_home
     report_private_data(home, private)
     cfg = config_mod.load()
@@ -118,17 +120,26 @@ def test_alice_learns_her_own_charge_from_slurm_where_the_copy_has_no_jobs(clust
     ``yolo-sbatch --wait`` does where the published ledger has no job rows: from its AdminComment."""
     job = cluster.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="sleep 1", user="alice")
     (run,) = cluster.settled(job)
-    code = ("import sys, time; from slurm_yolo.core import config; from slurm_yolo.login import submission\n"
-            "print(submission.settlement_from_slurm(config.load(), int(sys.argv[1]), sys.argv[2], 0,"
-            " time.monotonic() + 60, 0.5))")  # fmt: skip
+    code = (
+        "import sys, time; from slurm_yolo.core import config; from slurm_yolo.login import submission\n"
+        "print(submission.settlement_from_slurm(config.load(), int(sys.argv[1]), sys.argv[2], 0,"
+        " time.monotonic() + 60, 0.5))"
+    )
     env = {
         "PATH": "/usr/bin:/bin",
         "HOME": "/tmp",
         "PYTHONPATH": str(REPO),
         "SLURM_YOLO_CONFIG": str(cluster.config_path),
     }
-    res = subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", sys.executable, "-c", code, str(job), cluster.name],
-                         env=env, capture_output=True, text=True, cwd="/tmp", timeout=120, check=True)  # fmt: skip
+    res = subprocess.run(
+        ["/usr/sbin/runuser", "-u", "alice", "--", sys.executable, "-c", code, str(job), cluster.name],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd="/tmp",
+        timeout=120,
+        check=True,
+    )
     assert res.stdout.strip() == (
         f"job {job}: charged {fmt_tokens(run['charge'])} of budget, {fmt_tokens(run['refund'])} of its"
         f" {fmt_tokens(run['hold'])} hold back (its AdminComment: this cluster's PrivateData keeps jobs out of the"

@@ -72,10 +72,23 @@ def test_a_probe_job_calibrates_t4_and_is_billed_what_it_ran(cluster: Slurm, tmp
     try:
         fund(cluster, (account,), 10**10)
         res = subprocess.run(
-            [str(VENV_BIN / "slurm-yolo"), "calibrate", "--probe", "t4", "-A", account, "--dir", str(tmp_path),
-             "--json"],
-            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900,
-        )  # fmt: skip
+            [
+                str(VENV_BIN / "slurm-yolo"),
+                "calibrate",
+                "--probe",
+                "t4",
+                "-A",
+                account,
+                "--dir",
+                str(tmp_path),
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=900,
+        )
         assert res.returncode == 0, res.stdout + res.stderr
         job = int(res.stderr.split("probe job ")[1].split(" ")[0])
         result = json.loads(res.stdout)
@@ -91,6 +104,7 @@ def test_a_probe_job_calibrates_t4_and_is_billed_what_it_ran(cluster: Slurm, tmp
         assert run["hold"] == 20 * 60 * PRICE["t4"]
         assert run["charge"] == int(record["ElapsedRaw"]) * PRICE["t4"]
     finally:
-        cluster.cmd("sacctmgr", "-i", "delete", "user", "root", f"account={account}", f"cluster={cluster.name}",
-                    check=False)  # fmt: skip
+        cluster.cmd(
+            "sacctmgr", "-i", "delete", "user", "root", f"account={account}", f"cluster={cluster.name}", check=False
+        )
         cluster.cmd("sacctmgr", "-i", "delete", "account", account, f"cluster={cluster.name}", check=False)

@@ -14,8 +14,10 @@ from slurm_yolo.parse.records import parse_records
 def usage_file(path: Path, images: int, imgsz: int, epochs: int, done: int) -> Path:
     """Usage records as the launcher writes them: tokens = images x imgsz^2 per epoch."""
     lines = [{"kind": "start", "imgsz": imgsz, "epochs": epochs}]
-    lines += [{"kind": "epoch", "epoch": e, "epochs": epochs, "images": images, "tokens": images * imgsz**2, "seconds": 2.0}
-              for e in range(1, done + 1)]  # fmt: skip
+    lines += [
+        {"kind": "epoch", "epoch": e, "epochs": epochs, "images": images, "tokens": images * imgsz**2, "seconds": 2.0}
+        for e in range(1, done + 1)
+    ]
     path.write_text("\n".join(json.dumps(rec) for rec in lines))
     return path
 

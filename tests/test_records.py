@@ -84,9 +84,16 @@ SA = "{id}|yolo|1764489615|1764489616|1764489640|{state}|24|{limit}|t4|vision|no
 
 
 def test_sacct_states_and_limits() -> None:
-    text = "\n".join([SA.format(id=5, state="REQUEUED", limit="2"), SA.format(id=5, state="CANCELLED by 0", limit="UNLIMITED"),
-                      SA.format(id=6, state="RUNNING", limit="Partition_Limit"), SA.format(id=7, state="RUNNING", limit="525600"),
-                      SA.format(id=8, state="TIMEOUT", limit="576000"), SA.format(id=9, state="TIMEOUT", limit="")])  # fmt: skip
+    text = "\n".join(
+        [
+            SA.format(id=5, state="REQUEUED", limit="2"),
+            SA.format(id=5, state="CANCELLED by 0", limit="UNLIMITED"),
+            SA.format(id=6, state="RUNNING", limit="Partition_Limit"),
+            SA.format(id=7, state="RUNNING", limit="525600"),
+            SA.format(id=8, state="TIMEOUT", limit="576000"),
+            SA.format(id=9, state="TIMEOUT", limit=""),
+        ]
+    )
     a, b, c, d, e, f = records.from_sacct(text)
     assert d.time_limit == 365 * 86400  # slurmctld's stand-in for no limit, held as the year it may run
     assert e.time_limit == 400 * 86400 and f.time_limit == 0  # -t 400-0; TimeLimit=0 prints nothing
@@ -113,8 +120,21 @@ def test_sacct_refuses_malformed_lines() -> None:
 
 
 def test_queries_ask_only_for_fields_no_user_writes() -> None:
-    user_text = {"Comment", "WorkDir", "StdOut", "StdErr", "JobName", "Name", "MailUser", "AdminComment", "Reason",
-                 "Constraints", "Features", "SystemComment", "Extra"}  # fmt: skip
+    user_text = {
+        "Comment",
+        "WorkDir",
+        "StdOut",
+        "StdErr",
+        "JobName",
+        "Name",
+        "MailUser",
+        "AdminComment",
+        "Reason",
+        "Constraints",
+        "Features",
+        "SystemComment",
+        "Extra",
+    }
     assert not user_text & set(queries.SQUEUE_FIELDS) and not user_text & set(queries.SACCT_FIELDS)
     assert queries.squeue_argv([3, 4])[:5] == ["squeue", "-h", "--states=all", "-j", "3,4"]
     with pytest.raises(ValueError):

@@ -118,8 +118,15 @@ BAD = [
 
 
 @pytest.mark.parametrize(("args", "message"), BAD)
-def test_hostile_and_malformed_input(args: list[str], message: str, tmp_path: Path, dataset: Path, site_config: Path,
-                                     home: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_hostile_and_malformed_input(
+    args: list[str],
+    message: str,
+    tmp_path: Path,
+    dataset: Path,
+    site_config: Path,
+    home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """One Error: line, nothing run, nothing written, no job: a job would have this test's folder as its
     work dir (other tests' jobs come and go meanwhile: CI runs a cluster's money tests beside this)."""
     monkeypatch.chdir(tmp_path)
@@ -166,21 +173,25 @@ def test_admin_commands_refuse_bad_input(args: list[str], message: str, home: Pa
     assert not (home / "ledger.db").exists() or "deposit" not in args[:2]
 
 
-def test_a_slurm_conf_that_is_not_there_is_said_at_once(site_config: Path, dataset: Path,
-                                                       monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:  # fmt: skip
+def test_a_slurm_conf_that_is_not_there_is_said_at_once(
+    site_config: Path, dataset: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """A wrong ``SLURM_CONF`` made every Slurm command retry reading it for 60 s; yolo-sbatch gave up at
     30 s saying Slurm refused the job on every partition, hiding Slurm's ``cannot stat file``."""
     monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
     started = time.monotonic()
     res = CliRunner().invoke(yolo_sbatch, ["--dry-run", "-p", "auto", "train", f"data={dataset}", "model=yolov8n.yaml"])
     assert res.exit_code == 1 and time.monotonic() - started < 10, res.output
-    assert res.output == (f"Error: SLURM_CONF={tmp_path / 'slurm.conf'} is no file: Slurm's commands cannot read their"
-                          " configuration (unset SLURM_CONF, or point it at the cluster's slurm.conf)\n")  # fmt: skip
+    assert res.output == (
+        f"Error: SLURM_CONF={tmp_path / 'slurm.conf'} is no file: Slurm's commands cannot read their"
+        " configuration (unset SLURM_CONF, or point it at the cluster's slurm.conf)\n"
+    )
 
 
 @pytest.mark.cluster
-def test_a_controller_that_does_not_answer_is_not_a_refusal(cluster: None, site_config: Path, dataset: Path,
-                                                            monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:  # fmt: skip
+def test_a_controller_that_does_not_answer_is_not_a_refusal(
+    cluster: None, site_config: Path, dataset: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """slurmctld on a port nothing listens on (a wrong slurm.conf): ``-p auto`` asks each partition and
     hears nothing, which is no refusal; the error says Slurm did not answer, not that it refused."""
     conf = tmp_path / "slurm.conf"
@@ -196,8 +207,9 @@ def test_a_controller_that_does_not_answer_is_not_a_refusal(cluster: None, site_
 
 
 @pytest.mark.cluster
-def test_slurmctld_down_during_submit_is_one_clear_error(cluster: None, site_config: Path, dataset: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_slurmctld_down_during_submit_is_one_clear_error(
+    cluster: None, site_config: Path, dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SLURM_CONF", "/etc/slurm/slurm.conf")
     site_config.write_text(site_config.read_text().replace("[slurm]\n", "[slurm]\ntimeout_seconds = 8.0\n"))
     pid = int(Path("/var/lib/slurm-yolo-cluster/run/slurmctld.pid").read_text())
@@ -213,13 +225,19 @@ def test_slurmctld_down_during_submit_is_one_clear_error(cluster: None, site_con
 
 
 @pytest.mark.cluster
-def test_users_cannot_change_k_or_forge_a_refund(cluster: Slurm, hooks_config: config_mod.Config,
-                                                 run_dir_for_alice: Path) -> None:  # fmt: skip
+def test_users_cannot_change_k_or_forge_a_refund(
+    cluster: Slurm, hooks_config: config_mod.Config, run_dir_for_alice: Path
+) -> None:
     env = {"PATH": "/usr/bin:/bin", "HOME": "/home/alice", "SLURM_YOLO_CONFIG": str(cluster.config_path)}
 
     def as_alice(*argv: str, extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", *argv], env={**env, **(extra or {})},
-                              capture_output=True, text=True, cwd="/tmp")  # fmt: skip
+        return subprocess.run(
+            ["/usr/sbin/runuser", "-u", "alice", "--", *argv],
+            env={**env, **(extra or {})},
+            capture_output=True,
+            text=True,
+            cwd="/tmp",
+        )
 
     res = as_alice(str(VENV_BIN / "slurm-yolo"), "calibrate", "--partition", "t4", str(run_dir_for_alice))
     assert res.returncode == 1 and "permission denied" in res.stderr
@@ -231,8 +249,12 @@ def test_users_cannot_change_k_or_forge_a_refund(cluster: Slurm, hooks_config: c
         last = lg.conn.execute("SELECT job_id FROM jobs ORDER BY held_at DESC LIMIT 1").fetchone()
     finally:
         lg.close()
-    forged = {"SLURM_JOB_ID": str(last["job_id"] if last else 1), "SLURM_JOB_ACCOUNT": "vision", "SLURM_CLUSTER_NAME": "yolo",
-              "SLURM_JOB_RESTART_COUNT": "0"}  # fmt: skip
+    forged = {
+        "SLURM_JOB_ID": str(last["job_id"] if last else 1),
+        "SLURM_JOB_ACCOUNT": "vision",
+        "SLURM_CLUSTER_NAME": "yolo",
+        "SLURM_JOB_RESTART_COUNT": "0",
+    }
     assert as_alice(str(VENV_BIN / "slurm-yolo-epilog"), extra=forged).returncode == 0  # never fails Slurm...
     lg = ledger.reader(cfg)
     assert lg is not None
@@ -267,13 +289,35 @@ def test_users_read_k_and_plan_without_write_access(cluster: Slurm, hooks_config
     for p in [folder, *folder.rglob("*")]:
         p.chmod(0o755 if p.is_dir() else 0o644)
     env = {"PATH": "/usr/bin:/bin", "HOME": "/home/alice", "SLURM_YOLO_CONFIG": str(cluster.config_path)}
-    res = subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", str(VENV_BIN / "yolo-sbatch"), "--dry-run", "--json",
-                          "-p", "t4", "train", f"data={data}", "model=yolov8n.pt"],
-                         env=env, capture_output=True, text=True, cwd="/tmp")  # fmt: skip
+    res = subprocess.run(
+        [
+            "/usr/sbin/runuser",
+            "-u",
+            "alice",
+            "--",
+            str(VENV_BIN / "yolo-sbatch"),
+            "--dry-run",
+            "--json",
+            "-p",
+            "t4",
+            "train",
+            f"data={data}",
+            "model=yolov8n.pt",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd="/tmp",
+    )
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["k"] > 0
-    res = subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", str(VENV_BIN / "slurm-yolo"), "k", "-p", "t4"],
-                         env=env, capture_output=True, text=True, cwd="/tmp")  # fmt: skip
+    res = subprocess.run(
+        ["/usr/sbin/runuser", "-u", "alice", "--", str(VENV_BIN / "slurm-yolo"), "k", "-p", "t4"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd="/tmp",
+    )
     assert res.returncode == 0 and res.stdout.startswith("t4: k ")
 
 
@@ -293,12 +337,29 @@ def test_an_account_she_is_not_in_is_said_so_not_that_it_is_empty(cluster: Slurm
     before = cluster.cmd("squeue", "-h", "-u", "alice", "-o", "%i").stdout
 
     def as_alice(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", str(VENV_BIN / "yolo-sbatch"), *args, "train",
-                               f"data={data}", "model=yolov8n.yaml"], env=env, capture_output=True, text=True, cwd="/tmp")  # fmt: skip
+        return subprocess.run(
+            [
+                "/usr/sbin/runuser",
+                "-u",
+                "alice",
+                "--",
+                str(VENV_BIN / "yolo-sbatch"),
+                *args,
+                "train",
+                f"data={data}",
+                "model=yolov8n.yaml",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd="/tmp",
+        )
 
     for account in ("research", "nosuchacct"):
-        why = (f"account '{account}' is not one you may submit to (yours: vision): give -A one of yours, or ask its"
-               " coordinator to add you")  # fmt: skip
+        why = (
+            f"account '{account}' is not one you may submit to (yours: vision): give -A one of yours, or ask its"
+            " coordinator to add you"
+        )
         for partition in ("t4", "auto"):  # auto: not Slurm's "Invalid account" once per partition
             res = as_alice("-A", account, "-p", partition)
             assert (res.returncode, res.stdout, res.stderr) == (1, "", f"Error: {why}\n"), (partition, res.stderr)
@@ -315,8 +376,22 @@ def test_a_partition_slurm_has_not_got_is_named_with_those_it_has(cluster: Slurm
     env = {"PATH": "/usr/bin:/bin", "HOME": "/root", "SLURM_YOLO_CONFIG": str(cluster.config_path)}
     before = cluster.cmd("squeue", "-h", "-o", "%i").stdout
     for partition, hint in (("v100", ""), ("T4", "did you mean -p t4? ")):
-        res = subprocess.run([str(VENV_BIN / "yolo-sbatch"), "-A", "vision", "-p", partition, "train", f"data={dataset}",
-                              "model=yolov8n.yaml"], env=env, capture_output=True, text=True, cwd="/tmp")  # fmt: skip
+        res = subprocess.run(
+            [
+                str(VENV_BIN / "yolo-sbatch"),
+                "-A",
+                "vision",
+                "-p",
+                partition,
+                "train",
+                f"data={dataset}",
+                "model=yolov8n.yaml",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd="/tmp",
+        )
         error = res.stderr.splitlines()[-1]
         assert res.returncode == 1 and error.startswith("Error: job not submitted: ") and "Invalid partition" in error
         assert error.endswith(f" ({hint}Slurm's partitions: a100, t4)"), error
@@ -338,15 +413,34 @@ def test_a_project_folder_she_cannot_write_is_refused_before_the_job_pays_for_it
     env = {"PATH": "/usr/bin:/bin", "HOME": "/home/alice", "SLURM_YOLO_CONFIG": str(cluster.config_path)}
 
     def dry_run(project: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["/usr/sbin/runuser", "-u", "alice", "--", str(VENV_BIN / "yolo-sbatch"), "--dry-run",
-                               "-p", "t4", "train", f"data={data}", "model=yolov8n.yaml", f"project={project}"],
-                              env=env, capture_output=True, text=True, cwd="/tmp")  # fmt: skip
+        return subprocess.run(
+            [
+                "/usr/sbin/runuser",
+                "-u",
+                "alice",
+                "--",
+                str(VENV_BIN / "yolo-sbatch"),
+                "--dry-run",
+                "-p",
+                "t4",
+                "train",
+                f"data={data}",
+                "model=yolov8n.yaml",
+                f"project={project}",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd="/tmp",
+        )
 
     for project, blocked in ((folder / "roots", folder / "roots"), (folder / "roots" / "mine", folder / "roots")):
         res = dry_run(str(project))
         assert (res.returncode, res.stdout) == (1, "")
-        assert res.stderr == (f"Error: project={project}: {blocked} is not a folder you can write (the job would fail"
-                              " on it): give project= a folder of yours\n")  # fmt: skip
+        assert res.stderr == (
+            f"Error: project={project}: {blocked} is not a folder you can write (the job would fail"
+            " on it): give project= a folder of yours\n"
+        )
     assert dry_run("/nonexistent-scratch/alice/runs").returncode == 0
 
 
@@ -394,8 +488,13 @@ def test_calibrate_never_unpickles_a_users_model_as_root(yolo_env: dict[str, str
     subprocess.run(["chown", "-R", f"{alice}:{alice}", str(run)], check=True)
     subprocess.run(["chmod", "-R", "a+rX", str(run)], check=True)
     env = {**yolo_env, "SLURM_YOLO_HOME": str(home)}
-    res = subprocess.run([str(VENV_BIN / "slurm-yolo"), "calibrate", "--partition", "evil", str(run)], env=env,
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    res = subprocess.run(
+        [str(VENV_BIN / "slurm-yolo"), "calibrate", "--partition", "evil", str(run)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert not target.exists(), "alice's pickle ran as root"
     assert (
         res.returncode == 1

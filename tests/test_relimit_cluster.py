@@ -65,10 +65,22 @@ sleep 600 & wait"""
     early = f"""sleep 35
 scontrol update JobId=$SLURM_JOB_ID TimeLimit=3 Comment="{forged_comment()}"
 scontrol requeue $SLURM_JOB_ID"""
-    job = slurm.sbatch("-A", "vision", "-p", "t4", "--gres=gpu:t4:1", "-t", "3", "--requeue",
-                       f"--comment=yolo:eff=1,pred_s={PREDICTED}", script=script, user="alice")  # fmt: skip
-    lowered = slurm.sbatch("-A", "vision", "-p", "t4", "--gres=gpu:t4:1", "-t", "10", "--requeue", script=early,
-                           user="alice")  # fmt: skip
+    job = slurm.sbatch(
+        "-A",
+        "vision",
+        "-p",
+        "t4",
+        "--gres=gpu:t4:1",
+        "-t",
+        "3",
+        "--requeue",
+        f"--comment=yolo:eff=1,pred_s={PREDICTED}",
+        script=script,
+        user="alice",
+    )
+    lowered = slurm.sbatch(
+        "-A", "vision", "-p", "t4", "--gres=gpu:t4:1", "-t", "10", "--requeue", script=early, user="alice"
+    )
 
     def settled(job: int) -> list[dict]:
         return [r for r in slurm.runs(job) if r["state"] == "settled" and r["submit_time"] >= started]

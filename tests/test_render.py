@@ -29,8 +29,17 @@ def fixed_plan(site_config: Path) -> plan.Plan:
     m = estimate.lookup_model("yolo11s")
     assert m is not None
     w = estimate.workload(s, 5000, 500, m)
-    tm = TimeModel(k=0.05, overhead_seconds=10, val_weight=0.4, iteration_seconds=0.02, startup_seconds=30, n=30,
-                   coverage=0.99, coverage_z=math.log(1.1), noise_relative=1.0)  # fmt: skip
+    tm = TimeModel(
+        k=0.05,
+        overhead_seconds=10,
+        val_weight=0.4,
+        iteration_seconds=0.02,
+        startup_seconds=30,
+        n=30,
+        coverage=0.99,
+        coverage_z=math.log(1.1),
+        noise_relative=1.0,
+    )
     part = Partition("a100", gpu_type="a100", gpus_per_node=2, shards_per_gpu=4)
     return plan.plan_partition(w, tm, "test", part, plan.Request("a100", priority="prod"), cfg)
 
@@ -72,9 +81,17 @@ def test_raw_sbatch_arg_must_be_an_option(site_config: Path) -> None:
 
 
 HOSTILE = [
-    "name=$(touch {p}/pwned1)", "project=`touch {p}/pwned2`", "name=a;touch {p}/pwned3", "name=x' ; touch {p}/pwned4 ; '",
-    'name=x" ; touch {p}/pwned5 ; "', "name=$HOME", "name=a b", "name=*", "name=\\", "name=ünï©ødé",
-]  # fmt: skip
+    "name=$(touch {p}/pwned1)",
+    "project=`touch {p}/pwned2`",
+    "name=a;touch {p}/pwned3",
+    "name=x' ; touch {p}/pwned4 ; '",
+    'name=x" ; touch {p}/pwned5 ; "',
+    "name=$HOME",
+    "name=a b",
+    "name=*",
+    "name=\\",
+    "name=ünï©ødé",
+]
 
 
 def test_hostile_words_reach_the_launcher_verbatim(site_config: Path, tmp_path: Path) -> None:

@@ -98,8 +98,12 @@ def test_a_bucket_above_its_capacity_burns_down_to_it_before_refills_count() -> 
     import pandas as pd
 
     s = pd.Series
-    net, left = report.bucket_burn(s([1000.0, 500.0, 1000.0, 1000.0]), s([50.0, 50.0, 10.0, 50.0]),
-                                   s([20.0, 20.0, 20.0, 0.0]), s([600.0, 600.0, 600.0, 0.0]))  # fmt: skip
+    net, left = report.bucket_burn(
+        s([1000.0, 500.0, 1000.0, 1000.0]),
+        s([50.0, 50.0, 10.0, 50.0]),
+        s([20.0, 20.0, 20.0, 0.0]),
+        s([600.0, 600.0, 600.0, 0.0]),
+    )
     assert list(net) == [50.0, 30.0, 10.0, 50.0]
     assert list(left[[0, 1, 3]]) == [28.0, 500 / 30, 20.0] and pd.isna(left[2])  # refills keep up with 10 a day
 
@@ -191,9 +195,15 @@ def test_refill_line_stops_at_the_capacity() -> None:
 
 @pytest.mark.parametrize(
     ("since", "back"),
-    [("now", 0), ("now-7days", 7 * 86400), ("now-90", 90), ("now-2hours", 7200), ("now-1weeks", 604800),
-     ("midnight", 3 * 86400)],
-)  # fmt: skip
+    [
+        ("now", 0),
+        ("now-7days", 7 * 86400),
+        ("now-90", 90),
+        ("now-2hours", 7200),
+        ("now-1weeks", 604800),
+        ("midnight", 3 * 86400),
+    ],
+)
 def test_window_start_reads_sacct_times(since: str, back: float) -> None:
     assert report.window_start(since, 1_000_000.0, fallback_days=3) == 1_000_000.0 - back
 
@@ -245,8 +255,10 @@ def test_plot_axes_are_in_human_units(site_config: Path) -> None:
 
 
 def test_matplotlib_stays_off_the_login_and_hook_paths() -> None:
-    code = ("import sys, slurm_yolo.cli.yolo_sbatch, slurm_yolo.cli.admin, slurm_yolo.controller.hooks, slurm_yolo.controller.hookd, "
-            "slurm_yolo.admin.report.output; print('matplotlib' in sys.modules)")  # fmt: skip
+    code = (
+        "import sys, slurm_yolo.cli.yolo_sbatch, slurm_yolo.cli.admin, slurm_yolo.controller.hooks, slurm_yolo.controller.hookd, "
+        "slurm_yolo.admin.report.output; print('matplotlib' in sys.modules)"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert res.stdout.strip() == "False"
 
@@ -284,8 +296,14 @@ def test_refills_alone_start_when_the_quota_began_paying() -> None:
     earned from (its amount at the rate), or at its last refill when none was paid yet."""
     import pandas as pd
 
-    moves = pd.DataFrame({"account": ["a", "a", "b"], "at": [5000.0, 90_000.0, 7000.0],
-                          "kind": ["refill", "refill", "deposit"], "amount": [2000.0, 86_400.0, 5.0]})  # fmt: skip
+    moves = pd.DataFrame(
+        {
+            "account": ["a", "a", "b"],
+            "at": [5000.0, 90_000.0, 7000.0],
+            "kind": ["refill", "refill", "deposit"],
+            "amount": [2000.0, 86_400.0, 5.0],
+        }
+    )
     quotas = {"a": (90_000.0, 86_400.0), "b": (3000.0, 10.0), "c": (10.0, 10.0)}  # (last refill, rate per day)
     assert report.refill_from(moves, quotas, 1000.0) == {"a": 3000.0, "b": 3000.0, "c": 1000.0}
 
@@ -328,15 +346,32 @@ def test_preemptions_per_tier_count_grace_ends_and_checkpoint_handovers() -> Non
     its AdminComment's."""
 
     def row(job: int, qos: str, state: str, submit: str, elapsed: int, charge: int) -> list[str]:
-        return [str(job), "vision", "alice", "a100", qos, state, submit, submit, submit, str(elapsed), "10",
-                "cpu=1,gres/gpu=1", "yolo:eff=1", f"yolo:run=1,hold=9,charge={charge},refund=0", f"/w{job}"]  # fmt: skip
+        return [
+            str(job),
+            "vision",
+            "alice",
+            "a100",
+            qos,
+            state,
+            submit,
+            submit,
+            submit,
+            str(elapsed),
+            "10",
+            "cpu=1,gres/gpu=1",
+            "yolo:eff=1",
+            f"yolo:run=1,hold=9,charge={charge},refund=0",
+            f"/w{job}",
+        ]
 
-    rows = [row(1, "yolo-explore", "REQUEUED", "2026-12-03T10:00:00", 100, 300),
-            row(1, "yolo-explore", "COMPLETED", "2026-12-03T10:05:00", 200, 600),
-            row(2, "yolo-explore", "REQUEUED", "2026-12-03T10:00:01", 40, 120),
-            row(2, "yolo-explore", "COMPLETED", "2026-12-03T10:09:00", 40, 120),
-            row(3, "yolo-explore", "PREEMPTED", "2026-12-03T10:00:02", 50, 150),
-            row(4, "yolo-prod", "COMPLETED", "2026-12-03T10:01:00", 30, 90)]  # fmt: skip
+    rows = [
+        row(1, "yolo-explore", "REQUEUED", "2026-12-03T10:00:00", 100, 300),
+        row(1, "yolo-explore", "COMPLETED", "2026-12-03T10:05:00", 200, 600),
+        row(2, "yolo-explore", "REQUEUED", "2026-12-03T10:00:01", 40, 120),
+        row(2, "yolo-explore", "COMPLETED", "2026-12-03T10:09:00", 40, 120),
+        row(3, "yolo-explore", "PREEMPTED", "2026-12-03T10:00:02", 50, 150),
+        row(4, "yolo-prod", "COMPLETED", "2026-12-03T10:01:00", 30, 90),
+    ]
     why = {1: "preempted", 2: "time limit"}
 
     def records(workdir: str, job_id: int, user: str) -> list[dict[str, object]]:
@@ -344,10 +379,18 @@ def test_preemptions_per_tier_count_grace_ends_and_checkpoint_handovers() -> Non
         return [{"kind": "requeue", "restart": 0, "why": why[job_id]}] if job_id in why else []
 
     got = report.preemptions(report.parse_jobs(rows), records)
-    assert got.to_dict("records") == [{
-        "Partition": "a100", "QOS": "yolo-explore", "runs": 5, "preempted": 2, "preempted_share": 0.4,
-        "preempted_gpu_hours": pytest.approx(150 / 3600), "preempted_tokens_charged": 450.0, "resumed_completed": 1,
-    }]  # fmt: skip
+    assert got.to_dict("records") == [
+        {
+            "Partition": "a100",
+            "QOS": "yolo-explore",
+            "runs": 5,
+            "preempted": 2,
+            "preempted_share": 0.4,
+            "preempted_gpu_hours": pytest.approx(150 / 3600),
+            "preempted_tokens_charged": 450.0,
+            "resumed_completed": 1,
+        }
+    ]
 
 
 def test_accuracy_judges_the_job_and_counts_a_requeue_for_time_as_a_miss() -> None:
@@ -356,9 +399,13 @@ def test_accuracy_judges_the_job_and_counts_a_requeue_for_time_as_a_miss() -> No
     then ran 200 s: one job of 370 s that hit its limit. Job 3 was requeued 20 s in (a preemption):
     no miss. Job 2 ran once."""
     t = pd.Timestamp("2026-12-01T10:00:00")
-    rows = [(1, t, "REQUEUED", 170, 180, 300), (1, t + pd.Timedelta(minutes=4), "COMPLETED", 200, 600, 300),
-            (2, t, "COMPLETED", 100, 300, 100), (3, t, "REQUEUED", 20, 600, 100),
-            (3, t + pd.Timedelta(minutes=1), "COMPLETED", 80, 600, 100)]  # fmt: skip
+    rows = [
+        (1, t, "REQUEUED", 170, 180, 300),
+        (1, t + pd.Timedelta(minutes=4), "COMPLETED", 200, 600, 300),
+        (2, t, "COMPLETED", 100, 300, 100),
+        (3, t, "REQUEUED", 20, 600, 100),
+        (3, t + pd.Timedelta(minutes=1), "COMPLETED", 80, 600, 100),
+    ]
     df = pd.DataFrame(rows, columns=["job_id", "submit", "state", "elapsed", "limit_s", "pred_s"])
     df["Partition"], df["yolo"], df["coverage"] = "t4", True, 0.99
     got = report.accuracy(df, lead=120).set_index("Partition").loc["t4"]

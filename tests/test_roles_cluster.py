@@ -63,15 +63,22 @@ def test_completed_runs_feedback_reaches_a_controller_that_cannot_see_their_work
 def test_the_watchdog_on_the_controller_judges_a_job_by_its_comment_alone(slurm: Slurm, work: Path) -> None:
     """alice's job whose launcher last saw progress an hour ago, working where the controller cannot
     look: `slurm-yolo watchdog` as the cluster's admins run it finds it, and cancels it alone."""
-    stale = ('T=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_$SLURM_ARRAY_TASK_ID}\n'
-             'scontrol update JobId=${T:-$SLURM_JOB_ID} Comment="yolo:eff=1;run:at=$(($(date +%s) - 3600)),ep=1,s=1,'
-             'one=1,g=1,c=1" || exit 3\nsleep 300\n')  # fmt: skip
+    stale = (
+        "T=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_$SLURM_ARRAY_TASK_ID}\n"
+        'scontrol update JobId=${T:-$SLURM_JOB_ID} Comment="yolo:eff=1;run:at=$(($(date +%s) - 3600)),ep=1,s=1,'
+        'one=1,g=1,c=1" || exit 3\nsleep 300\n'
+    )
     job = slurm.sbatch("-p", "t4", "--gres=shard:t4:1", "-t", "10", "-D", str(work), script=stale, user="alice")
     try:
         poll("its summary", lambda: ";run:" in slurm.cmd("squeue", "-h", "-j", str(job), "-o", "%k").stdout)
         assert not controller_sees(slurm, work)
-        poll("4 s of running", lambda: slurm.cmd("squeue", "-h", "-j", str(job), "-o", "%M").stdout.strip()
-             not in ("", "0:00", "0:01", "0:02", "0:03", "0:04"))  # fmt: skip
+        poll(
+            "4 s of running",
+            lambda: (
+                slurm.cmd("squeue", "-h", "-j", str(job), "-o", "%M").stdout.strip()
+                not in ("", "0:00", "0:01", "0:02", "0:03", "0:04")
+            ),
+        )
         dry = slurm.cli("watchdog", "--stall-minutes", "0.05", "--dry-run", "--json")
         mine = [z for z in json.loads(dry.stdout) if z["job_id"] == job]
         assert len(mine) == 1 and mine[0]["evidence"][0].endswith("(its Comment)"), dry.stdout

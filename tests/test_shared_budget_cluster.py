@@ -64,8 +64,22 @@ def balance(slurm: Slurm) -> int:
 
 
 def submit(slurm: Slurm, seconds: int = 2) -> subprocess.CompletedProcess[str]:
-    return slurm.cmd("sbatch", "--parsable", "-o", "/dev/null", "-A", "vision", "-p", "a100", "--gres=gpu:a100:1",
-                     "-t", "1", user="alice", input=f"#!/bin/bash\nsleep {seconds}\n", check=False)  # fmt: skip
+    return slurm.cmd(
+        "sbatch",
+        "--parsable",
+        "-o",
+        "/dev/null",
+        "-A",
+        "vision",
+        "-p",
+        "a100",
+        "--gres=gpu:a100:1",
+        "-t",
+        "1",
+        user="alice",
+        input=f"#!/bin/bash\nsleep {seconds}\n",
+        check=False,
+    )
 
 
 def test_a_deposit_through_one_cluster_is_the_balance_on_both_and_jobs_on_both_draw_from_it(

@@ -78,8 +78,22 @@ def test_fraction_accepts_counts() -> None:
     assert spec.parse(["train", "data=d.yaml", "fraction=100"]).get("fraction") == 100
 
 
-@pytest.mark.parametrize(("device", "gpus"), [("0", 1), ("0,1,2", 3), ("cpu", 0), ("[0,1]", 2), ("cuda:0", 1), ("cuda", 1),
-                                             ("-1", 1), ("-1,-1", 2), ("(0, 1)", 2), ("'0,1'", 2), ("MPS", 0)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("device", "gpus"),
+    [
+        ("0", 1),
+        ("0,1,2", 3),
+        ("cpu", 0),
+        ("[0,1]", 2),
+        ("cuda:0", 1),
+        ("cuda", 1),
+        ("-1", 1),
+        ("-1,-1", 2),
+        ("(0, 1)", 2),
+        ("'0,1'", 2),
+        ("MPS", 0),
+    ],
+)
 def test_devices(device: str, gpus: int) -> None:
     assert spec.parse(["train", "data=d.yaml", f"device={device}"]).devices == gpus
 

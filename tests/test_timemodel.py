@@ -24,11 +24,29 @@ from slurm_yolo.core.model.timemodel import (
     predict_train_seconds,
 )
 
-TRUTH = TimeModel(k=0.8, overhead_seconds=3.0, val_weight=0.4, iteration_seconds=0.05, startup_seconds=10.0,
-                  epoch_seconds=0.7, val_pass_seconds=0.3, imgsz_exponent=0.35, iteration_exponent=0.2,
-                  family_factors={"yolov8": 1.0, "yolo11": 1.4})  # fmt: skip
-PRIOR = TimeModel(k=1.0, overhead_seconds=5.0, val_weight=0.5, iteration_seconds=0.02, startup_seconds=20.0,
-                  epoch_seconds=0.5, val_pass_seconds=0.5, imgsz_exponent=0.3, iteration_exponent=0.3)  # fmt: skip
+TRUTH = TimeModel(
+    k=0.8,
+    overhead_seconds=3.0,
+    val_weight=0.4,
+    iteration_seconds=0.05,
+    startup_seconds=10.0,
+    epoch_seconds=0.7,
+    val_pass_seconds=0.3,
+    imgsz_exponent=0.35,
+    iteration_exponent=0.2,
+    family_factors={"yolov8": 1.0, "yolo11": 1.4},
+)
+PRIOR = TimeModel(
+    k=1.0,
+    overhead_seconds=5.0,
+    val_weight=0.5,
+    iteration_seconds=0.02,
+    startup_seconds=20.0,
+    epoch_seconds=0.5,
+    val_pass_seconds=0.5,
+    imgsz_exponent=0.3,
+    iteration_exponent=0.3,
+)
 
 
 def workload(model: str, epochs: int, imgsz: int, batch: int, train: int = 64, val: int = 16) -> estimate.Workload:
@@ -42,8 +60,14 @@ def runs(n: int, noise: float = 0.02, seed: int = 1, models: tuple[str, ...] = (
     rng = random.Random(seed)
     out = []
     for i in range(n):
-        w = workload(models[i % len(models)], rng.randint(1, 30), rng.choice([64, 128, 256, 320, 640]),
-                     rng.choice([4, 8, 16]), rng.randint(20, 400), rng.randint(5, 100))  # fmt: skip
+        w = workload(
+            models[i % len(models)],
+            rng.randint(1, 30),
+            rng.choice([64, 128, 256, 320, 640]),
+            rng.choice([4, 8, 16]),
+            rng.randint(20, 400),
+            rng.randint(5, 100),
+        )
         t = predict_train_seconds(w, TRUTH, 1, 0.9, 8.86) * (1 + rng.uniform(-noise, noise))
         total = t + TRUTH.startup_seconds + final_val_seconds(w, TRUTH, 8.86)
         out.append(Sample(w, 1, t, key=str(i), total_seconds=total))
@@ -53,10 +77,20 @@ def runs(n: int, noise: float = 0.02, seed: int = 1, models: tuple[str, ...] = (
 def test_the_fit_and_the_prediction_are_one_formula() -> None:
     """fitting._predict (vectorised, what the fit minimises) and timemodel's predict_* agree term by
     term, with every term and factor set and batches larger than their splits."""
-    tm = replace(TRUTH, batch_exponent=0.2, image_seconds=0.002, val_image_seconds=0.003,
-                 model_factors={"yolo11n": 1.1}, step_factors={"yolo11": 1.3}, startup_factors={"yolo11": 1.2})  # fmt: skip
-    ws = [workload("yolo11n", 3, 320, 32, train=16, val=8), workload("yolov8s", 2, 160, 8, train=100, val=40),
-          workload("yolo11n", 1, 640, 4, train=9, val=3)]  # fmt: skip
+    tm = replace(
+        TRUTH,
+        batch_exponent=0.2,
+        image_seconds=0.002,
+        val_image_seconds=0.003,
+        model_factors={"yolo11n": 1.1},
+        step_factors={"yolo11": 1.3},
+        startup_factors={"yolo11": 1.2},
+    )
+    ws = [
+        workload("yolo11n", 3, 320, 32, train=16, val=8),
+        workload("yolov8s", 2, 160, 8, train=100, val=40),
+        workload("yolo11n", 1, 640, 4, train=9, val=3),
+    ]
     samples = [Sample(w, 1, 1.0) for w in ws]
     p = fitting._Params(tm, ["yolo11"], ["yolo11n", "yolov8s"], startup=False)
     train, final = fitting._predict(p.mu, p, fitting._design(samples, p, 0.9, 8.86))
@@ -68,8 +102,13 @@ def test_predictions_add_up_term_by_term() -> None:
     w = workload("yolov8s", 2, 320, 8)
     mf = 28.81 / 8.86
     cost = 0.8 * mf * (320 / 640) ** -0.35 / 1e6
-    expected = (3.0 + 0.7 * 2 + 0.3 * w.val_passes + 0.05 * w.iterations * mf**0.2
-                + cost * (w.train_tokens + 0.4 * w.val_tokens))  # fmt: skip
+    expected = (
+        3.0
+        + 0.7 * 2
+        + 0.3 * w.val_passes
+        + 0.05 * w.iterations * mf**0.2
+        + cost * (w.train_tokens + 0.4 * w.val_tokens)
+    )
     assert predict_train_seconds(w, TRUTH, 1, 0.9, 8.86) == pytest.approx(expected)
     final = 0.3 + cost * 0.4 * w.final_val_tokens
     assert predict_seconds(w, TRUTH, 1, 0.9, 8.86) == pytest.approx(10.0 + expected + final)
@@ -178,9 +217,20 @@ def test_seconds_of_jitter_pad_short_runs_not_long_ones() -> None:
 
 
 def test_models_stored_by_older_versions_still_load() -> None:
-    old = {"k": 2.0, "overhead_seconds": 5.0, "val_weight": 0.5, "iteration_seconds": 0.0, "startup_seconds": 20.0,
-           "family_factors": {}, "form": "a+k", "n": 7, "loo_median": 0.1, "loo_p90": 0.2, "ratio_max": 1.3,
-           "ratio_p95": 1.2}  # fmt: skip
+    old = {
+        "k": 2.0,
+        "overhead_seconds": 5.0,
+        "val_weight": 0.5,
+        "iteration_seconds": 0.0,
+        "startup_seconds": 20.0,
+        "family_factors": {},
+        "form": "a+k",
+        "n": 7,
+        "loo_median": 0.1,
+        "loo_p90": 0.2,
+        "ratio_max": 1.3,
+        "ratio_p95": 1.2,
+    }
     tm = TimeModel.from_dict(json.loads(json.dumps(old)))
     assert tm.k == 2.0 and tm.n == 7 and tm.coverage is None
     assert buffer_for(tm, 0.2, 600).value == 0.5  # no cross-validation stored: the cautious buffer

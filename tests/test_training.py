@@ -24,10 +24,15 @@ pytestmark = pytest.mark.train
 
 # (name, model, dataset, epochs, imgsz, batch)
 RUNS = [
-    ("a", "yolov8n.yaml", 1, 2, 96, 8), ("b", "yolov8n.yaml", 2, 2, 128, 16), ("c", "yolov8n.yaml", 2, 1, 96, 4),
-    ("d", "yolo11n.yaml", 1, 2, 96, 8), ("e", "yolo11n.yaml", 2, 2, 128, 16), ("f", "yolo11n.yaml", 1, 3, 64, 4),
-    ("g", "yolov8n.yaml", 1, 3, 128, 8), ("h", "yolo11n.yaml", 2, 1, 160, 8),
-]  # fmt: skip
+    ("a", "yolov8n.yaml", 1, 2, 96, 8),
+    ("b", "yolov8n.yaml", 2, 2, 128, 16),
+    ("c", "yolov8n.yaml", 2, 1, 96, 4),
+    ("d", "yolo11n.yaml", 1, 2, 96, 8),
+    ("e", "yolo11n.yaml", 2, 2, 128, 16),
+    ("f", "yolo11n.yaml", 1, 3, 64, 4),
+    ("g", "yolov8n.yaml", 1, 3, 128, 8),
+    ("h", "yolo11n.yaml", 2, 1, 160, 8),
+]
 HELD_OUT = {"g", "h"}
 
 
@@ -65,8 +70,14 @@ def test_calibrate_then_predict_held_out_runs(run_dirs: dict[str, Path]) -> None
 
     for name in sorted(HELD_OUT):
         run = read_run_dir(run_dirs[name])
-        words = ["train", f"model={run.args['model']}", f"data={run.args['data']}", f"epochs={run.args['epochs']}",
-                 f"imgsz={run.args['imgsz']}", f"batch={run.args['batch']}"]  # fmt: skip
+        words = [
+            "train",
+            f"model={run.args['model']}",
+            f"data={run.args['data']}",
+            f"epochs={run.args['epochs']}",
+            f"imgsz={run.args['imgsz']}",
+            f"batch={run.args['batch']}",
+        ]
         res = CliRunner().invoke(yolo_sbatch, ["--dry-run", "--json", "--partition", "cpu-test", *words])
         assert res.exit_code == 0, res.output
         predicted = json.loads(res.output)["predicted_train_seconds"]
@@ -81,8 +92,9 @@ def test_calibrate_then_predict_held_out_runs(run_dirs: dict[str, Path]) -> None
     assert "  outside it: imgsz 640 px, outside the calibrated 64-128" in res.output
 
 
-def test_calibrate_reads_a_runs_relative_data_from_where_it_trained(run_dirs: dict[str, Path], dataset: Path,
-                                                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_calibrate_reads_a_runs_relative_data_from_where_it_trained(
+    run_dirs: dict[str, Path], dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A run trained with data=ds/data.yaml from its project's folder, calibrated from elsewhere (a
     newcomer in /tmp): the yaml is found above the run folder, not in the current folder; a run whose
     relative yaml no folder above it has is skipped, and the line says so."""
@@ -95,13 +107,23 @@ def test_calibrate_reads_a_runs_relative_data_from_where_it_trained(run_dirs: di
         args = re.sub(r"(?m)^rect: .*$", "rect: true", re.sub(r"(?m)^workers: .*$", "workers: [1]", args))
         (run / "args.yaml").write_text(args)
     monkeypatch.chdir(tmp_path)
-    res = CliRunner().invoke(admin, ["calibrate", "--partition", "cpu-rel", "--json",
-                                     str(work / "runs" / "detect" / "rel"), str(work / "runs" / "detect" / "lost")])  # fmt: skip
+    res = CliRunner().invoke(
+        admin,
+        [
+            "calibrate",
+            "--partition",
+            "cpu-rel",
+            "--json",
+            str(work / "runs" / "detect" / "rel"),
+            str(work / "runs" / "detect" / "lost"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     got = json.loads(res.stdout)
     assert got["added"] == 1 and got["skipped"] == [
         f"{work / 'runs' / 'detect' / 'lost'}: its data yaml gone/data.yaml is a relative path, and neither the "
-        "run's folder nor any folder above it (where its training ran) has it"]  # fmt: skip
+        "run's folder nor any folder above it (where its training ran) has it"
+    ]
     # what the model has no term for yet is recorded with the sample, as the run asked it; a list of
     # workers is no count (the folder is a user's)
     with calibration.Store(config.load()) as store:
@@ -162,8 +184,14 @@ def test_calibrate_reads_nothing_for_a_user_she_could_not_and_learns_no_impossib
     secret = tmp_path / "secret"
     secret.mkdir(mode=0o700)
     (secret / "creds.yaml").write_text("train: s3cr3t\nval: s3cr3t\n")
-    cases = {"good": None, "secret": ("data", str(secret / "creds.yaml")), "imgsz": ("imgsz", "-640"),
-             "fraction": ("fraction", ".nan"), "nested": ("amp", "[" * 500 + "]" * 500), "csv": ("", "")}  # fmt: skip
+    cases = {
+        "good": None,
+        "secret": ("data", str(secret / "creds.yaml")),
+        "imgsz": ("imgsz", "-640"),
+        "fraction": ("fraction", ".nan"),
+        "nested": ("amp", "[" * 500 + "]" * 500),
+        "csv": ("", ""),
+    }
     folders = []
     hers = Path(tempfile.mkdtemp(dir="/var/tmp"))  # where alice can reach her run folder
     hers.chmod(0o755)

@@ -48,9 +48,13 @@ def test_admins_are_root_the_slurmuser_and_slurms_operators() -> None:
 
 @pytest.mark.parametrize(
     ("text", "hidden"),
-    [("PrivateData             = none\n", set()), ("ClusterName = yolo\nPrivateData             = accounts,jobs,usage\n",
-     {"accounts", "jobs", "usage"}), ("PrivateData = Accounts, Usage\n", {"accounts", "usage"}), ("", set())],
-)  # fmt: skip
+    [
+        ("PrivateData             = none\n", set()),
+        ("ClusterName = yolo\nPrivateData             = accounts,jobs,usage\n", {"accounts", "jobs", "usage"}),
+        ("PrivateData = Accounts, Usage\n", {"accounts", "usage"}),
+        ("", set()),
+    ],
+)
 def test_private_data(text: str, hidden: set[str]) -> None:
     assert parsers.private_data(text) == hidden
 
@@ -97,8 +101,13 @@ def hide_accounts(home: Path) -> None:
 
 def yolo(user: str, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``slurm-yolo ARGS`` of this checkout as ``user``, who claims to be the SlurmUser in $USER."""
-    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "SLURM_YOLO_HOME": str(home), "PYTHONPATH": str(REPO),
-           "PYTHONDONTWRITEBYTECODE": "1"}  # fmt: skip
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/tmp",
+        "SLURM_YOLO_HOME": str(home),
+        "PYTHONPATH": str(REPO),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
     argv = [
         "/usr/sbin/runuser",
         "-u",

@@ -45,9 +45,11 @@ def test_watchdog_acts_on_the_array_task_alone(tmp_path: Path, home: Path) -> No
     bin_dir.mkdir()
     (bin_dir / "squeue").write_text(SQUEUE.format(python=sys.executable, rows=str(tmp_path / "rows.json")))
     for name in ("scontrol", "scancel"):  # task 100_5 asked --no-requeue: Slurm refuses to requeue it
-        (bin_dir / name).write_text(f'#!/bin/sh\necho "{name} $*" >> {tmp_path}/slurm.log\n'
-                                    'case "$*" in "requeue 100_5") echo "Requested operation is presently disabled'
-                                    ' for job 100_5" >&2; exit 1;; esac\n')  # fmt: skip
+        (bin_dir / name).write_text(
+            f'#!/bin/sh\necho "{name} $*" >> {tmp_path}/slurm.log\n'
+            'case "$*" in "requeue 100_5") echo "Requested operation is presently disabled'
+            ' for job 100_5" >&2; exit 1;; esac\n'
+        )
     for f in bin_dir.iterdir():
         f.chmod(f.stat().st_mode | stat.S_IEXEC)
     (home / "config.toml").write_text(f'[slurm]\nbin_dir = "{bin_dir}"\n')
@@ -65,11 +67,16 @@ def test_watchdog_acts_on_the_array_task_alone(tmp_path: Path, home: Path) -> No
     res = CliRunner().invoke(admin, ["watchdog", "--stall-minutes", "10"])
     assert res.exit_code == 0, res.output
     assert [line.split(" (")[0] for line in res.output.splitlines()] == [
-        "job 100_5: silent 60.0 min -> cancel", "job 200: silent 60.0 min -> requeue"]  # fmt: skip
+        "job 100_5: silent 60.0 min -> cancel",
+        "job 200: silent 60.0 min -> requeue",
+    ]
     assert "(requeue refused: " in res.output and "presently disabled for job 100_5" in res.output
     # the task Slurm would not requeue is cancelled, and the job after it is still acted on
     assert (tmp_path / "slurm.log").read_text().splitlines() == [
-        "scontrol requeue 100_5", "scancel 100_5", "scontrol requeue 200"]  # fmt: skip
+        "scontrol requeue 100_5",
+        "scancel 100_5",
+        "scontrol requeue 200",
+    ]
     res = CliRunner().invoke(admin, ["watchdog", "--stall-minutes", "10", "--action", "cancel"])
     assert (tmp_path / "slurm.log").read_text().splitlines()[3:] == ["scancel 100_5", "scancel 200"]
     res = CliRunner().invoke(admin, ["watchdog", "--stall-minutes", "90", "--dry-run"])  # silent for 60 min

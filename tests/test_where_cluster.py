@@ -65,8 +65,9 @@ def test_no_partition_is_slurms_default(slurm: Slurm, home: Path, dataset: Path)
     assert d["expected_start"] is None  # a partition Slurm named: planned offline, as a named one is
 
 
-def test_auto_goes_where_slurm_expects_the_earliest_finish(slurm: Slurm, site_config: Path, dataset: Path,
-                                                           a100_busy: float) -> None:  # fmt: skip
+def test_auto_goes_where_slurm_expects_the_earliest_finish(
+    slurm: Slurm, site_config: Path, dataset: Path, a100_busy: float
+) -> None:
     """a100 is busy for 10 more minutes: Slurm expects the job to start there only then, at once on t4."""
     on(slurm, site_config)
     asked = time.time()
@@ -83,8 +84,10 @@ def test_auto_goes_where_slurm_expects_the_earliest_finish(slurm: Slurm, site_co
     assert d["explain"][-1].startswith("expected start: ") and d["explain"][-1].endswith("(Slurm's scheduler)")
 
     res = invoke("-p", "auto", "--sbatch-arg=--hold", "-J", "where-check", *words)  # submitted: start beside prediction
-    job = re.match(r"Submitted batch job (\d+) \(t4, gpu:t4:1, .*, predicted [\d.]+ min, work .* EUR, expected start (\S+)\)\n$",
-                   res.output)  # fmt: skip
+    job = re.match(
+        r"Submitted batch job (\d+) \(t4, gpu:t4:1, .*, predicted [\d.]+ min, work .* EUR, expected start (\S+)\)\n$",
+        res.output,
+    )
     assert res.exit_code == 0 and job, res.output
     try:
         assert slurm.cmd("squeue", "-h", "-j", job.group(1), "-o", "%P").stdout.strip() == "t4"
@@ -95,8 +98,16 @@ def test_auto_goes_where_slurm_expects_the_earliest_finish(slurm: Slurm, site_co
 def test_auto_skips_a_partition_slurm_refuses(slurm: Slurm, site_config: Path, dataset: Path) -> None:
     """The job may only run on gpu-t4-1: Slurm refuses it on a100, and --explain says why."""
     on(slurm, site_config)
-    res = invoke("--dry-run", "--json", "-p", "auto", "--sbatch-arg=--nodelist=gpu-t4-1", "train", f"data={dataset}",
-                 "model=yolov8l.yaml")  # fmt: skip
+    res = invoke(
+        "--dry-run",
+        "--json",
+        "-p",
+        "auto",
+        "--sbatch-arg=--nodelist=gpu-t4-1",
+        "train",
+        f"data={dataset}",
+        "model=yolov8l.yaml",
+    )
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)
     assert d["partition"] == "t4" and d["expected_start"] is not None
@@ -112,6 +123,9 @@ def test_auto_refused_everywhere_is_one_error(slurm: Slurm, site_config: Path, d
     before = queue(slurm)
     res = invoke("-p", "auto", "-C", "no-such-feature", "train", f"data={dataset}", "model=yolov8l.yaml")
     assert res.exit_code == 1
-    assert re.fullmatch(r"Error: --partition auto: Slurm refuses the job on every partition \(a100: sbatch failed: "
-                        r"[^\n]+; t4: sbatch failed: [^\n]+\)\n", res.output), res.output  # fmt: skip
+    assert re.fullmatch(
+        r"Error: --partition auto: Slurm refuses the job on every partition \(a100: sbatch failed: "
+        r"[^\n]+; t4: sbatch failed: [^\n]+\)\n",
+        res.output,
+    ), res.output
     assert set(queue(slurm).split()) <= set(before.split())  # nothing new (others' jobs may have ended)

@@ -103,9 +103,16 @@ def refusal_streaks(refusals: Iterable[Refusal], last_charge: Mapping[str, float
     return streaks
 
 
-def check(config: Config, budget_share: float = 0.8, refusals: int = 3, drift: float = 0.3, error_bound: float = 0.5,
-          predictions: list[tuple[int, str, float, float, bool]] | None = None, unreached: str = "",
-          spend_per_week: float = 0.0) -> list[Alert]:  # fmt: skip
+def check(
+    config: Config,
+    budget_share: float = 0.8,
+    refusals: int = 3,
+    drift: float = 0.3,
+    error_bound: float = 0.5,
+    predictions: list[tuple[int, str, float, float, bool]] | None = None,
+    unreached: str = "",
+    spend_per_week: float = 0.0,
+) -> list[Alert]:
     """All current alerts. ``predictions`` are recent (job, partition, predicted s, actual s, hit its
     limit: a TIMEOUT or a requeue for time), a requeued job's runs together;
     ``unreached``: why sacct gave none (slurmdbd down), itself an alert; ``spend_per_week``: the
@@ -124,19 +131,35 @@ def check(config: Config, budget_share: float = 0.8, refusals: int = 3, drift: f
                     used = (a["charged"] + a["held"]) / a["credited"]
                     alerts.append(Alert("budget", a["name"], f"{used:.0%} of its tokens used or held"))
             for i in lg.open_incidents():
-                alerts.append(Alert("hook", f"job {i['cluster']}:{i['job_id']}",
-                                    f"{i['event']} failed: {i['error']} (ledger reconcile settles its runs from sacct)"))  # fmt: skip
+                alerts.append(
+                    Alert(
+                        "hook",
+                        f"job {i['cluster']}:{i['job_id']}",
+                        f"{i['event']} failed: {i['error']} (ledger reconcile settles its runs from sacct)",
+                    )
+                )
             stuck = [c for c in lg.unwritten_comments() if c["queued_at"] < time.time() - 3600]
             if stuck:
-                alerts.append(Alert("books", "AdminComment", f"{len(stuck)} settled job(s) without their AdminComment"
-                                    f" for over an hour (ledger comments): {stuck[0]['error'] or 'not tried yet'}"))  # fmt: skip
+                alerts.append(
+                    Alert(
+                        "books",
+                        "AdminComment",
+                        f"{len(stuck)} settled job(s) without their AdminComment"
+                        f" for over an hour (ledger comments): {stuck[0]['error'] or 'not tried yet'}",
+                    )
+                )
         finally:
             lg.close()
     audit = books.last(config)
     if audit and audit.findings:
         kinds = sorted({f.get("kind", "") for f in audit.findings})
-        alerts.append(Alert("audit", "sacct vs ledger", f"{len(audit.findings)} difference(s) ({', '.join(kinds)}) in"
-                            " the last audit (slurm-yolo ledger audit)"))  # fmt: skip
+        alerts.append(
+            Alert(
+                "audit",
+                "sacct vs ledger",
+                f"{len(audit.findings)} difference(s) ({', '.join(kinds)}) in the last audit (slurm-yolo ledger audit)",
+            )
+        )
     try:
         found = _members_only(read_refusals(config), Path(config["slurm"]["bin_dir"]))
     except OSError as e:
@@ -162,8 +185,14 @@ def check(config: Config, budget_share: float = 0.8, refusals: int = 3, drift: f
             alerts.append(Alert("k-drift", part, f"k moved {k1 / k0 - 1:+.0%} in a week ({k0:.4g} -> {k1:.4g})"))
     for job, part, pred, actual, missed in predictions or []:
         if missed:
-            alerts.append(Alert("limit", f"job {job}", f"on {part}: hit its time limit (a TIMEOUT or a requeue for"
-                                f" time); predicted {pred:.0f} s, ran {actual:.0f} s in all"))  # fmt: skip
+            alerts.append(
+                Alert(
+                    "limit",
+                    f"job {job}",
+                    f"on {part}: hit its time limit (a TIMEOUT or a requeue for"
+                    f" time); predicted {pred:.0f} s, ran {actual:.0f} s in all",
+                )
+            )
         elif pred > 0 and abs(actual - pred) / pred > error_bound:
             alerts.append(Alert("prediction", f"job {job}", f"on {part}: predicted {pred:.0f} s, ran {actual:.0f} s"))
     return alerts
@@ -196,10 +225,15 @@ def money_alerts(config: Config, runs: Iterable[store.Row], per_week: float) -> 
     rows = [(str(r["account"]), str(r["partition"]), float(r["gpus"]), int(r["elapsed"] or 0)) for r in runs]
     currency = config["ledger"]["currency"]
     return [
-        Alert("money", account, f"its runs of the last 7 days cost {cost.fmt_money(spent, currency)}, over the"
-              f" {cost.fmt_money(per_week, currency)} a week alerts allows (--spend-per-week)")
-        for account, spent in sorted(cost.spend(rows, costs).items()) if spent > per_week
-    ]  # fmt: skip
+        Alert(
+            "money",
+            account,
+            f"its runs of the last 7 days cost {cost.fmt_money(spent, currency)}, over the"
+            f" {cost.fmt_money(per_week, currency)} a week alerts allows (--spend-per-week)",
+        )
+        for account, spent in sorted(cost.spend(rows, costs).items())
+        if spent > per_week
+    ]
 
 
 def to_dicts(alerts: list[Alert]) -> list[dict[str, str]]:

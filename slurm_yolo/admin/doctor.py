@@ -72,9 +72,13 @@ def check(config: Config, role: str = "auto") -> Report:
     problems: list[Problem] = []
     notes: list[str] = []
     if config.path is None:
-        problems.append(Problem(f"no slurm-yolo config was read ({config_path(config.env)} is missing)",
-                                "install one as /etc/slurm-yolo/config.toml (deploy/config.toml is the template),"
-                                " or export SLURM_YOLO_CONFIG=<the site's config>"))  # fmt: skip
+        problems.append(
+            Problem(
+                f"no slurm-yolo config was read ({config_path(config.env)} is missing)",
+                "install one as /etc/slurm-yolo/config.toml (deploy/config.toml is the template),"
+                " or export SLURM_YOLO_CONFIG=<the site's config>",
+            )
+        )
     bin_dir = Path(config["slurm"]["bin_dir"])
     try:
         asked = time.time()
@@ -82,8 +86,12 @@ def check(config: Config, role: str = "auto") -> Report:
         answered = time.time()
     except SlurmError as e:
         cc = None
-        problems.append(Problem(f"Slurm's controller did not answer ({e})",
-                                "check that slurmctld runs and that this host's slurm.conf (or SLURM_CONF) names it"))  # fmt: skip
+        problems.append(
+            Problem(
+                f"Slurm's controller did not answer ({e})",
+                "check that slurmctld runs and that this host's slurm.conf (or SLURM_CONF) names it",
+            )
+        )
     if role == "auto":
         role = detect_role(cc, socket.gethostname(), _slurmd_here())
     release = ""
@@ -113,8 +121,10 @@ def _time_models(config: Config, notes: list[str]) -> list[Problem]:
             out.append(Problem(unknown, f"set partitions.{name}.gpu_like (docs/admins.md: GPU types)"))
         cal = calibration.load(config, name)
         if cal.model.n == 0:
-            notes.append(f"partition {name} plans with {cal.source}: run `slurm-yolo calibrate --probe {name}`"
-                         " (one short real job) or calibrate from run folders")  # fmt: skip
+            notes.append(
+                f"partition {name} plans with {cal.source}: run `slurm-yolo calibrate --probe {name}`"
+                " (one short real job) or calibrate from run folders"
+            )
     return out
 
 
@@ -123,13 +133,22 @@ def _slurm(cc: ControllerConfig, release: str, notes: list[str], asked: tuple[fl
     (to the second) falls between them unless the clocks differ, however long a busy slurmctld took."""
     out = []
     if ".".join(release.split(".")[:2]) not in SUPPORTED:
-        out.append(Problem(f"Slurm {release or '(no SLURM_VERSION)'} is not a release slurm-yolo is tested on"
-                           f" ({', '.join(SUPPORTED)})", "run the test suite (bash deploy/test) against it first"))  # fmt: skip
+        out.append(
+            Problem(
+                f"Slurm {release or '(no SLURM_VERSION)'} is not a release slurm-yolo is tested on"
+                f" ({', '.join(SUPPORTED)})",
+                "run the test suite (bash deploy/test) against it first",
+            )
+        )
     if cc.as_of is not None:
         skew = max(asked[0] - 1 - cc.as_of, 0.0) or min(asked[1] - cc.as_of, 0.0)
         if abs(skew) > CLOCK_SLACK_SECONDS:
-            out.append(Problem(f"this host's clock is {skew:+.0f} s off slurmctld's",
-                               "keep every host's clock in step (chrony or systemd-timesyncd): runs are keyed and priced by time"))  # fmt: skip
+            out.append(
+                Problem(
+                    f"this host's clock is {skew:+.0f} s off slurmctld's",
+                    "keep every host's clock in step (chrony or systemd-timesyncd): runs are keyed and priced by time",
+                )
+            )
     hidden = {v.strip().lower() for v in cc.values.get("PrivateData", "").split(",")}
     if not hidden & {"accounts", "usage"}:
         notes.append("PrivateData hides no accounts: every user sees every account's balance, as Slurm shows sshare")
@@ -157,9 +176,13 @@ def _hooks(config: Config, cc: ControllerConfig) -> list[Problem]:
     for key in HOOK_KEYS:
         value = cc.values.get(key, "")
         if value in ("", "(null)"):
-            out.append(Problem(f"{key} is not set: slurmctld holds and settles no tokens",
-                               f"set {key}={client} in slurm.conf (deploy/slurm.conf.snippet), then restart slurmctld"
-                               " (the first time it is set, scontrol reconfigure is not enough)"))  # fmt: skip
+            out.append(
+                Problem(
+                    f"{key} is not set: slurmctld holds and settles no tokens",
+                    f"set {key}={client} in slurm.conf (deploy/slurm.conf.snippet), then restart slurmctld"
+                    " (the first time it is set, scontrol reconfigure is not enough)",
+                )
+            )
             continue
         path = Path(value)
         try:
@@ -170,17 +193,29 @@ def _hooks(config: Config, cc: ControllerConfig) -> list[Problem]:
             )
             continue
         if st.st_mode & 0o022:
-            out.append(Problem(f"{key} {value} is writable by others: whoever can write it runs code in slurmctld",
-                               f"chmod go-w {value}"))  # fmt: skip
+            out.append(
+                Problem(
+                    f"{key} {value} is writable by others: whoever can write it runs code in slurmctld",
+                    f"chmod go-w {value}",
+                )
+            )
         if value != client and "slurm-yolo" not in value:
             text = path.read_bytes()[:65536] if st.st_size <= 65536 else b""
             if b"slurm-yolo" not in text:
-                out.append(Problem(f"{key} is {value}, which does not run slurm-yolo's hook",
-                                   f"set {key}={client}, or have the site's script exec it"))  # fmt: skip
+                out.append(
+                    Problem(
+                        f"{key} is {value}, which does not run slurm-yolo's hook",
+                        f"set {key}={client}, or have the site's script exec it",
+                    )
+                )
         theirs = _script_config(path)
         if theirs is not None and config.path is not None and Path(theirs) != config.path:
-            out.append(Problem(f"{key} runs with SLURM_YOLO_CONFIG={theirs}, this doctor with {config.path}",
-                               f"run the doctor as the hooks do: SLURM_YOLO_CONFIG={theirs} slurm-yolo doctor"))  # fmt: skip
+            out.append(
+                Problem(
+                    f"{key} runs with SLURM_YOLO_CONFIG={theirs}, this doctor with {config.path}",
+                    f"run the doctor as the hooks do: SLURM_YOLO_CONFIG={theirs} slurm-yolo doctor",
+                )
+            )
     return out
 
 
@@ -190,11 +225,19 @@ def _client(config: Config) -> list[Problem]:
     try:
         st = client.stat()
     except OSError as e:
-        return [Problem(f"hookd.client {client}: {e.strerror}: the hooks cannot run",
-                        "make -C spank install (deploy/install --site controller)")]  # fmt: skip
+        return [
+            Problem(
+                f"hookd.client {client}: {e.strerror}: the hooks cannot run",
+                "make -C spank install (deploy/install --site controller)",
+            )
+        ]
     if st.st_mode & 0o022:
-        return [Problem(f"hookd.client {client} is writable by others: whoever can write it runs code in slurmctld",
-                        f"chmod go-w {client}")]  # fmt: skip
+        return [
+            Problem(
+                f"hookd.client {client} is writable by others: whoever can write it runs code in slurmctld",
+                f"chmod go-w {client}",
+            )
+        ]
     if not os.access(client, os.X_OK):
         return [Problem(f"hookd.client {client} is not executable", f"chmod 755 {client}")]
     return []
@@ -203,9 +246,13 @@ def _client(config: Config) -> list[Problem]:
 def _admission(config: Config, cc: ControllerConfig) -> list[Problem]:
     plugins = {p.strip() for p in cc.values.get("JobSubmitPlugins", "").split(",")}
     if "lua" not in plugins and "job_submit/lua" not in plugins:
-        return [Problem("JobSubmitPlugins has no lua: GPU jobs are admitted without a budget check (the prolog"
-                        " still holds them, and cancels what an account cannot cover)",
-                        "set JobSubmitPlugins=lua and write slurm-yolo ledger admission-script to job_submit.lua beside slurm.conf")]  # fmt: skip
+        return [
+            Problem(
+                "JobSubmitPlugins has no lua: GPU jobs are admitted without a budget check (the prolog"
+                " still holds them, and cancels what an account cannot cover)",
+                "set JobSubmitPlugins=lua and write slurm-yolo ledger admission-script to job_submit.lua beside slurm.conf",
+            )
+        ]
     target = Path(cc.values.get("SLURM_CONF", "/etc/slurm/slurm.conf")).parent / "job_submit.lua"
     try:
         text = target.read_text(errors="replace")
@@ -218,13 +265,21 @@ def _admission(config: Config, cc: ControllerConfig) -> list[Problem]:
     cluster = cc.values.get("ClusterName", "")
     theirs = re.search(r'^local CLUSTER = "([^"\n]*)"$', text, re.M)
     if text != wanted and theirs and theirs.group(1) != cluster:  # this host's file is not that slurmctld's
-        return [Problem(f"{target} is cluster {theirs.group(1)}'s admission script, not {cluster}'s: this host does"
-                        f" not see {cluster}'s slurmctld files (another controller's, or a chroot's)",
-                        f"run slurm-yolo doctor on {cluster}'s controller; leave {target} as it is")]  # fmt: skip
+        return [
+            Problem(
+                f"{target} is cluster {theirs.group(1)}'s admission script, not {cluster}'s: this host does"
+                f" not see {cluster}'s slurmctld files (another controller's, or a chroot's)",
+                f"run slurm-yolo doctor on {cluster}'s controller; leave {target} as it is",
+            )
+        ]
     if text != wanted:
-        return [Problem(f"{target} is not the admission script of this config and release",
-                        f"slurm-yolo ledger admission-script --cluster {cc.values.get('ClusterName', 'NAME')} > {target}"
-                        " (a site's own script: merge it into that)")]  # fmt: skip
+        return [
+            Problem(
+                f"{target} is not the admission script of this config and release",
+                f"slurm-yolo ledger admission-script --cluster {cc.values.get('ClusterName', 'NAME')} > {target}"
+                " (a site's own script: merge it into that)",
+            )
+        ]
     return []
 
 
@@ -238,8 +293,12 @@ def _qos(config: Config) -> list[Problem]:
     out = []
     for tier, name in config["qos"].items():
         if isinstance(name, str) and name not in known:
-            out.append(Problem(f"[qos] {tier} = {name!r}, a QOS Slurm does not have: every {tier} submission fails",
-                               f"sacctmgr -i add qos {name} (docs/site-install.md), and give it to the accounts"))  # fmt: skip
+            out.append(
+                Problem(
+                    f"[qos] {tier} = {name!r}, a QOS Slurm does not have: every {tier} submission fails",
+                    f"sacctmgr -i add qos {name} (docs/site-install.md), and give it to the accounts",
+                )
+            )
     return out
 
 
@@ -251,16 +310,26 @@ def _published(config: Config, notes: list[str]) -> list[Problem]:
     out = []
     why = db.public_problem(config.public_dir)
     if why:
-        out.append(Problem(f"{why}: login nodes plan with the prior k and the default price",
-                           "slurm-yolo ledger publish (deploy/crontab repeats it every 15 minutes)"))  # fmt: skip
+        out.append(
+            Problem(
+                f"{why}: login nodes plan with the prior k and the default price",
+                "slurm-yolo ledger publish (deploy/crontab repeats it every 15 minutes)",
+            )
+        )
     elif not availability.path(config).is_file():
-        out.append(Problem(f"{availability.path(config)} is missing: slurmctld's admission refuses every GPU job",
-                           "slurm-yolo ledger publish"))  # fmt: skip
+        out.append(
+            Problem(
+                f"{availability.path(config)} is missing: slurmctld's admission refuses every GPU job",
+                "slurm-yolo ledger publish",
+            )
+        )
     last = books.last(config)
     if last is None or time.time() - last.at > AUDIT_LATE_SECONDS:
         when = "has never run" if last is None else f"last ran {(time.time() - last.at) / 3600:.0f} h ago"
-        notes.append(f"ledger audit {when} ({books.audit_path(config)}): unless cron runs deploy/crontab here (as on"
-                     " a site's controllers), lost epilogs wait for a hand-run ledger reconcile")  # fmt: skip
+        notes.append(
+            f"ledger audit {when} ({books.audit_path(config)}): unless cron runs deploy/crontab here (as on"
+            " a site's controllers), lost epilogs wait for a hand-run ledger reconcile"
+        )
     return out
 
 
@@ -276,8 +345,12 @@ def _books(config: Config, cc: ControllerConfig) -> list[Problem]:
     owner = config["paths"]["owner"]
     slurm_user = cc.values.get("SlurmUser", "").split("(")[0]
     if slurm_user and slurm_user != owner:
-        out.append(Problem(f"paths.owner is {owner}, but slurmctld runs its hooks as {slurm_user}",
-                           f'set owner = "{slurm_user}" under [paths]'))  # fmt: skip
+        out.append(
+            Problem(
+                f"paths.owner is {owner}, but slurmctld runs its hooks as {slurm_user}",
+                f'set owner = "{slurm_user}" under [paths]',
+            )
+        )
     uid = _owner_uid(config)
     if uid is None:
         return [*out, Problem(f"paths.owner {owner} is no user on this host", "set [paths] owner to the SlurmUser")]
@@ -288,8 +361,12 @@ def _books(config: Config, cc: ControllerConfig) -> list[Problem]:
         if st.st_mode & 0o002:
             out.append(Problem(f"{state} is writable by everyone", f"chmod o-w {state}"))
         if st.st_uid != uid:
-            out.append(Problem(f"{state} is owner uid {st.st_uid}, not {owner}'s: the hooks cannot make the books there",
-                               f"chown {who}: {state}"))  # fmt: skip
+            out.append(
+                Problem(
+                    f"{state} is owner uid {st.st_uid}, not {owner}'s: the hooks cannot make the books there",
+                    f"chown {who}: {state}",
+                )
+            )
     except OSError as e:
         return [
             *out,
@@ -303,8 +380,13 @@ def _books(config: Config, cc: ControllerConfig) -> list[Problem]:
     try:
         pst = private.stat()
         if pst.st_uid != uid or stat.S_IMODE(pst.st_mode) != 0o700:
-            out.append(Problem(f"{private} is mode {stat.S_IMODE(pst.st_mode):o}, owner uid {pst.st_uid}: users could open"
-                               " (and lock) the books", f"chown {owner}: {private} && chmod 700 {private}"))  # fmt: skip
+            out.append(
+                Problem(
+                    f"{private} is mode {stat.S_IMODE(pst.st_mode):o}, owner uid {pst.st_uid}: users could open"
+                    " (and lock) the books",
+                    f"chown {owner}: {private} && chmod 700 {private}",
+                )
+            )
         for entry in private.iterdir():
             try:
                 est = entry.lstat()
@@ -321,20 +403,33 @@ def _books(config: Config, cc: ControllerConfig) -> list[Problem]:
         try:
             ost = opts.stat()
             if ost.st_uid != uid or ost.st_mode & 0o077:
-                out.append(Problem(f"{opts} (the ledger's credentials) is mode {stat.S_IMODE(ost.st_mode):o}, owner uid"
-                                   f" {ost.st_uid}", f"chown {who}: {opts} && chmod 600 {opts}"))  # fmt: skip
+                out.append(
+                    Problem(
+                        f"{opts} (the ledger's credentials) is mode {stat.S_IMODE(ost.st_mode):o}, owner uid"
+                        f" {ost.st_uid}",
+                        f"chown {who}: {opts} && chmod 600 {opts}",
+                    )
+                )
         except OSError as e:
             out.append(Problem(f"{opts}: {e.strerror}", "write the option file (docs/money.md: On the site's MariaDB)"))
     own = ledger.db_path(config)
     if not ledger.on_mariadb(config) and not own.is_file():  # the published copy is no ledger
-        out.append(Problem(f"no ledger yet at {own}",
-                           "slurm-yolo ledger deposit ACCOUNT AMOUNT makes it (the hooks would, at the first GPU job)"))  # fmt: skip
+        out.append(
+            Problem(
+                f"no ledger yet at {own}",
+                "slurm-yolo ledger deposit ACCOUNT AMOUNT makes it (the hooks would, at the first GPU job)",
+            )
+        )
         return out
     try:
         lg = ledger.reader(config)
         if lg is None:
-            out.append(Problem(f"no ledger yet at {ledger.where(config)}",
-                               "slurm-yolo ledger deposit ACCOUNT AMOUNT makes it (the hooks would, at the first GPU job)"))  # fmt: skip
+            out.append(
+                Problem(
+                    f"no ledger yet at {ledger.where(config)}",
+                    "slurm-yolo ledger deposit ACCOUNT AMOUNT makes it (the hooks would, at the first GPU job)",
+                )
+            )
         else:
             with lg:
                 lg.accounts()
@@ -353,20 +448,33 @@ def _hookd(config: Config) -> list[Problem]:
 
     path = Path(config["hookd"]["socket"])
     if not answers(path):
-        return [Problem(f"hookd does not answer at {path}: every hook starts Python instead (slower, and an epilog"
-                        " waits for sacct)", "systemctl enable --now slurm-yolo-hookd (deploy/slurm-yolo-hookd.service)")]  # fmt: skip
+        return [
+            Problem(
+                f"hookd does not answer at {path}: every hook starts Python instead (slower, and an epilog"
+                " waits for sacct)",
+                "systemctl enable --now slurm-yolo-hookd (deploy/slurm-yolo-hookd.service)",
+            )
+        ]
     served = served_config(path)
     if served is None or config.path is None:
         return []
     mtime, theirs = served
     if theirs != str(config.path):
-        return [Problem(f"the hookd at {path} serves {theirs or 'no config'}, this doctor reads {config.path}",
-                        "run the doctor with the config the hooks use, or start hookd with this one"
-                        " (SLURM_YOLO_CONFIG in its unit), then systemctl restart slurm-yolo-hookd")]  # fmt: skip
+        return [
+            Problem(
+                f"the hookd at {path} serves {theirs or 'no config'}, this doctor reads {config.path}",
+                "run the doctor with the config the hooks use, or start hookd with this one"
+                " (SLURM_YOLO_CONFIG in its unit), then systemctl restart slurm-yolo-hookd",
+            )
+        ]
     with contextlib.suppress(OSError):
         if config.path.stat().st_mtime != mtime:
-            return [Problem(f"hookd read {config.path} before its last change: it holds, settles and admits by the old one",
-                            "systemctl restart slurm-yolo-hookd")]  # fmt: skip
+            return [
+                Problem(
+                    f"hookd read {config.path} before its last change: it holds, settles and admits by the old one",
+                    "systemctl restart slurm-yolo-hookd",
+                )
+            ]
     return []
 
 
@@ -375,25 +483,33 @@ def _login(config: Config, notes: list[str]) -> list[Problem]:
     public = config.public_dir
     why = db.public_problem(public) if config.path is not None else ""  # without the site's config: its own line
     if why:
-        out.append(Problem(f"{why}: yolo-sbatch plans here with the prior k and the default price",
-                           f"mount the controller's {public} here read-only (or rsync it from cron):"
-                           " docs/site-install.md"))  # fmt: skip
+        out.append(
+            Problem(
+                f"{why}: yolo-sbatch plans here with the prior k and the default price",
+                f"mount the controller's {public} here read-only (or rsync it from cron): docs/site-install.md",
+            )
+        )
     if config["slurm"]["spank_tokens"]:
         try:
             helps = "--yolo-tokens" in commands.sbatch_help(Path(config["slurm"]["bin_dir"]))
         except SlurmYoloError:
             helps = True  # Slurm's own trouble: the checks before say so
         if not helps:
-            out.append(Problem("slurm.spank_tokens is on, but this host's sbatch has no --yolo-tokens: every"
-                               " submission fails", "make -C spank install, and deploy/plugstack.conf in"
-                               " /etc/slurm/plugstack.conf.d/"))  # fmt: skip
+            out.append(
+                Problem(
+                    "slurm.spank_tokens is on, but this host's sbatch has no --yolo-tokens: every submission fails",
+                    "make -C spank install, and deploy/plugstack.conf in /etc/slurm/plugstack.conf.d/",
+                )
+            )
     try:
         lg = ledger.reader(config)
     except SlurmYoloError:
         lg = None
     if lg is None:
-        notes.append(f"the balances ({ledger.where(config)}) cannot be read here: yolo-sbatch leaves the budget"
-                     " check to slurmctld's admission, which refuses at submit")  # fmt: skip
+        notes.append(
+            f"the balances ({ledger.where(config)}) cannot be read here: yolo-sbatch leaves the budget"
+            " check to slurmctld's admission, which refuses at submit"
+        )
     else:
         lg.close()
     return out
@@ -427,21 +543,36 @@ def _plugstack(config: Config, cc: ControllerConfig | None) -> list[Problem]:
     if value not in ("", "(null)"):
         conf = Path(value)
     if not any(p.name == SPANK_PLUGIN and p.is_file() for p in _plugstack_paths(conf)):
-        return [Problem(f"{conf} loads no {SPANK_PLUGIN}, while slurm.spank_tokens is on: jobs carry --yolo-tokens,"
-                        " an option slurmstepd here does not know", "make -C spank install, and deploy/plugstack.conf in"
-                        f" {conf.parent}/plugstack.conf.d/ (included from {conf.name})")]  # fmt: skip
+        return [
+            Problem(
+                f"{conf} loads no {SPANK_PLUGIN}, while slurm.spank_tokens is on: jobs carry --yolo-tokens,"
+                " an option slurmstepd here does not know",
+                "make -C spank install, and deploy/plugstack.conf in"
+                f" {conf.parent}/plugstack.conf.d/ (included from {conf.name})",
+            )
+        ]
     return []
 
 
 def _compute(config: Config) -> list[Problem]:
     python = str(config["job"]["python"])
     try:
-        res = subprocess.run([python, "-c", "import ultralytics, torch"], capture_output=True, text=True, timeout=120,
-                             env={**os.environ, "YOLO_OFFLINE": "1"}, check=False)  # fmt: skip
+        res = subprocess.run(
+            [python, "-c", "import ultralytics, torch"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "YOLO_OFFLINE": "1"},
+            check=False,
+        )
         ok, why = res.returncode == 0, (res.stderr.strip().splitlines() or [""])[-1]
     except (OSError, subprocess.TimeoutExpired) as e:
         ok, why = False, str(e)
     if not ok:
-        return [Problem(f"{python} cannot import ultralytics and torch ({why[:160]}): jobs cannot train here",
-                        "pip install 'slurm-yolo[train]' into it, at the same path on every compute node")]  # fmt: skip
+        return [
+            Problem(
+                f"{python} cannot import ultralytics and torch ({why[:160]}): jobs cannot train here",
+                "pip install 'slurm-yolo[train]' into it, at the same path on every compute node",
+            )
+        ]
     return []

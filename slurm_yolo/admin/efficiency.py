@@ -121,10 +121,16 @@ def summarize(records: Iterable[Mapping[str, Any]], low_util_pct: float) -> GpuU
                 peak[key] = max(peak.get(key, x), x)
     if seconds == 0 and not peak:
         return None
-    return GpuUse(seconds=seconds, low_seconds=low, util_pct=weighted / seconds if seconds else None,
-                  mem_gb=peak.get("gpu_mem_gb"), mem_total_gb=peak.get("gpu_mem_total_gb"),
-                  temp_c=peak.get("gpu_temp_c"), images_per_s=images / image_seconds if image_seconds else None,
-                  batch=batch)  # fmt: skip
+    return GpuUse(
+        seconds=seconds,
+        low_seconds=low,
+        util_pct=weighted / seconds if seconds else None,
+        mem_gb=peak.get("gpu_mem_gb"),
+        mem_total_gb=peak.get("gpu_mem_total_gb"),
+        temp_c=peak.get("gpu_temp_c"),
+        images_per_s=images / image_seconds if image_seconds else None,
+        batch=batch,
+    )
 
 
 def running_alerts(records: Iterable[Mapping[str, Any]], now: float, t: Thresholds) -> list[tuple[str, str]]:
@@ -136,8 +142,10 @@ def running_alerts(records: Iterable[Mapping[str, Any]], now: float, t: Threshol
     A job whose records stopped is the watchdog's (``watchdog``: a zombie), not an idle GPU's."""
     epochs, _ = _epochs(records)
     timed = [(figure(r, "time"), figure(r, "seconds") or 0.0, r) for r in epochs]
-    spans = sorted(((end - s, end, r) for end, s, r in timed if end is not None and end <= now + CLOCK_SKEW),
-                   key=lambda span: (span[1], span[0]))  # by end; never by the records themselves  # fmt: skip
+    spans = sorted(
+        ((end - s, end, r) for end, s, r in timed if end is not None and end <= now + CLOCK_SKEW),
+        key=lambda span: (span[1], span[0]),
+    )  # by end; never by the records themselves
     out = []
     window = t.idle_minutes * 60
     recent = [(begin, r) for begin, end, r in spans if end >= now - window]
@@ -146,8 +154,12 @@ def running_alerts(records: Iterable[Mapping[str, Any]], now: float, t: Threshol
     covered = bool(recent) and min(b for b, _ in recent) <= now - window
     if window > 0 and covered and len(known) == len(utils) and all(u < t.low_util_pct for u in known):
         mean = sum(known) / len(known)
-        out.append(("gpu-idle", f"GPU utilisation {mean:.0f}% (under {t.low_util_pct:g}%) for the last "
-                                f"{t.idle_minutes:g} minutes"))  # fmt: skip
+        out.append(
+            (
+                "gpu-idle",
+                f"GPU utilisation {mean:.0f}% (under {t.low_util_pct:g}%) for the last {t.idle_minutes:g} minutes",
+            )
+        )
     if spans:
         temp = figure(spans[-1][2], "gpu_temp_c")
         if temp is not None and temp > t.temp_limit_c:

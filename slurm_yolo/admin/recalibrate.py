@@ -46,16 +46,25 @@ class Refit:
         return {**asdict(self), "old": asdict(self.old), "new": asdict(self.new), "proposed_price": self.proposed_price}
 
 
-def refit_partition(store: calibration.Store, partition: str, window_days: float, min_samples: int,
-                    max_step: float, dry_run: bool) -> Refit:  # fmt: skip
+def refit_partition(
+    store: calibration.Store, partition: str, window_days: float, min_samples: int, max_step: float, dry_run: bool
+) -> Refit:
     config = store.config
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - window_days * 86400))
     samples = store.samples(partition, since=since)
     old = calibration.load(config, partition).model
     base = config["estimate"]["buffer"]
     if len(samples) < min_samples:
-        return Refit(partition, len(samples), old, old, False, f"{len(samples)} runs in {window_days:g} days < {min_samples}",
-                     buffer_for(old, 0.0, HOUR).value, base)  # fmt: skip
+        return Refit(
+            partition,
+            len(samples),
+            old,
+            old,
+            False,
+            f"{len(samples)} runs in {window_days:g} days < {min_samples}",
+            buffer_for(old, 0.0, HOUR).value,
+            base,
+        )
     new = calibration.fit_partition(config, partition, samples, old)
     reason = f"refit on {len(samples)} runs"
     if old.n and old.k > 0:
@@ -68,8 +77,14 @@ def refit_partition(store: calibration.Store, partition: str, window_days: float
     return Refit(partition, len(samples), old, new, not dry_run, reason, buffer_for(new, 0.0, HOUR).value, base)
 
 
-def recalibrate(config: Config, partitions: list[str] | None = None, window_days: float = 30, min_samples: int = 5,
-                max_step: float = 0.5, dry_run: bool = False) -> list[Refit]:  # fmt: skip
+def recalibrate(
+    config: Config,
+    partitions: list[str] | None = None,
+    window_days: float = 30,
+    min_samples: int = 5,
+    max_step: float = 0.5,
+    dry_run: bool = False,
+) -> list[Refit]:
     """Refit the given partitions (default: every partition with samples)."""
     with calibration.Store(config) as store:
         names = partitions or store.partitions()

@@ -56,17 +56,32 @@ def config_show(as_json: bool) -> None:
 
 @main.command()
 @click.option("--partition", "-p", default=None, help="Partition the runs stand for (need not be configured).")
-@click.option("--probe", default=None, metavar="PARTITION",
-              help="Instead of run folders: submit one short real job there and calibrate from it.")  # fmt: skip
+@click.option(
+    "--probe",
+    default=None,
+    metavar="PARTITION",
+    help="Instead of run folders: submit one short real job there and calibrate from it.",
+)
 @click.option("--account", "-A", default=None, help="With --probe: the account its job is billed to.")
-@click.option("--dir", "folder", default=".", type=click.Path(path_type=Path),
-              help="With --probe: the folder its own new folder is made in (default: here); the nodes must see it,"
-                   " and it must be yours or root's alone.")  # fmt: skip
+@click.option(
+    "--dir",
+    "folder",
+    default=".",
+    type=click.Path(path_type=Path),
+    help="With --probe: the folder its own new folder is made in (default: here); the nodes must see it,"
+    " and it must be yours or root's alone.",
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.argument("run_dirs", nargs=-1, type=click.Path(path_type=Path))
 @library_errors
-def calibrate(partition: str | None, probe: str | None, account: str | None, folder: Path, as_json: bool,
-              run_dirs: tuple[Path, ...]) -> None:  # fmt: skip
+def calibrate(
+    partition: str | None,
+    probe: str | None,
+    account: str | None,
+    folder: Path,
+    as_json: bool,
+    run_dirs: tuple[Path, ...],
+) -> None:
     """Fit k (and the other terms the data supports) from ultralytics run folders, or from a probe job.
 
     \b
@@ -100,8 +115,13 @@ def calibrate(partition: str | None, probe: str | None, account: str | None, fol
 
 
 @main.command()
-@click.option("--role", type=click.Choice(ROLES), default="auto", show_default=True,
-              help="What this host is for; auto: a slurmctld host is the controller, a slurmd host compute, else login.")  # fmt: skip
+@click.option(
+    "--role",
+    type=click.Choice(ROLES),
+    default="auto",
+    show_default=True,
+    help="What this host is for; auto: a slurmctld host is the controller, a slurmd host compute, else login.",
+)
 @click.option("--json", "as_json", is_flag=True)
 @library_errors
 def doctor(role: str, as_json: bool) -> None:
@@ -110,8 +130,14 @@ def doctor(role: str, as_json: bool) -> None:
 
     report = doctor_mod.check(load_config(), role)
     if as_json:
-        echo_json({"role": report.role, "slurm": report.release, "notes": report.notes,
-                   "problems": [p._asdict() for p in report.problems]})  # fmt: skip
+        echo_json(
+            {
+                "role": report.role,
+                "slurm": report.release,
+                "notes": report.notes,
+                "problems": [p._asdict() for p in report.problems],
+            }
+        )
     else:
         for p in report.problems:
             click.echo(f"problem: {p.what}; do: {p.fix}")

@@ -26,8 +26,10 @@ def parse(path: Path, as_json: bool) -> None:
     if as_json:
         echo_json(result.to_dict())
         return
-    click.echo(f"source: {result.source} ({result.path}); epochs {result.epochs_completed}/{result.epochs_total or '?'}"
-               + (" [partial]" if result.partial else ""))  # fmt: skip
+    click.echo(
+        f"source: {result.source} ({result.path}); epochs {result.epochs_completed}/{result.epochs_total or '?'}"
+        + (" [partial]" if result.partial else "")
+    )
     for e in result.per_epoch:
         parts = [f"epoch {e.epoch}"]
         if e.seconds is not None:
@@ -112,8 +114,11 @@ def watchdog_cmd(stall_minutes: float | None, action: str | None, dry_run: bool,
         echo_json([z.__dict__ for z in found])
         return
     for z in found:
-        click.echo(f"job {z.target}: silent {z.silent_seconds / 60:.1f} min -> {z.action}"
-                   + (" (dry run)" if dry_run else "") + (f" ({z.error})" if z.error else ""))  # fmt: skip
+        click.echo(
+            f"job {z.target}: silent {z.silent_seconds / 60:.1f} min -> {z.action}"
+            + (" (dry run)" if dry_run else "")
+            + (f" ({z.error})" if z.error else "")
+        )
     if not found:
         click.echo(f"no running job silent for {stall / 60:g} min or more")
     if any(z.action == "none" for z in found):

@@ -39,8 +39,10 @@ def _entry(lg: ledger.Ledger, account: str) -> store.Row:
     """ACCOUNT's ledger row, or one error line: an account the ledger never saw is not an empty answer."""
     row = lg.account(account)
     if row is None:
-        raise UsageError(f"account {account!r} has no ledger entry (nothing was ever deposited into it: an admin's"
-                         f" slurm-yolo ledger deposit {account} AMOUNT makes one)")  # fmt: skip
+        raise UsageError(
+            f"account {account!r} has no ledger entry (nothing was ever deposited into it: an admin's"
+            f" slurm-yolo ledger deposit {account} AMOUNT makes one)"
+        )
     return row
 
 
@@ -422,8 +424,10 @@ def release(key: str, charge: str, reason: str) -> None:
     with ledger.writer(config) as lg:
         done = lg.release(key, admission.parse_tokens(charge), _actor(), reason)
     outcome = enforcement.sync(config, [done.account])
-    click.echo(f"{key}: released, charged {fmt_tokens(done.charge)}, refunded {fmt_tokens(done.refund)}, "
-               f"{done.account} balance {fmt_tokens(done.balance)}")  # fmt: skip
+    click.echo(
+        f"{key}: released, charged {fmt_tokens(done.charge)}, refunded {fmt_tokens(done.refund)}, "
+        f"{done.account} balance {fmt_tokens(done.balance)}"
+    )
     _fail_unconverged(outcome)
 
 
@@ -436,8 +440,10 @@ def enforce(accounts: tuple[str, ...]) -> None:
     config = load_config()
     outcome = enforcement.sync(config, list(accounts) or None)
     for c in outcome.changes:
-        click.echo(f"{c.account}: {'blocked' if c.blocked else 'unblocked'} on {outcome.cluster}, "
-                   f"GrpTRESRunMins {c.before or '(none)'} -> {c.after or '(none)'}")  # fmt: skip
+        click.echo(
+            f"{c.account}: {'blocked' if c.blocked else 'unblocked'} on {outcome.cluster}, "
+            f"GrpTRESRunMins {c.before or '(none)'} -> {c.after or '(none)'}"
+        )
     if not config["ledger"]["enforce"]:
         click.echo("nothing done: ledger.enforce is false in the config (Slurm's limits are the site's alone)")
     elif not outcome.changes and not outcome.errors:
@@ -459,8 +465,13 @@ def publish() -> None:
 
 @ledger_group.command()
 @click.option("--to", "backend", type=click.Choice(["mariadb"]), required=True, help="Where the books go.")
-@click.option("--options", "options", type=click.Path(path_type=Path, resolve_path=True, readable=False),
-              required=True, help="The MariaDB option file of the ledger's database (the SlurmUser's, mode 600).")  # fmt: skip
+@click.option(
+    "--options",
+    "options",
+    type=click.Path(path_type=Path, resolve_path=True, readable=False),
+    required=True,
+    help="The MariaDB option file of the ledger's database (the SlurmUser's, mode 600).",
+)
 @library_errors
 def migrate(backend: str, options: Path) -> None:
     """Move the books from the SQLite file to the site's MariaDB (a new, empty database): copied

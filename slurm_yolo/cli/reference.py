@@ -63,8 +63,12 @@ def commands() -> Iterator[tuple[str, str]]:
 
 def render() -> str:
     """The section between the markers (markers excluded)."""
-    out = ["", "Every command's `--help`, as it prints it (generated: `python -m slurm_yolo.cli.reference --write`;"
-           " the same text is in `man yolo-sbatch` and `man slurm-yolo`).", ""]  # fmt: skip
+    out = [
+        "",
+        "Every command's `--help`, as it prints it (generated: `python -m slurm_yolo.cli.reference --write`;"
+        " the same text is in `man yolo-sbatch` and `man slurm-yolo`).",
+        "",
+    ]
     for path, text in commands():
         out += [f"## `{path}`", "", "```text", text, "```", ""]
     return "\n".join(out)
@@ -85,9 +89,15 @@ def man_page(prog: str) -> str:
         release = ""
     entries = [(path, cmd, ctx) for path, cmd, ctx in _entries() if path.split(" ")[0] == prog]
     _, top, top_ctx = entries[0]
-    out = [f'.TH {prog.upper()} 1 "" "slurm-yolo {release}" "slurm-yolo"', ".SH NAME",
-           f"{prog} \\- {_roff(top.get_short_help_str(limit=200)).removeprefix(chr(92) + '&')}", ".SH DESCRIPTION", ".nf",
-           _roff(top.get_help(top_ctx).rstrip()), ".fi"]  # fmt: skip
+    out = [
+        f'.TH {prog.upper()} 1 "" "slurm-yolo {release}" "slurm-yolo"',
+        ".SH NAME",
+        f"{prog} \\- {_roff(top.get_short_help_str(limit=200)).removeprefix(chr(92) + '&')}",
+        ".SH DESCRIPTION",
+        ".nf",
+        _roff(top.get_help(top_ctx).rstrip()),
+        ".fi",
+    ]
     if len(entries) > 1:
         out.append(".SH COMMANDS")
     for path, cmd, ctx in entries[1:]:
@@ -133,15 +143,17 @@ def main(argv: list[str] | None = None) -> int:
             click.echo(path)
         return 0
     if args[0] not in ("--write", "--check") or len(args) > 2:
-        click.echo("usage: python -m slurm_yolo.cli.reference [--write | --check] [docs/reference.md] | --man DIR",
-                   err=True)  # fmt: skip
+        click.echo(
+            "usage: python -m slurm_yolo.cli.reference [--write | --check] [docs/reference.md] | --man DIR", err=True
+        )
         return 2
     doc = Path(args[1]) if len(args) > 1 else DOC
     text = doc.read_text(encoding="utf-8")
     if args[0] == "--check":
         if not is_current(text):
-            click.echo(f"{doc}: the command reference is not current: python -m slurm_yolo.cli.reference --write",
-                       err=True)  # fmt: skip
+            click.echo(
+                f"{doc}: the command reference is not current: python -m slurm_yolo.cli.reference --write", err=True
+            )
             return 1
         return 0
     doc.write_text(replace(text, render()), encoding="utf-8")

@@ -27,8 +27,13 @@ FILTERS = [
 
 
 @click.command()
-@click.option("--view", "views", multiple=True, type=click.Choice(["usage", "accuracy", "waits", "failures", "preemptions", "k", "roi", "efficiency", "budgets"]),
-              help="Views to show (repeatable; default: all).")  # fmt: skip
+@click.option(
+    "--view",
+    "views",
+    multiple=True,
+    type=click.Choice(["usage", "accuracy", "waits", "failures", "preemptions", "k", "roi", "efficiency", "budgets"]),
+    help="Views to show (repeatable; default: all).",
+)
 @click.option("--csv", "as_csv", is_flag=True, help="Raw numbers: tokens, seconds, GPU-hours, shares as fractions.")
 @click.option("--json", "as_json", is_flag=True, help="Raw numbers, as --csv (a missing value: null).")
 @click.option(
@@ -53,8 +58,15 @@ FILTERS = [
     help="With --sacct-file: the sacct --delimiter it was saved with (one no job name or comment holds).",
 )
 @library_errors
-def report(views: tuple[str, ...], as_csv: bool, as_json: bool, html_file: Path | None, sacct_file: Path | None,
-           delimiter: str, **filters: str | None) -> None:  # fmt: skip
+def report(
+    views: tuple[str, ...],
+    as_csv: bool,
+    as_json: bool,
+    html_file: Path | None,
+    sacct_file: Path | None,
+    delimiter: str,
+    **filters: str | None,
+) -> None:
     """Tokens, GPU-hours, prediction accuracy, waits, failures, preemptions per tier, k, ROI, GPU efficiency (utilisation, memory,
     temperature, from the jobs' usage records; thresholds in [efficiency]) and budgets from sacct + the ledger
     (of the accounts you may see: Slurm's PrivateData rule). The table and --html show human units
@@ -77,8 +89,10 @@ def report(views: tuple[str, ...], as_csv: bool, as_json: bool, html_file: Path 
     tables = report_mod.build(config, f, views or report_mod.VIEWS, visible=visible, df=runs)
     currency = config["ledger"]["currency"]
     money = currency or "cost_per_gpu_hour's units"
-    heading = (f"report: runs of --since {f.since} --until {f.until} (sacct -S/-E); budgets as of now; cost in {money}"
-               f" (GPU-hours x cost_per_gpu_hour); made {time.strftime('%Y-%m-%d %H:%M')} on {socket.gethostname()}")  # fmt: skip
+    heading = (
+        f"report: runs of --since {f.since} --until {f.until} (sacct -S/-E); budgets as of now; cost in {money}"
+        f" (GPU-hours x cost_per_gpu_hour); made {time.strftime('%Y-%m-%d %H:%M')} on {socket.gethostname()}"
+    )
     if html_file:
         html_file.write_text(
             output.html_page(tables, report_mod.series(config, f, runs, tables), heading=heading, currency=currency)
@@ -104,8 +118,9 @@ for _option in reversed(FILTERS):
 @click.option("--dry-run", is_flag=True, help="Show old vs new and the evidence; change nothing.")
 @click.option("--json", "as_json", is_flag=True)
 @library_errors
-def recalibrate(partitions: tuple[str, ...], window_days: float, min_samples: int, max_step: float, dry_run: bool,
-                as_json: bool) -> None:  # fmt: skip
+def recalibrate(
+    partitions: tuple[str, ...], window_days: float, min_samples: int, max_step: float, dry_run: bool, as_json: bool
+) -> None:
     """Refit each partition's time model from its recent runs (cron)."""
     config = load_config()
     results = recal_mod.recalibrate(config, list(partitions) or None, window_days, min_samples, max_step, dry_run)
@@ -127,11 +142,15 @@ def recalibrate(partitions: tuple[str, ...], window_days: float, min_samples: in
             f" (configured {r.buffer_configured:.2f})"
         )
         if r.proposed_price and (in_slurm is None or r.partition in in_slurm):
-            click.echo(f"  price at this throughput: {r.proposed_price} tokens per GPU-second "
-                       f"(an admin applies it: slurm-yolo ledger price set {r.partition} {r.proposed_price})")  # fmt: skip
+            click.echo(
+                f"  price at this throughput: {r.proposed_price} tokens per GPU-second "
+                f"(an admin applies it: slurm-yolo ledger price set {r.partition} {r.proposed_price})"
+            )
         elif r.proposed_price:
-            click.echo(f"  price at this throughput: {r.proposed_price} tokens per GPU-second "
-                       f"(Slurm has no partition {r.partition}: nothing to set)")  # fmt: skip
+            click.echo(
+                f"  price at this throughput: {r.proposed_price} tokens per GPU-second "
+                f"(Slurm has no partition {r.partition}: nothing to set)"
+            )
 
 
 @click.command()
@@ -141,11 +160,23 @@ def recalibrate(partitions: tuple[str, ...], window_days: float, min_samples: in
 @click.option("--refusals", default=3, show_default=True)
 @click.option("--drift", default=0.3, show_default=True)
 @click.option("--error-bound", default=0.5, show_default=True)
-@click.option("--spend-per-week", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="Money (ledger.currency) an account's runs of the last 7 days may cost; 0: no money alert.")  # fmt: skip
+@click.option(
+    "--spend-per-week",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Money (ledger.currency) an account's runs of the last 7 days may cost; 0: no money alert.",
+)
 @library_errors
-def alerts(as_json: bool, mail_to: str | None, budget_share: float, refusals: int, drift: float, error_bound: float,
-           spend_per_week: float) -> None:  # fmt: skip
+def alerts(
+    as_json: bool,
+    mail_to: str | None,
+    budget_share: float,
+    refusals: int,
+    drift: float,
+    error_bound: float,
+    spend_per_week: float,
+) -> None:
     """Budgets nearly spent, accounts spending past a weekly amount, repeated refusals, drifting k,
     badly predicted jobs, running jobs whose GPUs idle or overheat (their usage records; thresholds in
     [efficiency]) (exit 1 when any)."""
@@ -171,8 +202,13 @@ def alerts(as_json: bool, mail_to: str | None, budget_share: float, refusals: in
 
 
 @click.command()
-@click.option("--textfile", "directory", required=True, type=click.Path(path_type=Path),
-              help="node_exporter's textfile-collector directory.")  # fmt: skip
+@click.option(
+    "--textfile",
+    "directory",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="node_exporter's textfile-collector directory.",
+)
 @library_errors
 def metrics(directory: Path) -> None:
     """Write Prometheus metrics (balances, holds, burn, k, prediction error, waits) for node_exporter."""

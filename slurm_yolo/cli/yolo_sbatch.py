@@ -29,16 +29,25 @@ CLOCK_SKEW_SECONDS = 300  # a login node's clock behind slurmctld's: a job's run
     },
 )
 @click.version_option(__version__, prog_name="yolo-sbatch")
-@click.option("--partition", "-p", default=None,
-              help="Partition name, or 'auto': the earliest predicted finish (default: auto over the configured"
-                   " partitions, else Slurm's default partition).")  # fmt: skip
+@click.option(
+    "--partition",
+    "-p",
+    default=None,
+    help="Partition name, or 'auto': the earliest predicted finish (default: auto over the configured"
+    " partitions, else Slurm's default partition).",
+)
 @click.option("--gpus", "-G", type=int, default=None, help="GPUs (default: device= of the command, else 1).")
 @click.option(
     "--deadline", default=None, help="Finish within this (90m, 2h, 1h30m, [D-]HH:MM:SS): fewest GPUs that do."
 )
-@click.option("--time", "-t", "time_limit", default=None,
-              help="Your own time limit (sbatch's syntax: 90, 10:00:00, 1-12; or 2h, 1h30m) instead of the"
-                   " plan's: the plan still shows its prediction and what your limit covers; the hold follows it.")  # fmt: skip
+@click.option(
+    "--time",
+    "-t",
+    "time_limit",
+    default=None,
+    help="Your own time limit (sbatch's syntax: 90, 10:00:00, 1-12; or 2h, 1h30m) instead of the"
+    " plan's: the plan still shows its prediction and what your limit covers; the hold follows it.",
+)
 @click.option("--priority", type=click.Choice(["prod", "dev", "explore"]), default=None, help="Fairshare tier.")
 @click.option(
     "--prefer",
@@ -49,8 +58,12 @@ CLOCK_SKEW_SECONDS = 300  # a login node's clock behind slurmctld's: a job's run
     " or the least money (the smallest hold where partitions have no cost_per_gpu_hour).",
 )
 @click.option("--flops-factor", type=float, default=None, help="Model GFLOPs / yolov8n's, for custom models.")
-@click.option("--cpus-per-gpu", type=click.IntRange(1, 256), default=None,
-              help="CPUs per GPU, which load the images (default: the site's job.cpus_per_gpu).")  # fmt: skip
+@click.option(
+    "--cpus-per-gpu",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="CPUs per GPU, which load the images (default: the site's job.cpus_per_gpu).",
+)
 @click.option("--dry-run", is_flag=True, help="Plan and print; submit nothing.")
 @click.option("--explain", is_flag=True, help="Print the estimate broken down.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -73,12 +86,31 @@ CLOCK_SKEW_SECONDS = 300  # a login node's clock behind slurmctld's: a job's run
 @click.argument("words", nargs=-1, type=click.UNPROCESSED)
 @library_errors
 def main(
-    partition: str | None, gpus: int | None, deadline: str | None, time_limit: str | None, priority: str | None,
+    partition: str | None,
+    gpus: int | None,
+    deadline: str | None,
+    time_limit: str | None,
+    priority: str | None,
     prefer: str,
-    flops_factor: float | None, cpus_per_gpu: int | None, dry_run: bool, explain: bool, as_json: bool, wait: bool, wait_timeout: str, account: str | None, job_name: str | None,
-    output: str | None, error: str | None, mail_type: str | None, mail_user: str | None, dependency: str | None,
-    begin: str | None, constraint: str | None, extra: tuple[str, ...], words: tuple[str, ...],
-) -> None:  # fmt: skip
+    flops_factor: float | None,
+    cpus_per_gpu: int | None,
+    dry_run: bool,
+    explain: bool,
+    as_json: bool,
+    wait: bool,
+    wait_timeout: str,
+    account: str | None,
+    job_name: str | None,
+    output: str | None,
+    error: str | None,
+    mail_type: str | None,
+    mail_user: str | None,
+    dependency: str | None,
+    begin: str | None,
+    constraint: str | None,
+    extra: tuple[str, ...],
+    words: tuple[str, ...],
+) -> None:
     """Submit an ultralytics training command as a Slurm job sized from its token estimate.
 
     \b
@@ -96,10 +128,19 @@ def main(
         time_limit_seconds=durations.parse(time_limit) if time_limit is not None else None,
     )
     options = submission.job_options(
-        config, job_name=job_name or "yolo", account=account, output=output, error=error, mail_type=mail_type,
-        mail_user=mail_user, dependency=dependency, begin=begin, constraint=constraint, extra=extra,
+        config,
+        job_name=job_name or "yolo",
+        account=account,
+        output=output,
+        error=error,
+        mail_type=mail_type,
+        mail_user=mail_user,
+        dependency=dependency,
+        begin=begin,
+        constraint=constraint,
+        extra=extra,
         cpus_per_gpu=cpus_per_gpu,
-    )  # fmt: skip
+    )
     wait_limit = durations.parse(wait_timeout) if wait else None  # a bad value submits nothing
     show = explain and not as_json  # a refused plan's numbers, above its one Error: line
     try:
@@ -122,17 +163,27 @@ def main(
         click.echo(f"warning: {warning}", err=True)
     q = prepared.quote
     if as_json:
-        echo_json({**p.to_dict(), **q.to_dict(), "dataset": prepared.counts._asdict(), "script": prepared.script,
-                   "job_id": job_id, "waits_for_credits_until": waits_until})  # fmt: skip
+        echo_json(
+            {
+                **p.to_dict(),
+                **q.to_dict(),
+                "dataset": prepared.counts._asdict(),
+                "script": prepared.script,
+                "job_id": job_id,
+                "waits_for_credits_until": waits_until,
+            }
+        )
     else:
         if explain:
             _echo_lines(p.explain)
         starts = max(filter(None, [p.expected_start, waits_until]), default=None)
         start = f", expected start {plan.clock(starts)}" if starts is not None else ""
-        summary = (f"({p.partition}, {p.gres}, qos {p.qos}, limit {p.time_limit_seconds // 60} min, predicted"
-                   f" {durations.fmt_minutes(p.predicted_seconds)}, work {fmt_tokens(p.effective_tokens)}; holds"
-                   f" {fmt_tokens(q.hold_tokens)} of budget = {cost.fmt_amount(q.hold_gpu_hours)} GPU-h"
-                   f"{cost.money_part(q)}{start})")  # fmt: skip
+        summary = (
+            f"({p.partition}, {p.gres}, qos {p.qos}, limit {p.time_limit_seconds // 60} min, predicted"
+            f" {durations.fmt_minutes(p.predicted_seconds)}, work {fmt_tokens(p.effective_tokens)}; holds"
+            f" {fmt_tokens(q.hold_tokens)} of budget = {cost.fmt_amount(q.hold_gpu_hours)} GPU-h"
+            f"{cost.money_part(q)}{start})"
+        )
         if dry_run:  # the line a submission would print, then the script it would send
             click.echo(f"Not submitted (--dry-run) {summary}")
             click.echo(prepared.script, nl=False)
@@ -151,8 +202,11 @@ def main(
             click.echo(f"job {job_id} {state}: its log is {submission.log_file(options, job_id)}", err=as_json)
             if state == "TIMEOUT":  # it ran: what it paid, and how it goes on from its last saved epoch
                 click.echo(submission.settlement(config, job_id, submitted_at), err=as_json)
-                click.echo(f"job {job_id} reached its time limit: `scontrol requeue {job_id}` runs it again from its"
-                           " last saved epoch (with the same limit)", err=as_json)  # fmt: skip
+                click.echo(
+                    f"job {job_id} reached its time limit: `scontrol requeue {job_id}` runs it again from its"
+                    " last saved epoch (with the same limit)",
+                    err=as_json,
+                )
             raise SystemExit(1)
 
 

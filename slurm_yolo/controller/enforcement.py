@@ -43,8 +43,9 @@ class Outcome(NamedTuple):
     errors: list[str]
 
 
-def plan(current: Mapping[str, int], blocked: bool,
-         kept: Mapping[str, int] | None) -> tuple[dict[str, int], dict[str, int] | None]:  # fmt: skip
+def plan(
+    current: Mapping[str, int], blocked: bool, kept: Mapping[str, int] | None
+) -> tuple[dict[str, int], dict[str, int] | None]:
     """What to set on an association whose GrpTRESRunMins is ``current``, and the site's GPU values to
     keep meanwhile (``kept``: those kept so far; None: none are).
 
@@ -100,8 +101,7 @@ def _one_at_a_time(config: Config) -> Iterator[None]:
         yield
 
 
-def _converge(config: Config, cluster: str, wanted: dict[str, bool], kept: dict[str, str],
-              bin_dir: Path) -> Outcome:  # fmt: skip
+def _converge(config: Config, cluster: str, wanted: dict[str, bool], kept: dict[str, str], bin_dir: Path) -> Outcome:
     errors = []
     names = []
     for name in wanted:
@@ -127,8 +127,15 @@ def _converge(config: Config, cluster: str, wanted: dict[str, bool], kept: dict[
     return Outcome(cluster, changes, errors)
 
 
-def _converge_one(config: Config, cluster: str, account: str, blocked: bool, current: dict[str, int],
-                  kept_text: str | None, bin_dir: Path) -> Change | None:  # fmt: skip
+def _converge_one(
+    config: Config,
+    cluster: str,
+    account: str,
+    blocked: bool,
+    current: dict[str, int],
+    kept_text: str | None,
+    bin_dir: Path,
+) -> Change | None:
     """Keep the site's values before blocking and forget them only once the block is lifted, so a
     failure at any step leaves what the next run needs to finish the job."""
     kept = None if kept_text is None else tres(kept_text)

@@ -55,8 +55,14 @@ COMPUTE_SHARE = 0.25  # below this share of a run's predicted time, compute cann
 JOB_STEP = 0.10  # one job moves a term by a factor within [1/(1 + JOB_STEP), 1 + JOB_STEP]
 USER_STEP = 0.10  # one user's jobs together, per admin save, within [1/(1 + USER_STEP), 1 + USER_STEP]
 # The fixed time terms: feedback moves them all by one factor (k's, where fixed costs dominate a run).
-FIXED_TERMS = ("overhead_seconds", "epoch_seconds", "val_pass_seconds", "iteration_seconds", "image_seconds",
-               "val_image_seconds")  # fmt: skip
+FIXED_TERMS = (
+    "overhead_seconds",
+    "epoch_seconds",
+    "val_pass_seconds",
+    "iteration_seconds",
+    "image_seconds",
+    "val_image_seconds",
+)
 
 
 @dataclass(frozen=True)
@@ -72,8 +78,9 @@ class Feedback:
     ratio: float | None = None
 
 
-def sample_from_beacon(b: Beacon | None, key: str, elapsed: int | None = None,
-                       gpus: int | None = None) -> Sample | None:  # fmt: skip
+def sample_from_beacon(
+    b: Beacon | None, key: str, elapsed: int | None = None, gpus: int | None = None
+) -> Sample | None:
     """The finished job as a calibration sample, from the summary its launcher left in its Comment
     (None when that says too little, or a count that cannot be: no images, no epochs, no FLOPs).
     ``elapsed`` (Slurm's, not the user's) caps the training time the summary claims, and is the
@@ -88,8 +95,14 @@ def sample_from_beacon(b: Beacon | None, key: str, elapsed: int | None = None,
     total = float(elapsed) if elapsed and b.one_run and elapsed >= seconds else None
     if elapsed:
         seconds = min(seconds, float(elapsed))  # the summary is the user's; Slurm's clock is not
-    return Sample(replace(w, epochs=done, val_passes=passes), min(b.gpus, gpus or b.gpus), seconds, key=key,
-                  total_seconds=total, cpus=b.cpus)  # fmt: skip
+    return Sample(
+        replace(w, epochs=done, val_passes=passes),
+        min(b.gpus, gpus or b.gpus),
+        seconds,
+        key=key,
+        total_seconds=total,
+        cpus=b.cpus,
+    )
 
 
 def nudge(tm: TimeModel, sample: Sample, ddp_eff: float, reference_gflops: float) -> tuple[TimeModel, float, str]:
@@ -116,10 +129,16 @@ def nudge(tm: TimeModel, sample: Sample, ddp_eff: float, reference_gflops: float
         # Compute is too small a part of this run to tell k from the fixed costs: the run still
         # says how far off the whole model is, so every time term moves by the same factor.
         step = (sample.train_seconds / predicted) ** alpha
-        scaled = replace(tm, k=tm.k * step, overhead_seconds=tm.overhead_seconds * step,
-                         epoch_seconds=tm.epoch_seconds * step, val_pass_seconds=tm.val_pass_seconds * step,
-                         iteration_seconds=tm.iteration_seconds * step, image_seconds=tm.image_seconds * step,
-                         val_image_seconds=tm.val_image_seconds * step)  # fmt: skip
+        scaled = replace(
+            tm,
+            k=tm.k * step,
+            overhead_seconds=tm.overhead_seconds * step,
+            epoch_seconds=tm.epoch_seconds * step,
+            val_pass_seconds=tm.val_pass_seconds * step,
+            iteration_seconds=tm.iteration_seconds * step,
+            image_seconds=tm.image_seconds * step,
+            val_image_seconds=tm.val_image_seconds * step,
+        )
         why = f"k {tm.k:.4g} -> {scaled.k:.4g}: fixed costs dominate this run, so the whole model moved x{step:.3f}"
         return scaled, ratio, "; ".join([why, *notes])
     measured = (sample.train_seconds - c.fixed) / per_k
@@ -163,16 +182,27 @@ def _fixed_factor(current: TimeModel, wanted: TimeModel) -> float:
 def bound(current: TimeModel, wanted: TimeModel, used: Move) -> tuple[TimeModel, Move, Move]:
     """``wanted`` as far as one job and its user may still move ``current`` (the rules in the module
     docstring): the model, the factors asked and the factors applied."""
-    asked = Move(_factor(current.k, wanted.k), _fixed_factor(current, wanted),
-                 _factor(current.startup_seconds, wanted.startup_seconds))  # fmt: skip
+    asked = Move(
+        _factor(current.k, wanted.k),
+        _fixed_factor(current, wanted),
+        _factor(current.startup_seconds, wanted.startup_seconds),
+    )
     applied = Move(*(_clamp(a, u) for a, u in zip(asked, used, strict=True)))
     fixed = {t: getattr(current, t) * applied.fixed for t in FIXED_TERMS}
     tm = replace(wanted, k=current.k * applied.k, startup_seconds=current.startup_seconds * applied.startup, **fixed)
     return tm, asked, applied
 
 
-def job_feedback(config: Config, partition: str, job_id: int, summary: Beacon | None, cluster: str = "default",
-                 owner: int | None = None, elapsed: int | None = None, gpus: int | None = None) -> Feedback | None:  # fmt: skip
+def job_feedback(
+    config: Config,
+    partition: str,
+    job_id: int,
+    summary: Beacon | None,
+    cluster: str = "default",
+    owner: int | None = None,
+    elapsed: int | None = None,
+    gpus: int | None = None,
+) -> Feedback | None:
     """Record the job's measured run and nudge its partition's k (the time model only: no hold or
     charge reads k), within the bounds of the module docstring; None when its summary says too little.
     Without Slurm's ``elapsed`` the records cannot be checked, and without the job's ``owner`` no
@@ -194,10 +224,12 @@ def job_feedback(config: Config, partition: str, job_id: int, summary: Beacon | 
         tm, asked, applied = bound(current, wanted, Move(*store.moved_by(partition, owner)))
         store.add_move(partition, sample.key, owner, asked, applied)
         if asked != applied:
-            why += (f"; limited to k x{applied.k:.3f}, fixed costs x{applied.fixed:.3f}, start-up"
-                    f" x{applied.startup:.3f} (asked x{asked.k:.3g}, x{asked.fixed:.3g}, x{asked.startup:.3g}:"
-                    f" one job {JOB_STEP:.0%}, one user {USER_STEP:.0%} per recalibrate); the rest waits for"
-                    " recalibrate")  # fmt: skip
+            why += (
+                f"; limited to k x{applied.k:.3f}, fixed costs x{applied.fixed:.3f}, start-up"
+                f" x{applied.startup:.3f} (asked x{asked.k:.3g}, x{asked.fixed:.3g}, x{asked.startup:.3g}:"
+                f" one job {JOB_STEP:.0%}, one user {USER_STEP:.0%} per recalibrate); the rest waits for"
+                " recalibrate"
+            )
         moved = applied != Move()
         if moved:
             store.save(partition, tm, f"job {job_id}", owner)  # n, the runs behind the fit, stays the admin's

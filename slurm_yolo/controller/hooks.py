@@ -75,8 +75,13 @@ def _cancel_own_job(env: Mapping[str, str], job_id: int, config: Config, settler
     detached(["scancel", target], child_env, _bin_dir(config), CANCEL_AFTER)
 
 
-def prolog(env: Mapping[str, str], config: Config, settler: Settler | None = None,
-           query: subprocess.Popen[str] | None = None, record: JobRecord | None = None) -> dict[str, object]:  # fmt: skip
+def prolog(
+    env: Mapping[str, str],
+    config: Config,
+    settler: Settler | None = None,
+    query: subprocess.Popen[str] | None = None,
+    record: JobRecord | None = None,
+) -> dict[str, object]:
     """Hold the most the run can cost. ``record``: the controller's record of the job when the caller
     has it (hookd looks up many jobs in one call); else the query hook_entry started, else a lookup."""
     job_id = int(env["SLURM_JOB_ID"])
@@ -119,8 +124,9 @@ def _limit_from_sacct(job_id: int, submit: int, config: Config) -> int:
     return same[-1] if same else PAST_A_YEAR_AT_LEAST
 
 
-def epilog(env: Mapping[str, str], config: Config, settler: Settler | None = None,
-           query: subprocess.Popen[str] | None = None) -> dict[str, object]:  # fmt: skip
+def epilog(
+    env: Mapping[str, str], config: Config, settler: Settler | None = None, query: subprocess.Popen[str] | None = None
+) -> dict[str, object]:
     """Record the end of a run in the inbox (durably: hookd answers after this), for the settler to
     charge what each ended run of the job used and refund the rest of its hold, exactly once. In a
     hook process of its own (hookd down), settle this job's rows now if sacct has the end within a
@@ -129,9 +135,12 @@ def epilog(env: Mapping[str, str], config: Config, settler: Settler | None = Non
     job_id = int(env["SLURM_JOB_ID"])
     cluster = cluster_of(env)
     estimate = policy.user_estimate(env.get("SPANK_YOLO_TOKENS"), env.get("SLURM_JOB_COMMENT"))
-    facts = {"summary": beacon.summary_text(env.get("SLURM_JOB_COMMENT")), "uid": env.get("SLURM_JOB_UID", ""),
-             "estimate": "" if estimate is None else str(estimate),
-             "ended": "1" if env.get("SLURM_SCRIPT_CONTEXT") == "epilog_slurmctld" else ""}  # fmt: skip
+    facts = {
+        "summary": beacon.summary_text(env.get("SLURM_JOB_COMMENT")),
+        "uid": env.get("SLURM_JOB_UID", ""),
+        "estimate": "" if estimate is None else str(estimate),
+        "ended": "1" if env.get("SLURM_SCRIPT_CONTEXT") == "epilog_slurmctld" else "",
+    }
     with ledger.writer(config, publish=False) as lg:
         row = lg.receive(cluster, job_id, "epilog", facts)
     if settler is not None:
@@ -174,9 +183,15 @@ def _collect(query: subprocess.Popen[str] | None, config: Config) -> str:
     return out
 
 
-def main(event: str, query: subprocess.Popen[str] | None = None, env: Mapping[str, str] | None = None,
-         record: JobRecord | None = None, config: Config | None = None, settler: Settler | None = None,
-         started: float | None = None) -> bool:  # fmt: skip
+def main(
+    event: str,
+    query: subprocess.Popen[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    record: JobRecord | None = None,
+    config: Config | None = None,
+    settler: Settler | None = None,
+    started: float | None = None,
+) -> bool:
     """A hook invocation (in its own process, or in hookd with the hook's ``env``, hookd's config, the
     prolog's ``record`` and the settler). True when it did its work; a failure is logged and recorded
     as an incident, and the caller still exits 0 (Slurm would requeue the job forever). A prolog that

@@ -55,8 +55,9 @@ def rules(config: Config) -> policy.Rules:
     return policy.Rules(*(bool(config["ledger"][f]) for f in policy.Rules._fields))
 
 
-def billable_run(lg: ledger.Ledger, record: JobRecord, cluster: str, config: Config, at: float,
-                 restart: int) -> tuple[ledger.Run, int] | None:  # fmt: skip
+def billable_run(
+    lg: ledger.Ledger, record: JobRecord, cluster: str, config: Config, at: float, restart: int
+) -> tuple[ledger.Run, int] | None:
     """The run and what it holds: its time limit (or the configured cap) x its GPUs x the partition's
     price at ``at`` x its QOS tier's rate (``cluster``'s own, where it has them). None for a run without GPUs (not metered)."""
     share = policy.gpus(record.tres, config.partition(record.partition).shards_per_gpu)
@@ -65,16 +66,30 @@ def billable_run(lg: ledger.Ledger, record: JobRecord, cluster: str, config: Con
     seconds = ledger.limit_seconds(record.time_limit, config)
     price = lg.price_at(record.partition, at, int(config["ledger"]["default_price"]), cluster)
     rate = lg.tier_rate(record.qos, cluster)
-    run = ledger.Run(cluster, record.job_id, record.submit, restart, record.account, record.user, record.partition,
-                     record.qos, share, record.time_limit, seconds, price, rate)  # fmt: skip
+    run = ledger.Run(
+        cluster,
+        record.job_id,
+        record.submit,
+        restart,
+        record.account,
+        record.user,
+        record.partition,
+        record.qos,
+        share,
+        record.time_limit,
+        seconds,
+        price,
+        rate,
+    )
     return run, policy.tokens(seconds, share, price, rate)
 
 
 Settled = tuple[JobRecord, "store.Row", ledger.Settlement]
 
 
-def settle_runs(lg: ledger.Ledger, runs: list[JobRecord], config: Config, actor: str, cluster: str = "",
-                estimate: int | None = None) -> list[Settled]:  # fmt: skip
+def settle_runs(
+    lg: ledger.Ledger, runs: list[JobRecord], config: Config, actor: str, cluster: str = "", estimate: int | None = None
+) -> list[Settled]:
     """Settle every run in ``runs`` (sacct's records of one job, oldest first) that has ended and is
     not settled yet; a run that was never held (its prolog failed) is held first, at the price in
     effect when it started. Runs still going on are left alone, and so are runs that never started
@@ -96,8 +111,9 @@ def settle_runs(lg: ledger.Ledger, runs: list[JobRecord], config: Config, actor:
         if row is None or row["state"] != "held":
             continue
         limit = ledger.limit_seconds(rec.time_limit, config)  # the limit at the end: a TIMEOUT pays it at least
-        amount = policy.charge(rec.state, rec.elapsed, limit, ledger.run_share(row), row["price"], row["rate_ppm"],
-                               rules(config))  # fmt: skip
+        amount = policy.charge(
+            rec.state, rec.elapsed, limit, ledger.run_share(row), row["price"], row["rate_ppm"], rules(config)
+        )
         settled = lg.settle(key, amount, rec.state, rec.elapsed, actor=actor)
         if settled is not None:
             done.append((rec, row, settled))
@@ -154,10 +170,18 @@ class Followups:
         from slurm_yolo.controller import feedback
 
         def step() -> None:
-            done = feedback.job_feedback(self.config, job.partition, job.job_id, job.summary, job.cluster, job.uid,
-                                         job.elapsed, job.gpus)  # fmt: skip
-            log_event(self.config, {"event": "feedback", "job": job.job_id, "partition": job.partition,
-                                    "result": done.reason if done else "no usable summary in its Comment"})  # fmt: skip
+            done = feedback.job_feedback(
+                self.config, job.partition, job.job_id, job.summary, job.cluster, job.uid, job.elapsed, job.gpus
+            )
+            log_event(
+                self.config,
+                {
+                    "event": "feedback",
+                    "job": job.job_id,
+                    "partition": job.partition,
+                    "result": done.reason if done else "no usable summary in its Comment",
+                },
+            )
 
         self._guard("feedback", step, job.job_id)
 
@@ -173,8 +197,10 @@ class Followups:
         try:
             step()
         except Exception as e:  # noqa: BLE001 - side work never undoes a settlement; cron repeats it
-            log_event(self.config, {"event": what, **({"job": job} if job is not None else {}),
-                                    "alert": f"{type(e).__name__}: {e}"})  # fmt: skip
+            log_event(
+                self.config,
+                {"event": what, **({"job": job} if job is not None else {}), "alert": f"{type(e).__name__}: {e}"},
+            )
 
     def after(self, settled: list[Settled], facts: Mapping[str, str] | None = None) -> None:
         """What follows settlements: blocked accounts' limits, their AdminComments, and (a completed
@@ -193,8 +219,7 @@ class Followups:
             if rec.state == "COMPLETED":
                 gpus = math.ceil(policy.gpus(rec.tres, self.config.partition(rec.partition).shards_per_gpu))
                 elapsed = job_elapsed(self.config, row, rec.elapsed) if int(row["restart"]) > 0 else rec.elapsed
-                job = FeedbackJob(rec.job_id, rec.partition, rec.cluster, int(uid), elapsed, decoded,
-                                  max(1, gpus))  # fmt: skip
+                job = FeedbackJob(rec.job_id, rec.partition, rec.cluster, int(uid), elapsed, decoded, max(1, gpus))
                 self.feedback(job)
 
 
@@ -284,11 +309,22 @@ def relimit(config: Config, rec: JobRecord, row: store.Row, summary: beacon.Beac
     # near the limit it started with (the ledger's, from the prolog), or a longer one an admin set since:
     # a user may lower her job's limit to make an early requeue look like one for time (a hostile helper's)
     started = max(int(row["time_limit"] or 0), rec.time_limit or 0)
-    if (summary is None or summary.workload is None or rec.time_limit is None
-            or not limits.requeued_for_time(started, rec.elapsed, lead)):  # fmt: skip
+    if (
+        summary is None
+        or summary.workload is None
+        or rec.time_limit is None
+        or not limits.requeued_for_time(started, rec.elapsed, lead)
+    ):
         return None
-    asked = limits.next_limit(rec.time_limit, rec.elapsed, summary.train_seconds, summary.epochs_done,
-                              summary.workload.epochs, lead, float(config["estimate"]["buffer"]))  # fmt: skip
+    asked = limits.next_limit(
+        rec.time_limit,
+        rec.elapsed,
+        summary.train_seconds,
+        summary.epochs_done,
+        summary.workload.epochs,
+        lead,
+        float(config["estimate"]["buffer"]),
+    )
     bin_dir = _bin_dir(config)
     caps = [commands.partition_time_limit(rec.partition, bin_dir=bin_dir)]
     per_minute = policy.tokens(60, ledger.run_share(row), row["price"], row["rate_ppm"])
@@ -300,8 +336,14 @@ def relimit(config: Config, rec: JobRecord, row: store.Row, summary: beacon.Beac
     want = min([asked, *(c for c in caps if c is not None)])
     event = {"event": "relimit", "job": rec.job_id, "limit": rec.time_limit, "asked": asked}
     if want <= rec.time_limit:
-        log_event(config, {**event, "result": "kept" + (": the partition's MaxTime or the account's balance"
-                                                         if asked > rec.time_limit else "")})  # fmt: skip
+        log_event(
+            config,
+            {
+                **event,
+                "result": "kept"
+                + (": the partition's MaxTime or the account's balance" if asked > rec.time_limit else ""),
+            },
+        )
         return None
     q = config["qos"]
     qos = (
@@ -315,8 +357,14 @@ def relimit(config: Config, rec: JobRecord, row: store.Row, summary: beacon.Beac
     return want
 
 
-def settle_due(config: Config, followups: Followups, now: float | None = None, lookup: RunsLookup | None = None,
-               publish: bool = True, job: tuple[str, int] | None = None) -> list[dict[str, object]]:  # fmt: skip
+def settle_due(
+    config: Config,
+    followups: Followups,
+    now: float | None = None,
+    lookup: RunsLookup | None = None,
+    publish: bool = True,
+    job: tuple[str, int] | None = None,
+) -> list[dict[str, object]]:
     """One batch: the inbox rows due at ``now`` (None: every open row; only one (cluster, job)'s when
     ``job`` says which: a hook's own), settled from one sacct call for all their jobs; each row done,
     or due again later. What was settled."""
@@ -357,8 +405,7 @@ def settle_due(config: Config, followups: Followups, now: float | None = None, l
     return out
 
 
-def _wait_more(lg: ledger.Ledger, cluster: str, job_id: int, rows: list[store.Row], at: float,
-               config: Config) -> None:  # fmt: skip
+def _wait_more(lg: ledger.Ledger, cluster: str, job_id: int, rows: list[store.Row], at: float, config: Config) -> None:
     """sacct has no final record yet: ask again later; an incident once the run is late, and the row
     given up past the reconcile window (the hold stays, visible, for the audit and an admin)."""
     ids = [r["id"] for r in rows]
@@ -382,8 +429,9 @@ def _job_runs(config: Config) -> RunsLookup:
     return lookup
 
 
-def blocks_apart(blocked: set[str], kept: set[str],
-                 seen: set[tuple[str, bool]]) -> tuple[set[tuple[str, bool]], set[str]]:  # fmt: skip
+def blocks_apart(
+    blocked: set[str], kept: set[str], seen: set[tuple[str, bool]]
+) -> tuple[set[tuple[str, bool]], set[str]]:
     """Where the ledger's blocks (``blocked``) and one cluster's (``kept``) disagree, as (account,
     blocked in the ledger); and the accounts to enforce: those whose disagreement is new since the
     last look (``seen``). Each is asked once: an account one Slurm cannot settle (no association
@@ -477,8 +525,9 @@ class Reconciled(NamedTuple):
     unread: list[str]  # the days sacct did not answer for (the rest were reconciled)
 
 
-def reconcile(config: Config, window_days: float | None = None, min_age_seconds: float = 0.0,
-              followups: Followups | None = None) -> Reconciled:  # fmt: skip
+def reconcile(
+    config: Config, window_days: float | None = None, min_age_seconds: float = 0.0, followups: Followups | None = None
+) -> Reconciled:
     """Cron's settler: every open inbox row, then what the hooks missed, from sacct: settle every
     ended GPU run of the last ``window_days`` (``ledger.reconcile_days``) that the ledger has not
     settled, holding first those never held, and those of older holds still open; hold the running

@@ -55,8 +55,9 @@ def find_zombies(config: Config, stall_seconds: float, now: float | None = None)
             array = (row["ArrayJobID"], row["ArrayTaskID"]) if row["ArrayTaskID"].isdigit() else ()
             target = commands.job_target(job_id, *array)
             seen = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(summary.at))
-            zombies.append(Zombie(job_id, target, silent, [f"last progress {seen} (its Comment)"],
-                                  config["watchdog"]["action"]))  # fmt: skip
+            zombies.append(
+                Zombie(job_id, target, silent, [f"last progress {seen} (its Comment)"], config["watchdog"]["action"])
+            )
     return zombies
 
 

@@ -53,18 +53,26 @@ class Builtin(NamedTuple):
 # are the sizes of the datasets ultralytics downloads. tests/test_dataset.py checks every row against the
 # installed yamls. xView publishes "90% / 10% of 847 train images" (ultralytics' random autosplit): 762 / 85.
 BUILTIN: dict[str, Builtin] = {
-    "Argoverse.yaml": Builtin("Argoverse", ("Argoverse-1.1/images/train/",), ("Argoverse-1.1/images/val/",), 39384, 15062),
+    "Argoverse.yaml": Builtin(
+        "Argoverse", ("Argoverse-1.1/images/train/",), ("Argoverse-1.1/images/val/",), 39384, 15062
+    ),
     "GlobalWheat2020.yaml": Builtin(
         "GlobalWheat2020",
         tuple(f"images/{d}" for d in ("arvalis_1", "arvalis_2", "arvalis_3", "ethz_1", "rres_1", "inrae_1", "usask_1")),
-        ("images/ethz_1",), 3422, 748,
+        ("images/ethz_1",),
+        3422,
+        748,
     ),
     "HomeObjects-3K.yaml": Builtin("homeobjects-3K", ("images/train",), ("images/val",), 2285, 404),
     "Objects365.yaml": Builtin("Objects365", ("images/train",), ("images/val",), 1742289, 80000),
     "SKU-110K.yaml": Builtin("SKU-110K", ("train.txt",), ("val.txt",), 8219, 588),
     "TT100K.yaml": Builtin("TT100K", ("images/train",), ("images/val",), 6105, 7641),
     "VOC.yaml": Builtin(
-        "VOC", ("images/train2012", "images/train2007", "images/val2012", "images/val2007"), ("images/test2007",), 16551, 4952
+        "VOC",
+        ("images/train2012", "images/train2007", "images/val2012", "images/val2007"),
+        ("images/test2007",),
+        16551,
+        4952,
     ),
     "VisDrone.yaml": Builtin("VisDrone", ("images/train",), ("images/val",), 6471, 548),
     "african-wildlife.yaml": Builtin("african-wildlife", ("images/train",), ("images/val",), 1052, 225),
@@ -82,7 +90,7 @@ BUILTIN: dict[str, Builtin] = {
     "open-images-v7.yaml": Builtin("open-images-v7", ("images/train",), ("images/val",), 1743042, 41620),
     "signature.yaml": Builtin("signature", ("images/train",), ("images/val",), 143, 35),
     "xView.yaml": Builtin("xView", ("images/autosplit_train.txt",), ("images/autosplit_val.txt",), 762, 85),
-}  # fmt: skip
+}
 
 
 def _is_image(name: str) -> bool:
@@ -368,14 +376,18 @@ def _count_builtin(name: str, cache: CountCache, yolo_config_dir: str) -> tuple[
     for base, where in ((Path.cwd(), "the working folder"), (datasets, "ultralytics' datasets_dir")):
         if base is not None and _stat(base / entry.root, f"data {name}: path") is not None:
             root = Path(os.path.realpath(base / entry.root))
-            splits = {split: _sources(value, root, split, Path(name)) for split, value in
-                      (("train", entry.train), ("val", entry.val))}  # fmt: skip
+            splits = {
+                split: _sources(value, root, split, Path(name))
+                for split, value in (("train", entry.train), ("val", entry.val))
+            }
             return {
                 s: sum(cache.count(p) for p in paths) for s, paths in splits.items()
             }, f"counted in {root} ({where})"
     where = f"no {datasets / entry.root} yet" if datasets else f"no datasets_dir in {settings_file(yolo_config_dir)}"
-    how = (f"ultralytics {ultralytics_cfg()['ultralytics']}'s published sizes ({where}: ultralytics downloads it"
-           " when the job starts, which needs the network)")  # fmt: skip
+    how = (
+        f"ultralytics {ultralytics_cfg()['ultralytics']}'s published sizes ({where}: ultralytics downloads it"
+        " when the job starts, which needs the network)"
+    )
     return {"train": entry.train_images, "val": entry.val_images}, how
 
 

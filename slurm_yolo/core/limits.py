@@ -41,8 +41,15 @@ def requeued_for_time(limit_seconds: int | None, elapsed: int, configured: int) 
 MAX_LIMIT_SECONDS = 365 * 86400  # past this Slurm prints the limit as INVALID, and no hold covers a run that long
 
 
-def next_limit(limit_seconds: int, elapsed: int, train_seconds: float, epochs_done: int, epochs: int,
-               configured: int, buffer: float) -> int:  # fmt: skip
+def next_limit(
+    limit_seconds: int,
+    elapsed: int,
+    train_seconds: float,
+    epochs_done: int,
+    epochs: int,
+    configured: int,
+    buffer: float,
+) -> int:
     """The limit (whole minutes, in seconds) that lets a run requeued for time finish: its start-up
     (what the run spent outside training, the time to its checkpoint and requeue included), the epochs
     left at its seconds per epoch (one more for the final validation), the buffer, and the lead of its

@@ -181,8 +181,10 @@ def parse(words: list[str] | tuple[str, ...]) -> TrainSpec:
         if len(word) > MAX_VALUE_LEN:
             raise UsageError(f"argument '{word[:40]}...' is longer than {MAX_VALUE_LEN} characters")
         if word.startswith("-") and word.partition("=")[0].strip("-") not in cfg["defaults"]:
-            raise UsageError(f"'{word}' is not a training key: yolo-sbatch's options go before the training words"
-                             f" (yolo-sbatch {word} ... train key=value ...)")  # fmt: skip
+            raise UsageError(
+                f"'{word}' is not a training key: yolo-sbatch's options go before the training words"
+                f" (yolo-sbatch {word} ... train key=value ...)"
+            )
         if word == "yolo" and task is None and mode is None:
             raise UsageError(
                 "drop 'yolo': yolo-sbatch takes the words that follow it (yolo-sbatch ... train key=value ...)"

@@ -76,8 +76,12 @@ class UsageLog:
         self.path = path
 
     def write(self, record: dict[str, Any]) -> None:
-        record = {"time": time.time(), "job_id": os.environ.get("SLURM_JOB_ID"),
-                  "restart": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0), **record}  # fmt: skip
+        record = {
+            "time": time.time(),
+            "job_id": os.environ.get("SLURM_JOB_ID"),
+            "restart": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0),
+            **record,
+        }
         with open(self.path, "a") as f:
             f.write(json.dumps(record, default=float) + "\n")
 
@@ -94,8 +98,11 @@ def _job_target() -> str | None:
     """This job as scontrol names it alone (an array task by ``ARRAY_TASK``); None outside a job."""
     if "SLURM_JOB_ID" not in os.environ:
         return None
-    return commands.job_target(int(os.environ["SLURM_JOB_ID"]), os.environ.get("SLURM_ARRAY_JOB_ID", ""),
-                               os.environ.get("SLURM_ARRAY_TASK_ID", ""))  # fmt: skip
+    return commands.job_target(
+        int(os.environ["SLURM_JOB_ID"]),
+        os.environ.get("SLURM_ARRAY_JOB_ID", ""),
+        os.environ.get("SLURM_ARRAY_TASK_ID", ""),
+    )
 
 
 class CommentReporter:
@@ -147,8 +154,11 @@ class CommentReporter:
 
     def _fail(self, e: SlurmYoloError) -> None:
         if not self.failed:
-            print(f"slurm-yolo: the job's summary could not be written to its Comment ({e}); the controller "
-                  "learns nothing from this run", file=sys.stderr)  # fmt: skip
+            print(
+                f"slurm-yolo: the job's summary could not be written to its Comment ({e}); the controller "
+                "learns nothing from this run",
+                file=sys.stderr,
+            )
         self.failed = True
 
 
@@ -156,9 +166,15 @@ def start_record(s: spec_mod.TrainSpec, gpus: int, cpus: int) -> dict[str, Any]:
     """The workload this job trains (dataset counted, model resolved as yolo-sbatch did), and the
     CPUs it has (a GPU site's data-loader term reads them)."""
     batch = s.get("batch")  # a batch the user named; auto (-1, a memory fraction) is ultralytics' choice: unknown
-    record: dict[str, Any] = {"kind": "start", "imgsz": s.imgsz, "epochs": s.epochs,
-                              "batch": s.batch if isinstance(batch, (int, float)) and batch >= 1 else None,
-                              "gpus": max(1, gpus), "cpus": cpus, "partition": os.environ.get("SLURM_JOB_PARTITION")}  # fmt: skip
+    record: dict[str, Any] = {
+        "kind": "start",
+        "imgsz": s.imgsz,
+        "epochs": s.epochs,
+        "batch": s.batch if isinstance(batch, (int, float)) and batch >= 1 else None,
+        "gpus": max(1, gpus),
+        "cpus": cpus,
+        "partition": os.environ.get("SLURM_JOB_PARTITION"),
+    }
     try:
         cfg = config_mod.load()
         counts = dataset.count(str(s.get("data")), cfg.cache_dir / "datasets.json")
@@ -407,8 +423,12 @@ class Supervisor:
             self.folder = RunFolder(Path(self.resume_from).parent.parent)
             self.saved_rows = self.folder.seen
         report, write_end = os.pipe()
-        self.child = subprocess.Popen([*TRAINER, json.dumps(plan), str(write_end)], pass_fds=(write_end,),
-                                      start_new_session=True, preexec_fn=_die_with_parent)  # fmt: skip
+        self.child = subprocess.Popen(
+            [*TRAINER, json.dumps(plan), str(write_end)],
+            pass_fds=(write_end,),
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
         os.close(write_end)
         try:
             with os.fdopen(report, "rb") as reader:
@@ -444,8 +464,14 @@ class Supervisor:
                 return self._requeue()
         self._read_folder()
         if code == 0 and self.folder is not None:
-            self.log.write({"kind": "end", "epochs_completed": self.folder.epoch,
-                            "seconds": time.monotonic() - self.started, "metrics": self.metrics})  # fmt: skip
+            self.log.write(
+                {
+                    "kind": "end",
+                    "epochs_completed": self.folder.epoch,
+                    "seconds": time.monotonic() - self.started,
+                    "metrics": self.metrics,
+                }
+            )
             self.reporter.poll(force=True)  # before the job ends: the epilog reads the Comment as it is then
         return code if code >= 0 else 128 - code
 
@@ -475,12 +501,19 @@ class Supervisor:
             self.row_time, self.row_seen = row.time or 0.0, now
             self.metrics = {k: v for k, v in row.values.items() if k not in ("epoch", "time")}
             images = self.images
-            self.log.write({
-                "kind": "epoch", "epoch": row.epoch, "epochs": self.spec.epochs, "images": images,
-                "tokens": images * self.spec.imgsz**2, "seconds": seconds,
-                "images_per_s": images / seconds if seconds > 0 else None, "metrics": self.metrics,
-                **self.gpu.take(),
-            })  # fmt: skip
+            self.log.write(
+                {
+                    "kind": "epoch",
+                    "epoch": row.epoch,
+                    "epochs": self.spec.epochs,
+                    "images": images,
+                    "tokens": images * self.spec.imgsz**2,
+                    "seconds": seconds,
+                    "images_per_s": images / seconds if seconds > 0 else None,
+                    "metrics": self.metrics,
+                    **self.gpu.take(),
+                }
+            )
         if self.folder.seen > self.saved_rows and self.folder.saved():  # not the final strip of last.pt: no new row
             self.saved_rows, self.checkpoint_epoch = self.folder.seen, self.folder.epoch
             self.log.write({"kind": "checkpoint", "epoch": self.checkpoint_epoch, "last": str(self.folder.last)})
@@ -488,8 +521,12 @@ class Supervisor:
     def _requeue_due(self) -> bool:
         """A requeue was asked for, this is a job, and an epoch after the ask is saved. Not after the
         last epoch: only the final validation is left, which a requeued run would do again anyway."""
-        return (self.requeue_after is not None and "SLURM_JOB_ID" in os.environ
-                and self.saved_rows > self.requeue_after and self.checkpoint_epoch < self.spec.epochs)  # fmt: skip
+        return (
+            self.requeue_after is not None
+            and "SLURM_JOB_ID" in os.environ
+            and self.saved_rows > self.requeue_after
+            and self.checkpoint_epoch < self.spec.epochs
+        )
 
     def _stop_at_checkpoint(self) -> bool:
         """Freeze the training, and kill it if its newest epoch is checkpointed and every checkpoint
@@ -542,8 +579,11 @@ def run_start(restart: int) -> str:
             limit = commands.show_job(int(job), bin_dir=_bin_dir()).get("TimeLimit", "")
         except SlurmYoloError:
             limit = ""
-    return (f"slurm-yolo: run {restart + 1} of job {job or '-'} starts {time.strftime('%Y-%m-%d %H:%M:%S')}"
-            + (f", time limit {limit}" if limit else "") + (" (requeued)" if restart else ""))  # fmt: skip
+    return (
+        f"slurm-yolo: run {restart + 1} of job {job or '-'} starts {time.strftime('%Y-%m-%d %H:%M:%S')}"
+        + (f", time limit {limit}" if limit else "")
+        + (" (requeued)" if restart else "")
+    )
 
 
 def run(words: list[str]) -> int:

@@ -65,15 +65,22 @@ def check(config: Config, plan: Plan, account: str | None, q: Quote) -> float:
     if need > left:
         _log_refusal(name, need, left)
         if wait is not None:
-            refill = (f"refills {fmt_tokens(row['rate_per_day'])}/day, enough in {wait / 3600:.1f} h, longer than"
-                      f" a job may wait for credits here ({max_wait / 60:.0f} min): submit it then, or ask for a deposit")  # fmt: skip
+            refill = (
+                f"refills {fmt_tokens(row['rate_per_day'])}/day, enough in {wait / 3600:.1f} h, longer than"
+                f" a job may wait for credits here ({max_wait / 60:.0f} min): submit it then, or ask for a deposit"
+            )
         elif row["rate_per_day"] > 0:
-            refill = (f"its quota holds at most {fmt_tokens(row['capacity'])}, less than this hold: ask for a"
-                      " deposit, or a quota with a larger --burst")  # fmt: skip
+            refill = (
+                f"its quota holds at most {fmt_tokens(row['capacity'])}, less than this hold: ask for a"
+                " deposit, or a quota with a larger --burst"
+            )
         else:
             refill = "no refill covers it: ask for a deposit"
-        doubled = (f"; {plan.partition} is uncalibrated, so the limit is the prediction doubled (-t sets your own)"
-                   if plan.buffer_reason == UNCALIBRATED else "")  # fmt: skip
+        doubled = (
+            f"; {plan.partition} is uncalibrated, so the limit is the prediction doubled (-t sets your own)"
+            if plan.buffer_reason == UNCALIBRATED
+            else ""
+        )
         raise QuotaError(
             f"account {name} cannot cover this job: needs {fmt_tokens(need)} (what its start holds: "
             f"{plan.time_limit_seconds // 60} min x {q.gpu_share} GPU x {q.price:,} tokens/GPU-s x {policy.rate_text(q.rate_ppm)};"
@@ -89,7 +96,9 @@ def _log_refusal(account: str, need: int, left: int) -> None:
 
     try:
         syslog.openlog("slurm-yolo", 0, syslog.LOG_USER)
-        syslog.syslog(syslog.LOG_USER | syslog.LOG_NOTICE,
-                      f"yolo-sbatch refused a job: account {account} uid {os.getuid()} needs {need} tokens, has {left}")  # fmt: skip
+        syslog.syslog(
+            syslog.LOG_USER | syslog.LOG_NOTICE,
+            f"yolo-sbatch refused a job: account {account} uid {os.getuid()} needs {need} tokens, has {left}",
+        )
     except (OSError, ValueError):  # no syslog socket; a NUL in the name
         pass

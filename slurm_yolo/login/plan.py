@@ -107,14 +107,18 @@ def _gpus(
         if req.gpus < 1:
             raise UsageError(f"--gpus {req.gpus}: at least 1")
         if req.gpus > limit and part.gpu_type:
-            raise UsageError(f"--gpus {req.gpus}: partition {part.name} has {limit} GPUs per node: ask at most {limit},"
-                             " or another partition (-p auto chooses)")  # fmt: skip
+            raise UsageError(
+                f"--gpus {req.gpus}: partition {part.name} has {limit} GPUs per node: ask at most {limit},"
+                " or another partition (-p auto chooses)"
+            )
         return req.gpus, "--gpus"
     if req.deadline_seconds is not None:
         deadline = seconds_text(req.deadline_seconds)
         if req.deadline_seconds < tm.startup_seconds:
-            raise UsageError(f"--deadline {deadline} is shorter than the job's start-up alone on {part.name}"
-                             f" ({seconds_text(tm.startup_seconds)}): give a longer one")  # fmt: skip
+            raise UsageError(
+                f"--deadline {deadline} is shorter than the job's start-up alone on {part.name}"
+                f" ({seconds_text(tm.startup_seconds)}): give a longer one"
+            )
         for g in range(1, max(1, limit) + 1):
             if predict_seconds(w, tm, g, part.ddp_efficiency, ref) <= req.deadline_seconds:
                 return g, f"fewest GPUs that finish within the deadline ({deadline})"
@@ -125,8 +129,10 @@ def _gpus(
         )
     if devices:
         if devices > limit and part.gpu_type:  # Slurm would keep it pending for ever (PartitionConfig)
-            raise UsageError(f"device= names {devices} GPUs: partition {part.name} has {limit} GPUs per node: name at"
-                             f" most {limit}, or another partition (-p auto chooses)")  # fmt: skip
+            raise UsageError(
+                f"device= names {devices} GPUs: partition {part.name} has {limit} GPUs per node: name at"
+                f" most {limit}, or another partition (-p auto chooses)"
+            )
         return devices, "device= of the command"
     return 1, "default"
 
@@ -153,9 +159,14 @@ def _head(w: Workload, tm: TimeModel, k_source: str, ref: float) -> list[str]:
 
 
 def plan_partition(
-    w: Workload, tm: TimeModel, k_source: str, part: Partition, req: Request, config: Config,
+    w: Workload,
+    tm: TimeModel,
+    k_source: str,
+    part: Partition,
+    req: Request,
+    config: Config,
     devices: int | None = None,
-) -> Plan:  # fmt: skip
+) -> Plan:
     """The plan on one partition. A refusal carries the work and the time model worked out before it
     (``explain``), for ``--explain`` to show."""
     try:
@@ -190,11 +201,16 @@ def _plan(
         e = UsageError(
             f"the job would need a time limit of {limit / 86400:.0f} days on {part.name} (predicted"
             f" {predicted / 86400:.1f} days): more than a year; train fewer epochs or images, or on more GPUs"
-            + (f" ({part.name} is uncalibrated, so the limit is the prediction doubled: -t sets your own)"
-               if buf.reason == UNCALIBRATED and predicted <= MAX_LIMIT_SECONDS else "")
-        )  # fmt: skip
-        e.explain = (f"time: {fmt_minutes(predicted)} predicted ({fmt_minutes(train)} training) on {gpus} GPU(s)"
-                     f" [{gpus_why}]", f"buffer: {buf.value:.2f} ({buf.reason}) -> time limit {limit // 60} min")  # fmt: skip
+            + (
+                f" ({part.name} is uncalibrated, so the limit is the prediction doubled: -t sets your own)"
+                if buf.reason == UNCALIBRATED and predicted <= MAX_LIMIT_SECONDS
+                else ""
+            )
+        )
+        e.explain = (
+            f"time: {fmt_minutes(predicted)} predicted ({fmt_minutes(train)} training) on {gpus} GPU(s) [{gpus_why}]",
+            f"buffer: {buf.value:.2f} ({buf.reason}) -> time limit {limit // 60} min",
+        )
         raise e
 
     light = config["light"]
@@ -255,13 +271,34 @@ def _plan(
         ),
     ]
     return Plan(
-        partition=part.name, gpus=gpus, gres=gres, shard=shard, shard_share=share, qos=qos, priority=req.priority,
-        tokens=tok, train_tokens=w.train_tokens, val_tokens=w.val_tokens + w.final_val_tokens,
-        effective_tokens=eff, model_factor=mf, family_factor=ff, k=tm.k, k_source=k_source,
-        predicted_seconds=predicted, predicted_train_seconds=train, buffer=buf.value, buffer_reason=buf.reason,
-        coverage=buf.coverage, time_limit_seconds=limit, workload=w, explain=explain, outside_range=outside,
-        range_widening=widening, feed=feed, short_limit=short_limit,
-    )  # fmt: skip
+        partition=part.name,
+        gpus=gpus,
+        gres=gres,
+        shard=shard,
+        shard_share=share,
+        qos=qos,
+        priority=req.priority,
+        tokens=tok,
+        train_tokens=w.train_tokens,
+        val_tokens=w.val_tokens + w.final_val_tokens,
+        effective_tokens=eff,
+        model_factor=mf,
+        family_factor=ff,
+        k=tm.k,
+        k_source=k_source,
+        predicted_seconds=predicted,
+        predicted_train_seconds=train,
+        buffer=buf.value,
+        buffer_reason=buf.reason,
+        coverage=buf.coverage,
+        time_limit_seconds=limit,
+        workload=w,
+        explain=explain,
+        outside_range=outside,
+        range_widening=widening,
+        feed=feed,
+        short_limit=short_limit,
+    )
 
 
 def _own_limit(tm: TimeModel, seconds: float, predicted: float, widening: float) -> tuple[Buffer, int, str]:
@@ -278,17 +315,22 @@ def _own_limit(tm: TimeModel, seconds: float, predicted: float, widening: float)
         why = f"{said}: the model keeps no cross-validated errors to say what it covers of the predicted {fmt_minutes(predicted)}"
     short = ""
     if limit < predicted or (covered is not None and covered < 0.5):
-        short = (f"{said} is under the predicted {fmt_minutes(predicted)}: the job will likely reach it (it checkpoints"
-                 " and requeues at the USR2 a limit of 3 min or more gets)" if limit < predicted else
-                 f"{said} covers the predicted {fmt_minutes(predicted)} at {covered:.0%} of runs like it")  # fmt: skip
+        short = (
+            f"{said} is under the predicted {fmt_minutes(predicted)}: the job will likely reach it (it checkpoints"
+            " and requeues at the USR2 a limit of 3 min or more gets)"
+            if limit < predicted
+            else f"{said} covers the predicted {fmt_minutes(predicted)} at {covered:.0%} of runs like it"
+        )
     return Buffer(limit / predicted - 1 if predicted > 0 else 0.0, why), limit, short
 
 
 def _autobatch(w: Workload, card: gputypes.Card, fraction: float, ref: float) -> tuple[Workload, list[str]]:
     """The workload at the batch AutoBatch would pick on this card, and the line that says so."""
     b = gpu_priors.autobatch(w, card.memory_gb, fraction, ref, gpu_priors.shipped())
-    return replace(w, batch=b), [f"batch: AutoBatch would pick {b} on this {card.memory_gb:g} GB card ({fraction * 100:.3g}%"
-                                 " of its memory by its own profile: a training step takes more, below), planned at it"]  # fmt: skip
+    return replace(w, batch=b), [
+        f"batch: AutoBatch would pick {b} on this {card.memory_gb:g} GB card ({fraction * 100:.3g}%"
+        " of its memory by its own profile: a training step takes more, below), planned at it"
+    ]
 
 
 def _check_memory(
@@ -298,8 +340,10 @@ def _check_memory(
     AutoBatch picks is ultralytics' choice: said, not refused)."""
     priors = gpu_priors.shipped()
     need = gpu_priors.memory_gb(w, gpus, ref, priors)
-    line = (f"GPU memory: about {need:.1f} GB per GPU predicted (batch {w.batch // max(1, gpus)} per GPU at imgsz"
-            f" {w.imgsz}, {w.model}) of the {card.memory_gb:g} GB card")  # fmt: skip
+    line = (
+        f"GPU memory: about {need:.1f} GB per GPU predicted (batch {w.batch // max(1, gpus)} per GPU at imgsz"
+        f" {w.imgsz}, {w.model}) of the {card.memory_gb:g} GB card"
+    )
     if need <= card.memory_gb:
         return [line]
     if autobatch:
@@ -346,8 +390,14 @@ def clock(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
 
 
-def choose(plans: list[Plan], answers: list[WillRun], now: float, holds: Sequence[float] | None = None,
-           prefer: str = "soonest", labels: Sequence[str] | None = None) -> Plan:  # fmt: skip
+def choose(
+    plans: list[Plan],
+    answers: list[WillRun],
+    now: float,
+    holds: Sequence[float] | None = None,
+    prefer: str = "soonest",
+    labels: Sequence[str] | None = None,
+) -> Plan:
     """``--partition auto``: the plan with the earliest predicted finish: its start as Slurm's own
     scheduler expects it (``answers``: ``sbatch --test-only`` of each plan's script) plus its
     predicted run time; with ``prefer`` "cheapest", the one whose cost (``holds``: budget tokens, or
@@ -365,11 +415,12 @@ def choose(plans: list[Plan], answers: list[WillRun], now: float, holds: Sequenc
         list(labels) if labels is not None else [f", holds {fmt_tokens(c)}" if holds is not None else "" for c in costs]
     )
     lines = [
-        f"partition auto: {p.partition} refused by Slurm: {a.refused}" if a.start is None else
-        f"partition auto: {p.partition} would start {clock(a.start)} + {p.predicted_seconds / 60:.1f} min predicted"
+        f"partition auto: {p.partition} refused by Slurm: {a.refused}"
+        if a.start is None
+        else f"partition auto: {p.partition} would start {clock(a.start)} + {p.predicted_seconds / 60:.1f} min predicted"
         f" -> finish {clock(a.start + p.predicted_seconds)}{h}"
         for p, a, h in zip(plans, answers, held, strict=True)
-    ]  # fmt: skip
+    ]
     lines += [
         f"partition auto: {best.partition} "
         + (

@@ -106,8 +106,14 @@ def trusted(where: Path) -> None:
             raise UsageError(f"--dir {where}: {path} is not a folder")
 
 
-def run(config: Config, partition: str, account: str | None, where: Path, timeout: float = 3600.0,
-        say: Callable[[str], object] = print) -> Probe:  # fmt: skip
+def run(
+    config: Config,
+    partition: str,
+    account: str | None,
+    where: Path,
+    timeout: float = 3600.0,
+    say: Callable[[str], object] = print,
+) -> Probe:
     """Submit the probe (its folder made in ``where``), wait for its end (``say`` tells the caller
     while it waits), calibrate the partition from its runs."""
     if not partition or not commands.PLAIN_NAME.fullmatch(partition):

@@ -71,8 +71,13 @@ def usage_file(job_id: int, bin_dir: Path | None = None) -> Path | None:
     return Path(work) / USAGE_NAME.format(job=job_id) if work else None
 
 
-def watch(job_id: int, emit: Callable[[str], None], poll: float = 2.0, bin_dir: Path | None = None,
-          timeout: float | None = None) -> str:  # fmt: skip
+def watch(
+    job_id: int,
+    emit: Callable[[str], None],
+    poll: float = 2.0,
+    bin_dir: Path | None = None,
+    timeout: float | None = None,
+) -> str:
     """Emit a status line whenever it changes, until the job ends (``commands.states``: an error
     after ``timeout`` seconds, or for a job Slurm does not know); its final state."""
     path = usage_file(job_id, bin_dir)
@@ -92,8 +97,9 @@ def watch(job_id: int, emit: Callable[[str], None], poll: float = 2.0, bin_dir: 
     return state
 
 
-def expand_pattern(pattern: str, job_id: int, name: str = "", user: str = "", array_job_id: str = "",
-                   array_task_id: str = "") -> str:  # fmt: skip
+def expand_pattern(
+    pattern: str, job_id: int, name: str = "", user: str = "", array_job_id: str = "", array_task_id: str = ""
+) -> str:
     """Slurm's %j, %x, %u, %A, %a and %% in an output path (squeue prints them unexpanded). %A is an
     array task's array id (a job's own id otherwise), %a its task id."""
     codes = {"j": str(job_id), "A": array_job_id or str(job_id), "x": name, "u": user, "%": "%"}

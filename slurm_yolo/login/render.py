@@ -104,13 +104,17 @@ def signal_seconds(plan: Plan, opts: JobOptions) -> int:
 def signal_note(seconds: int) -> str:
     """The script's comment on the USR2 trap: true of the ``--signal`` line the script has, or has not."""
     if seconds:
-        return (f"# With --signal=B:USR2@{seconds}, Slurm sends USR2 {seconds} s before the time limit. The batch shell\n"
-                "# only sees it while it waits (cmd & wait): it passes it on, and the launcher checkpoints at a\n"
-                "# safe point and requeues the job.")  # fmt: skip
-    return (f"# No --signal: a time limit under {SIGNAL_MIN_LIMIT // 60} min gets no warning (Slurm checks signal times\n"
-            "# about once a minute), so the job ends at its limit. A USR2 sent by hand (scancel -b -s USR2)\n"
-            "# is passed on all the same while the batch shell waits (cmd & wait): the launcher checkpoints\n"
-            "# at a safe point and requeues the job.")  # fmt: skip
+        return (
+            f"# With --signal=B:USR2@{seconds}, Slurm sends USR2 {seconds} s before the time limit. The batch shell\n"
+            "# only sees it while it waits (cmd & wait): it passes it on, and the launcher checkpoints at a\n"
+            "# safe point and requeues the job."
+        )
+    return (
+        f"# No --signal: a time limit under {SIGNAL_MIN_LIMIT // 60} min gets no warning (Slurm checks signal times\n"
+        "# about once a minute), so the job ends at its limit. A USR2 sent by hand (scancel -b -s USR2)\n"
+        "# is passed on all the same while the batch shell waits (cmd & wait): the launcher checkpoints\n"
+        "# at a safe point and requeues the job."
+    )
 
 
 def directives(plan: Plan, opts: JobOptions) -> list[tuple[str, str]]:
@@ -150,20 +154,54 @@ def directives(plan: Plan, opts: JobOptions) -> list[tuple[str, str]]:
         option, _, value = raw.partition("=")
         planned = planned_option(option)
         if planned:
-            raise UsageError(f"--sbatch-arg {raw!r}: yolo-sbatch sets {planned} from its plan (a later #SBATCH line "
-                             "would override it); use yolo-sbatch's own options"
-                             + (" (-t/--time: your own limit)" if planned == "--time" else ""))  # fmt: skip
+            raise UsageError(
+                f"--sbatch-arg {raw!r}: yolo-sbatch sets {planned} from its plan (a later #SBATCH line "
+                "would override it); use yolo-sbatch's own options"
+                + (" (-t/--time: your own limit)" if planned == "--time" else "")
+            )
         pairs.append((option, value))
     return pairs
 
 
 # What the plan decides (time, GPUs, QOS tier, the comment with its estimate, the requeue and
 # checkpoint signal), and the options yolo-sbatch has flags for: not to be overridden by --sbatch-arg.
-PLANNED = ("--time", "--time-min", "--gres", "--gpus", "--gpus-per-node", "--gpus-per-task", "--gpus-per-socket",
-           "--qos", "--comment", "--partition", "--account", "--job-name", "--yolo-tokens", "--signal", "--requeue",
-           "--no-requeue", "--open-mode", "--cpus-per-task", "--cpus-per-gpu", "--output", "--error", "--array", "--wrap")  # fmt: skip
-PLANNED_SHORT = {"t": "--time", "G": "--gpus", "q": "--qos", "p": "--partition", "A": "--account", "J": "--job-name",
-                 "c": "--cpus-per-task", "o": "--output", "e": "--error", "a": "--array"}  # fmt: skip
+PLANNED = (
+    "--time",
+    "--time-min",
+    "--gres",
+    "--gpus",
+    "--gpus-per-node",
+    "--gpus-per-task",
+    "--gpus-per-socket",
+    "--qos",
+    "--comment",
+    "--partition",
+    "--account",
+    "--job-name",
+    "--yolo-tokens",
+    "--signal",
+    "--requeue",
+    "--no-requeue",
+    "--open-mode",
+    "--cpus-per-task",
+    "--cpus-per-gpu",
+    "--output",
+    "--error",
+    "--array",
+    "--wrap",
+)
+PLANNED_SHORT = {
+    "t": "--time",
+    "G": "--gpus",
+    "q": "--qos",
+    "p": "--partition",
+    "A": "--account",
+    "J": "--job-name",
+    "c": "--cpus-per-task",
+    "o": "--output",
+    "e": "--error",
+    "a": "--array",
+}
 
 
 def planned_option(option: str) -> str | None:

@@ -83,8 +83,10 @@ def check_log_paths(options: render.JobOptions) -> None:
             continue
         why = "(Slurm would fail the job at once, with no log)"
         if "/" in options.job_name and "%x" in pattern:
-            raise UsageError(f"--job-name {options.job_name!r} holds a '/', so {option} {pattern} points into folder"
-                             f" {folder}, which does not exist {why}")  # fmt: skip
+            raise UsageError(
+                f"--job-name {options.job_name!r} holds a '/', so {option} {pattern} points into folder"
+                f" {folder}, which does not exist {why}"
+            )
         raise UsageError(f"{option} {pattern}: folder {folder} does not exist {why}")
 
 
@@ -107,8 +109,10 @@ def check_project(s: spec.TrainSpec, options: render.JobOptions) -> None:
     except (OSError, ValueError):
         return
     if blocked is not None:
-        raise UsageError(f"project={given}: {blocked} is not a folder you can write (the job would fail on it):"
-                         " give project= a folder of yours")  # fmt: skip
+        raise UsageError(
+            f"project={given}: {blocked} is not a folder you can write (the job would fail on it):"
+            " give project= a folder of yours"
+        )
 
 
 def log_file(options: render.JobOptions, job_id: int) -> Path:
@@ -156,9 +160,14 @@ def job_options(config: Config, **given: object) -> render.JobOptions:
     """The user's sbatch options over the config's job settings."""
     job = config["job"]
     values = {k: v for k, v in given.items() if v not in (None, ())}
-    site = {"python": job["python"], "cpus_per_gpu": job["cpus_per_gpu"], "mem_per_cpu_mb": job["mem_per_cpu_mb"],
-            "signal_seconds": job["signal_seconds"], "spank_tokens": config["slurm"]["spank_tokens"],
-            "yolo_config_dir": job["yolo_config_dir"]}  # fmt: skip
+    site = {
+        "python": job["python"],
+        "cpus_per_gpu": job["cpus_per_gpu"],
+        "mem_per_cpu_mb": job["mem_per_cpu_mb"],
+        "signal_seconds": job["signal_seconds"],
+        "spank_tokens": config["slurm"]["spank_tokens"],
+        "yolo_config_dir": job["yolo_config_dir"],
+    }
     return render.JobOptions(**{**site, **values})
 
 
@@ -217,9 +226,11 @@ def prepare(
     if partition == "auto":
         answers = commands.will_run(scripts, bin_dir=bin_dir, timeout=timeout)
         try:
-            labels = [f", holds {fmt_tokens(q.hold_tokens)}{cost.money_part(q)}" + (
-                f", expected {cost.fmt_money(q.expected_money, q.currency)}" if q.cost_per_gpu_hour > 0 else ""
-            ) for q in quotes]  # fmt: skip
+            labels = [
+                f", holds {fmt_tokens(q.hold_tokens)}{cost.money_part(q)}"
+                + (f", expected {cost.fmt_money(q.expected_money, q.currency)}" if q.cost_per_gpu_hour > 0 else "")
+                for q in quotes
+            ]
             chosen = plan.choose(plans, answers, time.time(), costs(quotes), request.prefer, labels)
         except (
             SlurmError
@@ -233,11 +244,24 @@ def prepare(
     q = quotes[[p.partition for p in plans].index(chosen.partition)]
     chosen.explain.insert(0, data_line)
     script = scripts[[p.partition for p in plans].index(chosen.partition)]
-    warnings = tuple(filter(None, [config_mod.missing(config), unpublished(config), missing_weights(s, options),
-                                   unpriced, chosen.feed, chosen.short_limit]))  # fmt: skip
+    warnings = tuple(
+        filter(
+            None,
+            [
+                config_mod.missing(config),
+                unpublished(config),
+                missing_weights(s, options),
+                unpriced,
+                chosen.feed,
+                chosen.short_limit,
+            ],
+        )
+    )
     if partition != "auto" and config.partitions and partition not in config.partitions:  # a typo plans "cleanly"
-        warnings += (f"partition {partition} is not one of the configured ({', '.join(sorted(config.partitions))}):"
-                    " planned with the defaults (whole GPUs, the prior k); Slurm refuses it if it does not exist",)  # fmt: skip
+        warnings += (
+            f"partition {partition} is not one of the configured ({', '.join(sorted(config.partitions))}):"
+            " planned with the defaults (whole GPUs, the prior k); Slurm refuses it if it does not exist",
+        )
     chosen.explain.extend(warnings)
     chosen.explain.extend(f"partition auto: not planned: {e}" for e in refused)  # too small, too slow: why
     after_qos = next((i + 1 for i, line in enumerate(chosen.explain) if line.startswith("qos: ")), len(chosen.explain))
@@ -247,9 +271,13 @@ def prepare(
         f" {q.gpu_share} GPU x {q.price:,} tokens/GPU-s x rate {policy.rate_text(q.rate_ppm)}), expected charge"
         f" {fmt_tokens(q.expected_tokens)}; {cost.fmt_amount(q.hold_gpu_hours)} GPU-h held,"
         f" {cost.fmt_amount(q.expected_gpu_hours)} expected"
-        + (f"; {cost.fmt_money(q.hold_money, q.currency)} held, {cost.fmt_money(q.expected_money, q.currency)} expected"
-           f" (the partition's cost_per_gpu_hour {q.cost_per_gpu_hour:g})" if q.cost_per_gpu_hour > 0 else "")
-    )  # fmt: skip
+        + (
+            f"; {cost.fmt_money(q.hold_money, q.currency)} held, {cost.fmt_money(q.expected_money, q.currency)} expected"
+            f" (the partition's cost_per_gpu_hour {q.cost_per_gpu_hour:g})"
+            if q.cost_per_gpu_hour > 0
+            else ""
+        ),
+    )
     return Prepared(spec=s, counts=counts, plan=chosen, script=script, options=options, quote=q, warnings=warnings)
 
 
@@ -295,8 +323,17 @@ def quotes_for(config: Config, plans: list[plan.Plan]) -> tuple[list[cost.Quote]
         for p in plans:
             part = config.partition(p.partition)
             price, rate = cost.prices(config, lg, p.partition, p.qos)
-            quotes.append(cost.quote(p.time_limit_seconds, p.predicted_seconds, policy.gres_share(p.gres, part.shards_per_gpu),
-                                     price, rate, part.cost_per_gpu_hour, config["ledger"]["currency"]))  # fmt: skip
+            quotes.append(
+                cost.quote(
+                    p.time_limit_seconds,
+                    p.predicted_seconds,
+                    policy.gres_share(p.gres, part.shards_per_gpu),
+                    price,
+                    rate,
+                    part.cost_per_gpu_hour,
+                    config["ledger"]["currency"],
+                )
+            )
         return quotes, note
     finally:
         if lg is not None:
@@ -319,8 +356,9 @@ def submit(config: Config, prepared: Prepared) -> Submitted:
     bin_dir = Path(config["slurm"]["bin_dir"])
     try:
         wait = admission.check(config, prepared.plan, prepared.options.account, prepared.quote)
-        job_id, told = commands.submit_told(prepared.script, [], bin_dir=bin_dir,
-                                            timeout=config["slurm"]["timeout_seconds"])  # fmt: skip
+        job_id, told = commands.submit_told(
+            prepared.script, [], bin_dir=bin_dir, timeout=config["slurm"]["timeout_seconds"]
+        )
     except QuotaError:
         require_association(prepared.options.account, bin_dir)
         raise
@@ -362,8 +400,10 @@ def association_problem(account: str | None, bin_dir: Path) -> str:
         return ""
     if account.lower() in mine:
         return ""
-    return (f"account {account!r} is not one you may submit to (yours: {', '.join(mine) or 'none'}):"
-            " give -A one of yours, or ask its coordinator to add you")  # fmt: skip
+    return (
+        f"account {account!r} is not one you may submit to (yours: {', '.join(mine) or 'none'}):"
+        " give -A one of yours, or ask its coordinator to add you"
+    )
 
 
 def require_association(account: str | None, bin_dir: Path) -> None:
@@ -374,8 +414,7 @@ def require_association(account: str | None, bin_dir: Path) -> None:
         raise UsageError(problem)
 
 
-def settlement_from_slurm(config: Config, job_id: int, cluster: str, since: float, deadline: float,
-                          poll: float) -> str:  # fmt: skip
+def settlement_from_slurm(config: Config, job_id: int, cluster: str, since: float, deadline: float, poll: float) -> str:
     """``settlement`` where Slurm's PrivateData keeps job rows out of the published ledger: from the
     job's AdminComment, which the ledger writes once it has settled a run and which sacct shows only
     to those Slurm lets see the job."""
@@ -435,8 +474,11 @@ def settlement(config: Config, job_id: int, since: float = 0.0, timeout: float =
         return f"job {job_id}: not settled yet (slurm-yolo ledger history {runs[-1]['account']} shows its charge once it is)"
     hours = sum(cost.gpu_hours(r["elapsed"] or 0, float(r["gpus"])) for r in runs)
     part = config.partition(str(runs[-1]["partition"]))
-    money = (f" = {cost.fmt_money(hours * part.cost_per_gpu_hour, config['ledger']['currency'])}"
-             if part.cost_per_gpu_hour > 0 else "")  # fmt: skip
+    money = (
+        f" = {cost.fmt_money(hours * part.cost_per_gpu_hour, config['ledger']['currency'])}"
+        if part.cost_per_gpu_hour > 0
+        else ""
+    )
     charge, refund, hold = (sum(int(r[k] or 0) for r in runs) for k in ("charge", "refund", "hold"))
     over = f" over its {len(runs)} runs" if len(runs) > 1 else ""
     return (

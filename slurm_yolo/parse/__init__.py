@@ -121,8 +121,12 @@ def parse_path(path: Path) -> ParseResult:
     from slurm_yolo.parse.results import parse_results_csv
 
     if path.is_dir():
-        for pattern, parser in (("yolo-usage-*.jsonl", records.parse_records), ("results.csv", parse_results_csv),
-                                ("yolo-*.out", stdout.parse_stdout), ("*.log", stdout.parse_stdout)):  # fmt: skip
+        for pattern, parser in (
+            ("yolo-usage-*.jsonl", records.parse_records),
+            ("results.csv", parse_results_csv),
+            ("yolo-*.out", stdout.parse_stdout),
+            ("*.log", stdout.parse_stdout),
+        ):
             found = sorted(path.glob(pattern), key=lambda p: p.stat().st_mtime)
             if found:
                 return parser(found[-1])

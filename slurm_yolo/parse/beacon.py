@@ -30,8 +30,18 @@ _INT = re.compile(r"[0-9]{1,12}")
 _NUMBER = re.compile(r"[0-9]{1,12}(\.[0-9]{1,6})?")
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 # The workload's fields by the short keys the Comment carries them under.
-_WORKLOAD_KEYS = {"train_images": "tr", "val_images": "va", "imgsz": "sz", "epochs": "ne", "batch": "b",
-                  "val_passes": "vp", "model": "m", "family": "f", "gflops": "gf", "model_source": "ms"}  # fmt: skip
+_WORKLOAD_KEYS = {
+    "train_images": "tr",
+    "val_images": "va",
+    "imgsz": "sz",
+    "epochs": "ne",
+    "batch": "b",
+    "val_passes": "vp",
+    "model": "m",
+    "family": "f",
+    "gflops": "gf",
+    "model_source": "ms",
+}
 
 
 @dataclass(frozen=True)
@@ -54,8 +64,14 @@ def _number(value: float) -> str:
 def encode(b: Beacon) -> str:
     """The summary as it follows ``MARK`` in the Comment; "" when it cannot be said in plain digits
     and names within ``MAX_CHARS`` (then the controller learns nothing from this job)."""
-    items = [f"at={b.at}", f"ep={b.epochs_done}", f"s={_number(b.train_seconds)}", f"one={int(b.one_run)}",
-             f"g={b.gpus}", f"c={b.cpus}"]  # fmt: skip
+    items = [
+        f"at={b.at}",
+        f"ep={b.epochs_done}",
+        f"s={_number(b.train_seconds)}",
+        f"one={int(b.one_run)}",
+        f"g={b.gpus}",
+        f"c={b.cpus}",
+    ]
     if b.workload is not None:
         for f in fields(b.workload):
             value = getattr(b.workload, f.name)
@@ -105,14 +121,18 @@ def decode(text: str | None) -> Beacon | None:
         head = {k: values.pop(k) for k in ("at", "ep", "s", "one", "g", "c")}
     except KeyError:
         return None
-    if not all(_INT.fullmatch(head[k]) for k in ("at", "ep", "g", "c")) or head["one"] not in ("0", "1") \
-            or not _NUMBER.fullmatch(head["s"]):  # fmt: skip
+    if (
+        not all(_INT.fullmatch(head[k]) for k in ("at", "ep", "g", "c"))
+        or head["one"] not in ("0", "1")
+        or not _NUMBER.fullmatch(head["s"])
+    ):
         return None
     workload = _workload(values)
     if workload is None and values:
         return None
-    return Beacon(int(head["at"]), int(head["ep"]), float(head["s"]), head["one"] == "1", int(head["g"]),
-                  int(head["c"]), workload)  # fmt: skip
+    return Beacon(
+        int(head["at"]), int(head["ep"]), float(head["s"]), head["one"] == "1", int(head["g"]), int(head["c"]), workload
+    )
 
 
 def _workload(values: dict[str, str]) -> Workload | None:
@@ -161,5 +181,12 @@ def from_records(path: Path, at: float, owner: int | None = None) -> Beacon | No
     if not math.isfinite(seconds) or seconds < 0:
         return None
     one_run = not any(r.get("kind") in ("resume", "requeue") for r in records)
-    return Beacon(int(at), parsed.epochs_completed, seconds, one_run, max(1, int(start.get("gpus") or 1)),
-                  max(0, int(start.get("cpus") or 0)), workload)  # fmt: skip
+    return Beacon(
+        int(at),
+        parsed.epochs_completed,
+        seconds,
+        one_run,
+        max(1, int(start.get("gpus") or 1)),
+        max(0, int(start.get("cpus") or 0)),
+        workload,
+    )

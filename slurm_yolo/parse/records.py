@@ -82,8 +82,14 @@ def parse_records(path: Path, text: str | None = None) -> ParseResult:
                 if not isinstance(values, dict):
                     raise TypeError("metrics is no mapping")
                 losses, metrics = losses_and_metrics({k: float(v) for k, v in values.items()})
-                e = EpochStats(epoch=epoch, seconds=seconds, images=images, losses=losses, metrics=metrics,
-                               gpu_mem_gb=_opt_float(rec.get("gpu_mem_gb")))  # fmt: skip
+                e = EpochStats(
+                    epoch=epoch,
+                    seconds=seconds,
+                    images=images,
+                    losses=losses,
+                    metrics=metrics,
+                    gpu_mem_gb=_opt_float(rec.get("gpu_mem_gb")),
+                )
                 if rec.get("tokens") and seconds > 0:
                     e.mtok_per_s = float(rec["tokens"]) / seconds / 1e6
                 epochs[epoch] = e

@@ -58,21 +58,25 @@ def run(
 
     conf = os.environ.get("SLURM_CONF")
     if conf and not os.path.isfile(conf):  # Slurm's clients would retry reading it for 60 s, then fail
-        raise UnreachableError(f"SLURM_CONF={conf} is no file: Slurm's commands cannot read their configuration"
-                         " (unset SLURM_CONF, or point it at the cluster's slurm.conf)")  # fmt: skip
+        raise UnreachableError(
+            f"SLURM_CONF={conf} is no file: Slurm's commands cannot read their configuration"
+            " (unset SLURM_CONF, or point it at the cluster's slurm.conf)"
+        )
     full = [_binary(argv[0], bin_dir), *argv[1:]]
     env = {**os.environ, "SLURM_TIME_FORMAT": time_format}
     try:
         # Users' text (job names, comments, paths) may hold any byte: never a decoding error of ours
-        proc = subprocess.run(full, input=input, capture_output=True, encoding="utf-8", errors="replace",
-                              timeout=timeout, env=env)  # fmt: skip
+        proc = subprocess.run(
+            full, input=input, capture_output=True, encoding="utf-8", errors="replace", timeout=timeout, env=env
+        )
     except FileNotFoundError:
         raise SlurmError(f"{argv[0]}: command not found (is Slurm installed?)") from None
     except subprocess.TimeoutExpired as e:  # what Slurm said meanwhile says why (a controller it retries)
         said = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
         first = next((ln.strip() for ln in said.splitlines() if ln.strip()), "")
-        raise UnreachableError(f"{argv[0]}: no answer from Slurm within {timeout:.0f}s"
-                               + (f" (it said: {first[:300]})" if first else "")) from None  # fmt: skip
+        raise UnreachableError(
+            f"{argv[0]}: no answer from Slurm within {timeout:.0f}s" + (f" (it said: {first[:300]})" if first else "")
+        ) from None
     if proc.returncode != 0:
         text = proc.stderr or proc.stdout
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
@@ -102,5 +106,12 @@ def detached(argv: list[str], env: dict[str, str], bin_dir: Path | None = None, 
     full = [_binary(argv[0], bin_dir) if "/" not in argv[0] else argv[0], *argv[1:]]
     if after > 0:
         full = [sys.executable, "-c", _AFTER, str(after), *full]
-    subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True, close_fds=True, env=env)  # fmt: skip
+    subprocess.Popen(
+        full,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+        env=env,
+    )

@@ -21,8 +21,9 @@ def submit(script: str, args: list[str], bin_dir: Path | None = None, timeout: f
     return submit_told(script, args, bin_dir, timeout)[0]
 
 
-def submit_told(script: str, args: list[str], bin_dir: Path | None = None,
-                timeout: float = 30.0) -> tuple[int, list[str]]:  # fmt: skip
+def submit_told(
+    script: str, args: list[str], bin_dir: Path | None = None, timeout: float = 30.0
+) -> tuple[int, list[str]]:
     """``submit``, and what slurmctld's admission script told the submitter of an accepted job (sbatch
     prints it on stderr: that it waits for credits, and until when)."""
     res = run(["sbatch", "--parsable", *args], input=script, bin_dir=bin_dir, timeout=timeout)
@@ -78,16 +79,22 @@ def days(since: float, until: float) -> list[tuple[float, float]]:
     return out
 
 
-def runs_since(since: float, bin_dir: Path | None = None, timeout: float = 60.0,
-               until: float | None = None) -> list[JobRecord]:  # fmt: skip
+def runs_since(
+    since: float, bin_dir: Path | None = None, timeout: float = 60.0, until: float | None = None
+) -> list[JobRecord]:
     """Every run of every user's jobs that was active between ``since`` and ``until`` (None: now)."""
     argv = queries.sacct_argv(since=int(since), until=None if until is None else int(until) + 1)
     res = run(argv, bin_dir=bin_dir, time_format=queries.TIME_FORMAT, timeout=timeout)
     return from_sacct(res.stdout)
 
 
-def admin_comments(job_ids: list[int] | None = None, since: float | None = None, bin_dir: Path | None = None,
-                   timeout: float = 60.0, until: float | None = None) -> dict[tuple[str, int, int], str]:  # fmt: skip
+def admin_comments(
+    job_ids: list[int] | None = None,
+    since: float | None = None,
+    bin_dir: Path | None = None,
+    timeout: float = 60.0,
+    until: float | None = None,
+) -> dict[tuple[str, int, int], str]:
     """The AdminComment of every run of the given jobs, or of every job active between ``since`` and
     ``until`` (None: now), by (cluster, job id, submit epoch)."""
     argv = queries.comments_argv(
@@ -118,12 +125,26 @@ def set_admin_comment(job_id: int, target: str, cluster: str, text: str, bin_dir
     (slurmdbd down, the job not recorded yet, or a name that reaches other tasks)."""
     if not _OWN_ID.fullmatch(target):
         raise SlurmError(f"job {job_id}: {target!r} is not a job id sacctmgr can take")
-    res = run(["sacctmgr", "-i", "modify", "job", "where", f"jobid={target}", f"cluster={cluster}", "set",
-               f"AdminComment={text}"], bin_dir=bin_dir)  # fmt: skip
+    res = run(
+        [
+            "sacctmgr",
+            "-i",
+            "modify",
+            "job",
+            "where",
+            f"jobid={target}",
+            f"cluster={cluster}",
+            "set",
+            f"AdminComment={text}",
+        ],
+        bin_dir=bin_dir,
+    )
     modified = [line.split()[0] for line in res.stdout.splitlines() if line.split()[1:2] == ["submitted"]]
     if set(modified) != {str(int(job_id))}:
-        raise SlurmError(f"sacctmgr modified {modified or 'no job'} for job {job_id} on {cluster}: "
-                         f"{res.stdout.strip() or res.stderr.strip()}")  # fmt: skip
+        raise SlurmError(
+            f"sacctmgr modified {modified or 'no job'} for job {job_id} on {cluster}: "
+            f"{res.stdout.strip() or res.stderr.strip()}"
+        )
 
 
 _COMMENT_TEXT = re.compile(r"[A-Za-z0-9_:=,;.+-]{1,2000}")  # what the ledger writes (``ledger.comment``)
@@ -145,16 +166,22 @@ def set_admin_comments(comments: Sequence[AdminComment], bin_dir: Path | None = 
     outside the batch, else why not (``set_admin_comment`` then tries it alone and checks it exactly).
     A comment that could change the command line (not a job's own name, a cluster that is not a plain
     name, text the ledger does not write: a space, a quote, a newline) is refused before anything is sent."""
-    safe = [bool(_OWN_ID.fullmatch(c.target) and PLAIN_NAME.fullmatch(c.cluster) and _COMMENT_TEXT.fullmatch(c.text))
-            for c in comments]  # fmt: skip
-    lines = [f"modify job where jobid={c.target} cluster={c.cluster} set AdminComment={c.text}\n"
-             for c, ok in zip(comments, safe, strict=True) if ok]  # fmt: skip
+    safe = [
+        bool(_OWN_ID.fullmatch(c.target) and PLAIN_NAME.fullmatch(c.cluster) and _COMMENT_TEXT.fullmatch(c.text))
+        for c in comments
+    ]
+    lines = [
+        f"modify job where jobid={c.target} cluster={c.cluster} set AdminComment={c.text}\n"
+        for c, ok in zip(comments, safe, strict=True)
+        if ok
+    ]
     named: Counter[str] = Counter()
     if lines:
         # sacctmgr exits 1 when any line modified nothing (a job slurmdbd has no record of yet): each
         # comment's outcome is in what it printed
-        res = run(["sacctmgr", "-i"], input="".join(lines), bin_dir=bin_dir, timeout=30.0 + 0.2 * len(lines),
-                  check=False)  # fmt: skip
+        res = run(
+            ["sacctmgr", "-i"], input="".join(lines), bin_dir=bin_dir, timeout=30.0 + 0.2 * len(lines), check=False
+        )
         named.update(line.split()[0] for line in res.stdout.splitlines() if line.split()[1:2] == ["submitted"])
     stray = sorted(set(named) - {str(c.job_id) for c, ok in zip(comments, safe, strict=True) if ok})
     out = []
@@ -170,9 +197,23 @@ def set_admin_comments(comments: Sequence[AdminComment], bin_dir: Path | None = 
 
 
 SACCT_FIELDS = [
-    "JobIDRaw", "JobName", "Account", "User", "Partition", "QOS", "State", "ExitCode", "Submit", "Start",
-    "End", "ElapsedRaw", "TimelimitRaw", "AllocTRES", "Comment", "AdminComment",
-]  # fmt: skip
+    "JobIDRaw",
+    "JobName",
+    "Account",
+    "User",
+    "Partition",
+    "QOS",
+    "State",
+    "ExitCode",
+    "Submit",
+    "Start",
+    "End",
+    "ElapsedRaw",
+    "TimelimitRaw",
+    "AllocTRES",
+    "Comment",
+    "AdminComment",
+]
 
 
 def sacct_rows(
@@ -183,8 +224,11 @@ def sacct_rows(
     with a delimiter drawn at random for this call: no text written before can hold it, so no ``|`` or
     newline in one field can move another (``parsers.delimited``)."""
     delimiter = f"<{secrets.token_hex(16)}>"
-    res = run(["sacct", "-X", "-D", "-n", "-p", f"--delimiter={delimiter}", *select, "-o", ",".join(fields)],
-              bin_dir=bin_dir, timeout=timeout)  # fmt: skip
+    res = run(
+        ["sacct", "-X", "-D", "-n", "-p", f"--delimiter={delimiter}", *select, "-o", ",".join(fields)],
+        bin_dir=bin_dir,
+        timeout=timeout,
+    )
     return parsers.delimited(res.stdout, len(fields), delimiter)
 
 
@@ -196,8 +240,11 @@ def sacct_step_gpus(
     AccountingStorageTRES gathers ``gres/gpuutil`` and ``gres/gpumem``; empty where it does not."""
     fields = ["JobIDRaw", "TRESUsageInAve", "TRESUsageInMax"]
     delimiter = f"<{secrets.token_hex(16)}>"
-    res = run(["sacct", "-D", "-n", "-p", f"--delimiter={delimiter}", *select, "-o", ",".join(fields)],
-              bin_dir=bin_dir, timeout=timeout)  # fmt: skip
+    res = run(
+        ["sacct", "-D", "-n", "-p", f"--delimiter={delimiter}", *select, "-o", ",".join(fields)],
+        bin_dir=bin_dir,
+        timeout=timeout,
+    )
     out: dict[int, parsers.StepGpu] = {}
     for step, ave, peak in parsers.delimited(res.stdout, len(fields), delimiter):
         job, dot, _ = step.partition(".")
@@ -236,8 +283,13 @@ def will_run(scripts: Sequence[str], bin_dir: Path | None = None, timeout: float
 
     def ask(script: str) -> parsers.WillRun:
         try:
-            res = run(["sbatch", "--test-only"], input=script, bin_dir=bin_dir, timeout=timeout,
-                      time_format=queries.TIME_FORMAT)  # fmt: skip
+            res = run(
+                ["sbatch", "--test-only"],
+                input=script,
+                bin_dir=bin_dir,
+                timeout=timeout,
+                time_format=queries.TIME_FORMAT,
+            )
             return parsers.WillRun(parsers.will_run_start(res.stderr))
         except UnreachableError:
             raise
@@ -271,8 +323,9 @@ def preempted(job: str, bin_dir: Path | None = None) -> bool:
     """Whether slurmctld is preempting the job (``job_target``): squeue's PreemptTime is set (N/A
     otherwise). A field only slurmctld writes, read with a delimiter drawn for this call."""
     delimiter = f"<{secrets.token_hex(16)}>"
-    res = run(["squeue", "-h", "-t", "all", "-j", _checked_target(job), "-O", f"PreemptTime:{delimiter}"],
-              bin_dir=bin_dir)  # fmt: skip
+    res = run(
+        ["squeue", "-h", "-t", "all", "-j", _checked_target(job), "-O", f"PreemptTime:{delimiter}"], bin_dir=bin_dir
+    )
     rows = parsers.delimited(res.stdout, 1, delimiter)
     return len(rows) == 1 and rows[0][0].strip() not in ("", "N/A", "None", "Unknown")
 
@@ -311,8 +364,7 @@ def set_job_comment(job: str, text: str, bin_dir: Path | None = None, timeout: f
 
 
 COMMENT_MAX = 1000  # Slurm refuses a comment past 1024 characters (22.05 and 24.11)
-RUNNING_FIELDS = ("JobID", "ArrayJobID", "ArrayTaskID", "Name", "UserName", "WorkDir", "STDOUT", "TimeUsed",
-                  "Comment")  # fmt: skip
+RUNNING_FIELDS = ("JobID", "ArrayJobID", "ArrayTaskID", "Name", "UserName", "WorkDir", "STDOUT", "TimeUsed", "Comment")
 
 
 def running_jobs(bin_dir: Path | None = None) -> list[dict[str, str]]:
@@ -321,8 +373,9 @@ def running_jobs(bin_dir: Path | None = None) -> list[dict[str, str]]:
     delimiter drawn at random for this call, so no ``|`` or newline a user wrote can move a field;
     ``JobID`` is each job's own id (an array task's too)."""
     delimiter = f"<{secrets.token_hex(16)}>"
-    res = run(["squeue", "-h", "-t", "RUNNING", "-O", ",".join(f"{f}:{delimiter}" for f in RUNNING_FIELDS)],
-              bin_dir=bin_dir)  # fmt: skip
+    res = run(
+        ["squeue", "-h", "-t", "RUNNING", "-O", ",".join(f"{f}:{delimiter}" for f in RUNNING_FIELDS)], bin_dir=bin_dir
+    )
     return [
         dict(zip(RUNNING_FIELDS, row, strict=True))
         for row in parsers.delimited(res.stdout, len(RUNNING_FIELDS), delimiter)
@@ -379,8 +432,9 @@ def wait_for_end(job_id: int, poll: float = 1.0, timeout: float | None = None, b
     return state
 
 
-def wait_for_state(job_id: int, states: set[str], timeout: float = 60.0, poll: float = 0.3,
-                   bin_dir: Path | None = None) -> str:  # fmt: skip
+def wait_for_state(
+    job_id: int, states: set[str], timeout: float = 60.0, poll: float = 0.3, bin_dir: Path | None = None
+) -> str:
     """Poll until the job is in one of ``states`` (or has ended); the state reached."""
     deadline = time.monotonic() + timeout
     while True:
@@ -421,8 +475,20 @@ def account_run_mins(cluster: str, accounts: list[str], bin_dir: Path | None = N
     """The GrpTRESRunMins of each account's own association on ``cluster``; accounts without one
     there are missing."""
     names = ",".join(plain_name(a) for a in accounts)
-    res = run(["sacctmgr", "-n", "-P", "show", "assoc", "where", f"cluster={plain_name(cluster)}", f"account={names}",
-               f"format={','.join(parsers.ASSOC_FIELDS)}"], bin_dir=bin_dir)  # fmt: skip
+    res = run(
+        [
+            "sacctmgr",
+            "-n",
+            "-P",
+            "show",
+            "assoc",
+            "where",
+            f"cluster={plain_name(cluster)}",
+            f"account={names}",
+            f"format={','.join(parsers.ASSOC_FIELDS)}",
+        ],
+        bin_dir=bin_dir,
+    )
     try:
         return parsers.account_run_mins(res.stdout, cluster)
     except ValueError as e:
@@ -438,8 +504,19 @@ def set_run_mins(cluster: str, account: str, limits: dict[str, int], bin_dir: Pa
     AssocGrpGRESRunMinutes and start once the limit is lifted.
     """
     where = [f"name={plain_name(account)}", f"cluster={plain_name(cluster)}"]
-    run(["sacctmgr", "-i", "modify", "account", "where", *where, "set", f"GrpTRESRunMins={parsers.format_tres(limits)}"],
-        bin_dir=bin_dir)  # fmt: skip
+    run(
+        [
+            "sacctmgr",
+            "-i",
+            "modify",
+            "account",
+            "where",
+            *where,
+            "set",
+            f"GrpTRESRunMins={parsers.format_tres(limits)}",
+        ],
+        bin_dir=bin_dir,
+    )
 
 
 def partitions(bin_dir: Path | None = None) -> list[str]:
@@ -461,8 +538,10 @@ def set_time_limit(job: str, seconds: int, qos: str = "", bin_dir: Path | None =
     """``scontrol update`` a job's TimeLimit (whole minutes), and its QOS when given: what only an
     operator may raise (the settler, as the SlurmUser, for a run requeued for time: ``limits``)."""
     qos_arg = [f"QOS={plain_name(qos)}"] if qos else []
-    run(["scontrol", "update", f"JobId={_checked_target(job)}", f"TimeLimit={parsers.minutes_arg(seconds)}", *qos_arg],
-        bin_dir=bin_dir)  # fmt: skip
+    run(
+        ["scontrol", "update", f"JobId={_checked_target(job)}", f"TimeLimit={parsers.minutes_arg(seconds)}", *qos_arg],
+        bin_dir=bin_dir,
+    )
 
 
 def qos_names(bin_dir: Path | None = None) -> list[str]:
@@ -490,8 +569,10 @@ def private_data(bin_dir: Path | None = None) -> frozenset[str]:
 def admin_level_and_coordinated(user: str, bin_dir: Path | None = None) -> tuple[str, frozenset[str]]:
     """``user``'s AdminLevel in slurmdbd (None, Operator, Administrator) and the accounts they coordinate
     (sacctmgr lists the sub-accounts of a coordinated account with it)."""
-    res = run(["sacctmgr", "-n", "-P", "show", "user", f"name={user}", "withcoord", "format=AdminLevel,Coordinators"],
-              bin_dir=bin_dir)  # fmt: skip
+    res = run(
+        ["sacctmgr", "-n", "-P", "show", "user", f"name={user}", "withcoord", "format=AdminLevel,Coordinators"],
+        bin_dir=bin_dir,
+    )
     return parsers.admin_level_and_coordinated(res.stdout)
 
 

@@ -17,11 +17,35 @@ import time
 TIME_FORMAT = "%s"  # strftime: epoch seconds, in Slurm 22.05 and 24.11 alike
 
 # The controller's record of a job's current run (PrologSlurmctld): ``squeue -O``, ``|`` after each.
-SQUEUE_FIELDS = ("JobID", "tres-alloc", "TimeLimit", "SubmitTime", "StartTime", "Partition", "Account", "QOS",
-                 "UserName", "RestartCnt", "State")  # fmt: skip
+SQUEUE_FIELDS = (
+    "JobID",
+    "tres-alloc",
+    "TimeLimit",
+    "SubmitTime",
+    "StartTime",
+    "Partition",
+    "Account",
+    "QOS",
+    "UserName",
+    "RestartCnt",
+    "State",
+)
 # slurmdbd's record of every run of a job (``sacct -D``): the epilog, reconcile and the audit.
-SACCT_FIELDS = ("JobIDRaw", "Cluster", "Submit", "Start", "End", "State", "ElapsedRaw", "TimelimitRaw", "Partition",
-                "Account", "QOS", "User", "AllocTRES")  # fmt: skip
+SACCT_FIELDS = (
+    "JobIDRaw",
+    "Cluster",
+    "Submit",
+    "Start",
+    "End",
+    "State",
+    "ElapsedRaw",
+    "TimelimitRaw",
+    "Partition",
+    "Account",
+    "QOS",
+    "User",
+    "AllocTRES",
+)
 
 
 def job_list(job_ids: list[int]) -> str:

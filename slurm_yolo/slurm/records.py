@@ -15,8 +15,21 @@ from slurm_yolo.core import durations
 from slurm_yolo.slurm.queries import SACCT_FIELDS, SQUEUE_FIELDS
 
 # States after which a run's record no longer changes; anything else is still going on.
-FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
-                          "BOOT_FAIL", "DEADLINE", "REQUEUED", "REVOKED"})  # fmt: skip
+FINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "REQUEUED",
+        "REVOKED",
+    }
+)
 
 
 class JobRecord(NamedTuple):
@@ -120,12 +133,21 @@ def from_squeue(text: str) -> list[JobRecord]:
     for line in text.splitlines():
         try:
             f = _fields(line, SQUEUE_FIELDS, trailing=True)
-            out.append(JobRecord(
-                job_id=_int(f["JobID"]), submit=_epoch(f["SubmitTime"]), state=f["State"].split(" ")[0],
-                partition=_name(f["Partition"]), account=_name(f["Account"]), qos=_name(f["QOS"], required=False),
-                user=_name(f["UserName"]), tres=tres(f["tres-alloc"]), time_limit=_squeue_limit(f["TimeLimit"]),
-                start=_epoch(f["StartTime"]), restarts=_int(f["RestartCnt"]),
-            ))  # fmt: skip
+            out.append(
+                JobRecord(
+                    job_id=_int(f["JobID"]),
+                    submit=_epoch(f["SubmitTime"]),
+                    state=f["State"].split(" ")[0],
+                    partition=_name(f["Partition"]),
+                    account=_name(f["Account"]),
+                    qos=_name(f["QOS"], required=False),
+                    user=_name(f["UserName"]),
+                    tres=tres(f["tres-alloc"]),
+                    time_limit=_squeue_limit(f["TimeLimit"]),
+                    start=_epoch(f["StartTime"]),
+                    restarts=_int(f["RestartCnt"]),
+                )
+            )
         except ValueError:
             continue
     return out
@@ -137,13 +159,23 @@ def from_sacct(text: str) -> list[JobRecord]:
     for line in text.splitlines():
         try:
             f = _fields(line, SACCT_FIELDS, trailing=False)
-            out.append(JobRecord(
-                job_id=_int(f["JobIDRaw"]), submit=_epoch(f["Submit"]), state=(f["State"].split(" ") or [""])[0],
-                partition=_name(f["Partition"]), account=_name(f["Account"]), qos=_name(f["QOS"], required=False),
-                user=_name(f["User"]), tres=tres(f["AllocTRES"]), time_limit=_minutes(f["TimelimitRaw"]),
-                elapsed=_int(f["ElapsedRaw"] or "0"), start=_epoch(f["Start"]), cluster=_name(f["Cluster"]),
-                end=_epoch(f["End"]),
-            ))  # fmt: skip
+            out.append(
+                JobRecord(
+                    job_id=_int(f["JobIDRaw"]),
+                    submit=_epoch(f["Submit"]),
+                    state=(f["State"].split(" ") or [""])[0],
+                    partition=_name(f["Partition"]),
+                    account=_name(f["Account"]),
+                    qos=_name(f["QOS"], required=False),
+                    user=_name(f["User"]),
+                    tres=tres(f["AllocTRES"]),
+                    time_limit=_minutes(f["TimelimitRaw"]),
+                    elapsed=_int(f["ElapsedRaw"] or "0"),
+                    start=_epoch(f["Start"]),
+                    cluster=_name(f["Cluster"]),
+                    end=_epoch(f["End"]),
+                )
+            )
         except ValueError:
             continue
     return out

@@ -63,8 +63,10 @@ def price_versions(prices: Iterable[Any], now: float) -> dict[PriceKey, list[tup
             later.setdefault(key, []).append((int(at) + 1, price))  # whole seconds, never early
         elif key not in current or (at, int(row["id"])) >= current[key][:2]:
             current[key] = (at, int(row["id"]), price)
-    return {key: sorted(([(0, current[key][2])] if key in current else []) + later.get(key, []))
-            for key in current.keys() | later.keys()}  # fmt: skip
+    return {
+        key: sorted(([(0, current[key][2])] if key in current else []) + later.get(key, []))
+        for key in current.keys() | later.keys()
+    }
 
 
 def _plain(*names: str) -> bool:
@@ -72,14 +74,24 @@ def _plain(*names: str) -> bool:
     return all(_NAME.fullmatch(n) for n in names[:1]) and all(n == "" or _NAME.fullmatch(n) for n in names[1:])
 
 
-def render(config: Config, now: float, accounts: Iterable[Any], prices: Iterable[Any], tiers: Iterable[Any],
-           held: Iterable[tuple[str, int]]) -> str:  # fmt: skip
+def render(
+    config: Config,
+    now: float,
+    accounts: Iterable[Any],
+    prices: Iterable[Any],
+    tiers: Iterable[Any],
+    held: Iterable[tuple[str, int]],
+) -> str:
     """The file's text (pure) from the ledger's accounts, prices and tiers rows, and the (cluster, job
     id) of every run it holds now. A price or rate of one cluster of a shared ledger ends with that
     cluster's name; the script of that cluster prefers it to the one of every cluster."""
     led = config["ledger"]
-    lines = [f"slurm-yolo-availability {VERSION}", f"stamp {int(now)}",
-             f"unlimited {policy.unlimited_cap(led['unlimited_hold_hours'])}", f"default_price {int(led['default_price'])}"]  # fmt: skip
+    lines = [
+        f"slurm-yolo-availability {VERSION}",
+        f"stamp {int(now)}",
+        f"unlimited {policy.unlimited_cap(led['unlimited_hold_hours'])}",
+        f"default_price {int(led['default_price'])}",
+    ]
     rates = {(str(row["qos"]), str(row["cluster"])): int(row["rate_ppm"]) for row in tiers}
     if led.get("backend") == "mariadb":
         lines.append("shared 1")  # several clusters may share it: the script asks the ledger too
@@ -91,8 +103,11 @@ def render(config: Config, now: float, accounts: Iterable[Any], prices: Iterable
     lines += [f"rate {q} {r} {c}".rstrip() for (q, c), r in sorted(rates.items()) if _plain(q, c)]
     lines += [f"shards {p.name} {p.shards_per_gpu}" for p in config.partitions.values() if _NAME.fullmatch(p.name)]
     lines += [f"gpus {p.name} {p.gpus_per_node}" for p in config.partitions.values() if _NAME.fullmatch(p.name)]
-    lines += [f"account {a['name']} {int(a['balance'])} {int(a['capacity'])} {int(a['rate_per_day'])}"
-              for a in accounts if _NAME.fullmatch(str(a["name"]))]  # fmt: skip
+    lines += [
+        f"account {a['name']} {int(a['balance'])} {int(a['capacity'])} {int(a['rate_per_day'])}"
+        for a in accounts
+        if _NAME.fullmatch(str(a["name"]))
+    ]
     lines += [f"held {cluster} {int(job)}" for cluster, job in sorted(set(held)) if _NAME.fullmatch(cluster)]
     return "\n".join(lines) + "\n"
 
@@ -126,6 +141,11 @@ def script(config: Config, cluster: str) -> str:
         if not _PATH.fullmatch(str(p)):
             raise UsageError(f"{p}: a path with quotes, backslashes or control characters cannot go into Lua")
     text = (Path(__file__).resolve().parents[1] / "controller" / "job_submit.lua").read_text()
-    return (text.replace("@AVAILABILITY@", str(path(config))).replace("@REFUSALS@", str(refusals_path(config)))
-            .replace("@SLURM_UID@", str(uid)).replace("@CLUSTER@", cluster)
-            .replace("@HOOK_CLIENT@", str(client)).replace("@HOOKD_SOCKET@", str(socket)))  # fmt: skip
+    return (
+        text.replace("@AVAILABILITY@", str(path(config)))
+        .replace("@REFUSALS@", str(refusals_path(config)))
+        .replace("@SLURM_UID@", str(uid))
+        .replace("@CLUSTER@", cluster)
+        .replace("@HOOK_CLIENT@", str(client))
+        .replace("@HOOKD_SOCKET@", str(socket))
+    )

@@ -142,8 +142,13 @@ def audit(config: Config, window_days: float, min_age: float) -> list[Finding]:
             if with_comments:
                 comments |= commands.admin_comments(chunk, bin_dir=bin_dir)
         joined = lg.joined_at(home)  # runs that started before were billed elsewhere (or nowhere: not here)
-        records = [r for r in records if not r.start or (joined is not None and r.start >= int(joined)) or lg.run(
-            ledger.run_key(r.cluster, r.job_id, r.submit))]  # fmt: skip
+        records = [
+            r
+            for r in records
+            if not r.start
+            or (joined is not None and r.start >= int(joined))
+            or lg.run(ledger.run_key(r.cluster, r.job_id, r.submit))
+        ]
         return unread + _compare(lg, config, _unique(records), comments, now - min_age, since, home)
 
 
@@ -157,8 +162,15 @@ def _comment_words(fields: dict[str, str], keys: dict[str, str]) -> str:
     return ", ".join(f"{k}={fields.get(k, '')}" for k in keys)
 
 
-def _compare(lg: ledger.Ledger, config: Config, records: list[JobRecord], comments: dict[tuple[str, int, int], str],
-             settled_before: float, since: float, home: str) -> list[Finding]:  # fmt: skip
+def _compare(
+    lg: ledger.Ledger,
+    config: Config,
+    records: list[JobRecord],
+    comments: dict[tuple[str, int, int], str],
+    settled_before: float,
+    since: float,
+    home: str,
+) -> list[Finding]:
     findings: list[Finding] = []
     recorded: dict[tuple[str, int], dict[int, dict[str, str]]] = {}
     for (cluster, job_id, _), text in comments.items():
@@ -184,13 +196,23 @@ def _compare(lg: ledger.Ledger, config: Config, records: list[JobRecord], commen
         limit = ledger.limit_seconds(rec.time_limit, config)
         due = policy.charge(state, ran, limit, ledger.run_share(row), row["price"], row["rate_ppm"], rules)
         if (row["charge"], row["end_state"], row["elapsed"]) != (due, state, ran):
-            findings.append(Finding("differs", key, f"ledger {row['end_state']} {row['elapsed']} s charged "
-                                    f"{row['charge']}; sacct {rec.state} {ran} s, due {due}"))  # fmt: skip
+            findings.append(
+                Finding(
+                    "differs",
+                    key,
+                    f"ledger {row['end_state']} {row['elapsed']} s charged "
+                    f"{row['charge']}; sacct {rec.state} {ran} s, due {due}",
+                )
+            )
         if config["ledger"]["admin_comment"]:
             entries = recorded.get((rec.cluster, rec.job_id), {})
             entry = entries.get(rec.submit, entries.get(0) if len(entries) == 1 else None)  # 0: before runs were named
-            want = {"hold": str(row["hold"]), "charge": str(row["charge"]), "refund": str(row["refund"]),
-                    "state": str(row["end_state"]).upper()}  # fmt: skip
+            want = {
+                "hold": str(row["hold"]),
+                "charge": str(row["charge"]),
+                "refund": str(row["refund"]),
+                "state": str(row["end_state"]).upper(),
+            }
             if entry is None:
                 findings.append(Finding("comment", key, "no AdminComment for this run in sacct"))
             elif {k: entry.get(k, "") for k in want} != want:
@@ -247,8 +269,10 @@ def save(config: Config, findings: list[Finding], window_days: float) -> None:
     target = audit_path(config)
     with db.as_state_owner(config.state_dir, config["paths"]["owner"]):
         tmp = db.public_folder(target.parent) / f".{AUDIT_NAME}.{os.getpid()}"
-        tmp.write_text(json.dumps({"at": time.time(), "window_days": window_days,
-                                   "findings": [f._asdict() for f in findings]}) + "\n")  # fmt: skip
+        tmp.write_text(
+            json.dumps({"at": time.time(), "window_days": window_days, "findings": [f._asdict() for f in findings]})
+            + "\n"
+        )
         tmp.chmod(0o600 if visibility.hides_jobs(config) else 0o644)  # its findings name jobs
         os.replace(tmp, target)
 

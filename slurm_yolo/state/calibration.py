@@ -103,9 +103,23 @@ def now() -> str:
 
 
 # The [estimate] keys that are priors of the time model's terms (same names as TimeModel's fields).
-PRIOR_KEYS = ("k", "overhead_seconds", "val_weight", "iteration_seconds", "startup_seconds", "epoch_seconds",
-              "val_pass_seconds", "imgsz_exponent", "imgsz_curvature", "batch_exponent", "iteration_exponent", "startup_exponent",
-              "loader_seconds", "image_seconds", "val_image_seconds")  # fmt: skip
+PRIOR_KEYS = (
+    "k",
+    "overhead_seconds",
+    "val_weight",
+    "iteration_seconds",
+    "startup_seconds",
+    "epoch_seconds",
+    "val_pass_seconds",
+    "imgsz_exponent",
+    "imgsz_curvature",
+    "batch_exponent",
+    "iteration_exponent",
+    "startup_exponent",
+    "loader_seconds",
+    "image_seconds",
+    "val_image_seconds",
+)
 
 
 def _gpu_prior(config: Config, partition: str) -> tuple[TimeModel, str] | None:
@@ -325,8 +339,9 @@ class Store:
         k, fixed, startup = (math.prod(r[i] for r in rows) for i in range(3))
         return k, fixed, startup
 
-    def add_move(self, partition: str, key: str, uid: int, asked: tuple[float, float, float],
-                 applied: tuple[float, float, float]) -> None:  # fmt: skip
+    def add_move(
+        self, partition: str, key: str, uid: int, asked: tuple[float, float, float], applied: tuple[float, float, float]
+    ) -> None:
         """Record what one job's feedback asked to move (k, fixed terms, start-up factors) and what it
         moved: the difference waits for the next refit, which reads the job's sample."""
         self.conn.execute(
@@ -414,14 +429,20 @@ def _run_facts(path: Path, cache: Path | None) -> RunFacts:
         raise UsageError(f"{path}/args.yaml names no data yaml")
     found, builtin = run_data(path, str(data)), dataset.builtin_name(str(data)) is not None
     if found is None and not builtin:
-        raise UsageError(f"{path}: its data yaml {data} is a relative path, and neither the run's folder nor "
-                         "any folder above it (where its training ran) has it")  # fmt: skip
+        raise UsageError(
+            f"{path}: its data yaml {data} is a relative path, and neither the run's folder nor "
+            "any folder above it (where its training ran) has it"
+        )
     try:
         counts = dataset.count(found or str(data), cache)
     except UsageError as e:
         raise UsageError(f"{path}: {e}") from None
-    return RunFacts({**args, "task": run.args.get("task")}, float(seconds), run.epochs_completed,
-                    (counts.yaml_path, counts.train, counts.val, counts.source))  # fmt: skip
+    return RunFacts(
+        {**args, "task": run.args.get("task")},
+        float(seconds),
+        run.epochs_completed,
+        (counts.yaml_path, counts.train, counts.val, counts.source),
+    )
 
 
 def named_owner(path: Path) -> int:
@@ -443,8 +464,9 @@ def named_owner(path: Path) -> int:
         raise UsageError(f"{path}: {e.strerror}") from None
     users |= {owner} - {0}
     if len(users) > 1:
-        raise UsageError(f"{path}: reached through links of other users (uids {', '.join(map(str, sorted(users)))}):"
-                         " not read")  # fmt: skip
+        raise UsageError(
+            f"{path}: reached through links of other users (uids {', '.join(map(str, sorted(users)))}): not read"
+        )
     return users.pop() if users else 0
 
 
@@ -577,8 +599,12 @@ class CalibrationResult:
 def partition_prior(config: Config, current: TimeModel, partition: str = "") -> TimeModel:
     """What a refit shrinks toward: the config's priors, with what the partition's history knows that
     its samples may not: family and model factors, and the start-up jobs measured (run folders cannot)."""
-    p = replace(prior(config, partition), family_factors=current.family_factors, model_factors=current.model_factors,
-                step_factors=current.step_factors)  # fmt: skip
+    p = replace(
+        prior(config, partition),
+        family_factors=current.family_factors,
+        model_factors=current.model_factors,
+        step_factors=current.step_factors,
+    )
     if current.startup_n:
         p = replace(
             p,

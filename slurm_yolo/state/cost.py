@@ -46,26 +46,42 @@ class Quote(NamedTuple):
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "hold_tokens": self.hold_tokens, "expected_charge_tokens": self.expected_tokens,
-            "price_tokens_per_gpu_second": self.price, "tier_rate": policy.rate_text(self.rate_ppm),
-            "gpus_held": float(self.gpu_share), "hold_gpu_hours": self.hold_gpu_hours,
-            "expected_gpu_hours": self.expected_gpu_hours, "hold_money": self.hold_money,
-            "expected_charge_money": self.expected_money, "currency": self.currency,
-        }  # fmt: skip
+            "hold_tokens": self.hold_tokens,
+            "expected_charge_tokens": self.expected_tokens,
+            "price_tokens_per_gpu_second": self.price,
+            "tier_rate": policy.rate_text(self.rate_ppm),
+            "gpus_held": float(self.gpu_share),
+            "hold_gpu_hours": self.hold_gpu_hours,
+            "expected_gpu_hours": self.expected_gpu_hours,
+            "hold_money": self.hold_money,
+            "expected_charge_money": self.expected_money,
+            "currency": self.currency,
+        }
 
 
-def quote(limit_seconds: int, predicted_seconds: float, gpu_share: Fraction, price: int, rate_ppm: int,
-          cost_per_gpu_hour: float, currency: str) -> Quote:  # fmt: skip
+def quote(
+    limit_seconds: int,
+    predicted_seconds: float,
+    gpu_share: Fraction,
+    price: int,
+    rate_ppm: int,
+    cost_per_gpu_hour: float,
+    currency: str,
+) -> Quote:
     """The cost of a run with this limit and prediction (pure): budget tokens as the prolog holds and
     the epilog charges them, GPU-hours, money."""
     expected = round(predicted_seconds)
     return Quote(
-        gpu_share=gpu_share, price=price, rate_ppm=rate_ppm,
+        gpu_share=gpu_share,
+        price=price,
+        rate_ppm=rate_ppm,
         hold_tokens=policy.tokens(limit_seconds, gpu_share, price, rate_ppm),
         expected_tokens=policy.tokens(expected, gpu_share, price, rate_ppm),
-        hold_gpu_hours=gpu_hours(limit_seconds, gpu_share), expected_gpu_hours=gpu_hours(expected, gpu_share),
-        cost_per_gpu_hour=cost_per_gpu_hour, currency=currency,
-    )  # fmt: skip
+        hold_gpu_hours=gpu_hours(limit_seconds, gpu_share),
+        expected_gpu_hours=gpu_hours(expected, gpu_share),
+        cost_per_gpu_hour=cost_per_gpu_hour,
+        currency=currency,
+    )
 
 
 def prices(config: Config, lg: Ledger | None, partition: str, qos: str) -> tuple[int, int]:

@@ -116,8 +116,12 @@ def locked(path: Path, what: str, seconds: float = LOCK_SECONDS) -> Iterator[Non
         os.close(fd)
 
 
-def publish_copy(snapshot: Callable[[Path], None], path: Path, public: Path,
-                 redact: Callable[[sqlite3.Connection], None] | None = None) -> None:  # fmt: skip
+def publish_copy(
+    snapshot: Callable[[Path], None],
+    path: Path,
+    public: Path,
+    redact: Callable[[sqlite3.Connection], None] | None = None,
+) -> None:
     """Publish a consistent snapshot of the books at ``published(path, public)``, world-readable,
     swapped in with a rename (a reader keeps the inode it opened; no writer opens it again).
     ``snapshot(tmp)`` writes the copy as a new SQLite file (``backup_into``, or a MariaDB ledger's
@@ -336,8 +340,9 @@ def _is_file(path: Path) -> bool:
     try:
         return path.is_file()
     except OSError as e:  # a public folder this user may not enter
-        raise SlurmYoloError(f"cannot read {path}: {e.strerror}: the public folder must be open to every user"
-                             " (chmod 755)") from None  # fmt: skip
+        raise SlurmYoloError(
+            f"cannot read {path}: {e.strerror}: the public folder must be open to every user (chmod 755)"
+        ) from None
 
 
 def refuse_moved(conn: sqlite3.Connection, path: Path | str) -> None:

@@ -28,8 +28,23 @@ from slurm_yolo.parse.records import job_records
 from slurm_yolo.slurm import commands, parsers
 from slurm_yolo.state import calibration, ledger
 
-FIELDS = ["JobIDRaw", "Account", "User", "Partition", "QOS", "State", "Submit", "Start", "End", "ElapsedRaw",
-          "TimelimitRaw", "AllocTRES", "Comment", "AdminComment", "WorkDir"]  # fmt: skip
+FIELDS = [
+    "JobIDRaw",
+    "Account",
+    "User",
+    "Partition",
+    "QOS",
+    "State",
+    "Submit",
+    "Start",
+    "End",
+    "ElapsedRaw",
+    "TimelimitRaw",
+    "AllocTRES",
+    "Comment",
+    "AdminComment",
+    "WorkDir",
+]
 VIEWS = ("usage", "accuracy", "waits", "failures", "preemptions", "k", "roi", "efficiency", "budgets")
 BILLED = ("hold", "charge", "refund", "price")  # what each run was held and billed at
 
@@ -126,8 +141,7 @@ def ledger_runs(config: Config) -> pd.DataFrame:
     if lg is None:
         return pd.DataFrame(columns=["job_id", "submit", *BILLED])
     try:
-        runs = pd.DataFrame([dict(r) for r in lg.billed_runs()],
-                            columns=["job_id", "submit_time", *BILLED, "estimate"])  # fmt: skip
+        runs = pd.DataFrame([dict(r) for r in lg.billed_runs()], columns=["job_id", "submit_time", *BILLED, "estimate"])
     finally:
         lg.close()
     runs["submit"] = pd.to_datetime([_local(v) for v in runs.pop("submit_time")])
@@ -159,9 +173,15 @@ def usage(df: pd.DataFrame) -> pd.DataFrame:
     """Jobs, GPU-hours, their money (the partition's cost_per_gpu_hour) and budget tokens per account,
     user and partition."""
     g = df.groupby(["Account", "User", "Partition"], dropna=False)
-    out = g.agg(jobs=("job_id", "nunique"), runs=("job_id", "size"), gpu_hours=("gpu_hours", "sum"),
-                money=("money", "sum"), tokens_held=("hold", "sum"), tokens_charged=("charge", "sum"),
-                tokens_refunded=("refund", "sum"))  # fmt: skip
+    out = g.agg(
+        jobs=("job_id", "nunique"),
+        runs=("job_id", "size"),
+        gpu_hours=("gpu_hours", "sum"),
+        money=("money", "sum"),
+        tokens_held=("hold", "sum"),
+        tokens_charged=("charge", "sum"),
+        tokens_refunded=("refund", "sum"),
+    )
     return out.reset_index().sort_values("gpu_hours", ascending=False)
 
 
@@ -171,12 +191,20 @@ def job_totals(df: pd.DataFrame, lead: int = 120) -> pd.DataFrame:
     hit its limit (``missed``): a run that ended in TIMEOUT, or one requeued for time (inside its USR2
     ``lead``, ``limits``)."""
     y = df[df["yolo"] & df["pred_s"].notna()].copy()
-    hit = [limits.requeued_for_time(int(lim) if lim == lim else None, int(ran), lead)
-           for lim, ran in zip(y["limit_s"], y["elapsed"], strict=True)]  # fmt: skip
+    hit = [
+        limits.requeued_for_time(int(lim) if lim == lim else None, int(ran), lead)
+        for lim, ran in zip(y["limit_s"], y["elapsed"], strict=True)
+    ]
     y["missed"] = (y["state"] == "TIMEOUT") | ((y["state"] == "REQUEUED") & pd.Series(hit, index=y.index, dtype=bool))
     by_job = y.sort_values("submit", kind="stable").groupby(["Partition", "job_id"], sort=False)
-    return by_job.agg(state=("state", "last"), elapsed=("elapsed", "sum"), pred_s=("pred_s", "first"),
-                      limit_s=("limit_s", "first"), coverage=("coverage", "first"), missed=("missed", "any")).reset_index()  # fmt: skip
+    return by_job.agg(
+        state=("state", "last"),
+        elapsed=("elapsed", "sum"),
+        pred_s=("pred_s", "first"),
+        limit_s=("limit_s", "first"),
+        coverage=("coverage", "first"),
+        missed=("missed", "any"),
+    ).reset_index()
 
 
 def accuracy(df: pd.DataFrame, lead: int = 120) -> pd.DataFrame:
@@ -192,14 +220,20 @@ def accuracy(df: pd.DataFrame, lead: int = 120) -> pd.DataFrame:
         err = (done["elapsed"] - done["pred_s"]) / done["pred_s"]
         over = done["limit_s"] / done["elapsed"].where(done["elapsed"] > 0)
         ended = g[g["state"].isin(("COMPLETED", "TIMEOUT"))]
-        rows.append({
-            "Partition": part, "jobs": len(g), "completed": len(done),
-            "median_abs_error": _pct(err.abs(), 0.5), "p90_abs_error": _pct(err.abs(), 0.9),
-            "median_error": _pct(err, 0.5), "timeout_share": float(g["missed"].mean()),
-            "over_reservation_median": _pct(over.dropna(), 0.5),
-            "promised_coverage": _pct(g["coverage"].dropna(), 0.5),
-            "realised_coverage": float((~ended["missed"]).mean()) if len(ended) else float("nan"),
-        })  # fmt: skip
+        rows.append(
+            {
+                "Partition": part,
+                "jobs": len(g),
+                "completed": len(done),
+                "median_abs_error": _pct(err.abs(), 0.5),
+                "p90_abs_error": _pct(err.abs(), 0.9),
+                "median_error": _pct(err, 0.5),
+                "timeout_share": float(g["missed"].mean()),
+                "over_reservation_median": _pct(over.dropna(), 0.5),
+                "promised_coverage": _pct(g["coverage"].dropna(), 0.5),
+                "realised_coverage": float((~ended["missed"]).mean()) if len(ended) else float("nan"),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -228,8 +262,16 @@ def preempted_in_grace(workdir: str, job_id: int, user: str, records: Records = 
     return runs
 
 
-PREEMPTION_COLUMNS = ["Partition", "QOS", "runs", "preempted", "preempted_share", "preempted_gpu_hours",
-                      "preempted_tokens_charged", "resumed_completed"]  # fmt: skip
+PREEMPTION_COLUMNS = [
+    "Partition",
+    "QOS",
+    "runs",
+    "preempted",
+    "preempted_share",
+    "preempted_gpu_hours",
+    "preempted_tokens_charged",
+    "resumed_completed",
+]
 
 
 def preemptions(df: pd.DataFrame, records: Records = job_records) -> pd.DataFrame:
@@ -244,21 +286,34 @@ def preemptions(df: pd.DataFrame, records: Records = job_records) -> pd.DataFram
         hit = g["state"] == "PREEMPTED"
         for i in g.index[(g["state"] == "REQUEUED") & g["yolo"]]:
             run = g.loc[i]
-            if int(run["restart"]) in preempted_in_grace(str(run["WorkDir"]), int(run["job_id"]), str(run["User"]),
-                                                         records):  # fmt: skip
+            if int(run["restart"]) in preempted_in_grace(
+                str(run["WorkDir"]), int(run["job_id"]), str(run["User"]), records
+            ):
                 hit[i] = True
         jobs_hit = set(g.loc[hit, "job_id"])
         done = set(df.loc[df["job_id"].isin(jobs_hit) & (df["state"] == "COMPLETED"), "job_id"])
-        rows.append([part, qos, len(g), int(hit.sum()), float(hit.mean()) if len(g) else 0.0,
-                     float(g.loc[hit, "gpu_hours"].sum()), float(g.loc[hit, "charge"].fillna(0).sum()), len(done)])  # fmt: skip
+        rows.append(
+            [
+                part,
+                qos,
+                len(g),
+                int(hit.sum()),
+                float(hit.mean()) if len(g) else 0.0,
+                float(g.loc[hit, "gpu_hours"].sum()),
+                float(g.loc[hit, "charge"].fillna(0).sum()),
+                len(done),
+            ]
+        )
     view = pd.DataFrame(rows, columns=PREEMPTION_COLUMNS)
     return view[view["preempted"] > 0].reset_index(drop=True) if len(view) else view
 
 
 def k_history(config: Config) -> pd.DataFrame:
     """k per partition over time (the calibration history)."""
-    rows = [{"partition": h.partition, "at": h.at, "k": h.model.k, "n": h.model.n, "source": h.source}
-            for h in calibration.history(config)]  # fmt: skip
+    rows = [
+        {"partition": h.partition, "at": h.at, "k": h.model.k, "n": h.model.n, "source": h.source}
+        for h in calibration.history(config)
+    ]
     return pd.DataFrame(rows, columns=["partition", "at", "k", "n", "source"])
 
 
@@ -293,17 +348,37 @@ def roi(df: pd.DataFrame, records: Records = job_records) -> pd.DataFrame:
     done = done[done["map50_95"].notna() & (done["gtok_charged"] > 0)]
     done["map_per_gtok"] = done["map50_95"] / done["gtok_charged"]
     done["map_per_money"] = done["map50_95"] / done["money"].where(done["money"] > 0)
-    return done[["job_id", "Account", "User", "Partition", "map50_95", "gtok_charged", "map_per_gtok", "money",
-                 "map_per_money"]]  # fmt: skip
+    return done[
+        ["job_id", "Account", "User", "Partition", "map50_95", "gtok_charged", "map_per_gtok", "money", "map_per_money"]
+    ]
 
 
-EFFICIENCY_COLUMNS = ["job_id", "Account", "User", "Partition", "gpus", "gpu_hours", "util_pct", "low_util_gpu_hours",
-                      "mem_gb", "mem_total_gb", "temp_c", "batch", "images_per_s", "fits_shard", "slurm_gpuutil",
-                      "slurm_gpumem_gb"]  # fmt: skip
+EFFICIENCY_COLUMNS = [
+    "job_id",
+    "Account",
+    "User",
+    "Partition",
+    "gpus",
+    "gpu_hours",
+    "util_pct",
+    "low_util_gpu_hours",
+    "mem_gb",
+    "mem_total_gb",
+    "temp_c",
+    "batch",
+    "images_per_s",
+    "fits_shard",
+    "slurm_gpuutil",
+    "slurm_gpumem_gb",
+]
 
 
-def efficiency(df: pd.DataFrame, config: Config, records: Records = job_records,
-               slurm_gpus: Mapping[int, parsers.StepGpu] | None = None) -> pd.DataFrame:  # fmt: skip
+def efficiency(
+    df: pd.DataFrame,
+    config: Config,
+    records: Records = job_records,
+    slurm_gpus: Mapping[int, parsers.StepGpu] | None = None,
+) -> pd.DataFrame:
     """Each GPU job's efficiency and health from its usage records (``efficiency.summarize``): its mean
     utilisation, the GPU-hours under ``efficiency.low_util_pct`` (its GPU-hours x the share of its
     sampled epoch time under it), peak memory against the GPU's, the hottest temperature, images/s
@@ -323,22 +398,56 @@ def efficiency(df: pd.DataFrame, config: Config, records: Records = job_records,
             if slurm is None:
                 continue
             util = slurm.util_pct if int(last["gpus"]) == 1 else None
-            use = eff.GpuUse(seconds=1.0, low_seconds=float(util is not None and util < low), util_pct=util,
-                             mem_gb=slurm.mem_gb, mem_total_gb=None, temp_c=None, images_per_s=None, batch=None)  # fmt: skip
+            use = eff.GpuUse(
+                seconds=1.0,
+                low_seconds=float(util is not None and util < low),
+                util_pct=util,
+                mem_gb=slurm.mem_gb,
+                mem_total_gb=None,
+                temp_c=None,
+                images_per_s=None,
+                batch=None,
+            )
         part = config.partitions.get(str(last["Partition"]))
         share = 1 / part.shards_per_gpu if part and part.shards_per_gpu > 1 else float(config["light"]["gpu_share"])
         hours = float(runs["gpu_hours"].sum())
-        rows.append([int(job_id), last["Account"], last["User"], last["Partition"], float(last["gpus"]), hours,
-                     use.util_pct, hours * use.low_share, use.mem_gb, use.mem_total_gb, use.temp_c, use.batch,
-                     use.images_per_s, int(last["gpus"]) <= 1 and use.fits(share),
-                     slurm.util_pct if slurm else None, slurm.mem_gb if slurm else None])  # fmt: skip
+        rows.append(
+            [
+                int(job_id),
+                last["Account"],
+                last["User"],
+                last["Partition"],
+                float(last["gpus"]),
+                hours,
+                use.util_pct,
+                hours * use.low_share,
+                use.mem_gb,
+                use.mem_total_gb,
+                use.temp_c,
+                use.batch,
+                use.images_per_s,
+                int(last["gpus"]) <= 1 and use.fits(share),
+                slurm.util_pct if slurm else None,
+                slurm.mem_gb if slurm else None,
+            ]
+        )
     view = pd.DataFrame(rows, columns=EFFICIENCY_COLUMNS)
     view["batch"] = view["batch"].astype("Int64")  # a whole number, or none (auto batch): never 16.0
     return view
 
 
-BUDGET_COLUMNS = ["account", "balance", "held", "charged", "rate_per_day", "capacity", "burn_per_day", "burn_days",
-                  "net_burn_per_day", "days_left"]  # fmt: skip
+BUDGET_COLUMNS = [
+    "account",
+    "balance",
+    "held",
+    "charged",
+    "rate_per_day",
+    "capacity",
+    "burn_per_day",
+    "burn_days",
+    "net_burn_per_day",
+    "days_left",
+]
 MIN_BURN_DAYS = 1 / 24  # a burn rate rests on at least an hour: a first minute's charge is no daily rate
 
 
@@ -358,8 +467,9 @@ def budgets(config: Config, days: float = 7.0, now: float | None = None) -> pd.D
     at = time.time() if now is None else now
     try:
         cols = ["balance", "held", "charged", "rate_per_day", "capacity"]
-        accounts = pd.DataFrame([{"account": a["name"], **{c: a[c] for c in cols}} for a in lg.accounts()],
-                                columns=["account", *cols])  # fmt: skip
+        accounts = pd.DataFrame(
+            [{"account": a["name"], **{c: a[c] for c in cols}} for a in lg.accounts()], columns=["account", *cols]
+        )
         charged = lg.charged_since(at - days * 86400)
         burn = pd.DataFrame({"account": list(charged), "charged_recent": list(charged.values())})
         first = lg.first_movements()
@@ -370,8 +480,9 @@ def budgets(config: Config, days: float = 7.0, now: float | None = None) -> pd.D
     age = (at - out["account"].map(first).fillna(at).astype(float)) / 86400
     out["burn_days"] = age.clip(lower=MIN_BURN_DAYS, upper=days)
     out["burn_per_day"] = out["charged_recent"] / out["burn_days"]
-    out["net_burn_per_day"], out["days_left"] = bucket_burn(out["balance"], out["burn_per_day"], out["rate_per_day"],
-                                                            out["capacity"])  # fmt: skip
+    out["net_burn_per_day"], out["days_left"] = bucket_burn(
+        out["balance"], out["burn_per_day"], out["rate_per_day"], out["capacity"]
+    )
     return out[BUDGET_COLUMNS]
 
 
@@ -391,8 +502,16 @@ def bucket_burn(
 
 
 # How each movement kind moves an account's balance (``Ledger._move``): a charge comes out of the hold.
-BALANCE_SIGN = {"deposit": 1, "refill": 1, "adjustment": 1, "hold": -1, "charge": 0, "refund": 1, "expiry": -1,
-                "overrun": -1}  # fmt: skip
+BALANCE_SIGN = {
+    "deposit": 1,
+    "refill": 1,
+    "adjustment": 1,
+    "hold": -1,
+    "charge": 0,
+    "refund": 1,
+    "expiry": -1,
+    "overrun": -1,
+}
 
 
 def balance_history(movements: pd.DataFrame, balances: Mapping[str, float], start: float, now: float) -> pd.DataFrame:
@@ -434,8 +553,14 @@ def jobs(config: Config, f: Filters, saved: list[list[str]] | None = None, visib
     return _shown(df, "Account", visible)
 
 
-def build(config: Config, f: Filters, views: tuple[str, ...] = VIEWS, saved: list[list[str]] | None = None,
-          visible: Visible = None, df: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:  # fmt: skip
+def build(
+    config: Config,
+    f: Filters,
+    views: tuple[str, ...] = VIEWS,
+    saved: list[list[str]] | None = None,
+    visible: Visible = None,
+    df: pd.DataFrame | None = None,
+) -> dict[str, pd.DataFrame]:
     """The selected views of the accounts ``visible`` keeps of those it is given (``visibility``;
     default: all), over ``df`` (``jobs``) when the caller has it."""
     runs = jobs(config, f, saved, visible) if df is None else df
@@ -446,12 +571,16 @@ def build(config: Config, f: Filters, views: tuple[str, ...] = VIEWS, saved: lis
         return _shown(b[b["account"] == f.account] if f.account else b, "account", visible)
 
     makers = {
-        "usage": lambda: usage(runs), "accuracy": lambda: accuracy(runs, config["job"]["signal_seconds"]), "waits": lambda: waits(runs),
-        "failures": lambda: failures(runs), "preemptions": lambda: preemptions(runs, records),
-        "k": lambda: k_history(config), "roi": lambda: roi(runs, records),
+        "usage": lambda: usage(runs),
+        "accuracy": lambda: accuracy(runs, config["job"]["signal_seconds"]),
+        "waits": lambda: waits(runs),
+        "failures": lambda: failures(runs),
+        "preemptions": lambda: preemptions(runs, records),
+        "k": lambda: k_history(config),
+        "roi": lambda: roi(runs, records),
         "efficiency": lambda: efficiency(runs, config, records, fetch_step_gpus(config, f) if saved is None else {}),
         "budgets": budget_view,
-    }  # fmt: skip
+    }
     return {v: makers[v]() for v in views}
 
 
@@ -518,11 +647,15 @@ def balances(config: Config, accounts: list[str], start: float, now: float) -> p
             lg.close()
         return pd.DataFrame(columns=["account", "at", "balance"])
     try:
-        moves = pd.DataFrame([dict(r) for r in lg.movements_since(start, accounts)],
-                             columns=["account", "at", "kind", "amount"])  # fmt: skip
+        moves = pd.DataFrame(
+            [dict(r) for r in lg.movements_since(start, accounts)], columns=["account", "at", "kind", "amount"]
+        )
         now_balances = {name: lg.balance(name) for name in accounts}
-        quotas = {name: (float(row["refilled_at"]), float(row["rate_per_day"]))
-                  for name in accounts if (row := lg.account(name)) is not None}  # fmt: skip
+        quotas = {
+            name: (float(row["refilled_at"]), float(row["rate_per_day"]))
+            for name in accounts
+            if (row := lg.account(name)) is not None
+        }
     finally:
         lg.close()
     history = balance_history(moves, now_balances, start, now)
@@ -546,8 +679,9 @@ def refill_from(moves: pd.DataFrame, quotas: Mapping[str, tuple[float, float]], 
     return out
 
 
-def series(config: Config, f: Filters, df: pd.DataFrame, views: dict[str, pd.DataFrame],
-           now: float | None = None) -> dict[str, pd.DataFrame]:  # fmt: skip
+def series(
+    config: Config, f: Filters, df: pd.DataFrame, views: dict[str, pd.DataFrame], now: float | None = None
+) -> dict[str, pd.DataFrame]:
     """What the HTML page plots over time, for the views in ``views``: usage per account and day
     (``usage``), every run's predicted and actual time (``accuracy``), median queue waits per
     partition and day (``waits``), and the balance history of the accounts the ``budgets`` view

@@ -28,8 +28,13 @@ class _Families(Collector):
         return self.families
 
 
-def render(views: dict[str, pd.DataFrame], k: dict[str, float], incidents: int = 0, comments_queued: int = 0,
-           audit_findings: float = float("nan")) -> str:  # fmt: skip
+def render(
+    views: dict[str, pd.DataFrame],
+    k: dict[str, float],
+    incidents: int = 0,
+    comments_queued: int = 0,
+    audit_findings: float = float("nan"),
+) -> str:
     """The exposition text (pure), written by prometheus_client (label values escaped there): one
     HELP/TYPE block per metric, no sample where the value is unknown (NaN)."""
     families: list[Metric] = []
@@ -51,27 +56,46 @@ def render(views: dict[str, pd.DataFrame], k: dict[str, float], incidents: int =
     metric(
         "held_tokens", "Tokens held by running jobs.", [({"account": r.account}, float(r.held)) for r in b.itertuples()]
     )
-    metric("burn_tokens_per_day", "Tokens charged per day over the last week.",
-           [({"account": r.account}, float(r.burn_per_day)) for r in b.itertuples()])  # fmt: skip
-    metric("hook_incidents_open", "Hooks that failed and whose runs are not settled yet (ledger reconcile).",
-           [({}, float(incidents))])  # fmt: skip
-    metric("admin_comments_queued", "Settled jobs whose AdminComment slurmdbd has not taken yet (ledger comments).",
-           [({}, float(comments_queued))])  # fmt: skip
-    metric("audit_findings", "Differences between sacct and the ledger in the last ledger audit.",
-           [({}, audit_findings)])  # fmt: skip
+    metric(
+        "burn_tokens_per_day",
+        "Tokens charged per day over the last week.",
+        [({"account": r.account}, float(r.burn_per_day)) for r in b.itertuples()],
+    )
+    metric(
+        "hook_incidents_open",
+        "Hooks that failed and whose runs are not settled yet (ledger reconcile).",
+        [({}, float(incidents))],
+    )
+    metric(
+        "admin_comments_queued",
+        "Settled jobs whose AdminComment slurmdbd has not taken yet (ledger comments).",
+        [({}, float(comments_queued))],
+    )
+    metric(
+        "audit_findings", "Differences between sacct and the ledger in the last ledger audit.", [({}, audit_findings)]
+    )
     metric(
         "k_seconds_per_mtok",
         "Seconds per million effective tokens per GPU.",
         [({"partition": p}, v) for p, v in k.items()],
     )
     a = views["accuracy"]
-    metric("prediction_abs_error_median", "Median |actual - predicted| / predicted run time, last day.",
-           [({"partition": r.Partition}, float(r.median_abs_error)) for r in a.itertuples()])  # fmt: skip
-    metric("timeout_share", "Share of yolo jobs that hit their time limit, last day.",
-           [({"partition": r.Partition}, float(r.timeout_share)) for r in a.itertuples()])  # fmt: skip
+    metric(
+        "prediction_abs_error_median",
+        "Median |actual - predicted| / predicted run time, last day.",
+        [({"partition": r.Partition}, float(r.median_abs_error)) for r in a.itertuples()],
+    )
+    metric(
+        "timeout_share",
+        "Share of yolo jobs that hit their time limit, last day.",
+        [({"partition": r.Partition}, float(r.timeout_share)) for r in a.itertuples()],
+    )
     w = views["waits"]
-    metric("queue_wait_seconds_median", "Median queue wait, last day.",
-           [({"partition": r.Partition, "qos": r.QOS}, float(r.median)) for r in w.itertuples()])  # fmt: skip
+    metric(
+        "queue_wait_seconds_median",
+        "Median queue wait, last day.",
+        [({"partition": r.Partition, "qos": r.QOS}, float(r.median)) for r in w.itertuples()],
+    )
     return generate_latest(_Families(families)).decode()
 
 

@@ -76,35 +76,85 @@ _TOKENS = dict.fromkeys(_TOKEN_COLUMNS, fmt_tokens)
 # How the text and HTML views show each view's numbers (NaN: blank; days_left has its own word for it).
 UNITS: dict[str, dict[str, Callable[[float], str]]] = {
     "usage": {"gpu_hours": fmt_gpu_hours, "money": fmt_amount, **_TOKENS},
-    "accuracy": {"median_abs_error": fmt_share, "p90_abs_error": fmt_share, "median_error": _signed_share,
-                 "timeout_share": fmt_share, "over_reservation_median": lambda x: f"{x:.2f}x",
-                 "promised_coverage": fmt_share, "realised_coverage": fmt_share},
+    "accuracy": {
+        "median_abs_error": fmt_share,
+        "p90_abs_error": fmt_share,
+        "median_error": _signed_share,
+        "timeout_share": fmt_share,
+        "over_reservation_median": lambda x: f"{x:.2f}x",
+        "promised_coverage": fmt_share,
+        "realised_coverage": fmt_share,
+    },
     "waits": {"median": fmt_duration, "p90": fmt_duration, "max": fmt_duration},
-    "preemptions": {"preempted_share": fmt_share, "preempted_gpu_hours": fmt_gpu_hours,
-                    "preempted_tokens_charged": fmt_tokens},
+    "preemptions": {
+        "preempted_share": fmt_share,
+        "preempted_gpu_hours": fmt_gpu_hours,
+        "preempted_tokens_charged": fmt_tokens,
+    },
     "k": {"k": _k},
-    "roi": {"gtok_charged": lambda x: fmt_tokens(x * 1e9), "map_per_gtok": lambda x: f"{_number(x)}/GTok",
-            "money": fmt_amount, "map_per_money": _number},
-    "efficiency": {"gpu_hours": fmt_gpu_hours, "low_util_gpu_hours": fmt_gpu_hours, "util_pct": lambda x: f"{x:.0f}%",
-                   "mem_gb": lambda x: f"{x:.1f} GB", "mem_total_gb": lambda x: f"{x:.0f} GB",
-                   "temp_c": lambda x: f"{x:.0f} C", "images_per_s": lambda x: f"{_number(x)}/s"},
-    "budgets": {**_TOKENS, "rate_per_day": _per_day, "burn_per_day": _per_day, "net_burn_per_day": _per_day,
-                "burn_days": lambda d: fmt_duration(d * 86400), "days_left": fmt_days},
-}  # fmt: skip
+    "roi": {
+        "gtok_charged": lambda x: fmt_tokens(x * 1e9),
+        "map_per_gtok": lambda x: f"{_number(x)}/GTok",
+        "money": fmt_amount,
+        "map_per_money": _number,
+    },
+    "efficiency": {
+        "gpu_hours": fmt_gpu_hours,
+        "low_util_gpu_hours": fmt_gpu_hours,
+        "util_pct": lambda x: f"{x:.0f}%",
+        "mem_gb": lambda x: f"{x:.1f} GB",
+        "mem_total_gb": lambda x: f"{x:.0f} GB",
+        "temp_c": lambda x: f"{x:.0f} C",
+        "images_per_s": lambda x: f"{_number(x)}/s",
+    },
+    "budgets": {
+        **_TOKENS,
+        "rate_per_day": _per_day,
+        "burn_per_day": _per_day,
+        "net_burn_per_day": _per_day,
+        "burn_days": lambda d: fmt_duration(d * 86400),
+        "days_left": fmt_days,
+    },
+}
 # The headers people read (the table and the page); --csv and --json keep the column names programs use.
 HEADERS = {
-    "gpu_hours": "GPU-hours", "tokens_held": "held", "tokens_charged": "charged", "tokens_refunded": "refunded",
-    "median_abs_error": "median |error|", "p90_abs_error": "p90 |error|", "median_error": "median error",
-    "timeout_share": "timeouts", "over_reservation_median": "limit / elapsed", "promised_coverage": "coverage promised",
-    "realised_coverage": "coverage realised", "map50_95": "mAP50-95", "gtok_charged": "charged",
-    "map_per_gtok": "mAP50-95 per GTok", "money": "cost", "map_per_money": "mAP50-95 per unit of cost", "rate_per_day": "refill", "capacity": "refill cap", "burn_per_day": "burn",
-    "burn_days": "burn measured over", "net_burn_per_day": "net burn", "days_left": "days left", "job_id": "job",
-    "util_pct": "GPU util", "low_util_gpu_hours": "GPU-hours under-used", "mem_gb": "GPU memory",
-    "mem_total_gb": "of the GPU's", "temp_c": "hottest", "images_per_s": "images/s", "fits_shard": "fits a shard",
-    "slurm_gpuutil": "Slurm's gpuutil", "slurm_gpumem_gb": "Slurm's gpumem",
-    "preempted_share": "share", "preempted_gpu_hours": "their GPU-hours", "preempted_tokens_charged": "charged",
+    "gpu_hours": "GPU-hours",
+    "tokens_held": "held",
+    "tokens_charged": "charged",
+    "tokens_refunded": "refunded",
+    "median_abs_error": "median |error|",
+    "p90_abs_error": "p90 |error|",
+    "median_error": "median error",
+    "timeout_share": "timeouts",
+    "over_reservation_median": "limit / elapsed",
+    "promised_coverage": "coverage promised",
+    "realised_coverage": "coverage realised",
+    "map50_95": "mAP50-95",
+    "gtok_charged": "charged",
+    "map_per_gtok": "mAP50-95 per GTok",
+    "money": "cost",
+    "map_per_money": "mAP50-95 per unit of cost",
+    "rate_per_day": "refill",
+    "capacity": "refill cap",
+    "burn_per_day": "burn",
+    "burn_days": "burn measured over",
+    "net_burn_per_day": "net burn",
+    "days_left": "days left",
+    "job_id": "job",
+    "util_pct": "GPU util",
+    "low_util_gpu_hours": "GPU-hours under-used",
+    "mem_gb": "GPU memory",
+    "mem_total_gb": "of the GPU's",
+    "temp_c": "hottest",
+    "images_per_s": "images/s",
+    "fits_shard": "fits a shard",
+    "slurm_gpuutil": "Slurm's gpuutil",
+    "slurm_gpumem_gb": "Slurm's gpumem",
+    "preempted_share": "share",
+    "preempted_gpu_hours": "their GPU-hours",
+    "preempted_tokens_charged": "charged",
     "resumed_completed": "resumed and completed",
-}  # fmt: skip
+}
 NAN_WORDS = ("days_left",)  # columns whose formatter speaks for a missing value
 
 
@@ -144,8 +194,9 @@ def csv(views: dict[str, pd.DataFrame]) -> str:
 
 def as_json(views: dict[str, pd.DataFrame]) -> str:
     """Raw numbers (NaN: null)."""
-    return json.dumps({name: json.loads(df.to_json(orient="records", date_format="iso")) for name, df in views.items()},
-                      indent=2)  # fmt: skip
+    return json.dumps(
+        {name: json.loads(df.to_json(orient="records", date_format="iso")) for name, df in views.items()}, indent=2
+    )
 
 
 def _png(fig: Any) -> str:
@@ -155,8 +206,28 @@ def _png(fig: Any) -> str:
 
 
 # Ticks of a duration axis: round numbers in each unit.
-DURATION_TICKS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 4 * 3600, 8 * 3600, 86400, 2 * 86400,
-                  7 * 86400, 30 * 86400)  # fmt: skip
+DURATION_TICKS = (
+    1,
+    2,
+    5,
+    10,
+    20,
+    30,
+    60,
+    120,
+    300,
+    600,
+    1200,
+    1800,
+    3600,
+    7200,
+    4 * 3600,
+    8 * 3600,
+    86400,
+    2 * 86400,
+    7 * 86400,
+    30 * 86400,
+)
 MAX_PANELS = 12  # budgets drawn (those burning fastest); the table has them all
 
 
@@ -239,8 +310,11 @@ def _waits_plot(plt: Any, view: pd.DataFrame, over_time: pd.DataFrame | None) ->
     """Median queue wait per partition over time (``report.waits_over_time``: every run's own wait)."""
     if over_time is None or over_time.empty or view.empty:
         return None
-    size, unit = next((s, u) for s, u in ((1, "s"), (60, "min"), (3600, "h"), (86400, "days"))
-                      if over_time["median"].max() < 120 * s or u == "days")  # fmt: skip
+    size, unit = next(
+        (s, u)
+        for s, u in ((1, "s"), (60, "min"), (3600, "h"), (86400, "days"))
+        if over_time["median"].max() < 120 * s or u == "days"
+    )
     fig, ax = plt.subplots(figsize=(6, 3))
     for part, g in over_time.groupby("Partition"):
         ax.plot(
@@ -288,14 +362,23 @@ def _budget_plot(plt: Any, view: pd.DataFrame, history: pd.DataFrame | None) -> 
             when = pd.date_range(begin, now, periods=50)
             days = pd.Series((when - begin).total_seconds() / 86400)
             from_balance = float(h[h["at"] <= begin]["balance"].iloc[-1])  # the step's value when refills began
-            ax.plot(when, refill_line(from_balance, float(b.rate_per_day), float(b.capacity), days), "g--",
-                    linewidth=1, label=f"refills alone ({fmt_tokens(b.rate_per_day)}/day)")  # fmt: skip
+            ax.plot(
+                when,
+                refill_line(from_balance, float(b.rate_per_day), float(b.capacity), days),
+                "g--",
+                linewidth=1,
+                label=f"refills alone ({fmt_tokens(b.rate_per_day)}/day)",
+            )
         left = math.inf if pd.isna(b.days_left) else float(b.days_left)
         window = (now - start).total_seconds() / 86400
         if 0 < left < math.inf and window > 0:
             ahead = min(left, window)  # as far ahead as the window looks back
-            ax.plot([now, now + pd.Timedelta(days=ahead)], [h["balance"].iloc[-1], h["balance"].iloc[-1] * (1 - ahead / left)],
-                    "r:", label="at the net burn")  # fmt: skip
+            ax.plot(
+                [now, now + pd.Timedelta(days=ahead)],
+                [h["balance"].iloc[-1], h["balance"].iloc[-1] * (1 - ahead / left)],
+                "r:",
+                label="at the net burn",
+            )
         ax.axhline(0, color="#999", linewidth=0.8)
         outlook = "spent" if left <= 0 else f"{fmt_days(left)} left" if left < math.inf else "not burning"
         ax.set_title(f"{b.account}: {outlook}", fontsize="medium")
@@ -359,8 +442,13 @@ def plots(views: dict[str, pd.DataFrame], series: dict[str, pd.DataFrame] | None
     return out
 
 
-def html_page(views: dict[str, pd.DataFrame], series: dict[str, pd.DataFrame] | None = None,
-              title: str = "slurm-yolo report", heading: str = "", currency: str = "") -> str:  # fmt: skip
+def html_page(
+    views: dict[str, pd.DataFrame],
+    series: dict[str, pd.DataFrame] | None = None,
+    title: str = "slurm-yolo report",
+    heading: str = "",
+    currency: str = "",
+) -> str:
     """One self-contained page (plots embedded) an admin can mail or publish; ``heading`` says its
     window and when it was made."""
     images = plots(views, series)

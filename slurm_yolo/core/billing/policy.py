@@ -105,8 +105,7 @@ def tokens(seconds: int, gpu_share: Fraction, price: int, rate_ppm: int) -> int:
     return -(-num // (gpu_share.denominator * RATE_SCALE))
 
 
-def charge(state: str, elapsed: int, limit: int, gpu_share: Fraction, price: int, rate_ppm: int,
-           rules: Rules) -> int:  # fmt: skip
+def charge(state: str, elapsed: int, limit: int, gpu_share: Fraction, price: int, rate_ppm: int, rules: Rules) -> int:
     """What a run that ended in ``state`` after ``elapsed`` seconds pays. Failures of the machine
     (NODE_FAIL, BOOT_FAIL) are refunded when the site says so (the default). A PREEMPTED run pays the
     time it ran, grace time included, like any run (the default; ``refund_preempted`` refunds it, for

@@ -24,37 +24,107 @@ from slurm_yolo.core.spec import TrainSpec
 # GFLOPs at imgsz 640, nc=80, measured with ultralytics 8.4.190 (utils.torch_utils.get_flops on the
 # model built from its yaml). A test re-measures a few when the [train] extra is installed.
 GFLOPS: dict[str, float] = {
-    "yolov8n": 8.86, "yolov8s": 28.81, "yolov8m": 79.31, "yolov8l": 165.73, "yolov8x": 258.54,
-    "yolo11n": 6.67, "yolo11s": 21.84, "yolo11m": 68.64, "yolo11l": 87.85, "yolo11x": 196.32,
-    "yolo12n": 7.63, "yolo12s": 23.65, "yolo12m": 71.35, "yolo12l": 96.29, "yolo12x": 210.15,
-    "yolo26n": 6.24, "yolo26s": 23.08, "yolo26m": 75.64, "yolo26l": 94.16, "yolo26x": 210.07,
-    "yolov5nu": 7.84, "yolov5su": 24.21, "yolov5mu": 64.6, "yolov5lu": 135.62, "yolov5xu": 247.31,
-    "yolov9t": 8.48, "yolov9s": 27.55, "yolov9m": 77.86, "yolov9c": 104.01, "yolov9e": 193.01,
-    "yolov10n": 8.8, "yolov10s": 25.23, "yolov10m": 64.61, "yolov10b": 99.47, "yolov10l": 127.99,
+    "yolov8n": 8.86,
+    "yolov8s": 28.81,
+    "yolov8m": 79.31,
+    "yolov8l": 165.73,
+    "yolov8x": 258.54,
+    "yolo11n": 6.67,
+    "yolo11s": 21.84,
+    "yolo11m": 68.64,
+    "yolo11l": 87.85,
+    "yolo11x": 196.32,
+    "yolo12n": 7.63,
+    "yolo12s": 23.65,
+    "yolo12m": 71.35,
+    "yolo12l": 96.29,
+    "yolo12x": 210.15,
+    "yolo26n": 6.24,
+    "yolo26s": 23.08,
+    "yolo26m": 75.64,
+    "yolo26l": 94.16,
+    "yolo26x": 210.07,
+    "yolov5nu": 7.84,
+    "yolov5su": 24.21,
+    "yolov5mu": 64.6,
+    "yolov5lu": 135.62,
+    "yolov5xu": 247.31,
+    "yolov9t": 8.48,
+    "yolov9s": 27.55,
+    "yolov9m": 77.86,
+    "yolov9c": 104.01,
+    "yolov9e": 193.01,
+    "yolov10n": 8.8,
+    "yolov10s": 25.23,
+    "yolov10m": 64.61,
+    "yolov10b": 99.47,
+    "yolov10l": 127.99,
     "yolov10x": 171.99,
-}  # fmt: skip
+}
 
 # The segment, pose and OBB variants, measured the same way on their yamls' own defaults (seg nc=80,
 # pose nc=1 with 17 keypoints, obb nc=15): ultralytics picks the ``-seg``/``-pose``/``-obb`` model
 # for those tasks (``segment train`` without model= trains yolo26n-seg.pt).
 TASK_GFLOPS: dict[str, float] = {
-    "yolov8n-seg": 12.14, "yolov8s-seg": 40.34, "yolov8m-seg": 104.98, "yolov8l-seg": 211.06, "yolov8x-seg": 329.19,
-    "yolov8n-pose": 9.29, "yolov8s-pose": 30.4, "yolov8m-pose": 81.41, "yolov8l-pose": 169.14, "yolov8x-pose": 263.95,
-    "yolov8n-obb": 9.1, "yolov8s-obb": 29.8, "yolov8m-obb": 81.46, "yolov8l-obb": 169.43, "yolov8x-obb": 264.31,
-    "yolo11n-seg": 9.96, "yolo11s-seg": 33.36, "yolo11m-seg": 113.97, "yolo11l-seg": 133.18, "yolo11x-seg": 297.89,
-    "yolo11n-pose": 7.78, "yolo11s-pose": 23.6, "yolo11m-pose": 72.39, "yolo11l-pose": 91.6, "yolo11x-pose": 204.7,
-    "yolo11n-obb": 6.92, "yolo11s-obb": 22.82, "yolo11m-obb": 72.34, "yolo11l-obb": 91.55, "yolo11x-obb": 204.62,
-    "yolo26n-seg": 10.63, "yolo26s-seg": 37.66, "yolo26m-seg": 132.78, "yolo26l-seg": 151.3, "yolo26x-seg": 338.2,
-    "yolo26n-pose": 10.79, "yolo26s-pose": 29.82, "yolo26m-pose": 86.14, "yolo26l-pose": 104.66, "yolo26x-pose": 226.85,
-    "yolo26n-obb": 6.73, "yolo26s-obb": 25.05, "yolo26m-obb": 83.03, "yolo26l-obb": 101.55, "yolo26x-obb": 226.69,
-}  # fmt: skip
+    "yolov8n-seg": 12.14,
+    "yolov8s-seg": 40.34,
+    "yolov8m-seg": 104.98,
+    "yolov8l-seg": 211.06,
+    "yolov8x-seg": 329.19,
+    "yolov8n-pose": 9.29,
+    "yolov8s-pose": 30.4,
+    "yolov8m-pose": 81.41,
+    "yolov8l-pose": 169.14,
+    "yolov8x-pose": 263.95,
+    "yolov8n-obb": 9.1,
+    "yolov8s-obb": 29.8,
+    "yolov8m-obb": 81.46,
+    "yolov8l-obb": 169.43,
+    "yolov8x-obb": 264.31,
+    "yolo11n-seg": 9.96,
+    "yolo11s-seg": 33.36,
+    "yolo11m-seg": 113.97,
+    "yolo11l-seg": 133.18,
+    "yolo11x-seg": 297.89,
+    "yolo11n-pose": 7.78,
+    "yolo11s-pose": 23.6,
+    "yolo11m-pose": 72.39,
+    "yolo11l-pose": 91.6,
+    "yolo11x-pose": 204.7,
+    "yolo11n-obb": 6.92,
+    "yolo11s-obb": 22.82,
+    "yolo11m-obb": 72.34,
+    "yolo11l-obb": 91.55,
+    "yolo11x-obb": 204.62,
+    "yolo26n-seg": 10.63,
+    "yolo26s-seg": 37.66,
+    "yolo26m-seg": 132.78,
+    "yolo26l-seg": 151.3,
+    "yolo26x-seg": 338.2,
+    "yolo26n-pose": 10.79,
+    "yolo26s-pose": 29.82,
+    "yolo26m-pose": 86.14,
+    "yolo26l-pose": 104.66,
+    "yolo26x-pose": 226.85,
+    "yolo26n-obb": 6.73,
+    "yolo26s-obb": 25.05,
+    "yolo26m-obb": 83.03,
+    "yolo26l-obb": 101.55,
+    "yolo26x-obb": 226.69,
+}
 
 # Cost per FLOP relative to yolov8 before any calibration: newer families' attention and
 # depthwise blocks run slower per FLOP (30-55% measured on CPU). Calibration replaces these.
 FAMILY_PRIOR: dict[str, float] = {
-    "yolov8": 1.0, "yolov5": 1.0, "yolov9": 1.2, "yolov10": 1.1,
-    "yolo11": 1.35, "yolo12": 1.55, "yolo26": 1.45, "custom": 1.0,
-}  # fmt: skip
+    "yolov8": 1.0,
+    "yolov5": 1.0,
+    "yolov9": 1.2,
+    "yolov10": 1.1,
+    "yolo11": 1.35,
+    "yolo12": 1.55,
+    "yolo26": 1.45,
+    "custom": 1.0,
+}
 
 _NAME = re.compile(r"^(yolov8|yolo11|yolo12|yolo26|yolov5|yolov9|yolov10)([nsmblxtce])(u?)(-seg|-pose|-obb)?$")
 MTOK = 1e6
@@ -118,8 +188,15 @@ def measure_gflops(model: str, python: str, cache_dir: Path | None, timeout: flo
     env = {**os.environ, "YOLO_OFFLINE": "1"}
     child = _as_owner_of(path, env)
     try:
-        out = subprocess.run([python, "-c", code, str(path)], capture_output=True, text=True, timeout=timeout, env=env,
-                             check=False, **child)  # fmt: skip
+        out = subprocess.run(
+            [python, "-c", code, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            check=False,
+            **child,
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise UsageError(f"model {model}: cannot measure its FLOPs ({e}); give --flops-factor") from None
     finally:

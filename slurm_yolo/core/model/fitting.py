@@ -48,17 +48,45 @@ ANCHOR = "yolov8"  # the family whose factor stays at its prior when it is prese
 # Prior spread of each term, in log units (1.0: the prior is right within a factor e, usually). Wide:
 # the shipped priors are a GPU site's guesses, and a site's own runs must be able to overrule them.
 # A model's own factor is a small correction of its GFLOPs (0.4: within ~50%), a family's may be large.
-SPREAD = {"overhead": 6.0, "epoch": 6.0, "val_pass": 6.0, "iteration": 6.0, "k": 10.0, "val_weight": 2.0,
-          "startup": 4.0, "loader": 6.0, "image": 6.0, "val_image": 6.0, "imgsz_exponent": 1.0,
-          "imgsz_curvature": 0.3, "batch_exponent": 0.8, "iteration_exponent": 1.2, "startup_exponent": 0.6,
-          "family": 1.0, "model": 0.4, "step": 1.0, "startup_family": 1.0}  # fmt: skip
-LOG_TERMS = ("overhead", "epoch", "val_pass", "iteration", "k", "val_weight", "startup", "loader", "image",
-             "val_image")  # fmt: skip
-FIELDS = {"overhead": "overhead_seconds", "epoch": "epoch_seconds", "val_pass": "val_pass_seconds",
-          "iteration": "iteration_seconds", "k": "k", "val_weight": "val_weight", "loader": "loader_seconds",
-          "startup": "startup_seconds", "image": "image_seconds", "val_image": "val_image_seconds",
-          "imgsz_exponent": "imgsz_exponent", "imgsz_curvature": "imgsz_curvature", "batch_exponent": "batch_exponent",
-          "iteration_exponent": "iteration_exponent", "startup_exponent": "startup_exponent"}  # fmt: skip
+SPREAD = {
+    "overhead": 6.0,
+    "epoch": 6.0,
+    "val_pass": 6.0,
+    "iteration": 6.0,
+    "k": 10.0,
+    "val_weight": 2.0,
+    "startup": 4.0,
+    "loader": 6.0,
+    "image": 6.0,
+    "val_image": 6.0,
+    "imgsz_exponent": 1.0,
+    "imgsz_curvature": 0.3,
+    "batch_exponent": 0.8,
+    "iteration_exponent": 1.2,
+    "startup_exponent": 0.6,
+    "family": 1.0,
+    "model": 0.4,
+    "step": 1.0,
+    "startup_family": 1.0,
+}
+LOG_TERMS = ("overhead", "epoch", "val_pass", "iteration", "k", "val_weight", "startup", "loader", "image", "val_image")
+FIELDS = {
+    "overhead": "overhead_seconds",
+    "epoch": "epoch_seconds",
+    "val_pass": "val_pass_seconds",
+    "iteration": "iteration_seconds",
+    "k": "k",
+    "val_weight": "val_weight",
+    "loader": "loader_seconds",
+    "startup": "startup_seconds",
+    "image": "image_seconds",
+    "val_image": "val_image_seconds",
+    "imgsz_exponent": "imgsz_exponent",
+    "imgsz_curvature": "imgsz_curvature",
+    "batch_exponent": "batch_exponent",
+    "iteration_exponent": "iteration_exponent",
+    "startup_exponent": "startup_exponent",
+}
 # The spread of each factor group (timemodel.FACTOR_FIELDS), per family or per model.
 FACTOR_SPREAD = {"family": "family", "model": "model", "step": "step", "startup": "startup_family"}
 LINEAR_TERMS = ("imgsz_exponent", "imgsz_curvature", "batch_exponent", "iteration_exponent", "startup_exponent")
@@ -124,8 +152,11 @@ class _Params:
         return idx, np.array([self.prior.factor(prefix, k) for k in keys])
 
     def model(self, theta: np.ndarray) -> TimeModel:
-        values: dict[str, Any] = {FIELDS[n]: (math.exp(theta[i]) if n in LOG_TERMS else float(theta[i]))
-                  for n, i in self.index.items() if ":" not in n}  # fmt: skip
+        values: dict[str, Any] = {
+            FIELDS[n]: (math.exp(theta[i]) if n in LOG_TERMS else float(theta[i]))
+            for n, i in self.index.items()
+            if ":" not in n
+        }
         for prefix, field in FACTOR_FIELDS.items():
             factors = dict(getattr(self.prior, field))
             factors.update({k: math.exp(theta[self.index[f"{prefix}:{k}"]]) for k in self.groups[prefix]})
@@ -188,9 +219,15 @@ def _predict(theta: np.ndarray, p: _Params, d: _Design) -> tuple[np.ndarray, np.
         compute = np.maximum(compute, np.exp(g[i["loader"]]) * d.loader_images)
     val_pass, val_image = np.exp(g[i["val_pass"]]), np.exp(g[i["val_image"]])
     steps = d.iterations * d.mf ** g[i["iteration_exponent"]] * _factor(g, d, "step")
-    train = (np.exp(g[i["overhead"]]) + np.exp(g[i["epoch"]]) * d.epochs + val_pass * d.val_passes
-             + np.exp(g[i["iteration"]]) * steps + np.exp(g[i["image"]]) * d.train_images
-             + val_image * d.val_images + compute)  # fmt: skip
+    train = (
+        np.exp(g[i["overhead"]])
+        + np.exp(g[i["epoch"]]) * d.epochs
+        + val_pass * d.val_passes
+        + np.exp(g[i["iteration"]]) * steps
+        + np.exp(g[i["image"]]) * d.train_images
+        + val_image * d.val_images
+        + compute
+    )
     return train, val_pass + val_image * d.final_images + val_cost * d.final_mtok
 
 
@@ -201,8 +238,11 @@ def _residuals(theta: np.ndarray, p: _Params, d: _Design, weights: np.ndarray) -
     parts = [np.sqrt(weights) * (np.log(np.maximum(train, 1e-9)) - np.log(d.seconds))]
     if "startup" in p.index:
         known = ~np.isnan(d.total)
-        startup = (np.exp(theta[p.index["startup"]]) * d.mf[known] ** theta[p.index["startup_exponent"]]
-                   * _factor(theta, d, "startup")[known])  # fmt: skip
+        startup = (
+            np.exp(theta[p.index["startup"]])
+            * d.mf[known] ** theta[p.index["startup_exponent"]]
+            * _factor(theta, d, "startup")[known]
+        )
         job = startup + d.seconds[known] + final[known]
         parts.append(np.log(job) - np.log(d.total[known]))
     return np.concatenate([*parts, (theta - p.mu) / p.sd])
@@ -269,8 +309,9 @@ def fit_terms(
     return replace(tm, startup_n=jobs or prior.startup_n, n=len(samples), form="map-log")
 
 
-def cross_validated(samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, reference_gflops: float = 8.86,
-                    folds: int = FOLDS) -> list[tuple[Sample, float, float]]:  # fmt: skip
+def cross_validated(
+    samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, reference_gflops: float = 8.86, folds: int = FOLDS
+) -> list[tuple[Sample, float, float]]:
     """(run, predicted, actual) seconds, each predicted by a fit that did not see it: leave-one-out up
     to 2 x ``folds`` runs, else ``folds``-fold (runs dealt round-robin). A job is scored on its whole
     elapsed; a run folder on its training time alone, which is all it measured: adding the model's
@@ -321,8 +362,13 @@ def noise_scale(predicted: list[float], log_errors: list[float]) -> tuple[float,
     return max(math.sqrt(a2), math.sqrt(float(longest.mean())), 1e-3), math.sqrt(b2)
 
 
-def fit(samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, reference_gflops: float = 8.86,
-        coverage: float = 0.99) -> TimeModel:  # fmt: skip
+def fit(
+    samples: list[Sample],
+    prior: TimeModel,
+    ddp_eff: float = 0.9,
+    reference_gflops: float = 8.86,
+    coverage: float = 0.99,
+) -> TimeModel:
     """The fitted model with its cross-validated error, the error scale of a run by its length, and
     the conformal quantile its limits use (of log errors over that scale: locally adaptive)."""
     tm = replace(fit_terms(samples, prior, ddp_eff, reference_gflops), covered=calibrated_range(samples))

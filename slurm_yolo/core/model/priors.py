@@ -23,9 +23,19 @@ from slurm_yolo.core.model.timemodel import FACTOR_FIELDS, TimeModel
 
 PRIORS = Path(__file__).resolve().parents[2] / "data" / "priors.json"
 # The terms the corpus sets: its shape, its fixed costs and its factors (not k, not the start-up).
-TERMS = ("overhead_seconds", "epoch_seconds", "val_pass_seconds", "iteration_seconds", "val_weight",
-         "image_seconds", "val_image_seconds", "imgsz_exponent", "imgsz_curvature", "batch_exponent",
-         "iteration_exponent")  # fmt: skip
+TERMS = (
+    "overhead_seconds",
+    "epoch_seconds",
+    "val_pass_seconds",
+    "iteration_seconds",
+    "val_weight",
+    "image_seconds",
+    "val_image_seconds",
+    "imgsz_exponent",
+    "imgsz_curvature",
+    "batch_exponent",
+    "iteration_exponent",
+)
 FACTORS = ("family", "model", "step")  # FACTOR_FIELDS groups the corpus fits
 MIN_SPREAD = 0.1  # log units (~10%): the least uncertainty a term carries from one machine's runs
 # Terms whose sign a GPU turns round (a big batch spills a CPU's caches, and fills a GPU better): the

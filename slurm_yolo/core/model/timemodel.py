@@ -35,8 +35,12 @@ from slurm_yolo.core.model.estimate import FAMILY_PRIOR, MTOK, Workload, model_f
 REFERENCE_IMGSZ = 640  # where the model table's GFLOPs were measured: cost(640) = 1
 REFERENCE_BATCH = 16  # ultralytics' default batch: the batch term is 1 at 16 images of 640 px
 # The per-family and per-model factor groups and the TimeModel field each lives in.
-FACTOR_FIELDS = {"family": "family_factors", "model": "model_factors", "step": "step_factors",
-                 "startup": "startup_factors"}  # fmt: skip
+FACTOR_FIELDS = {
+    "family": "family_factors",
+    "model": "model_factors",
+    "step": "step_factors",
+    "startup": "startup_factors",
+}
 
 
 @dataclass(frozen=True)
@@ -207,9 +211,14 @@ def components(
     tr, va, _ = effective_mtok(w, tm, reference_gflops, max(1, gpus))
     compute = tm.k * (tr + tm.val_weight * va) / ddp_factor(max(1, gpus), ddp_eff)
     steps = w.iterations * model_factor(w.gflops, reference_gflops) ** tm.iteration_exponent
-    fixed = (tm.overhead_seconds + tm.epoch_seconds * w.epochs + tm.val_pass_seconds * w.val_passes
-             + tm.iteration_seconds * tm.factor("step", w.family) * steps
-             + tm.image_seconds * w.epochs * w.train_images + tm.val_image_seconds * w.val_passes * w.val_images)  # fmt: skip
+    fixed = (
+        tm.overhead_seconds
+        + tm.epoch_seconds * w.epochs
+        + tm.val_pass_seconds * w.val_passes
+        + tm.iteration_seconds * tm.factor("step", w.family) * steps
+        + tm.image_seconds * w.epochs * w.train_images
+        + tm.val_image_seconds * w.val_passes * w.val_images
+    )
     per_image = tm.loader_seconds * (max(1, w.imgsz) / REFERENCE_IMGSZ) ** tm.loader_imgsz_exponent
     loader = per_image * w.epochs * w.train_images / cpus if tm.loader_seconds > 0 and cpus > 0 else 0.0
     return Components(fixed, compute, loader)
@@ -291,8 +300,11 @@ def buffer_for(tm: TimeModel, base: float, seconds: float, widening: float = 1.0
     if math.isclose(tm.coverage, tm.n / (tm.n + 1)):  # the config asked for more than this many runs can show
         why += f"; {tm.n} runs can promise no more than {tm.coverage:.0%} (estimate.coverage asks more: each run adds)"
     if tm.n < FEW_RUNS and needed < FEW_RUNS_BUFFER:
-        return Buffer(max(base, FEW_RUNS_BUFFER), f"{why}; fewer than {FEW_RUNS} runs: at least {FEW_RUNS_BUFFER:.2f}",
-                      tm.coverage)  # fmt: skip
+        return Buffer(
+            max(base, FEW_RUNS_BUFFER),
+            f"{why}; fewer than {FEW_RUNS} runs: at least {FEW_RUNS_BUFFER:.2f}",
+            tm.coverage,
+        )
     if needed > base:
         return Buffer(needed, why, tm.coverage)
     return Buffer(base, f"configured {base:.2f} ({why})", tm.coverage)
@@ -308,9 +320,14 @@ def calibrated_range(samples: Sequence[Sample]) -> dict[str, Any]:
     def span(values: list[float]) -> list[float]:
         return [min(values), max(values)]
 
-    return {"imgsz": span([w.imgsz for w in ws]), "batch_pixels": span([batch_pixels(w) for w in ws]),
-            "train_seconds": span([s.train_seconds for s in samples]), "gpus": span([s.gpus for s in samples]),
-            "families": sorted({w.family for w in ws}), "models": sorted({w.model for w in ws})}  # fmt: skip
+    return {
+        "imgsz": span([w.imgsz for w in ws]),
+        "batch_pixels": span([batch_pixels(w) for w in ws]),
+        "train_seconds": span([s.train_seconds for s in samples]),
+        "gpus": span([s.gpus for s in samples]),
+        "families": sorted({w.family for w in ws}),
+        "models": sorted({w.model for w in ws}),
+    }
 
 
 def outside_range(tm: TimeModel, w: Workload, gpus: int, train_seconds: float) -> list[str]:
@@ -321,8 +338,12 @@ def outside_range(tm: TimeModel, w: Workload, gpus: int, train_seconds: float) -
     if not r:
         return []
     out = []
-    for key, value, unit in (("imgsz", w.imgsz, " px"), ("batch_pixels", batch_pixels(w), "x 16 x 640^2"),
-                             ("train_seconds", train_seconds, " s"), ("gpus", gpus, " GPU(s)")):  # fmt: skip
+    for key, value, unit in (
+        ("imgsz", w.imgsz, " px"),
+        ("batch_pixels", batch_pixels(w), "x 16 x 640^2"),
+        ("train_seconds", train_seconds, " s"),
+        ("gpus", gpus, " GPU(s)"),
+    ):
         low, high = r.get(key) or (value, value)
         if not low <= value <= high:
             out.append(f"{key.replace('_', ' ')} {value:.6g}{unit}, outside the calibrated {low:.6g}-{high:.6g}")
@@ -359,9 +380,11 @@ def range_text(tm: TimeModel) -> str:
     r = tm.covered
     if not r:
         return ""
-    return (f"calibrated range: imgsz {r['imgsz'][0]:g}-{r['imgsz'][1]:g}, batch pixels {r['batch_pixels'][0]:.3g}-"
-            f"{r['batch_pixels'][1]:.3g}x 16 x 640^2, training {r['train_seconds'][0]:.0f}-{r['train_seconds'][1]:.0f} s, "
-            f"{r['gpus'][0]:g}-{r['gpus'][1]:g} GPU(s), families {', '.join(r['families'])}")  # fmt: skip
+    return (
+        f"calibrated range: imgsz {r['imgsz'][0]:g}-{r['imgsz'][1]:g}, batch pixels {r['batch_pixels'][0]:.3g}-"
+        f"{r['batch_pixels'][1]:.3g}x 16 x 640^2, training {r['train_seconds'][0]:.0f}-{r['train_seconds'][1]:.0f} s, "
+        f"{r['gpus'][0]:g}-{r['gpus'][1]:g} GPU(s), families {', '.join(r['families'])}"
+    )
 
 
 def startup_note(tm: TimeModel) -> str:
@@ -373,21 +396,27 @@ def startup_note(tm: TimeModel) -> str:
 
 def describe(tm: TimeModel) -> list[str]:
     """The model in two lines an admin can read: its terms, and the evidence behind them."""
-    terms = (f"k {tm.k:.4g} s/MTok (x (imgsz/640)^-{tm.imgsz_exponent:.2f} x exp({tm.imgsz_curvature:.2f} x"
-             f" ln(imgsz/640)^2) x batch pixels^{tm.batch_exponent:.2f}),"
-             f" overhead {tm.overhead_seconds:.2f} s,"
-             f" {tm.epoch_seconds:.2f} s/epoch, {tm.val_pass_seconds:.2f} s/val pass,"
-             f" {tm.iteration_seconds * 1000:.3g} ms/iteration (x model factor^{tm.iteration_exponent:.2f}),"
-             f" {tm.image_seconds * 1000:.3g} ms/train image, {tm.val_image_seconds * 1000:.3g} ms/val image,"
-             f" val weight {tm.val_weight:.2f}, start-up {tm.startup_seconds:.1f} s (x model factor^{tm.startup_exponent:.2f})")  # fmt: skip
+    terms = (
+        f"k {tm.k:.4g} s/MTok (x (imgsz/640)^-{tm.imgsz_exponent:.2f} x exp({tm.imgsz_curvature:.2f} x"
+        f" ln(imgsz/640)^2) x batch pixels^{tm.batch_exponent:.2f}),"
+        f" overhead {tm.overhead_seconds:.2f} s,"
+        f" {tm.epoch_seconds:.2f} s/epoch, {tm.val_pass_seconds:.2f} s/val pass,"
+        f" {tm.iteration_seconds * 1000:.3g} ms/iteration (x model factor^{tm.iteration_exponent:.2f}),"
+        f" {tm.image_seconds * 1000:.3g} ms/train image, {tm.val_image_seconds * 1000:.3g} ms/val image,"
+        f" val weight {tm.val_weight:.2f}, start-up {tm.startup_seconds:.1f} s (x model factor^{tm.startup_exponent:.2f})"
+    )
     if tm.compute_exponent != 1:
         terms += f", compute x model factor^{tm.compute_exponent:.2f}"
     if tm.loader_seconds > 0:
         terms += f", loader {tm.loader_seconds * 1000:.3g} CPU-ms/image"
         if tm.loader_imgsz_exponent:
             terms += f" (x (imgsz/640)^{tm.loader_imgsz_exponent:.2f})"
-    for label, factors in (("families", tm.family_factors), ("models", tm.model_factors),
-                           ("per-step", tm.step_factors), ("start-up", tm.startup_factors)):  # fmt: skip
+    for label, factors in (
+        ("families", tm.family_factors),
+        ("models", tm.model_factors),
+        ("per-step", tm.step_factors),
+        ("start-up", tm.startup_factors),
+    ):
         if factors:
             terms += f"; {label} " + ", ".join(f"{f} {v:.2f}" for f, v in sorted(factors.items()))
     short, long = tm.limit_ratio(60), tm.limit_ratio(3600)

@@ -196,10 +196,16 @@ def publish_from(lg: Ledger, config: Config) -> None:
     try:
         db.make_private(config.state_dir)
         with db.locked(db.private_dir(config.state_dir) / "publish.lock", "publishing the ledger"):
-            availability.publish(config, lambda now: availability.render(config, now, lg.accounts(), lg.prices(),
-                                                                         lg.tiers(), lg.held_jobs()))  # fmt: skip
-            db.publish_copy(lg.conn.snapshot, db_path(config), config.public_dir,
-                            redact_jobs if visibility.hides_jobs(config) else None)  # fmt: skip
+            availability.publish(
+                config,
+                lambda now: availability.render(config, now, lg.accounts(), lg.prices(), lg.tiers(), lg.held_jobs()),
+            )
+            db.publish_copy(
+                lg.conn.snapshot,
+                db_path(config),
+                config.public_dir,
+                redact_jobs if visibility.hides_jobs(config) else None,
+            )
     except (OSError, sqlite3.Error, SlurmYoloError) as e:
         print(f"slurm-yolo: the ledger's published copies not updated: {e}", file=sys.stderr)
 
@@ -310,8 +316,18 @@ class Ledger:
             row = self.conn.execute("SELECT * FROM accounts WHERE name = ?", (name,)).fetchone()
         return row
 
-    def _move(self, account: str, kind: str, amount: int, now: float, actor: str, *, job_key: str | None = None,
-              user: str | None = None, reason: str = "") -> None:  # fmt: skip
+    def _move(
+        self,
+        account: str,
+        kind: str,
+        amount: int,
+        now: float,
+        actor: str,
+        *,
+        job_key: str | None = None,
+        user: str | None = None,
+        reason: str = "",
+    ) -> None:
         """Record one movement and apply it to the account's totals."""
         if amount < 0 and kind != "adjustment":
             raise ValueError(f"{kind} of {amount}")
@@ -388,8 +404,9 @@ class Ledger:
         def body() -> Any:
             self.conn.execute(
                 "INSERT INTO tiers (cluster, qos, rate, rate_ppm) VALUES (?, ?, ?, ?) ON CONFLICT (cluster, qos) DO UPDATE"
-                " SET rate = excluded.rate, rate_ppm = excluded.rate_ppm", (cluster, qos, ppm / policy.RATE_SCALE, ppm),
-            )  # fmt: skip
+                " SET rate = excluded.rate, rate_ppm = excluded.rate_ppm",
+                (cluster, qos, ppm / policy.RATE_SCALE, ppm),
+            )
 
         self._atomic(body)
         return ppm
@@ -411,8 +428,9 @@ class Ledger:
         """The tier's rate in parts per million on ``cluster`` (its own, else every cluster's;
         1,000,000: a QOS without a tier pays the price)."""
         row = self.conn.execute(
-            "SELECT rate_ppm FROM tiers WHERE qos = ? AND cluster IN (?, '') ORDER BY cluster DESC LIMIT 1", (qos, cluster)
-        ).fetchone()  # fmt: skip
+            "SELECT rate_ppm FROM tiers WHERE qos = ? AND cluster IN (?, '') ORDER BY cluster DESC LIMIT 1",
+            (qos, cluster),
+        ).fetchone()
         return int(row["rate_ppm"]) if row else policy.RATE_SCALE
 
     def refill_all(self) -> dict[str, bool]:
@@ -444,8 +462,9 @@ class Ledger:
             for a in self.conn.execute("SELECT * FROM accounts").fetchall():
                 old = self.conn.execute(
                     "SELECT coalesce(sum(amount), 0) FROM movements WHERE account = ? AND kind IN"
-                    " ('deposit', 'refill', 'adjustment') AND at < ?", (a["name"], cutoff),
-                ).fetchone()[0]  # fmt: skip
+                    " ('deposit', 'refill', 'adjustment') AND at < ?",
+                    (a["name"], cutoff),
+                ).fetchone()[0]
                 stale = min(a["balance"], old - (a["charged"] + a["held"] + a["expired"]))
                 if stale > 0:
                     self._move(a["name"], "expiry", stale, now, "expiry", reason=f"unspent for {days:g} days")
@@ -467,15 +486,26 @@ class Ledger:
             self._insert_run(run, amount, estimate, now, actor)
             self.conn.execute(  # no longer pending: what admission elsewhere counted for it is in the hold now
                 "UPDATE commitments SET tokens = CASE WHEN tokens > ? THEN tokens - ? ELSE 0 END"
-                " WHERE cluster = ? AND account = ?", (amount, amount, run.cluster, run.account))  # fmt: skip
-            self._move(run.account, "hold", amount, now, actor, job_key=run.key, user=run.user,
-                       reason=f"{run.hold_seconds}s x {run.gpus} GPU x {run.price} tok/GPU-s x {policy.rate_text(run.rate_ppm)}")  # fmt: skip
+                " WHERE cluster = ? AND account = ?",
+                (amount, amount, run.cluster, run.account),
+            )
+            self._move(
+                run.account,
+                "hold",
+                amount,
+                now,
+                actor,
+                job_key=run.key,
+                user=run.user,
+                reason=f"{run.hold_seconds}s x {run.gpus} GPU x {run.price} tok/GPU-s x {policy.rate_text(run.rate_ppm)}",
+            )
             return True, self._update_block(run.account)
 
         return self._atomic(body)
 
-    def admit(self, cluster: str, account: str, need: int, committed: dict[str, int],
-              max_wait: float = 0.0) -> Admission:  # fmt: skip
+    def admit(
+        self, cluster: str, account: str, need: int, committed: dict[str, int], max_wait: float = 0.0
+    ) -> Admission:
         """Admission on a ledger several clusters share, in one turn with every other cluster's: the
         job (worst case ``need``) fits when the account's balance covers what ``cluster`` commits to it
         (``committed``: its pending GPU jobs per account, as its job_submit.lua counts them), what the
@@ -506,8 +536,10 @@ class Ledger:
                 mine[account] = mine.get(account, 0) + need
             for name, tokens in mine.items():
                 if tokens > 0:
-                    self.conn.execute("INSERT INTO commitments (cluster, account, tokens, counted_at) VALUES (?, ?, ?, ?)",
-                                      (cluster, name, tokens, now))  # fmt: skip
+                    self.conn.execute(
+                        "INSERT INTO commitments (cluster, account, tokens, counted_at) VALUES (?, ?, ?, ?)",
+                        (cluster, name, tokens, now),
+                    )
             return Admission(
                 ok, int(balance), committed.get(account, 0), int(elsewhere), float(wait or 0) if waits else 0.0
             )
@@ -517,8 +549,9 @@ class Ledger:
     def commitments(self, cluster: str | None = None) -> list[store.Row]:
         """What each cluster's (or ``cluster``'s) pending GPU jobs may still hold, per account (``admit``)."""
         where, args = _of(cluster)
-        return self.conn.execute(f"SELECT * FROM commitments WHERE tokens > 0 {where} ORDER BY cluster, account",
-                                 args).fetchall()  # fmt: skip
+        return self.conn.execute(
+            f"SELECT * FROM commitments WHERE tokens > 0 {where} ORDER BY cluster, account", args
+        ).fetchall()
 
     def forget_commitments(self, cluster: str, accounts: Iterable[str], counted_before: float) -> None:
         """``cluster`` has no job of these accounts pending any more: what its last admission counted
@@ -527,8 +560,10 @@ class Ledger:
 
         def body() -> None:
             for name in names:
-                self.conn.execute("DELETE FROM commitments WHERE cluster = ? AND account = ? AND counted_at < ?",
-                                  (cluster, name, counted_before))  # fmt: skip
+                self.conn.execute(
+                    "DELETE FROM commitments WHERE cluster = ? AND account = ? AND counted_at < ?",
+                    (cluster, name, counted_before),
+                )
 
         if names:
             self._atomic(body)
@@ -559,10 +594,30 @@ class Ledger:
             "INSERT INTO jobs (job_key, cluster, job_id, submit_time, restart, account, user, `partition`, qos, gpus,"
             " gpus_num, gpus_den, price, rate, rate_ppm, time_limit, hold_seconds, estimate, hold, held_at, held_by)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (run.key, run.cluster, run.job_id, run.submit, run.restart, run.account, run.user, run.partition, run.qos,
-             float(run.gpus), run.gpus.numerator, run.gpus.denominator, run.price, run.rate_ppm / policy.RATE_SCALE,
-             run.rate_ppm, run.time_limit, run.hold_seconds, estimate, amount, now, actor),
-        )  # fmt: skip
+            (
+                run.key,
+                run.cluster,
+                run.job_id,
+                run.submit,
+                run.restart,
+                run.account,
+                run.user,
+                run.partition,
+                run.qos,
+                float(run.gpus),
+                run.gpus.numerator,
+                run.gpus.denominator,
+                run.price,
+                run.rate_ppm / policy.RATE_SCALE,
+                run.rate_ppm,
+                run.time_limit,
+                run.hold_seconds,
+                estimate,
+                amount,
+                now,
+                actor,
+            ),
+        )
 
     def run(self, key: str) -> store.Row | None:
         return self.conn.execute("SELECT * FROM jobs WHERE job_key = ?", (key,)).fetchone()
@@ -590,8 +645,9 @@ class Ledger:
 
     # --- prices (admin-set, versioned) -----------------------------------------------------------
 
-    def set_price(self, partition: str, price: int, effective_at: float, actor: str, reason: str = "",
-                  cluster: str = "") -> None:  # fmt: skip
+    def set_price(
+        self, partition: str, price: int, effective_at: float, actor: str, reason: str = "", cluster: str = ""
+    ) -> None:
         """From ``effective_at`` on, runs of ``partition`` are held and billed at ``price`` tokens per
         GPU-second, on ``cluster`` alone or ('') on every cluster of this ledger that has no price of
         its own for the partition. Runs already held keep the price they were held at."""
@@ -604,8 +660,9 @@ class Ledger:
         def body() -> Any:
             self.conn.execute(
                 "INSERT INTO prices (cluster, `partition`, price, effective_at, set_at, actor, reason)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)", (cluster, partition, price, max(effective_at, now), now, actor, reason),
-            )  # fmt: skip
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (cluster, partition, price, max(effective_at, now), now, actor, reason),
+            )
 
         self._atomic(body)
 
@@ -614,14 +671,17 @@ class Ledger:
         cluster's own prices, else of every cluster's, else ``default``."""
         row = self.conn.execute(
             "SELECT price FROM prices WHERE `partition` = ? AND cluster IN (?, '') AND effective_at <= ?"
-            " ORDER BY cluster DESC, effective_at DESC, id DESC LIMIT 1", (partition, cluster, at),
-        ).fetchone()  # fmt: skip
+            " ORDER BY cluster DESC, effective_at DESC, id DESC LIMIT 1",
+            (partition, cluster, at),
+        ).fetchone()
         return int(row["price"]) if row else default
 
     def has_cluster_prices(self) -> bool:
         """Some cluster of this ledger has prices or tiers of its own (``set_price``, ``set_tier``)."""
-        row = self.conn.execute("SELECT EXISTS (SELECT 1 FROM prices WHERE cluster <> '')"
-                                " OR EXISTS (SELECT 1 FROM tiers WHERE cluster <> '')").fetchone()  # fmt: skip
+        row = self.conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM prices WHERE cluster <> '')"
+            " OR EXISTS (SELECT 1 FROM tiers WHERE cluster <> '')"
+        ).fetchone()
         return bool(row[0])
 
     def cancel_prices(self, partition: str, cluster: str = "") -> list[store.Row]:
@@ -632,8 +692,9 @@ class Ledger:
         where = "cluster = ? AND `partition` = ? AND effective_at > ?"
 
         def body() -> Any:
-            rows = self.conn.execute(f"SELECT * FROM prices WHERE {where} ORDER BY effective_at, id",
-                                     (cluster, partition, now)).fetchall()  # fmt: skip
+            rows = self.conn.execute(
+                f"SELECT * FROM prices WHERE {where} ORDER BY effective_at, id", (cluster, partition, now)
+            ).fetchall()
             self.conn.execute(f"DELETE FROM prices WHERE {where}", (cluster, partition, now))
             return rows
 
@@ -657,8 +718,9 @@ class Ledger:
 
         return self._atomic(body)
 
-    def due(self, now: float | None, limit: int, job: tuple[str, int] | None = None,
-            cluster: str | None = None) -> list[store.Row]:  # fmt: skip
+    def due(
+        self, now: float | None, limit: int, job: tuple[str, int] | None = None, cluster: str | None = None
+    ) -> list[store.Row]:
         """Inbox rows to work on now, oldest first (``now`` None: every open row), of one (cluster,
         job) when ``job`` says which, else of ``cluster`` (None: of every cluster)."""
         when, args = ("AND due_at <= ?", [now]) if now is not None else ("", [])
@@ -743,8 +805,9 @@ class Ledger:
         """Per account, what was charged (overruns included) since ``since``."""
         rows = self.conn.execute(
             "SELECT account, sum(amount) FROM movements WHERE kind IN ('charge', 'overrun') AND at >= ?"
-            " GROUP BY account", (since,),
-        )  # fmt: skip
+            " GROUP BY account",
+            (since,),
+        )
         return {r[0]: int(r[1]) for r in rows}
 
     def settled_since(self, since: float) -> list[store.Row]:
@@ -814,8 +877,9 @@ class Ledger:
             raise UsageError(f"run {key} was settled meanwhile")
         return done
 
-    def settle(self, key: str, charge: int, end_state: str, elapsed: int, actor: str,
-               reason: str = "") -> Settlement | None:  # fmt: skip
+    def settle(
+        self, key: str, charge: int, end_state: str, elapsed: int, actor: str, reason: str = ""
+    ) -> Settlement | None:
         """Charge ``charge`` and refund the rest of the hold, once; None if already settled. A charge
         past the hold (a run that outlived its limit) takes the rest from the balance ("overrun").
         ``reason``: kept with the movements (default: the end state)."""
@@ -858,8 +922,9 @@ class Ledger:
         self.conn.execute(
             "INSERT INTO admin_comments (cluster, job_id, text, queued_at) VALUES (?, ?, ?, ?) ON CONFLICT (cluster,"
             " job_id) DO UPDATE SET text = excluded.text, queued_at = excluded.queued_at, written_at = NULL,"
-            " attempts = 0, error = ''", (cluster, job_id, comment.render(settled), now),
-        )  # fmt: skip
+            " attempts = 0, error = ''",
+            (cluster, job_id, comment.render(settled), now),
+        )
 
     def requeue_comment(self, cluster: str, job_id: int) -> None:
         """Queue the job's AdminComment again (the audit found sacct without it: written, then lost)."""
@@ -881,8 +946,9 @@ class Ledger:
 
     def unwritten_count(self, cluster: str | None = None) -> int:
         of, args = _of(cluster)
-        return int(self.conn.execute(f"SELECT count(*) FROM admin_comments WHERE written_at IS NULL {of}", args)
-                   .fetchone()[0])  # fmt: skip
+        return int(
+            self.conn.execute(f"SELECT count(*) FROM admin_comments WHERE written_at IS NULL {of}", args).fetchone()[0]
+        )
 
     def comment_done(self, cluster: str, job_id: int, text: str, error: str = "") -> None:
         """Mark a comment written (``error`` empty), or count a failed attempt; a comment re-queued
@@ -899,8 +965,9 @@ class Ledger:
                 if error:
                     self.conn.execute(
                         "UPDATE admin_comments SET attempts = attempts + 1, error = ? WHERE cluster = ? AND job_id = ?"
-                        " AND text = ? AND written_at IS NULL", (error[:500], cluster, job_id, text),
-                    )  # fmt: skip
+                        " AND text = ? AND written_at IS NULL",
+                        (error[:500], cluster, job_id, text),
+                    )
                 else:
                     self.conn.execute(
                         "UPDATE admin_comments SET written_at = ? WHERE cluster = ? AND job_id = ? AND text = ?",

@@ -43,14 +43,21 @@ from slurm_yolo.state import db
 from slurm_yolo.state.ledger.schema import MIGRATIONS
 
 RETRY_SECONDS = 60.0  # how long a transaction is tried again through deadlocks and a server's restart
-TRANSIENT = frozenset({
-    1205,  # lock wait timeout
-    1213,  # deadlock (on Galera: a conflict with a writer on another node)
-    1047, 1180, 1927,  # Galera node not ready; commit failed (certification); connection killed
-    1040,  # too many connections (a flood of them: waited out within the patience, then fail closed)
-    1053,  # server shutdown in progress
-    2003, 2006, 2013, 2014,  # cannot connect; server gone; connection lost; out of sync
-})  # fmt: skip
+TRANSIENT = frozenset(
+    {
+        1205,  # lock wait timeout
+        1213,  # deadlock (on Galera: a conflict with a writer on another node)
+        1047,
+        1180,
+        1927,  # Galera node not ready; commit failed (certification); connection killed
+        1040,  # too many connections (a flood of them: waited out within the patience, then fail closed)
+        1053,  # server shutdown in progress
+        2003,
+        2006,
+        2013,
+        2014,  # cannot connect; server gone; connection lost; out of sync
+    }
+)
 
 SCHEMA_VERSION = 10  # the SQLite migrations this schema matches (``schema.MIGRATIONS``)
 SCHEMA = (
@@ -193,15 +200,36 @@ SCHEMA = (
 # that are new are made by SCHEMA's CREATE IF NOT EXISTS). Each statement may run twice (two hosts
 # upgrading at once): IF NOT EXISTS, and a primary key dropped and made again as it was.
 UPGRADES = (
-    (8, ("ALTER TABLE prices ADD COLUMN IF NOT EXISTS cluster VARCHAR(64) NOT NULL DEFAULT '' AFTER id",
-         "ALTER TABLE tiers ADD COLUMN IF NOT EXISTS cluster VARCHAR(64) NOT NULL DEFAULT '' FIRST,"
-         " DROP PRIMARY KEY, ADD PRIMARY KEY (cluster, qos)")),
+    (
+        8,
+        (
+            "ALTER TABLE prices ADD COLUMN IF NOT EXISTS cluster VARCHAR(64) NOT NULL DEFAULT '' AFTER id",
+            "ALTER TABLE tiers ADD COLUMN IF NOT EXISTS cluster VARCHAR(64) NOT NULL DEFAULT '' FIRST,"
+            " DROP PRIMARY KEY, ADD PRIMARY KEY (cluster, qos)",
+        ),
+    ),
     (9, ("INSERT IGNORE INTO clusters (name, joined_at) SELECT DISTINCT cluster, 0 FROM jobs WHERE cluster <> ''",)),
     # names compared as SQLite and Slurm compare them, byte for byte: 'VISION' is not 'vision' here
-    (10, tuple(f"ALTER TABLE {t} CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_bin" for t in (
-        "accounts", "movements", "jobs", "tiers", "prices", "incidents", "site_limits", "admin_comments", "inbox",
-        "commitments", "clusters"))),
-)  # fmt: skip
+    (
+        10,
+        tuple(
+            f"ALTER TABLE {t} CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+            for t in (
+                "accounts",
+                "movements",
+                "jobs",
+                "tiers",
+                "prices",
+                "incidents",
+                "site_limits",
+                "admin_comments",
+                "inbox",
+                "commitments",
+                "clusters",
+            )
+        ),
+    ),
+)
 
 _UPSERT = re.compile(r"\bON CONFLICT\s*\([^)]*\)\s*DO UPDATE SET\b", re.IGNORECASE)
 _EXCLUDED = re.compile(r"\bexcluded\.(\w+)", re.IGNORECASE)
@@ -295,8 +323,10 @@ def check_options(path: Path, owner: str) -> Path:
             " balances from its published copy, and admins change it as root"
         )
     if st.st_uid != owner_uid or st.st_mode & 0o077:
-        raise SlurmYoloError(f"the ledger's MariaDB option file {path} must be the SlurmUser's alone:"
-                             f" chown {owner} {path}; chmod 600 {path}")  # fmt: skip
+        raise SlurmYoloError(
+            f"the ledger's MariaDB option file {path} must be the SlurmUser's alone:"
+            f" chown {owner} {path}; chmod 600 {path}"
+        )
     return path
 
 
@@ -363,8 +393,14 @@ class Connection:
 
         while True:
             try:
-                conn = pymysql.connect(read_default_file=str(self.options), autocommit=True, charset="utf8mb4",
-                                       connect_timeout=10, read_timeout=120, write_timeout=120)  # fmt: skip
+                conn = pymysql.connect(
+                    read_default_file=str(self.options),
+                    autocommit=True,
+                    charset="utf8mb4",
+                    connect_timeout=10,
+                    read_timeout=120,
+                    write_timeout=120,
+                )
                 with conn.cursor() as c:
                     c.execute("SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'")
                     c.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
@@ -377,8 +413,10 @@ class Connection:
                             if version > made:
                                 for statement in statements:
                                     c.execute(statement)
-                        c.execute("UPDATE schema_version SET version = %s WHERE id = 1 AND version < %s",
-                                  (SCHEMA_VERSION, SCHEMA_VERSION))  # fmt: skip
+                        c.execute(
+                            "UPDATE schema_version SET version = %s WHERE id = 1 AND version < %s",
+                            (SCHEMA_VERSION, SCHEMA_VERSION),
+                        )
                         _ready.add(str(self.options))
                 self._conn = conn
                 return
@@ -487,8 +525,9 @@ class Connection:
                         columns = [r[1] for r in copy.execute(f"PRAGMA table_info({table})")]
                         c.execute(f"SELECT {', '.join(f'`{col}`' for col in columns)} FROM `{table}`")
                         marks = ", ".join("?" * len(columns))
-                        copy.executemany(f"INSERT INTO {table} VALUES ({marks})",
-                                         ([_value(v) for v in row] for row in c.fetchall()))  # fmt: skip
+                        copy.executemany(
+                            f"INSERT INTO {table} VALUES ({marks})", ([_value(v) for v in row] for row in c.fetchall())
+                        )
                 finally:
                     c.execute("COMMIT")
             copy.execute("COMMIT")

@@ -32,8 +32,10 @@ def to_mariadb(config: Config, options: Path) -> Transferred:
     """Copy the SQLite books of ``config`` into the (empty) MariaDB ledger of ``options``, check them,
     keep them, and mark the SQLite file as moved; what was copied."""
     if on_mariadb(config):
-        raise UsageError(f"ledger.backend is \"mariadb\" in {config.path or 'the config'} already: run the move with"
-                         " the SQLite config, and switch it afterwards")  # fmt: skip
+        raise UsageError(
+            f'ledger.backend is "mariadb" in {config.path or "the config"} already: run the move with'
+            " the SQLite config, and switch it afterwards"
+        )
     if not is_keeper(config):
         raise UsageError(
             f"permission denied: the books are moved by root or the SlurmUser ({config['paths']['owner']})"
@@ -62,14 +64,19 @@ def to_mariadb(config: Config, options: Path) -> Transferred:
 
 
 def _copy(source: store.SqliteStore, target: mariadb.Connection, options: Path) -> Transferred:
-    tables = [r[0] for r in source.execute("SELECT name FROM sqlite_master WHERE type = 'table'"
-                                           " AND name NOT LIKE 'sqlite%' ORDER BY name")]  # fmt: skip
+    tables = [
+        r[0]
+        for r in source.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%' ORDER BY name"
+        )
+    ]
     if not any(source.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0] for table in BOOKS):
         raise UsageError("the SQLite ledger has no books to move (a new site: just set ledger.backend)")
     for table in tables:
         if target.execute(f"SELECT EXISTS (SELECT 1 FROM `{table}`)").fetchall()[0][0]:
-            raise UsageError(f"the MariaDB ledger of {options} has {table} already: the move takes only a new,"
-                             " empty database")  # fmt: skip
+            raise UsageError(
+                f"the MariaDB ledger of {options} has {table} already: the move takes only a new, empty database"
+            )
     rows: dict[str, int] = {}
     target.begin()
     try:
@@ -93,8 +100,11 @@ def _differences(old: Ledger, new: Ledger, rows: dict[str, int]) -> list[str]:
     problems = [f"SQLite: {p}" for p in old.check()] + [f"MariaDB: {p}" for p in new.check()]
     before = {a["name"]: tuple(a[c] for c in TOTALS) for a in old.accounts()}
     after = {a["name"]: tuple(a[c] for c in TOTALS) for a in new.accounts()}
-    problems += [f"account {name}: {before.get(name)} became {after.get(name)}"
-                 for name in sorted(before.keys() | after.keys()) if before.get(name) != after.get(name)]  # fmt: skip
+    problems += [
+        f"account {name}: {before.get(name)} became {after.get(name)}"
+        for name in sorted(before.keys() | after.keys())
+        if before.get(name) != after.get(name)
+    ]
     for table, n in rows.items():
         copied = new.conn.execute(f"SELECT count(*) FROM `{table}`").fetchone()[0]
         if copied != n:
