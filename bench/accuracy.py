@@ -356,7 +356,7 @@ def main(path: Path = corpus.CORPUS) -> dict[str, float]:
     # The config's priors alone: the shipped priors are fitted on these very runs (``site_protocol``
     # shows what they add, and what they add to a family they never saw)
     prior = bench_priors.config_prior()
-    base, coverage = cfg["estimate"]["buffer"], cfg["estimate"]["coverage"]
+    base, coverage = cfg.estimate.buffer, cfg.estimate.coverage
     walls = [wall(s) for _, s in runs]
     small_tokens = statistics.median(s.workload.train_tokens * s.workload.gflops for s in small)
     print(

@@ -93,7 +93,7 @@ def main() -> None:
         return
     assert json.loads(MARKER.read_text())["conf_dir"] == "/etc/slurm"
     marker = json.loads(MARKER.read_text())
-    backend = config.load(Path(marker["config"]), env={"SLURM_YOLO_CONFIG": marker["config"]})["ledger"]["backend"]
+    backend = config.load(Path(marker["config"]), env={"SLURM_YOLO_CONFIG": marker["config"]}).ledger.backend
     ledger_kind = "shared MariaDB ledger" if backend == "mariadb" else "its own SQLite ledger"
     real = SCRIPT.read_text()
     jobs: list[int] = []

@@ -14,6 +14,7 @@ import math
 import random
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ DIGITS = 4  # significant digits kept: the file reads as a table, and regenerate
 def config_prior() -> TimeModel:
     """The config's priors alone (``estimate.priors = "config"``): what the corpus fit starts from."""
     cfg = config.load(Path("/nonexistent"))
-    cfg["estimate"]["priors"] = "config"
+    cfg.estimate = replace(cfg.estimate, priors="config")
     return calibration.prior(cfg)
 
 

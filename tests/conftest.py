@@ -313,11 +313,11 @@ def nothing_pending(slurm: Slurm, account: str) -> None:
     drained from the ledger (its hookd drops it once nothing is pending there)."""
     slurm.cmd("scancel", "-A", account, check=False)
     poll(f"{account}'s jobs gone", lambda: not slurm.cmd("squeue", "-h", "-A", account, "-o", "%i").stdout.strip(), 120)
-    if slurm.config()["ledger"]["backend"] != "mariadb":
+    if slurm.config().ledger.backend != "mariadb":
         return
     for release in RELEASES:
         other = between_ups(release) if release != slurm.release else None
-        if other is not None and other.config()["ledger"]["backend"] == "mariadb":
+        if other is not None and other.config().ledger.backend == "mariadb":
             other.cmd("scancel", "-A", account, check=False)
 
     def drained() -> bool:

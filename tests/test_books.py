@@ -119,7 +119,7 @@ def test_availability_lists_balances_prices_rates_and_held_jobs(cfg: config.Conf
     assert "rate yolo-prod 800000" in lines and [line for line in lines if line.startswith("account")] == [
         "account vision 4995 0 0"  # no quota: no capacity, no refill
     ]
-    assert f"creditwait {int(cfg['ledger']['credit_wait_minutes'] * 60)}" in lines
+    assert f"creditwait {int(cfg.ledger.credit_wait_minutes * 60)}" in lines
     assert Path(availability.path(cfg)).read_text().splitlines()[2:] == lines[2:]  # every write published it
 
 

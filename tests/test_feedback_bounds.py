@@ -107,7 +107,7 @@ def test_thirty_alternating_forged_pairs_move_no_prediction_beyond_one_users_bou
     fixed-cost-heavy one claiming a slow run moves every term up; k's net move is 1, so a budget on k
     alone never filled while the fixed terms grew x1.1 a pair (30 pairs: a coco8 run's limit x3)."""
     cfg = config_mod.load()
-    ref = cfg["estimate"]["reference_gflops"]
+    ref = cfg.estimate.reference_gflops
 
     def predictions() -> list[float]:
         tm = model(cfg)

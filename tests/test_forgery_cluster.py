@@ -36,7 +36,7 @@ def sample_keys(slurm: Slurm, jobs: list[int]) -> list[str]:
 def predictions(slurm: Slurm) -> list[float]:
     cfg = slurm.config()
     tm = calibration.load(cfg, "t4").model
-    ref = cfg["estimate"]["reference_gflops"]
+    ref = cfg.estimate.reference_gflops
     return [timemodel.predict_seconds(w, tm, 1, 0.9, ref) for w in reference_workloads()]
 
 

@@ -156,9 +156,7 @@ def test_lua_worst_cases_equal_the_policy(tmp_path: Path, home: Path) -> None:
         f"p{n}": Partition(f"p{n}", gpus_per_node=gpn, shards_per_gpu=per)
         for n, (gpn, per) in enumerate([(1, 0), (4, 4), (8, 3), (2, 7), (8, 1000), (16, 0)])
     }
-    cfg = replace(
-        cfg, partitions=partitions, values={**cfg.values, "ledger": {**cfg["ledger"], "unlimited_hold_hours": 168}}
-    )
+    cfg = replace(cfg, partitions=partitions, ledger=replace(cfg.ledger, unlimited_hold_hours=168.0))
     prices = []
     for n, name in enumerate(sorted(partitions)):
         current = rng.choice([1, 3, 1000, 999_983, 10**12 + 7, 10**15])
@@ -315,7 +313,7 @@ def test_a_job_the_refill_covers_soon_waits_for_it(tmp_path: Path, home: Path) -
     cfg = replace(
         cfg,
         partitions={"p0": Partition("p0", gpus_per_node=8, shards_per_gpu=0)},
-        values={**cfg.values, "ledger": {**cfg["ledger"], "credit_wait_minutes": 60}},
+        ledger=replace(cfg.ledger, credit_wait_minutes=60.0),
     )
     price = 1000
     need = 60 * price  # a minute of one GPU

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -247,7 +248,7 @@ def test_invariant_under_any_sequence(
     tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int, int]]
 ) -> None:
     cfg = config.load()
-    cfg.values["paths"]["state_dir"] = str(tmp_path_factory.mktemp("inv"))
+    cfg.paths = replace(cfg.paths, state_dir=str(tmp_path_factory.mktemp("inv")))
     with ledger.writer(cfg) as lg:
         for op, job, amount in ops:
             if op == "credit":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -48,7 +49,7 @@ def test_the_default_config_uses_the_shipped_priors_and_config_turns_them_off() 
     tm = calibration.prior(cfg)
     assert tm.imgsz_exponent == shipped["terms"]["imgsz_exponent"] and tm.spreads == shipped["spreads"]
     assert (tm.k, tm.startup_seconds) == (1.0, 20.0)  # a site's speed and its jobs' start-up: the config's
-    cfg["estimate"]["priors"] = "config"
+    cfg.estimate = replace(cfg.estimate, priors="config")
     tm = calibration.prior(cfg)
     assert (tm.imgsz_exponent, tm.overhead_seconds, tm.spreads) == (0.3, 5.0, {})
 

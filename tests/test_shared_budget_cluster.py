@@ -39,10 +39,10 @@ def both() -> Iterator[tuple[Slurm, Slurm]]:
     jobs gone after."""
     old, new = cluster_of_release("22.05"), cluster_of_release("24.11")
     for slurm in (old, new):
-        led = slurm.config()["ledger"]
-        if led["backend"] != "mariadb":
-            pytest.skip(f"the {slurm.release} cluster keeps its own books (MINICLUSTER_LEDGER={led['backend']})")
-    assert old.config()["ledger"]["mariadb_options"] != new.config()["ledger"]["mariadb_options"]  # each its own file
+        backend = slurm.config().ledger.backend
+        if backend != "mariadb":
+            pytest.skip(f"the {slurm.release} cluster keeps its own books (MINICLUSTER_LEDGER={backend})")
+    assert old.config().ledger.mariadb_options != new.config().ledger.mariadb_options  # each its own file
     for partition, price in PRICE.items():  # one admin, one price list: set through either cluster
         old.cli("ledger", "price", "set", partition, str(price), "--reason", "tests")
     old.cli("ledger", "tiers", "normal", "1")

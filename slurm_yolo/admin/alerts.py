@@ -63,7 +63,7 @@ def parse_refusals(text: str) -> list[Refusal]:
 def _trusted_uids(config: Config) -> frozenset[int]:
     """Who may have written the log: root and the state's owner (the SlurmUser slurmctld runs as)."""
     try:
-        return frozenset({0, pwd.getpwnam(config["paths"]["owner"]).pw_uid})
+        return frozenset({0, pwd.getpwnam(config.paths.owner).pw_uid})
     except KeyError:
         return frozenset({0})
 
@@ -161,7 +161,7 @@ def check(
             )
         )
     try:
-        found = _members_only(read_refusals(config), Path(config["slurm"]["bin_dir"]))
+        found = _members_only(read_refusals(config), config.bin_dir)
     except OSError as e:
         alerts.append(
             Alert(
@@ -205,7 +205,7 @@ def gpu_alerts(config: Config, now: float | None = None) -> list[Alert]:
     t = efficiency.thresholds(config)
     now = time.time() if now is None else now
     try:
-        running = commands.running_jobs(bin_dir=Path(config["slurm"]["bin_dir"]))
+        running = commands.running_jobs(bin_dir=config.bin_dir)
     except SlurmYoloError as e:
         return [Alert("slurmctld", "squeue", f"did not answer: {e} (no GPU alerts)")]
     out = []
@@ -223,7 +223,7 @@ def money_alerts(config: Config, runs: Iterable[store.Row], per_week: float) -> 
     costs only where this cluster has a partition of that name."""
     costs = {name: config.partition(name).cost_per_gpu_hour for name in config.partitions}
     rows = [(str(r["account"]), str(r["partition"]), float(r["gpus"]), int(r["elapsed"] or 0)) for r in runs]
-    currency = config["ledger"]["currency"]
+    currency = config.ledger.currency
     return [
         Alert(
             "money",

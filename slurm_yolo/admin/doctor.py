@@ -20,6 +20,7 @@ import socket
 import stat
 import subprocess
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import NamedTuple
 
@@ -79,10 +80,10 @@ def check(config: Config, role: str = "auto") -> Report:
                 " or export SLURM_YOLO_CONFIG=<the site's config>",
             )
         )
-    bin_dir = Path(config["slurm"]["bin_dir"])
+    bin_dir = config.bin_dir
     try:
         asked = time.time()
-        cc: ControllerConfig | None = commands.controller_config(bin_dir, timeout=config["slurm"]["timeout_seconds"])
+        cc: ControllerConfig | None = commands.controller_config(bin_dir, timeout=config.slurm.timeout_seconds)
         answered = time.time()
     except SlurmError as e:
         cc = None
@@ -172,7 +173,7 @@ def _script_config(path: Path) -> str | None:
 
 def _hooks(config: Config, cc: ControllerConfig) -> list[Problem]:
     out = []
-    client = str(config["hookd"]["client"])
+    client = str(config.hookd.client)
     for key in HOOK_KEYS:
         value = cc.values.get(key, "")
         if value in ("", "(null)"):
@@ -221,7 +222,7 @@ def _hooks(config: Config, cc: ControllerConfig) -> list[Problem]:
 
 def _client(config: Config) -> list[Problem]:
     """The hook client every hook runs (slurm.conf's hooks, or a site's script that execs it)."""
-    client = Path(str(config["hookd"]["client"]))
+    client = Path(str(config.hookd.client))
     try:
         st = client.stat()
     except OSError as e:
@@ -287,11 +288,11 @@ def _qos(config: Config) -> list[Problem]:
     """The tiers the config names must be QOS Slurm knows: yolo-sbatch submits with them, and sbatch
     refuses a QOS slurmdbd does not have."""
     try:
-        known = set(commands.qos_names(Path(config["slurm"]["bin_dir"])))
+        known = set(commands.qos_names(config.bin_dir))
     except SlurmError as e:
         return [Problem(f"sacctmgr cannot list the QOS ({e})", "check that slurmdbd runs and this host may ask it")]
     out = []
-    for tier, name in config["qos"].items():
+    for tier, name in asdict(config.qos).items():
         if isinstance(name, str) and name not in known:
             out.append(
                 Problem(
@@ -335,14 +336,14 @@ def _published(config: Config, notes: list[str]) -> list[Problem]:
 
 def _owner_uid(config: Config) -> int | None:
     try:
-        return pwd.getpwnam(config["paths"]["owner"]).pw_uid
+        return pwd.getpwnam(config.paths.owner).pw_uid
     except KeyError:
         return None
 
 
 def _books(config: Config, cc: ControllerConfig) -> list[Problem]:
     out = []
-    owner = config["paths"]["owner"]
+    owner = config.paths.owner
     slurm_user = cc.values.get("SlurmUser", "").split("(")[0]
     if slurm_user and slurm_user != owner:
         out.append(
@@ -446,7 +447,7 @@ def _books(config: Config, cc: ControllerConfig) -> list[Problem]:
 def _hookd(config: Config) -> list[Problem]:
     from slurm_yolo.controller.hookd import answers, served_config
 
-    path = Path(config["hookd"]["socket"])
+    path = Path(config.hookd.socket)
     if not answers(path):
         return [
             Problem(
@@ -489,9 +490,9 @@ def _login(config: Config, notes: list[str]) -> list[Problem]:
                 f"mount the controller's {public} here read-only (or rsync it from cron): docs/site-install.md",
             )
         )
-    if config["slurm"]["spank_tokens"]:
+    if config.slurm.spank_tokens:
         try:
-            helps = "--yolo-tokens" in commands.sbatch_help(Path(config["slurm"]["bin_dir"]))
+            helps = "--yolo-tokens" in commands.sbatch_help(config.bin_dir)
         except SlurmYoloError:
             helps = True  # Slurm's own trouble: the checks before say so
         if not helps:
@@ -536,7 +537,7 @@ def _plugstack_paths(conf: Path, depth: int = 0) -> list[Path]:
 def _plugstack(config: Config, cc: ControllerConfig | None) -> list[Problem]:
     """slurmstepd on this node loads the SPANK plugin that carries --yolo-tokens, when the config says
     sbatch passes it (slurm.spank_tokens)."""
-    if not config["slurm"]["spank_tokens"] or cc is None:
+    if not config.slurm.spank_tokens or cc is None:
         return []
     value = cc.values.get("PlugStackConfig", "(null)")
     conf = Path(cc.values.get("SLURM_CONF", "/etc/slurm/slurm.conf")).parent / "plugstack.conf"
@@ -555,7 +556,7 @@ def _plugstack(config: Config, cc: ControllerConfig | None) -> list[Problem]:
 
 
 def _compute(config: Config) -> list[Problem]:
-    python = str(config["job"]["python"])
+    python = str(config.job.python)
     try:
         res = subprocess.run(
             [python, "-c", "import ultralytics, torch"],

@@ -43,8 +43,8 @@ class Thresholds:
 
 
 def thresholds(config: Config) -> Thresholds:
-    e = config["efficiency"]
-    return Thresholds(float(e["low_util_pct"]), float(e["idle_minutes"]), float(e["temp_limit_c"]))
+    e = config.efficiency
+    return Thresholds(e.low_util_pct, e.idle_minutes, e.temp_limit_c)
 
 
 def figure(rec: Mapping[str, Any], key: str) -> float | None:

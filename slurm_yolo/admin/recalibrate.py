@@ -53,7 +53,7 @@ def refit_partition(
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - window_days * 86400))
     samples = store.samples(partition, since=since)
     old = calibration.load(config, partition).model
-    base = config["estimate"]["buffer"]
+    base = config.estimate.buffer
     if len(samples) < min_samples:
         return Refit(
             partition,

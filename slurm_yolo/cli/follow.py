@@ -7,7 +7,6 @@ login CLI's ``--wait`` path stays inside the login contract (pyproject.toml's im
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
@@ -23,9 +22,7 @@ def follow(job_id: int, interval: float = 2.0, timeout: float | None = None) -> 
         click.echo(f"\r\x1b[K{line}" if tty else line, nl=not tty)
 
     try:
-        return progress.watch(
-            job_id, emit, poll=interval, bin_dir=Path(load_config()["slurm"]["bin_dir"]), timeout=timeout
-        )
+        return progress.watch(job_id, emit, poll=interval, bin_dir=load_config().bin_dir, timeout=timeout)
     finally:
         if tty:
             click.echo()

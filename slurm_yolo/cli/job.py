@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -107,8 +108,8 @@ def watchdog_cmd(stall_minutes: float | None, action: str | None, dry_run: bool,
     """Requeue or cancel running jobs that stopped making progress (cron)."""
     config = load_config()
     if action:
-        config["watchdog"]["action"] = action
-    stall = (stall_minutes if stall_minutes is not None else config["watchdog"]["stall_minutes"]) * 60
+        config.watchdog = replace(config.watchdog, action=action)
+    stall = (stall_minutes if stall_minutes is not None else config.watchdog.stall_minutes) * 60
     found = watchdog.act(config, watchdog.find_zombies(config, stall), dry_run=dry_run)
     if as_json:
         echo_json([z.__dict__ for z in found])

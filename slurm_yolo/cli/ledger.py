@@ -182,7 +182,7 @@ def _cluster(lg: ledger.Ledger, config: Config, name: str) -> str:
     would set a price or tier nothing ever reads."""
     if not name:
         return ""
-    known = set(lg.clusters()) | {commands.cluster_name(Path(config["slurm"]["bin_dir"]))}
+    known = set(lg.clusters()) | {commands.cluster_name(config.bin_dir)}
     if commands.plain_name(name) not in known:
         raise UsageError(f"no cluster {name!r} keeps its runs in this ledger (known: {', '.join(sorted(known))})")
     return name
@@ -214,7 +214,7 @@ def tiers(qos: str | None, rate: str | None, remove: bool, cluster: str) -> None
                     f"{qos}: tier removed{f' on {only}' if only else ''}; its jobs held from now on pay the price"
                 )
             else:
-                bin_dir = Path(config["slurm"]["bin_dir"])
+                bin_dir = config.bin_dir
                 if not only or only == commands.cluster_name(bin_dir):  # another cluster's QOS: its slurmdbd knows
                     known = commands.qos_names(bin_dir)
                     if qos not in known:
@@ -254,7 +254,7 @@ def price_set(partition: str, tokens_per_gpu_second: str, effective: str, reason
     at = ledger.parse_when(effective)
     if effective.strip().lower() != "now" and at < time.time() - 60:
         raise UsageError(f"--from {effective} is in the past: a price never applies backwards (leave --from out: now)")
-    bin_dir = Path(config["slurm"]["bin_dir"])
+    bin_dir = config.bin_dir
     with ledger.writer(config) as lg:
         only = _cluster(lg, config, cluster)
         if not only or only == commands.cluster_name(bin_dir):  # another cluster's partitions: its Slurm knows
@@ -301,9 +301,9 @@ def price_show(as_json: bool) -> None:
         with lg:
             rows = [_row(r) for r in lg.prices()]
     if as_json:
-        echo_json({"default": config["ledger"]["default_price"], "prices": rows})
+        echo_json({"default": config.ledger.default_price, "prices": rows})
         return
-    click.echo(f"default: {config['ledger']['default_price']:,} tokens per GPU-second (partitions without a price)")
+    click.echo(f"default: {config.ledger.default_price:,} tokens per GPU-second (partitions without a price)")
     now = time.time()
     for cluster, partition in sorted({(str(r["cluster"]), str(r["partition"])) for r in rows}):
         versions = [r for r in rows if (r["cluster"], r["partition"]) == (cluster, partition)]
@@ -357,7 +357,7 @@ def refill() -> None:
     """Expire stale tokens (ledger.expire_days), apply every bucket's refill, and lift the blocks of
     accounts that have tokens again (cron)."""
     config = load_config()
-    days = config["ledger"]["expire_days"]
+    days = config.ledger.expire_days
     with ledger.writer(config) as lg:
         expired = lg.expire(days) if days > 0 else {}
         changed = lg.refill_all()
@@ -444,7 +444,7 @@ def enforce(accounts: tuple[str, ...]) -> None:
             f"{c.account}: {'blocked' if c.blocked else 'unblocked'} on {outcome.cluster}, "
             f"GrpTRESRunMins {c.before or '(none)'} -> {c.after or '(none)'}"
         )
-    if not config["ledger"]["enforce"]:
+    if not config.ledger.enforce:
         click.echo("nothing done: ledger.enforce is false in the config (Slurm's limits are the site's alone)")
     elif not outcome.changes and not outcome.errors:
         which = ", ".join(accounts) if accounts else "every account"
@@ -497,7 +497,7 @@ def admission_script(cluster: str) -> None:
     """Print job_submit.lua for this config (install as /etc/slurm/job_submit.lua with
     JobSubmitPlugins=lua): every GPU submission is checked against the account's tokens."""
     config = load_config()
-    cluster = cluster or commands.cluster_name(Path(config["slurm"]["bin_dir"]))
+    cluster = cluster or commands.cluster_name(config.bin_dir)
     click.echo(availability.script(config, cluster), nl=False)
 
 
@@ -537,7 +537,7 @@ def audit(window_days: float | None, since: str | None, min_age: float, as_json:
     """Compare sacct (every run of every job in the window) with the ledger: runs missing on either
     side, amounts that differ, runs settled twice, AdminComments missing (cron; exit 1 when any)."""
     config = load_config()
-    window = config["ledger"]["reconcile_days"] if window_days is None else window_days
+    window = config.ledger.reconcile_days if window_days is None else window_days
     if since is not None:
         window = (time.time() - ledger.parse_when(since)) / 86400
     viewer = visibility.viewer(config)

@@ -87,7 +87,7 @@ def report(
     visible = partial(visibility.visible, viewer)
     runs = report_mod.jobs(config, f, rows, visible)
     tables = report_mod.build(config, f, views or report_mod.VIEWS, visible=visible, df=runs)
-    currency = config["ledger"]["currency"]
+    currency = config.ledger.currency
     money = currency or "cost_per_gpu_hour's units"
     heading = (
         f"report: runs of --since {f.since} --until {f.until} (sacct -S/-E); budgets as of now; cost in {money}"
@@ -128,7 +128,7 @@ def recalibrate(
         echo_json([r.to_dict() for r in results])
         return
     try:  # a price is set for a partition Slurm has: calibration may hold others (a folder's, a removed one)
-        in_slurm: list[str] | None = commands.partitions(Path(config["slurm"]["bin_dir"]))
+        in_slurm: list[str] | None = commands.partitions(config.bin_dir)
     except SlurmError:
         in_slurm = None  # not known here: the suggestion stands, price set checks it
     for r in results:

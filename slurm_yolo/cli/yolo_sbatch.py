@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import click
 
@@ -122,9 +121,9 @@ def main(
         partition=partition,
         gpus=gpus,
         deadline_seconds=durations.parse(deadline) if deadline is not None else None,
-        priority=priority or config["estimate"]["default_priority"],
+        priority=priority or config.estimate.default_priority,
         prefer=prefer,
-        cpus_per_gpu=cpus_per_gpu or config["job"]["cpus_per_gpu"],
+        cpus_per_gpu=cpus_per_gpu or config.job.cpus_per_gpu,
         time_limit_seconds=durations.parse(time_limit) if time_limit is not None else None,
     )
     options = submission.job_options(
@@ -157,7 +156,7 @@ def main(
         raise
     job_id = submitted.job_id if submitted else None
     waits_until = submitted.waits_until if submitted else None
-    bin_dir = Path(config["slurm"]["bin_dir"])
+    bin_dir = config.bin_dir
     unsure = submission.association_problem(account, bin_dir) if dry_run else ""  # a submission would be refused
     for warning in (*prepared.warnings, *filter(None, [unsure and f"{unsure}; a submission would be refused"])):
         click.echo(f"warning: {warning}", err=True)

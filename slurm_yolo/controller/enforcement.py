@@ -77,11 +77,11 @@ def applied(current: Mapping[str, int], changes: Mapping[str, int]) -> dict[str,
 
 def sync(config: Config, accounts: list[str] | None) -> Outcome:
     """Converge the Slurm limits of these accounts (``None``: every account) on the ledger's state."""
-    if not config["ledger"]["enforce"] or accounts == []:
+    if not config.ledger.enforce or accounts == []:
         return Outcome("", [], [])
     if not ledger.exists(config):
         raise UsageError(f"no ledger yet at {ledger.where(config)}")
-    bin_dir = Path(config["slurm"]["bin_dir"])
+    bin_dir = config.bin_dir
     cluster = commands.cluster_name(bin_dir)
     with _one_at_a_time(config):
         with ledger.writer(config) as lg:  # a writer: it brings the schema up to date
@@ -94,7 +94,7 @@ def sync(config: Config, accounts: list[str] | None) -> Outcome:
 def _one_at_a_time(config: Config) -> Iterator[None]:
     """One ``sync`` at a time per ledger: racing hook children that read a block and its lifting in
     turn could otherwise lose the site's kept values (one keeps them, the other forgets them)."""
-    with db.as_state_owner(config.state_dir, config["paths"]["owner"]):
+    with db.as_state_owner(config.state_dir, config.paths.owner):
         lock = db.make_private(config.state_dir) / "enforce.lock"
         db.create_private(lock)  # the owner's, whoever (root too) takes it
     with db.locked(lock, "ledger enforce"):

@@ -215,7 +215,7 @@ def job_feedback(
     if sample is None:
         return None
     part = config.partition(partition)
-    ref = config["estimate"]["reference_gflops"]
+    ref = config.estimate.reference_gflops
     with calibration.Store(config) as store, store.transaction():
         current = calibration.load(config, partition).model
         if not store.add_sample(partition, sample, "job", owner):

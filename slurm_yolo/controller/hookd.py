@@ -168,7 +168,7 @@ class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     def __init__(self, path: Path, config: Config) -> None:
         self.config = config  # read once, at start: never chosen by a request
         self.config_mtime = config.path.stat().st_mtime if config.path else 0.0  # what the doctor compares
-        bin_dir = Path(config["slurm"]["bin_dir"])
+        bin_dir = config.bin_dir
         self.jobs: Batched[JobRecord] = Batched(partial(commands.current_runs, bin_dir=bin_dir), missing=None)
         old = os.umask(0o177)  # the socket: the SlurmUser (and root) only
         try:
@@ -232,9 +232,9 @@ def _drop_to(owner: str, run_dir: Path) -> None:
 
 def serve(config: Config) -> None:
     """Serve the hooks until SIGTERM or SIGINT; queued settlements finish before it returns."""
-    path = Path(config["hookd"]["socket"])
+    path = Path(config.hookd.socket)
     if os.geteuid() == 0:
-        _drop_to(config["paths"]["owner"], path.parent)
+        _drop_to(config.paths.owner, path.parent)
     db.reuse_connections()
     if answers(path):
         raise SlurmYoloError(f"hookd: another server answers on {path}")

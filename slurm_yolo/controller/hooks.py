@@ -55,7 +55,7 @@ def cluster_of(env: Mapping[str, str]) -> str:
 
 
 def _bin_dir(config: Config) -> Path:
-    return Path(config["slurm"]["bin_dir"])
+    return config.bin_dir
 
 
 def _own_target(env: Mapping[str, str], job_id: int) -> str:
@@ -107,7 +107,7 @@ def prolog(
     if blocked is not None:
         followups.enforce([run.account])
     out: dict[str, object] = {"event": "prolog", "job": job_id, "key": run.key, "hold": amount, "new": held}
-    if held and left < 0 and config["ledger"]["cancel_over_budget"]:
+    if held and left < 0 and config.ledger.cancel_over_budget:
         # Admitted while the account could cover it, it no longer can (an expiry, an adjustment, a
         # requeue after the tokens went elsewhere): it pays the seconds it ran, and goes no further.
         _cancel_own_job(env, job_id, config, settler)
@@ -176,9 +176,9 @@ def _collect(query: subprocess.Popen[str] | None, config: Config) -> str:
     """The output of a query hook_entry started, if it ran the configured Slurm and succeeded."""
     if query is None:
         return ""
-    out, _ = query.communicate(timeout=config["slurm"]["timeout_seconds"])
+    out, _ = query.communicate(timeout=config.slurm.timeout_seconds)
     program = str(query.args[0] if isinstance(query.args, (list, tuple)) else query.args)
-    if query.returncode != 0 or not program.startswith(str(config["slurm"]["bin_dir"]).rstrip("/") + "/"):
+    if query.returncode != 0 or not program.startswith(str(config.slurm.bin_dir).rstrip("/") + "/"):
         return ""
     return out
 

@@ -20,7 +20,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from slurm_yolo.core import limits
@@ -47,12 +46,8 @@ COMMITMENT_GRACE_SECONDS = (
 SHARED_POLL_SECONDS = 2.0  # how stale the admission file may go behind another controller's or cluster's write
 
 
-def _bin_dir(config: Config) -> Path:
-    return Path(config["slurm"]["bin_dir"])
-
-
 def rules(config: Config) -> policy.Rules:
-    return policy.Rules(*(bool(config["ledger"][f]) for f in policy.Rules._fields))
+    return policy.Rules.of(config.ledger)
 
 
 def billable_run(
@@ -64,7 +59,7 @@ def billable_run(
     if not share:
         return None
     seconds = ledger.limit_seconds(record.time_limit, config)
-    price = lg.price_at(record.partition, at, int(config["ledger"]["default_price"]), cluster)
+    price = lg.price_at(record.partition, at, int(config.ledger.default_price), cluster)
     rate = lg.tier_rate(record.qos, cluster)
     run = ledger.Run(
         cluster,
@@ -159,11 +154,11 @@ class Followups:
         from slurm_yolo.controller import enforcement
 
         wanted = sorted(set(accounts))
-        if wanted and self.config["ledger"]["enforce"]:
+        if wanted and self.config.ledger.enforce:
             self._guard("enforce", lambda: enforcement.sync(self.config, wanted))
 
     def comments(self) -> None:
-        if self.config["ledger"]["admin_comment"]:
+        if self.config.ledger.admin_comment:
             self._guard("comments", lambda: books.write_comments(self.config))
 
     def feedback(self, job: FeedbackJob) -> None:
@@ -191,7 +186,7 @@ class Followups:
 
     def cancel(self, target: str) -> None:
         """Cancel a job now (a prolog's own cancel: hookd's worker, after ``hooks.CANCEL_AFTER``)."""
-        self._guard("cancel", lambda: commands.cancel(target, bin_dir=_bin_dir(self.config)))
+        self._guard("cancel", lambda: commands.cancel(target, bin_dir=self.config.bin_dir))
 
     def _guard(self, what: str, step: Callable[[], object], job: int | None = None) -> None:
         try:
@@ -213,7 +208,7 @@ class Followups:
         for rec, row, _ in settled:
             if rec.state == "REQUEUED" and decoded:
                 self.relimit(rec, row, decoded)
-        if not (self.config["ledger"]["feedback"] and summary and uid.isdigit()):
+        if not (self.config.ledger.feedback and summary and uid.isdigit()):
             return
         for rec, row, _ in settled:
             if rec.state == "COMPLETED":
@@ -305,7 +300,7 @@ def relimit(config: Config, rec: JobRecord, row: store.Row, summary: beacon.Beac
     """Give a job whose run was requeued for time (``limits``) the limit its progress asks for, within
     the partition's MaxTime and what its account can hold for it now (its run just settled); out of
     the short QOS (``qos.short``) into the default tier's when it outgrows it. The new limit, or None."""
-    lead = int(config["job"]["signal_seconds"])
+    lead = int(config.job.signal_seconds)
     # near the limit it started with (the ledger's, from the prolog), or a longer one an admin set since:
     # a user may lower her job's limit to make an early requeue look like one for time (a hostile helper's)
     started = max(int(row["time_limit"] or 0), rec.time_limit or 0)
@@ -323,9 +318,9 @@ def relimit(config: Config, rec: JobRecord, row: store.Row, summary: beacon.Beac
         summary.epochs_done,
         summary.workload.epochs,
         lead,
-        float(config["estimate"]["buffer"]),
+        float(config.estimate.buffer),
     )
-    bin_dir = _bin_dir(config)
+    bin_dir = config.bin_dir
     caps = [commands.partition_time_limit(rec.partition, bin_dir=bin_dir)]
     per_minute = policy.tokens(60, ledger.run_share(row), row["price"], row["rate_ppm"])
     lg = ledger.reader(config)
@@ -345,12 +340,8 @@ def relimit(config: Config, rec: JobRecord, row: store.Row, summary: beacon.Beac
             },
         )
         return None
-    q = config["qos"]
-    qos = (
-        q[config["estimate"]["default_priority"]]
-        if rec.qos == q["short"] and want > q["short_max_minutes"] * 60
-        else ""
-    )
+    q = config.qos
+    qos = q.of(config.estimate.default_priority) if rec.qos == q.short and want > q.short_max_minutes * 60 else ""
     commands.set_time_limit(str(rec.job_id), want, qos, bin_dir=bin_dir)
     capped = " (what the account can hold, or the partition's MaxTime)" if want < asked else ""
     log_event(config, {**event, "result": f"raised to {want // 60} min{capped}" + (f", qos {qos}" if qos else "")})
@@ -370,7 +361,7 @@ def settle_due(
     or due again later. What was settled."""
     at = time.time()
     with ledger.writer(config, publish=False) as lg:
-        rows = lg.due(now, BATCH, job, cluster=None if job else commands.home_cluster(_bin_dir(config)))
+        rows = lg.due(now, BATCH, job, cluster=None if job else commands.home_cluster(config.bin_dir))
     if not rows:
         return []
     by_job: dict[tuple[str, int], list[store.Row]] = {}
@@ -411,7 +402,7 @@ def _wait_more(lg: ledger.Ledger, cluster: str, job_id: int, rows: list[store.Ro
     ids = [r["id"] for r in rows]
     age = at - min(r["received_at"] for r in rows)
     attempts = max(r["attempts"] for r in rows)
-    if age > config["ledger"]["reconcile_days"] * 86400:
+    if age > config.ledger.reconcile_days * 86400:
         lg.inbox_update(ids, "given up: sacct never had a final record", None)
         return
     if age > LATE_SECONDS and not any(r["outcome"].startswith("late") for r in rows):
@@ -424,7 +415,7 @@ def _wait_more(lg: ledger.Ledger, cluster: str, job_id: int, rows: list[store.Ro
 
 def _job_runs(config: Config) -> RunsLookup:
     def lookup(job_ids: list[int]) -> dict[int, list[JobRecord]]:
-        return commands.job_runs(job_ids, bin_dir=_bin_dir(config))
+        return commands.job_runs(job_ids, bin_dir=config.bin_dir)
 
     return lookup
 
@@ -481,7 +472,7 @@ class Settler:
         before = time.time() - COMMITMENT_GRACE_SECONDS
         counted = {str(r["account"]) for r in lg.commitments(cluster) if float(r["counted_at"]) < before}
         if counted:
-            lg.forget_commitments(cluster, counted - commands.pending_accounts(_bin_dir(self.config)), before)
+            lg.forget_commitments(cluster, counted - commands.pending_accounts(self.config.bin_dir), before)
 
     def _follow_blocks(self, lg: ledger.Ledger, cluster: str) -> None:
         """On a shared ledger, another cluster's deposit or charge can fund or dry an account: this
@@ -498,7 +489,7 @@ class Settler:
             try:
                 dirty, self._dirty = self._dirty, False
                 settled = settle_due(self.config, self.followups, time.time(), self.lookup, publish=False)
-                home = commands.home_cluster(_bin_dir(self.config))
+                home = commands.home_cluster(self.config.bin_dir)
                 with ledger.writer(self.config, publish=False) as lg:
                     if not self._joined:  # at start: this cluster's runs are kept here from now on
                         lg.join(home)
@@ -535,9 +526,9 @@ def reconcile(
     epilog. sacct is asked a day at a time: a day it does not answer is reported, the rest done."""
     followups = followups or Followups(config)
     out = settle_due(config, followups)
-    bin_dir = _bin_dir(config)
+    bin_dir = config.bin_dir
     now = time.time()
-    window = config["ledger"]["reconcile_days"] if window_days is None else window_days
+    window = config.ledger.reconcile_days if window_days is None else window_days
     by_run: dict[tuple[int, int], JobRecord] = {}
     unread = []
     for start, end in commands.days(now - window * 86400, now):

@@ -69,7 +69,7 @@ def answer(config: Config, request: Request) -> str:
     """The line the script reads: ``ok``; ``wait SECONDS`` (the account's refill covers the job then,
     within ``ledger.credit_wait_minutes``); or ``refused BALANCE HERE ELSEWHERE`` (the numbers its
     message shows). A ledger that cannot decide raises (the caller answers ``error: ...``)."""
-    max_wait = float(config["ledger"]["credit_wait_minutes"]) * 60
+    max_wait = float(config.ledger.credit_wait_minutes) * 60
     with ledger.writer(config, publish=False) as lg:
         got = lg.admit(request.cluster, request.account, request.need, request.committed, max_wait)
     if got.ok:

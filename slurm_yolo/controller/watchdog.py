@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
 from slurm_yolo.core.config import Config
 from slurm_yolo.core.errors import SlurmError
@@ -42,7 +41,7 @@ def find_zombies(config: Config, stall_seconds: float, now: float | None = None)
     run of the job: at most its time used)."""
     now = now or time.time()
     zombies = []
-    for row in commands.running_jobs(bin_dir=Path(config["slurm"]["bin_dir"])):
+    for row in commands.running_jobs(bin_dir=config.bin_dir):
         used = parsers.duration(row["TimeUsed"]) or 0
         if not row["JobID"].isdigit() or used < stall_seconds:
             continue  # too young to be silent that long
@@ -56,7 +55,7 @@ def find_zombies(config: Config, stall_seconds: float, now: float | None = None)
             target = commands.job_target(job_id, *array)
             seen = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(summary.at))
             zombies.append(
-                Zombie(job_id, target, silent, [f"last progress {seen} (its Comment)"], config["watchdog"]["action"])
+                Zombie(job_id, target, silent, [f"last progress {seen} (its Comment)"], config.watchdog.action)
             )
     return zombies
 
@@ -65,7 +64,7 @@ def act(config: Config, zombies: list[Zombie], dry_run: bool = False) -> list[Zo
     """Requeue or cancel each zombie; log what was done and why. A job Slurm will not requeue (its
     user asked ``--no-requeue``, or it is no batch job) is cancelled instead; a job Slurm refuses
     both keeps its error and the others are acted on all the same (one job must not shield the rest)."""
-    bin_dir = Path(config["slurm"]["bin_dir"])
+    bin_dir = config.bin_dir
     done = []
     for z in zombies:
         reason = f"slurm-yolo watchdog: no progress for {z.silent_seconds / 60:.0f} min ({', '.join(z.evidence)})"

@@ -12,7 +12,7 @@ import os
 import sys
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -22,117 +22,189 @@ SYSTEM_CONFIG = Path("/etc/slurm-yolo/config.toml")
 SYSTEM_STATE = Path("/var/lib/slurm-yolo")
 ENV_OVERRIDES = ("SLURM_YOLO_CONFIG", "SLURM_YOLO_HOME")
 
-# The schema: every section, key and default. Partition tables are open-ended (one per partition).
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "paths": {
-        "state_dir": str(SYSTEM_STATE),  # calibration.db, ledger.db (owned by the SlurmUser)
-        "owner": "slurm",  # the SlurmUser: owns the state; root writes it as this user
-        "cache_dir": "",  # per-user caches (dataset counts); default ~/.cache/slurm-yolo
-        # The published, world-readable copies (ledger.db, calibration.db, availability, audit.json):
-        # "" keeps them in state_dir; a folder of their own can be shared read-only with login nodes,
-        # which then plan with the site's time models and prices and never see the state dir.
-        "public_dir": "",
-    },
-    "slurm": {
-        "bin_dir": "/usr/bin",  # absolute: slurmctld-side hooks run with no PATH
-        "timeout_seconds": 30.0,
-        "spank_tokens": False,  # the SPANK plugin is loaded: jobs carry --yolo-tokens
-    },
-    "job": {
-        # What the job script runs: the interpreter of the install that carries the [train] extra.
-        "python": sys.executable,
-        "cpus_per_gpu": 2,
-        "mem_per_cpu_mb": 0,  # 0: the cluster's DefMemPerCPU
-        "signal_seconds": 120,  # USR2 this long before the time limit: checkpoint and requeue
-        "yolo_config_dir": "",  # YOLO_CONFIG_DIR for jobs (offline font); empty: ultralytics' default
-    },
-    "estimate": {
-        "buffer": 0.20,  # minimum headroom of the time limit over the prediction
-        "reference_gflops": 8.86,  # yolov8n at 640: a model factor of 1.0
-        "k": 1.0,  # prior seconds per million effective tokens per GPU, until a partition is calibrated
-        "overhead_seconds": 5.0,  # prior fixed cost inside training (dataloaders, first batch)
-        "startup_seconds": 20.0,  # process start, model build, dataset scan: not in results.csv
-        "val_weight": 0.5,  # prior cost of a validation token relative to a training token
-        "iteration_seconds": 0.02,  # prior per-iteration cost (optimizer step, collation, logging)
-        "epoch_seconds": 0.5,  # prior per-epoch cost (loader restart, metrics, checkpoint)
-        "val_pass_seconds": 0.5,  # prior per-validation-pass cost (set-up, NMS, metrics)
-        # "shipped": the time model's shape, fixed costs and factors fitted on the project's corpus of real
-        # runs (slurm_yolo/data/priors.json), with their spreads; k and the start-up from here. "config":
-        # every prior from this table, and wide spreads.
-        "priors": "shipped",
-        "imgsz_exponent": 0.3,  # cost per token ~ (imgsz / 640) ^ -this: small images cost more per pixel
-        "imgsz_curvature": 0.0,  # x exp(this x ln(imgsz / 640)^2): a cost per pixel U-shaped in imgsz
-        "batch_exponent": 0.0,  # cost per token ~ (batch pixels / 16 x 640^2) ^ this (CPU: > 0, GPU: < 0)
-        "iteration_exponent": 0.3,  # per-step cost ~ model factor ^ this: far from FLOPs-proportional
-        "startup_exponent": 0.2,  # start-up ~ model factor ^ this (build, load, save weights)
-        "loader_seconds": 0.0,  # CPU-seconds per image in the data loader; > 0: a GPU site fits a loader bound
-        "image_seconds": 0.001,  # prior cost per training image that compute does not hide (decode, augment)
-        "val_image_seconds": 0.001,  # prior cost per validated image outside compute (decode, NMS, metrics)
-        "coverage": 0.99,  # share of runs the time limit covers (cross-validated), buffer never below "buffer"
-        "default_priority": "dev",
-    },
-    "light": {
-        # Jobs this small run on a share of a GPU (shard GRES) instead of a whole one.
-        "max_model_gflops": 30.0,
-        "max_batch_pixels": 16 * 640 * 640,
-        "gpu_share": 0.5,
-    },
-    "ledger": {
-        # Where the books are: "sqlite" (a file in state_dir, one controller) or "mariadb" (the site's
-        # server: backup controllers, several clusters on one budget; `slurm-yolo ledger migrate`).
-        "backend": "sqlite",
-        # The MariaDB option file ([client] host or socket, port, user, password, database), readable
-        # by the SlurmUser alone (mode 600); used with backend = "mariadb".
-        "mariadb_options": "/etc/slurm-yolo/ledger.cnf",
-        # Accepted and ignored, so that an older site config still loads: a prolog that cannot record
-        # its hold always cancels its job (fail closed); "open" let GPU runs go unheld.
-        "prolog_errors": "cancel",
-        "refund_node_fail": True,  # NODE_FAIL / BOOT_FAIL runs are refunded in full
-        "refund_preempted": False,  # a PREEMPTED run pays what it ran (billing.policy.charge says why)
-        "charge_timeout_full": True,  # a job's own TIMEOUT is charged its whole hold
-        # A GPU job its account cannot cover now, but whose quota's refill will within this many minutes,
-        # is accepted and waits (its begin time) until then; 0: refused, as beyond it.
-        "credit_wait_minutes": 0.0,
-        "cancel_over_budget": True,  # a run whose hold the account cannot cover (admitted before it lost tokens) is cancelled at start
-        "enforce": True,  # a dry account's GPU jobs are stopped by Slurm (GrpTRESRunMins gres=0)
-        "admin_comment": True,  # the epilog writes its summary into the job's AdminComment (sacctmgr)
-        "feedback": True,  # the epilog feeds a completed job's measured throughput into its partition's k
-        # Tokens per GPU-second for a partition without a price of its own (`slurm-yolo ledger price`).
-        # 1,000,000 bills a GPU-second as the prior k (1 s per million tokens) would process.
-        "default_price": 1_000_000,
-        "currency": "",  # the name of the money cost_per_gpu_hour is in (EUR, USD, credits), for every line that shows it
-        "unlimited_hold_hours": 168.0,  # what a job with no time limit (an INFINITE partition) holds
-        "reconcile_days": 7.0,  # how far back `ledger reconcile` looks in sacct for runs the hooks missed
-        # Accepted and ignored, so that an older site config still loads: runs are keyed by Slurm's own
-        # ClusterName, which a setting changed while jobs run could not follow (it charged them twice).
-        "cluster": "",
-        "expire_days": 0.0,  # tokens unspent this long after they were credited expire (0: never)
-    },
-    "hookd": {
-        # The resident hook server (slurm-yolo hookd) and its client slurm-yolo-hook, whose build
-        # bakes in the same default path.
-        "socket": "/run/slurm-yolo/hookd.sock",
-        "client": "/opt/slurm-yolo/bin/slurm-yolo-hook",  # job_submit.lua asks a shared ledger through it
-        "workers": 32,  # accepted and ignored, for older configs: one settler thread settles in batches
-    },
-    "watchdog": {
-        "stall_minutes": 30.0,  # no new usage record or stdout for this long: a zombie
-        "action": "requeue",  # or "cancel"
-    },
-    "efficiency": {
-        # GPU efficiency and health (slurm_yolo/admin/efficiency.py, from the launcher's NVML samples): the
-        # report's under-used GPU-hours and the alerts.
-        "low_util_pct": 85.0,  # GPU time of epochs under this utilisation is under-used
-        "idle_minutes": 30.0,  # a running job under low_util_pct this long is an alert (0: never)
-        "temp_limit_c": 85.0,  # a GPU hotter than this in a running job's latest epoch is an alert
-    },
-    "qos": {
-        "short": "yolo-short",
-        "short_max_minutes": 60,
-        "prod": "yolo-prod",
-        "dev": "yolo-dev",
-        "explore": "yolo-explore",
-    },
+
+# The schema: every section, key and default, one frozen dataclass a section (typed settings).
+@dataclass(frozen=True)
+class PathsSettings:
+    """Where the state and its published copies are."""
+
+    state_dir: str = str(SYSTEM_STATE)  # calibration.db, ledger.db (owned by the SlurmUser)
+    owner: str = "slurm"  # the SlurmUser: owns the state; root writes it as this user
+    cache_dir: str = ""  # per-user caches (dataset counts); default ~/.cache/slurm-yolo
+    # The published, world-readable copies (ledger.db, calibration.db, availability, audit.json):
+    # "" keeps them in state_dir; a folder of their own can be shared read-only with login nodes,
+    # which then plan with the site's time models and prices and never see the state dir.
+    public_dir: str = ""
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """How Slurm's commands are run."""
+
+    bin_dir: str = "/usr/bin"  # absolute: slurmctld-side hooks run with no PATH
+    timeout_seconds: float = 30.0
+    spank_tokens: bool = False  # the SPANK plugin is loaded: jobs carry --yolo-tokens
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """What the job script asks of Slurm and runs."""
+
+    # What the job script runs: the interpreter of the install that carries the [train] extra.
+    python: str = sys.executable
+    cpus_per_gpu: int = 2
+    mem_per_cpu_mb: int = 0  # 0: the cluster's DefMemPerCPU
+    signal_seconds: int = 120  # USR2 this long before the time limit: checkpoint and requeue
+    yolo_config_dir: str = ""  # YOLO_CONFIG_DIR for jobs (offline font); empty: ultralytics' default
+
+
+@dataclass(frozen=True)
+class EstimateSettings:
+    """The time model's priors and the limit's buffer."""
+
+    buffer: float = 0.20  # minimum headroom of the time limit over the prediction
+    reference_gflops: float = 8.86  # yolov8n at 640: a model factor of 1.0
+    k: float = 1.0  # prior seconds per million effective tokens per GPU, until a partition is calibrated
+    overhead_seconds: float = 5.0  # prior fixed cost inside training (dataloaders, first batch)
+    startup_seconds: float = 20.0  # process start, model build, dataset scan: not in results.csv
+    val_weight: float = 0.5  # prior cost of a validation token relative to a training token
+    iteration_seconds: float = 0.02  # prior per-iteration cost (optimizer step, collation, logging)
+    epoch_seconds: float = 0.5  # prior per-epoch cost (loader restart, metrics, checkpoint)
+    val_pass_seconds: float = 0.5  # prior per-validation-pass cost (set-up, NMS, metrics)
+    # "shipped": the time model's shape, fixed costs and factors fitted on the project's corpus of real
+    # runs (slurm_yolo/data/priors.json), with their spreads; k and the start-up from here. "config":
+    # every prior from this table, and wide spreads.
+    priors: str = "shipped"
+    imgsz_exponent: float = 0.3  # cost per token ~ (imgsz / 640) ^ -this: small images cost more per pixel
+    imgsz_curvature: float = 0.0  # x exp(this x ln(imgsz / 640)^2): a cost per pixel U-shaped in imgsz
+    batch_exponent: float = 0.0  # cost per token ~ (batch pixels / 16 x 640^2) ^ this (CPU: > 0, GPU: < 0)
+    iteration_exponent: float = 0.3  # per-step cost ~ model factor ^ this: far from FLOPs-proportional
+    startup_exponent: float = 0.2  # start-up ~ model factor ^ this (build, load, save weights)
+    loader_seconds: float = 0.0  # CPU-seconds per image in the data loader; > 0: a GPU site fits a loader bound
+    image_seconds: float = 0.001  # prior cost per training image that compute does not hide (decode, augment)
+    val_image_seconds: float = 0.001  # prior cost per validated image outside compute (decode, NMS, metrics)
+    coverage: float = 0.99  # share of runs the time limit covers (cross-validated), buffer never below "buffer"
+    default_priority: str = "dev"
+
+
+@dataclass(frozen=True)
+class LightSettings:
+    """Jobs small enough for a share of a GPU."""
+
+    # Jobs this small run on a share of a GPU (shard GRES) instead of a whole one.
+    max_model_gflops: float = 30.0
+    max_batch_pixels: int = 16 * 640 * 640
+    gpu_share: float = 0.5
+
+
+@dataclass(frozen=True)
+class LedgerSettings:
+    """The books: backend, billing rules, prices, waits."""
+
+    # Where the books are: "sqlite" (a file in state_dir, one controller) or "mariadb" (the site's
+    # server: backup controllers, several clusters on one budget; `slurm-yolo ledger migrate`).
+    backend: str = "sqlite"
+    # The MariaDB option file ([client] host or socket, port, user, password, database), readable
+    # by the SlurmUser alone (mode 600); used with backend = "mariadb".
+    mariadb_options: str = "/etc/slurm-yolo/ledger.cnf"
+    refund_node_fail: bool = True  # NODE_FAIL / BOOT_FAIL runs are refunded in full
+    refund_preempted: bool = False  # a PREEMPTED run pays what it ran (billing.policy.charge says why)
+    charge_timeout_full: bool = True  # a job's own TIMEOUT is charged its whole hold
+    # A GPU job its account cannot cover now, but whose quota's refill will within this many minutes,
+    # is accepted and waits (its begin time) until then; 0: refused, as beyond it.
+    credit_wait_minutes: float = 0.0
+    cancel_over_budget: bool = (
+        True  # a run whose hold the account cannot cover (admitted before it lost tokens) is cancelled at start
+    )
+    enforce: bool = True  # a dry account's GPU jobs are stopped by Slurm (GrpTRESRunMins gres=0)
+    admin_comment: bool = True  # the epilog writes its summary into the job's AdminComment (sacctmgr)
+    feedback: bool = True  # the epilog feeds a completed job's measured throughput into its partition's k
+    # Tokens per GPU-second for a partition without a price of its own (`slurm-yolo ledger price`).
+    # 1,000,000 bills a GPU-second as the prior k (1 s per million tokens) would process.
+    default_price: int = 1_000_000
+    currency: str = (
+        ""  # the name of the money cost_per_gpu_hour is in (EUR, USD, credits), for every line that shows it
+    )
+    unlimited_hold_hours: float = 168.0  # what a job with no time limit (an INFINITE partition) holds
+    reconcile_days: float = 7.0  # how far back `ledger reconcile` looks in sacct for runs the hooks missed
+    expire_days: float = 0.0  # tokens unspent this long after they were credited expire (0: never)
+
+
+@dataclass(frozen=True)
+class HookdSettings:
+    """The resident hook server and its client."""
+
+    # The resident hook server (slurm-yolo hookd) and its client slurm-yolo-hook, whose build
+    # bakes in the same default path.
+    socket: str = "/run/slurm-yolo/hookd.sock"
+    client: str = "/opt/slurm-yolo/bin/slurm-yolo-hook"  # job_submit.lua asks a shared ledger through it
+
+
+@dataclass(frozen=True)
+class WatchdogSettings:
+    """Zombie jobs: how long a silence, and what then."""
+
+    stall_minutes: float = 30.0  # no new usage record or stdout for this long: a zombie
+    action: str = "requeue"  # or "cancel"
+
+
+@dataclass(frozen=True)
+class EfficiencySettings:
+    """GPU efficiency and health thresholds."""
+
+    # GPU efficiency and health (slurm_yolo/admin/efficiency.py, from the launcher's NVML samples): the
+    # report's under-used GPU-hours and the alerts.
+    low_util_pct: float = 85.0  # GPU time of epochs under this utilisation is under-used
+    idle_minutes: float = 30.0  # a running job under low_util_pct this long is an alert (0: never)
+    temp_limit_c: float = 85.0  # a GPU hotter than this in a running job's latest epoch is an alert
+
+
+@dataclass(frozen=True)
+class QosSettings:
+    """The QOS of each priority tier."""
+
+    short: str = "yolo-short"
+    short_max_minutes: int = 60
+    prod: str = "yolo-prod"
+    dev: str = "yolo-dev"
+    explore: str = "yolo-explore"
+
+    def of(self, priority: str) -> str:
+        """The QOS of a priority tier (prod, dev or explore)."""
+        return {"prod": self.prod, "dev": self.dev, "explore": self.explore}[priority]
+
+
+Section = (
+    PathsSettings
+    | SlurmSettings
+    | JobSettings
+    | EstimateSettings
+    | LightSettings
+    | LedgerSettings
+    | HookdSettings
+    | WatchdogSettings
+    | EfficiencySettings
+    | QosSettings
+)
+SECTIONS: dict[str, type[Section]] = {
+    "paths": PathsSettings,
+    "slurm": SlurmSettings,
+    "job": JobSettings,
+    "estimate": EstimateSettings,
+    "light": LightSettings,
+    "ledger": LedgerSettings,
+    "hookd": HookdSettings,
+    "watchdog": WatchdogSettings,
+    "efficiency": EfficiencySettings,
+    "qos": QosSettings,
+}
+DEFAULTS: dict[str, dict[str, Any]] = {name: asdict(cls()) for name, cls in SECTIONS.items()}
+# Keys older configs had that no longer do anything: refused with what replaced them (a setting a
+# site believes in must not be silently ignored).
+RETIRED = {
+    "ledger.prolog_errors": "a prolog that cannot record its hold always cancels its job",
+    "ledger.cluster": "runs are keyed by Slurm's own ClusterName",
+    "hookd.workers": "one settler thread settles in batches",
 }
 
 PARTITION_DEFAULTS: dict[str, Any] = {
@@ -167,30 +239,47 @@ class Partition(NamedTuple):
 
 @dataclass
 class Config:
-    """Effective settings; ``sources`` maps ``section.key`` to where the value came from."""
+    """Effective settings, one typed section each; ``sources`` maps ``section.key`` to where the value
+    came from."""
 
-    values: dict[str, dict[str, Any]]
+    paths: PathsSettings
+    slurm: SlurmSettings
+    job: JobSettings
+    estimate: EstimateSettings
+    light: LightSettings
+    ledger: LedgerSettings
+    hookd: HookdSettings
+    watchdog: WatchdogSettings
+    efficiency: EfficiencySettings
+    qos: QosSettings
     partitions: dict[str, Partition]
     sources: dict[str, str] = field(default_factory=dict)
     path: Path | None = None
     env: dict[str, str] = field(default_factory=dict)  # the SLURM_YOLO_* that chose it, for child processes
 
-    def __getitem__(self, section: str) -> dict[str, Any]:
-        return self.values[section]
+    @property
+    def values(self) -> dict[str, dict[str, Any]]:
+        """Every section's values by name (``config show``, and a child's copy of the settings)."""
+        return {name: asdict(getattr(self, name)) for name in SECTIONS}
 
     @property
     def state_dir(self) -> Path:
-        return Path(self.values["paths"]["state_dir"])
+        return Path(self.paths.state_dir)
 
     @property
     def public_dir(self) -> Path:
         """Where the published copies are (``paths.public_dir``, else the state dir)."""
-        return Path(self.values["paths"]["public_dir"] or self.values["paths"]["state_dir"])
+        return Path(self.paths.public_dir or self.paths.state_dir)
+
+    @property
+    def bin_dir(self) -> Path:
+        """Slurm's commands (``slurm.bin_dir``)."""
+        return Path(self.slurm.bin_dir)
 
     @property
     def cache_dir(self) -> Path:
-        if self.values["paths"]["cache_dir"]:
-            return Path(self.values["paths"]["cache_dir"])
+        if self.paths.cache_dir:
+            return Path(self.paths.cache_dir)
         home = os.environ.get("SLURM_YOLO_HOME")
         if home:
             return Path(home) / "cache"
@@ -277,6 +366,10 @@ def load(path: Path | None = None, env: Mapping[str, str] = os.environ) -> Confi
                 f"config {path}: unknown section [{section}] (valid: {', '.join([*DEFAULTS, 'partitions'])})"
             )
         for key, value in table.items():
+            if f"{section}.{key}" in RETIRED:
+                raise UsageError(
+                    f"config {path}: {section}.{key} is no longer a setting ({RETIRED[f'{section}.{key}']}): remove it"
+                )
             if key not in DEFAULTS[section]:
                 raise UsageError(f"config {path}: unknown key {section}.{key} (valid: {', '.join(DEFAULTS[section])})")
             values[section][key] = _check_type(f"{section}.{key}", value, DEFAULTS[section][key])
@@ -292,13 +385,16 @@ def load(path: Path | None = None, env: Mapping[str, str] = os.environ) -> Confi
         raise UsageError("config estimate.priors: must be 'shipped' or 'config'")
     if values["ledger"]["backend"] not in ("sqlite", "mariadb"):
         raise UsageError("config ledger.backend: must be 'sqlite' or 'mariadb'")
-    if values["ledger"]["prolog_errors"] not in ("open", "cancel"):
-        raise UsageError("config ledger.prolog_errors: must be 'open' or 'cancel'")
     if values["estimate"]["default_priority"] not in PRIORITIES:
         raise UsageError(f"config estimate.default_priority: must be one of {', '.join(PRIORITIES)}")
     chosen = {k: env[k] for k in ENV_OVERRIDES if env.get(k)}
+    sections = {name: cls(**values[name]) for name, cls in SECTIONS.items()}
     return Config(
-        values=values, partitions=partitions, sources=sources, path=path if path.exists() else None, env=chosen
+        **sections,  # type: ignore[arg-type]  # each name's own class, from SECTIONS
+        partitions=partitions,
+        sources=sources,
+        path=path if path.exists() else None,
+        env=chosen,
     )
 
 

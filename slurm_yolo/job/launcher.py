@@ -89,7 +89,7 @@ class UsageLog:
 def _bin_dir() -> Path | None:
     """Slurm's commands as the config names them; None (where they usually are) without a readable config."""
     try:
-        return Path(config_mod.load()["slurm"]["bin_dir"])
+        return Path(config_mod.load().slurm.bin_dir)
     except SlurmYoloError:
         return None
 
@@ -178,7 +178,7 @@ def start_record(s: spec_mod.TrainSpec, gpus: int, cpus: int) -> dict[str, Any]:
     try:
         cfg = config_mod.load()
         counts = dataset.count(str(s.get("data")), cfg.cache_dir / "datasets.json")
-        model = estimate.resolve_model(s.model, cfg["estimate"]["reference_gflops"], sys.executable, cfg.cache_dir)
+        model = estimate.resolve_model(s.model, cfg.estimate.reference_gflops, sys.executable, cfg.cache_dir)
         record["workload"] = estimate.workload(s, counts.train, counts.val, model).to_dict()
     except SlurmYoloError as e:
         record["warning"] = f"workload unknown: {e}"

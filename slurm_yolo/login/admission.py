@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
 from slurm_yolo.core.billing import bucket, policy
 from slurm_yolo.core.config import Config
@@ -47,7 +46,7 @@ def check(config: Config, plan: Plan, account: str | None, q: Quote) -> float:
     lg = ledger.reader(config)
     if lg is None:
         return 0.0
-    bin_dir = Path(config["slurm"]["bin_dir"])
+    bin_dir = config.bin_dir
     try:
         name = account or commands.default_account(current_user(), bin_dir)
         row = lg.account(name)
@@ -59,7 +58,7 @@ def check(config: Config, plan: Plan, account: str | None, q: Quote) -> float:
     # own limits and GPUs (job_submit.lua); their comments are their users' text, never evidence here.
     need, left = q.hold_tokens, row["balance"]
     wait = bucket.seconds_to_cover(need, left, row["capacity"], row["rate_per_day"])
-    max_wait = float(config["ledger"]["credit_wait_minutes"]) * 60
+    max_wait = float(config.ledger.credit_wait_minutes) * 60
     if wait is not None and wait <= max_wait:
         return wait
     if need > left:

@@ -172,14 +172,14 @@ def plan_partition(
     try:
         return _plan(w, tm, k_source, part, req, config, devices)
     except UsageError as e:
-        e.explain = (*_head(w, tm, k_source, config["estimate"]["reference_gflops"]), *e.explain)
+        e.explain = (*_head(w, tm, k_source, config.estimate.reference_gflops), *e.explain)
         raise
 
 
 def _plan(
     w: Workload, tm: TimeModel, k_source: str, part: Partition, req: Request, config: Config, devices: int | None
 ) -> Plan:
-    ref = config["estimate"]["reference_gflops"]
+    ref = config.estimate.reference_gflops
     card = gputypes.card(part)
     gpu = card.type is not None and card.memory_gb > 0  # a known card: its memory bounds the batch
     batch_line: list[str] = []
@@ -187,12 +187,12 @@ def _plan(
         w, batch_line = _autobatch(w, card, req.autobatch, ref)
     gpus, gpus_why = _gpus(w, tm, part, req, devices, ref)
     memory_lines = [*batch_line, *_check_memory(w, gpus, card, part, ref, bool(batch_line))] if gpu else []
-    cpus_per_gpu = req.cpus_per_gpu or config["job"]["cpus_per_gpu"]
+    cpus_per_gpu = req.cpus_per_gpu or config.job.cpus_per_gpu
     cpus = cpus_per_gpu * gpus  # the loader term's CPUs, as render asks Slurm for them
     predicted = predict_seconds(w, tm, gpus, part.ddp_efficiency, ref, cpus)
     train = predict_train_seconds(w, tm, gpus, part.ddp_efficiency, ref, cpus)
     widening = range_widening(tm, w)
-    buf = buffer_for(tm, config["estimate"]["buffer"], predicted, widening)
+    buf = buffer_for(tm, config.estimate.buffer, predicted, widening)
     limit = time_limit(predicted, buf.value)
     short_limit = ""
     if req.time_limit_seconds is not None:
@@ -213,28 +213,28 @@ def _plan(
         )
         raise e
 
-    light = config["light"]
+    light = config.light
     shard = (
         gpus == 1
         and part.shards_per_gpu > 0
-        and w.gflops <= light["max_model_gflops"]
-        and w.batch * w.imgsz**2 <= light["max_batch_pixels"]
-        and _fits_share(w, card, light["gpu_share"], part.shards_per_gpu, ref)
+        and w.gflops <= light.max_model_gflops
+        and w.batch * w.imgsz**2 <= light.max_batch_pixels
+        and _fits_share(w, card, light.gpu_share, part.shards_per_gpu, ref)
     )
     gtype = f"{part.gpu_type}:" if part.gpu_type else ""
     share = 0.0
     if shard:
-        n = max(1, math.ceil(light["gpu_share"] * part.shards_per_gpu))
+        n = max(1, math.ceil(light.gpu_share * part.shards_per_gpu))
         gres = f"shard:{gtype}{n}"
         share = n / part.shards_per_gpu
     else:
         gres = f"gpu:{gtype}{gpus}"
 
-    qos_cfg = config["qos"]
+    qos_cfg = config.qos
     if req.priority not in ("prod", "dev", "explore"):
         raise UsageError(f"--priority {req.priority}: one of prod, dev, explore")
-    short = limit <= qos_cfg["short_max_minutes"] * 60 and req.priority != "explore"
-    qos = qos_cfg["short"] if short else qos_cfg[req.priority]
+    short = limit <= qos_cfg.short_max_minutes * 60 and req.priority != "explore"
+    qos = qos_cfg.short if short else qos_cfg.of(req.priority)
 
     feed = _feed_line(w, tm, part, gpus, cpus_per_gpu, ref) if card.type is not None else ""
     mf = model_factor(w.gflops, ref)
@@ -264,8 +264,8 @@ def _plan(
         f"gres: {gres}" + (" (light job: shares a GPU)" if shard else ""),
         f"qos: {qos} ("
         + (
-            f"a short job, limit at most {qos_cfg['short_max_minutes']} min: {qos}'s priority and tier rate"
-            f" instead of priority {req.priority}'s {qos_cfg[req.priority]})"
+            f"a short job, limit at most {qos_cfg.short_max_minutes} min: {qos}'s priority and tier rate"
+            f" instead of priority {req.priority}'s {qos_cfg.of(req.priority)})"
             if short
             else f"priority {req.priority})"
         ),

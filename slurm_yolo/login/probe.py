@@ -39,8 +39,8 @@ def script(config: Config, partition: str, folder: Path) -> str:
     """The probe job's script (its options go on sbatch's command line)."""
     card = gputypes.card(config.partition(partition))
     env = {"YOLO_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    if config["job"]["yolo_config_dir"]:
-        env["YOLO_CONFIG_DIR"] = config["job"]["yolo_config_dir"]
+    if config.job.yolo_config_dir:
+        env["YOLO_CONFIG_DIR"] = config.job.yolo_config_dir
     return fill(
         template("probe.sbatch"),
         {
@@ -48,7 +48,7 @@ def script(config: Config, partition: str, folder: Path) -> str:
             "command": " ".join(
                 shlex.quote(w)
                 for w in (
-                    config["job"]["python"],
+                    config.job.python,
                     "-m",
                     "slurm_yolo.job.probe_job",
                     str(folder),
@@ -67,7 +67,7 @@ def sbatch_args(config: Config, partition: str, account: str | None, folder: Pat
         f"--gres={gres}",
         f"--time={LIMIT_MINUTES}",
         "--job-name=yolo-probe",
-        f"--cpus-per-task={config['job']['cpus_per_gpu']}",
+        f"--cpus-per-task={config.job.cpus_per_gpu}",
         "--no-requeue",
         f"--output={folder}/probe-%j.log",
     ]
@@ -127,10 +127,10 @@ def run(
     except OSError as e:
         raise UsageError(f"--dir {where}: {e.strerror}") from None
     args = sbatch_args(config, partition, account, folder)
-    bin_dir = Path(config["slurm"]["bin_dir"])
+    bin_dir = config.bin_dir
     try:
         job_id = commands.submit(
-            script(config, partition, folder), args, bin_dir=bin_dir, timeout=config["slurm"]["timeout_seconds"]
+            script(config, partition, folder), args, bin_dir=bin_dir, timeout=config.slurm.timeout_seconds
         )
     except SlurmYoloError:
         folder.rmdir()  # Slurm refused it (a partition or an account it does not have): nothing left behind

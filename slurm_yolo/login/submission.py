@@ -12,7 +12,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from slurm_yolo.core import config as config_mod
 from slurm_yolo.core import dataset, spec
@@ -158,15 +158,15 @@ class Prepared(NamedTuple):
 
 def job_options(config: Config, **given: object) -> render.JobOptions:
     """The user's sbatch options over the config's job settings."""
-    job = config["job"]
+    job = config.job
     values = {k: v for k, v in given.items() if v not in (None, ())}
-    site = {
-        "python": job["python"],
-        "cpus_per_gpu": job["cpus_per_gpu"],
-        "mem_per_cpu_mb": job["mem_per_cpu_mb"],
-        "signal_seconds": job["signal_seconds"],
-        "spank_tokens": config["slurm"]["spank_tokens"],
-        "yolo_config_dir": job["yolo_config_dir"],
+    site: dict[str, Any] = {
+        "python": job.python,
+        "cpus_per_gpu": job.cpus_per_gpu,
+        "mem_per_cpu_mb": job.mem_per_cpu_mb,
+        "signal_seconds": job.signal_seconds,
+        "spank_tokens": config.slurm.spank_tokens,
+        "yolo_config_dir": job.yolo_config_dir,
     }
     return render.JobOptions(**{**site, **values})
 
@@ -186,15 +186,15 @@ def prepare(
     s = spec.parse(words)
     check_log_paths(options)
     check_project(s, options)
-    counts = dataset.count(str(s.get("data")), config.cache_dir / "datasets.json", config["job"]["yolo_config_dir"])
-    reference = config["estimate"]["reference_gflops"]
-    model = estimate.resolve_model(s.model, reference, config["job"]["python"], config.cache_dir, flops_factor)
+    counts = dataset.count(str(s.get("data")), config.cache_dir / "datasets.json", config.job.yolo_config_dir)
+    reference = config.estimate.reference_gflops
+    model = estimate.resolve_model(s.model, reference, config.job.python, config.cache_dir, flops_factor)
     w = estimate.workload(s, counts.train, counts.val, model)
     request = request._replace(autobatch=s.autobatch)
     if s.devices == 0:
         raise UsageError("device=cpu: yolo-sbatch schedules GPU jobs; drop device= (the job uses its GPUs)")
 
-    bin_dir, timeout = Path(config["slurm"]["bin_dir"]), config["slurm"]["timeout_seconds"]
+    bin_dir, timeout = config.bin_dir, config.slurm.timeout_seconds
     partition = request.partition or ("auto" if config.partitions else default_partition(bin_dir, timeout))
     if partition == "auto":
         names = sorted(config.partitions)
@@ -297,7 +297,7 @@ def unpublished(config: Config) -> str:
     if config.path is None or os.access(db.private_dir(config.state_dir), os.X_OK):
         return ""
     public = config.public_dir
-    if config["paths"]["public_dir"] == "" and os.path.isdir(public):
+    if config.paths.public_dir == "" and os.path.isdir(public):
         return ""  # the state dir itself, as on a single host: an empty one is a new site
     why = db.public_problem(public)  # a folder of its own must hold the copies
     if not why:
@@ -331,7 +331,7 @@ def quotes_for(config: Config, plans: list[plan.Plan]) -> tuple[list[cost.Quote]
                     price,
                     rate,
                     part.cost_per_gpu_hour,
-                    config["ledger"]["currency"],
+                    config.ledger.currency,
                 )
             )
         return quotes, note
@@ -353,12 +353,10 @@ def submit(config: Config, prepared: Prepared) -> Submitted:
     unread = config_mod.missing(config)
     if unread:  # a plan on the defaults (whole GPUs, the prior k, the default price) can hold far more than the site's
         raise UsageError(f"job not submitted: {unread} (--dry-run plans on the defaults)")
-    bin_dir = Path(config["slurm"]["bin_dir"])
+    bin_dir = config.bin_dir
     try:
         wait = admission.check(config, prepared.plan, prepared.options.account, prepared.quote)
-        job_id, told = commands.submit_told(
-            prepared.script, [], bin_dir=bin_dir, timeout=config["slurm"]["timeout_seconds"]
-        )
+        job_id, told = commands.submit_told(prepared.script, [], bin_dir=bin_dir, timeout=config.slurm.timeout_seconds)
     except QuotaError:
         require_association(prepared.options.account, bin_dir)
         raise
@@ -418,7 +416,7 @@ def settlement_from_slurm(config: Config, job_id: int, cluster: str, since: floa
     """``settlement`` where Slurm's PrivateData keeps job rows out of the published ledger: from the
     job's AdminComment, which the ledger writes once it has settled a run and which sacct shows only
     to those Slurm lets see the job."""
-    bin_dir = Path(config["slurm"]["bin_dir"])
+    bin_dir = config.bin_dir
     runs: dict[int, dict[str, str]] = {}
     while True:
         try:
@@ -449,7 +447,7 @@ def settlement(config: Config, job_id: int, since: float = 0.0, timeout: float =
     user sees the cost after the job beside the hold before it. ``since``: the job's submission (an
     older job of the same id, from before a controller lost its state, is another job). A line saying
     where to look when the ledger has not settled them within ``timeout``."""
-    bin_dir = Path(config["slurm"]["bin_dir"])
+    bin_dir = config.bin_dir
     try:
         cluster = commands.cluster_name(bin_dir)
     except SlurmError:
@@ -475,7 +473,7 @@ def settlement(config: Config, job_id: int, since: float = 0.0, timeout: float =
     hours = sum(cost.gpu_hours(r["elapsed"] or 0, float(r["gpus"])) for r in runs)
     part = config.partition(str(runs[-1]["partition"]))
     money = (
-        f" = {cost.fmt_money(hours * part.cost_per_gpu_hour, config['ledger']['currency'])}"
+        f" = {cost.fmt_money(hours * part.cost_per_gpu_hour, config.ledger.currency)}"
         if part.cost_per_gpu_hour > 0
         else ""
     )

@@ -86,10 +86,10 @@ def current_user() -> str:
 def viewer(config: Config) -> Viewer:
     """The facts the rule needs about whoever runs this. Slurm is asked only what can still change the
     answer: nothing for root and the SlurmUser, and no associations unless PrivateData hides accounts."""
-    v = Viewer(os.getuid(), current_user(), config["paths"]["owner"])
+    v = Viewer(os.getuid(), current_user(), config.paths.owner)
     if is_admin(v):
         return v
-    bin_dir = Path(config["slurm"]["bin_dir"])
+    bin_dir = config.bin_dir
     try:
         level, coordinated = commands.admin_level_and_coordinated(v.user, bin_dir)
         v = v._replace(admin_level=level, coordinated=coordinated)
@@ -113,7 +113,7 @@ def own_accounts(config: Config, v: Viewer) -> frozenset[str]:
     if v.associated or is_admin(v) or v.unreached:
         return v.associated
     try:
-        return frozenset(commands.accounts_of(v.user, Path(config["slurm"]["bin_dir"])))
+        return frozenset(commands.accounts_of(v.user, config.bin_dir))
     except SlurmError:
         return frozenset()
 
@@ -122,7 +122,7 @@ def hides_jobs(config: Config) -> bool:
     """Whether the published copies (world-readable) must leave out each job's rows, users and
     summaries: Slurm's PrivateData hides jobs or usage from other users. When Slurm does not say
     (scontrol fails), they are left out: a copy never shows more than Slurm would."""
-    bin_dir = str(config["slurm"]["bin_dir"])
+    bin_dir = str(config.slurm.bin_dir)
     at, hidden = _asked.get(bin_dir, (-ASKED_EVERY, True))
     if time.monotonic() - at >= ASKED_EVERY:
         try:

@@ -85,18 +85,18 @@ def render(
     """The file's text (pure) from the ledger's accounts, prices and tiers rows, and the (cluster, job
     id) of every run it holds now. A price or rate of one cluster of a shared ledger ends with that
     cluster's name; the script of that cluster prefers it to the one of every cluster."""
-    led = config["ledger"]
+    led = config.ledger
     lines = [
         f"slurm-yolo-availability {VERSION}",
         f"stamp {int(now)}",
-        f"unlimited {policy.unlimited_cap(led['unlimited_hold_hours'])}",
-        f"default_price {int(led['default_price'])}",
+        f"unlimited {policy.unlimited_cap(led.unlimited_hold_hours)}",
+        f"default_price {led.default_price}",
     ]
     rates = {(str(row["qos"]), str(row["cluster"])): int(row["rate_ppm"]) for row in tiers}
-    if led.get("backend") == "mariadb":
+    if led.backend == "mariadb":
         lines.append("shared 1")  # several clusters may share it: the script asks the ledger too
     lines.append(f"maxrate {max([policy.RATE_SCALE, *rates.values()])}")
-    lines.append(f"creditwait {int(float(led['credit_wait_minutes']) * 60)}")
+    lines.append(f"creditwait {int(led.credit_wait_minutes * 60)}")
     for (cluster, name), versions in sorted(price_versions(prices, now).items()):
         if _plain(name, cluster):
             lines += [f"price {name} {price} {at} {cluster}".rstrip() for at, price in versions]
@@ -129,14 +129,14 @@ def script(config: Config, cluster: str) -> str:
     change a pending job's resources)."""
     import pwd
 
-    owner = config["paths"]["owner"]
+    owner = config.paths.owner
     try:
         uid = pwd.getpwnam(owner).pw_uid
     except KeyError:
         raise UsageError(f"paths.owner {owner!r} is not a user on this host") from None
     if not _NAME.fullmatch(cluster):
         raise UsageError(f"cluster name {cluster!r} is not a plain name")
-    client, socket = config["hookd"]["client"], config["hookd"]["socket"]
+    client, socket = config.hookd.client, config.hookd.socket
     for p in (path(config), refusals_path(config), client, socket):
         if not _PATH.fullmatch(str(p)):
             raise UsageError(f"{p}: a path with quotes, backslashes or control characters cannot go into Lua")

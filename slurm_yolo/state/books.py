@@ -48,13 +48,13 @@ class Written(NamedTuple):
 def write_comments(config: Config, limit: int | None = None) -> Written:
     """Write the queued AdminComments (the first ``limit``; None: all), oldest and least tried first,
     a chunk per sacctmgr; a chunk slurmdbd does not answer ends the pass (the rest stay queued)."""
-    if not config["ledger"]["admin_comment"]:
+    if not config.ledger.admin_comment:
         return Written(0, [], 0)
     lg = ledger.reader(config)
     if lg is None:
         return Written(0, [], 0)
     with lg:
-        home = commands.home_cluster(Path(config["slurm"]["bin_dir"]))  # sacctmgr writes its own cluster's
+        home = commands.home_cluster(config.bin_dir)  # sacctmgr writes its own cluster's
         queued = [(r["cluster"], r["job_id"], r["text"]) for r in lg.unwritten_comments(limit, home)]
     written, failed = 0, list[str]()
     for at in range(0, len(queued), CHUNK):
@@ -73,7 +73,7 @@ def _write_chunk(config: Config, queued: list[tuple[str, int, str]]) -> tuple[in
     """One sacctmgr for the chunk (one sacct first: each job's own name); what it cannot confirm,
     one sacctmgr apiece, checked exactly. How many landed, why the others did not, and whether
     slurmdbd did not answer."""
-    bin_dir = Path(config["slurm"]["bin_dir"])
+    bin_dir = config.bin_dir
     try:  # an array task's own name, a hetjob component's
         targets = commands.comment_targets(sorted({job for _, job, _ in queued}), bin_dir=bin_dir)
     except SlurmYoloError as e:
@@ -113,9 +113,9 @@ def audit(config: Config, window_days: float, min_age: float) -> list[Finding]:
     (or were held) more than ``min_age`` seconds ago."""
     now = time.time()
     since = now - window_days * 86400
-    bin_dir = Path(config["slurm"]["bin_dir"])
+    bin_dir = config.bin_dir
     home = commands.home_cluster(bin_dir)  # its own runs: other clusters may share the ledger
-    with_comments = bool(config["ledger"]["admin_comment"])
+    with_comments = bool(config.ledger.admin_comment)
     records: list[JobRecord] = []
     comments: dict[tuple[str, int, int], str] = {}
     unread: list[Finding] = []
@@ -176,7 +176,7 @@ def _compare(
     for (cluster, job_id, _), text in comments.items():
         recorded.setdefault((cluster, job_id), {}).update(comment.parse(text))
     seen = set()
-    rules = policy.Rules(*(bool(config["ledger"][f]) for f in policy.Rules._fields))
+    rules = policy.Rules.of(config.ledger)
     for rec in records:
         key = ledger.run_key(rec.cluster, rec.job_id, rec.submit)
         seen.add(key)
@@ -204,7 +204,7 @@ def _compare(
                     f"{row['charge']}; sacct {rec.state} {ran} s, due {due}",
                 )
             )
-        if config["ledger"]["admin_comment"]:
+        if config.ledger.admin_comment:
             entries = recorded.get((rec.cluster, rec.job_id), {})
             entry = entries.get(rec.submit, entries.get(0) if len(entries) == 1 else None)  # 0: before runs were named
             want = {
@@ -267,7 +267,7 @@ def save(config: Config, findings: list[Finding], window_days: float) -> None:
     """The last audit, for ``alerts`` and the metrics: written as the state's owner (root's run too,
     so that ``last`` accepts it), atomically."""
     target = audit_path(config)
-    with db.as_state_owner(config.state_dir, config["paths"]["owner"]):
+    with db.as_state_owner(config.state_dir, config.paths.owner):
         tmp = db.public_folder(target.parent) / f".{AUDIT_NAME}.{os.getpid()}"
         tmp.write_text(
             json.dumps({"at": time.time(), "window_days": window_days, "findings": [f._asdict() for f in findings]})

@@ -124,12 +124,12 @@ PRIOR_KEYS = (
 
 def _gpu_prior(config: Config, partition: str) -> tuple[TimeModel, str] | None:
     """The GPU-type prior of a partition whose card is known (``gputypes.card``), with its name."""
-    if not partition or config["estimate"]["priors"] != "shipped":
+    if not partition or config.estimate.priors != "shipped":
         return None
     card = gputypes.card(config.partition(partition))
     if card.type is None:
         return None
-    base = TimeModel(**{key: config["estimate"][key] for key in PRIOR_KEYS})
+    base = TimeModel(**{key: getattr(config.estimate, key) for key in PRIOR_KEYS})
     return gpu_priors.model_for(base, card, gpu_priors.shipped())
 
 
@@ -140,9 +140,9 @@ def prior(config: Config, partition: str = "") -> TimeModel:
     gpu = _gpu_prior(config, partition)
     if gpu:
         return gpu[0]
-    e = config["estimate"]
-    base = TimeModel(**{key: e[key] for key in PRIOR_KEYS})
-    return priors.apply(base, priors.shipped()) if e["priors"] == "shipped" else base
+    e = config.estimate
+    base = TimeModel(**{key: getattr(e, key) for key in PRIOR_KEYS})
+    return priors.apply(base, priors.shipped()) if e.priors == "shipped" else base
 
 
 def prior_name(config: Config, partition: str = "") -> str:
@@ -151,7 +151,7 @@ def prior_name(config: Config, partition: str = "") -> str:
     if gpu:
         return gpu[1]
     unknown = gputypes.unknown_line(config.partition(partition)) if partition in config.partitions else ""
-    if config["estimate"]["priors"] == "shipped":
+    if config.estimate.priors == "shipped":
         return "shipped priors (the corpus' shape and costs, the config's k and start-up)" + (
             f"; {unknown}" if unknown else ""
         )
@@ -248,9 +248,9 @@ class Store:
     def __init__(self, config: Config) -> None:
         self.config = config
         self._stack = ExitStack()
-        self._stack.enter_context(db.as_state_owner(config.state_dir, config["paths"]["owner"]))
+        self._stack.enter_context(db.as_state_owner(config.state_dir, config.paths.owner))
         try:
-            self.conn = db.connect_write(db.writable(db_path(config), config["paths"]["owner"]), MIGRATIONS)
+            self.conn = db.connect_write(db.writable(db_path(config), config.paths.owner), MIGRATIONS)
         except BaseException:
             self._stack.close()
             raise
@@ -529,8 +529,8 @@ def sample_from_run_dir(path: Path, config: Config) -> Sample:
     args = dict(facts.args)
     s = spec.TrainSpec(task=args.pop("task"), mode="train", args=args)
     _, train, val, _ = facts.counts
-    reference = config["estimate"]["reference_gflops"]
-    model = estimate.resolve_model(s.model, reference, config["job"]["python"], config.cache_dir)
+    reference = config.estimate.reference_gflops
+    model = estimate.resolve_model(s.model, reference, config.job.python, config.cache_dir)
     try:
         w = estimate.workload(s, train, val, model, epochs_done=facts.epochs)
     except UsageError as e:
@@ -620,10 +620,10 @@ def fit_partition(config: Config, partition: str, samples: list[Sample], current
     """The partition's model fitted to ``samples`` (with cross-validation and its coverage)."""
     from slurm_yolo.core.model import fitting  # numpy: admin and cron path only, and the hooks import this module
 
-    e = config["estimate"]
+    e = config.estimate
     part = config.partition(partition)
     return fitting.fit(
-        samples, partition_prior(config, current, partition), part.ddp_efficiency, e["reference_gflops"], e["coverage"]
+        samples, partition_prior(config, current, partition), part.ddp_efficiency, e.reference_gflops, e.coverage
     )
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
-from pathlib import Path
 from typing import NamedTuple
 
 from slurm_yolo.core.billing import policy
@@ -88,13 +87,13 @@ def prices(config: Config, lg: Ledger | None, partition: str, qos: str) -> tuple
     """(price, tier rate) the partition's runs of ``qos`` would be held at now: the ledger's (this
     cluster's own, where a cluster has any), else the config's default price and rate 1. The cluster
     is asked of Slurm only when some price or rate is a cluster's own; unreachable, the grant's apply."""
-    default = int(config["ledger"]["default_price"])
+    default = int(config.ledger.default_price)
     if lg is None:
         return default, policy.RATE_SCALE
     cluster = ""
     if lg.has_cluster_prices():
         try:
-            cluster = commands.home_cluster(Path(config["slurm"]["bin_dir"]))
+            cluster = commands.home_cluster(config.bin_dir)
         except SlurmError:
             cluster = ""
     return lg.price_at(partition, time.time(), default, cluster), lg.tier_rate(qos, cluster)

@@ -25,7 +25,7 @@ def log_event(config: Config, record: dict[str, object], name: str = "hooks.log"
     state's owner and mode 0600 (stderr if the private folder is not writable)."""
     try:
         line = (json.dumps({"at": time.time(), **record}) + "\n").encode()
-        with db.as_state_owner(config.state_dir, config["paths"]["owner"]):
+        with db.as_state_owner(config.state_dir, config.paths.owner):
             fd = os.open(
                 db.make_private(config.state_dir) / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
             )

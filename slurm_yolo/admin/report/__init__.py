@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 
 import pandas as pd
 
@@ -72,14 +71,14 @@ def _select(f: Filters) -> list[str]:
 
 def fetch_sacct(config: Config, f: Filters) -> list[list[str]]:
     """Every run (``-D``) of every user's jobs in the window, as rows of ``FIELDS``."""
-    return commands.sacct_rows(_select(f), FIELDS, bin_dir=Path(config["slurm"]["bin_dir"]), timeout=300)
+    return commands.sacct_rows(_select(f), FIELDS, bin_dir=config.bin_dir, timeout=300)
 
 
 def fetch_step_gpus(config: Config, f: Filters) -> dict[int, parsers.StepGpu]:
     """Slurm's own GPU accounting of the filters' jobs (``commands.sacct_step_gpus``): none where the
     site does not gather it, or slurmdbd does not answer (the usage records still speak)."""
     try:
-        return commands.sacct_step_gpus(_select(f), bin_dir=Path(config["slurm"]["bin_dir"]))
+        return commands.sacct_step_gpus(_select(f), bin_dir=config.bin_dir)
     except (UnreachableError, SlurmError):
         return {}
 
@@ -409,7 +408,7 @@ def efficiency(
                 batch=None,
             )
         part = config.partitions.get(str(last["Partition"]))
-        share = 1 / part.shards_per_gpu if part and part.shards_per_gpu > 1 else float(config["light"]["gpu_share"])
+        share = 1 / part.shards_per_gpu if part and part.shards_per_gpu > 1 else float(config.light.gpu_share)
         hours = float(runs["gpu_hours"].sum())
         rows.append(
             [
@@ -572,7 +571,7 @@ def build(
 
     makers = {
         "usage": lambda: usage(runs),
-        "accuracy": lambda: accuracy(runs, config["job"]["signal_seconds"]),
+        "accuracy": lambda: accuracy(runs, config.job.signal_seconds),
         "waits": lambda: waits(runs),
         "failures": lambda: failures(runs),
         "preemptions": lambda: preemptions(runs, records),
@@ -702,7 +701,7 @@ def series(
 def recent_predictions(config: Config, since: str = "now-1days") -> list[tuple[int, str, float, float, bool]]:
     """(job, partition, predicted s, actual s, hit its limit) of yolo jobs that completed or hit their
     limit recently (``job_totals``: a requeued job's runs together)."""
-    jobs = job_totals(parse_jobs(fetch_sacct(config, Filters(since=since))), config["job"]["signal_seconds"])
+    jobs = job_totals(parse_jobs(fetch_sacct(config, Filters(since=since))), config.job.signal_seconds)
     done = jobs[(jobs["state"] == "COMPLETED") | jobs["missed"]]
     return [
         (int(r.job_id), str(r.Partition), float(r.pred_s), float(r.elapsed), bool(r.missed)) for r in done.itertuples()

@@ -38,6 +38,11 @@ class Rules(NamedTuple):
     refund_preempted: bool = False  # see ``charge``: the rule that makes preempting your own run gain nothing
     charge_timeout_full: bool = True
 
+    @classmethod
+    def of(cls, settings: object) -> Rules:
+        """The rules as a site's ``[ledger]`` settings set them."""
+        return cls(*(bool(getattr(settings, f)) for f in cls._fields))
+
 
 def share(whole: int, shards: int, shards_per_gpu: int) -> Fraction:
     """A GPU share: whole GPUs, else shards as a share of one GPU (``shards_per_gpu`` from the admin's

@@ -72,7 +72,7 @@ def run_key(cluster: str, job_id: int, submit: int) -> str:
 def limit_seconds(time_limit: int | None, config: Config) -> int:
     """A run's time limit as Slurm reports it (seconds; None: unlimited), or the configured cap: what
     its hold covers at the start, and what a TIMEOUT pays at least at the end (the limit then)."""
-    return policy.hold_seconds(time_limit, policy.unlimited_cap(config["ledger"]["unlimited_hold_hours"]))
+    return policy.hold_seconds(time_limit, policy.unlimited_cap(config.ledger.unlimited_hold_hours))
 
 
 def run_share(row: store.Row) -> Fraction:
@@ -122,12 +122,12 @@ def db_path(config: Config) -> Path:
 
 def on_mariadb(config: Config) -> bool:
     """Whether the books are on the site's MariaDB (``ledger.backend``) rather than the SQLite file."""
-    return config["ledger"]["backend"] == "mariadb"
+    return config.ledger.backend == "mariadb"
 
 
 def options_path(config: Config) -> Path:
     """The MariaDB option file with the ledger's database and credentials (the SlurmUser's alone)."""
-    return Path(config["ledger"]["mariadb_options"])
+    return Path(config.ledger.mariadb_options)
 
 
 def where(config: Config) -> str:
@@ -156,7 +156,7 @@ def exists(config: Config) -> bool:
 def is_keeper(config: Config) -> bool:
     """Whether this process keeps the books (root or the SlurmUser): it reads them where they are,
     and a problem there is its error; everyone else reads the published copy."""
-    return db.is_keeper(config["paths"]["owner"])
+    return db.is_keeper(config.paths.owner)
 
 
 def _store(config: Config) -> store.Store:
@@ -165,11 +165,11 @@ def _store(config: Config) -> store.Store:
         from slurm_yolo.state.ledger import mariadb  # the backend a site chose, loaded only there
 
         key = str(options_path(config))
-        conn: mariadb.Connection = db.idle(key) or mariadb.connect(options_path(config), config["paths"]["owner"])
+        conn: mariadb.Connection = db.idle(key) or mariadb.connect(options_path(config), config.paths.owner)
         conn.pool_key = key
         return conn
     path = db_path(config)
-    raw = db.connect_write(db.writable(path, config["paths"]["owner"]), MIGRATIONS, wal=True)
+    raw = db.connect_write(db.writable(path, config.paths.owner), MIGRATIONS, wal=True)
     return store.SqliteStore(raw, on_close=lambda c: db.release(path, c))
 
 
@@ -177,7 +177,7 @@ def _store(config: Config) -> store.Store:
 def writer(config: Config, publish: bool = True) -> Iterator[Ledger]:
     """A read-write ledger (as the state's owner: see ``db.as_state_owner``). ``publish``: once it
     has written, publish what readers see (hookd publishes once per batch instead)."""
-    with db.as_state_owner(config.state_dir, config["paths"]["owner"]):
+    with db.as_state_owner(config.state_dir, config.paths.owner):
         conn = _store(config)
         try:
             lg = Ledger(conn)
@@ -242,7 +242,7 @@ def reader(config: Config) -> Ledger | None:
     if reads_mariadb(config):
         from slurm_yolo.state.ledger import mariadb
 
-        return Ledger(mariadb.connect(options_path(config), config["paths"]["owner"]))
+        return Ledger(mariadb.connect(options_path(config), config.paths.owner))
     conn = db.connect_read(db_path(config), config.public_dir)
     return Ledger(store.SqliteStore(conn)) if conn else None
 

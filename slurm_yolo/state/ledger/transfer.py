@@ -37,15 +37,13 @@ def to_mariadb(config: Config, options: Path) -> Transferred:
             " the SQLite config, and switch it afterwards"
         )
     if not is_keeper(config):
-        raise UsageError(
-            f"permission denied: the books are moved by root or the SlurmUser ({config['paths']['owner']})"
-        )
+        raise UsageError(f"permission denied: the books are moved by root or the SlurmUser ({config.paths.owner})")
     path = db_path(config)
     if not path.exists() and not db.published(path, config.public_dir).is_file():
         raise UsageError(f"no SQLite ledger at {path} to move (a new site: just set ledger.backend)")
-    target = mariadb.connect(options, config["paths"]["owner"])
+    target = mariadb.connect(options, config.paths.owner)
     try:
-        with db.as_state_owner(config.state_dir, config["paths"]["owner"]):
+        with db.as_state_owner(config.state_dir, config.paths.owner):
             source = store.SqliteStore(db.connect_write(path, MIGRATIONS, wal=True))  # adopts an earlier layout's
         try:
             source.begin()  # the writers' lock, until the copy is kept and the file marked
