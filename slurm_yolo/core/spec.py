@@ -120,24 +120,24 @@ def _closest(key: str, keys: list[str]) -> str:
 
 
 def _check_value(key: str, value: Any) -> Any:
-    cfg = ultralytics_cfg()
+    known = ultralytics_cfg()
     is_num = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if key in cfg["bool_keys"]:
+    if key in known["bool_keys"]:
         if not isinstance(value, bool):
             raise UsageError(f"'{key}={value}' must be True or False")
-    elif key in cfg["int_keys"]:
+    elif key in known["int_keys"]:
         if not isinstance(value, int) or isinstance(value, bool):
             raise UsageError(f"'{key}={value}' must be an integer")
-        lowest = cfg["int_min"].get(key)
+        lowest = known["int_min"].get(key)
         if lowest is not None and value < lowest:
             raise UsageError(f"'{key}={value}' must be at least {lowest}")
     elif key == "fraction":
         if not is_num or not math.isfinite(value) or value <= 0 or (value > 1 and not float(value).is_integer()):
             raise UsageError(f"'fraction={value}' must be in (0, 1] or a whole number of images")
-    elif key in cfg["fraction_keys"]:
+    elif key in known["fraction_keys"]:
         if not is_num or not 0.0 <= value <= 1.0:
             raise UsageError(f"'{key}={value}' must be a number between 0.0 and 1.0")
-    elif key in cfg["float_keys"] and (not is_num or not math.isfinite(value)):
+    elif key in known["float_keys"] and (not is_num or not math.isfinite(value)):
         raise UsageError(f"'{key}={value}' must be a number")
     if key == "imgsz":
         sizes = value if isinstance(value, (list, tuple)) else [value]
@@ -170,17 +170,17 @@ def _device_count(value: Any) -> int | None:
 
 def parse(words: list[str] | tuple[str, ...]) -> TrainSpec:
     """Parse ``[TASK] MODE key=value ...``; any problem raises UsageError naming it."""
-    cfg = ultralytics_cfg()
+    known = ultralytics_cfg()
     words = list(words)
     task = mode = None
     args: dict[str, Any] = {}
-    keys = sorted(cfg["defaults"])
+    keys = sorted(known["defaults"])
     for word in words:
         if any(ch in word for ch in "\n\r\x00"):
             raise UsageError(f"argument {word!r} contains a control character")
         if len(word) > MAX_VALUE_LEN:
             raise UsageError(f"argument '{word[:40]}...' is longer than {MAX_VALUE_LEN} characters")
-        if word.startswith("-") and word.partition("=")[0].strip("-") not in cfg["defaults"]:
+        if word.startswith("-") and word.partition("=")[0].strip("-") not in known["defaults"]:
             raise UsageError(
                 f"'{word}' is not a training key: yolo-sbatch's options go before the training words"
                 f" (yolo-sbatch {word} ... train key=value ...)"
@@ -192,7 +192,7 @@ def parse(words: list[str] | tuple[str, ...]) -> TrainSpec:
         if "=" in word:
             key, _, text = word.partition("=")
             key = key.strip().strip("-")
-            if key not in cfg["defaults"] or key in ("task", "mode"):
+            if key not in known["defaults"] or key in ("task", "mode"):
                 if key in ("task", "mode") and mode is None:
                     raise UsageError(f"give {key} as a word, not '{word}'")
                 raise UsageError(f"unknown key '{key}'{_closest(key, keys)}")
@@ -201,16 +201,16 @@ def parse(words: list[str] | tuple[str, ...]) -> TrainSpec:
             if text.strip() == "":
                 raise UsageError(f"key '{key}' has no value")
             args[key] = _check_value(key, smart_value(text.strip()))
-        elif word in cfg["tasks"] and task is None and mode is None:
+        elif word in known["tasks"] and task is None and mode is None:
             task = word
-        elif word in cfg["modes"] and mode is None:
+        elif word in known["modes"] and mode is None:
             mode = word
         else:
-            valid = cfg["modes"] if mode is None else []
-            hint = _closest(word, valid + cfg["tasks"]) if valid else ""
+            valid = known["modes"] if mode is None else []
+            hint = _closest(word, valid + known["tasks"]) if valid else ""
             raise UsageError(f"unexpected argument '{word}'{hint}: use key=value")
     if mode is None:
-        raise UsageError(f"missing mode (one of {', '.join(cfg['modes'])})")
+        raise UsageError(f"missing mode (one of {', '.join(known['modes'])})")
     if mode != "train":
         raise UsageError(f"yolo-sbatch submits training runs: mode '{mode}' is not supported")
     if "data" not in args:
