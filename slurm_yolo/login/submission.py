@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from slurm_yolo.core import config as config_mod
 from slurm_yolo.core import dataset, spec
-from slurm_yolo.core.billing import policy
+from slurm_yolo.core.billing import comment, policy
 from slurm_yolo.core.config import Config
 from slurm_yolo.core.errors import QuotaError, SlurmError, SlurmYoloError, UnreachableError, UsageError
 from slurm_yolo.core.model import estimate
@@ -425,7 +425,7 @@ def settlement_from_slurm(config: Config, job_id: int, cluster: str, since: floa
             found = {}
         for (on, job, submit), text in found.items():
             if on == cluster and job == job_id and submit >= since:
-                runs.update(ledger.comment.parse(text))
+                runs.update(comment.parse(text))
         if runs or time.monotonic() >= deadline:
             break
         time.sleep(poll)
