@@ -13,6 +13,7 @@ from slurm_yolo.cli import OneLineGroup, echo_json, library_errors, load_config
 from slurm_yolo.cli.job import COMMANDS as JOB_COMMANDS
 from slurm_yolo.cli.ledger import ledger_group
 from slurm_yolo.cli.report import COMMANDS as REPORT_COMMANDS
+from slurm_yolo.core import logs
 from slurm_yolo.core.errors import UsageError
 from slurm_yolo.core.model.timemodel import describe, startup_note
 from slurm_yolo.state import calibration
@@ -20,8 +21,10 @@ from slurm_yolo.state import calibration
 
 @click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="slurm-yolo")
-def main() -> None:
+@click.option("--debug", is_flag=True, help="Log at DEBUG (every Slurm command run, ...); else SLURM_YOLO_LOG_LEVEL.")
+def main(debug: bool) -> None:
     """slurm-yolo: token-budgeted YOLO training on Slurm (admin and job-side commands)."""
+    logs.setup(debug)
 
 
 main.add_command(ledger_group)

@@ -9,7 +9,7 @@ import click
 
 from slurm_yolo import __version__
 from slurm_yolo.cli import OneLineErrors, echo_json, library_errors, load_config
-from slurm_yolo.core import durations
+from slurm_yolo.core import durations, logs
 from slurm_yolo.core.errors import SlurmYoloError
 from slurm_yolo.core.model.estimate import fmt_tokens
 from slurm_yolo.login import plan, submission
@@ -116,6 +116,7 @@ def main(
     yolo-sbatch [OPTIONS] [TASK] train key=value ...
     e.g. yolo-sbatch --partition a100 detect train model=yolo11s.yaml data=ds.yaml epochs=50 imgsz=640
     """
+    logs.setup()  # SLURM_YOLO_LOG_LEVEL=DEBUG shows every Slurm command it runs
     config = load_config()
     request = plan.Request(
         partition=partition,

@@ -37,7 +37,9 @@ def _query(event: str) -> subprocess.Popen[str] | None:
 def _main(event: str) -> None:
     query = _query(event)
     from slurm_yolo.controller.hooks import main
+    from slurm_yolo.core import logs
 
+    logs.setup()
     main(event, query)
     raise SystemExit(0)  # always: a failed PrologSlurmctld makes Slurm requeue the job forever
 

@@ -19,12 +19,12 @@ cancel) is done in turn by one worker thread: hookd starts no detached children.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import socket
 import socketserver
 import struct
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -41,6 +41,7 @@ from slurm_yolo.slurm import commands
 from slurm_yolo.slurm.records import JobRecord
 from slurm_yolo.state import db
 
+logger = logging.getLogger(__name__)
 T = TypeVar("T")
 EVENTS = ("prolog", "epilog")
 MAX_REQUEST = 1 << 20
@@ -249,7 +250,7 @@ def serve(config: Config) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    print(f"slurm-yolo hookd: serving {path} as uid {os.geteuid()}", file=sys.stderr, flush=True)
+    logger.info("slurm-yolo hookd: serving %s as uid %d", path, os.geteuid())
     try:
         server.serve_forever(poll_interval=0.5)
     finally:

@@ -16,9 +16,9 @@ never from a transitional state: the settler (``settler``) keeps its inbox row u
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,6 +38,7 @@ from slurm_yolo.state.eventlog import log_event
 if TYPE_CHECKING:
     import subprocess
 
+logger = logging.getLogger(__name__)
 SACCT_LAG_SECONDS = 3.0  # how long a hook without hookd waits for sacct to catch up with slurmctld
 # The hold of a run whose limit squeue and sacct cannot tell yet (22.05's scontrol prints a limit past
 # a year as INVALID): job_submit.lua's MAX_LIMIT_SECONDS, the longest limit it admits for a GPU job.
@@ -202,7 +203,7 @@ def main(
     try:
         config = config or load(env=env)
     except Exception as e:  # noqa: BLE001 - a broken config must not requeue every job
-        print(f"slurm-yolo {event}: config: {e}", file=sys.stderr)
+        logger.error("slurm-yolo %s: config: %s", event, e)
         return False
     try:
         done = prolog(env, config, settler, query, record) if event == "prolog" else epilog(env, config, settler, query)

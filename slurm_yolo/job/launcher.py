@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import logging
 import os
 import select
 import signal
@@ -50,6 +51,7 @@ from slurm_yolo.parse.records import USAGE_NAME, iter_records
 from slurm_yolo.parse.results import EpochRow, read_results_csv
 from slurm_yolo.slurm import commands
 
+logger = logging.getLogger(__name__)
 POLL_SECONDS = 1.0  # how often the run folder is read: an epoch's record is at most this late
 REQUEUE_POLL_SECONDS = 0.1  # once USR2 asked: a look must fall between a saved last.pt and the next row
 STOP_GRACE_SECONDS = 10.0  # SIGTERM to the training's processes, then SIGKILL
@@ -598,9 +600,9 @@ def run(words: list[str]) -> int:
     log = UsageLog(usage_path())
     restart = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
     restarted = restart > 0
-    print(run_start(restart), file=sys.stderr, flush=True)
+    logger.info("%s", run_start(restart))
     if restarted and finished_before(log.path):
-        print("slurm-yolo: an earlier run of this job finished its training; nothing left to do", file=sys.stderr)
+        logger.info("slurm-yolo: an earlier run of this job finished its training; nothing left to do")
         return 0
     resume_from = last_checkpoint(log.path) if restarted else None
     plan = {"model": s.model, "task": s.task, "args": args, "resume": resume_from, "cpus": cpus}

@@ -7,12 +7,16 @@ own last stderr line as the one-line error. Parsers of the output are pure funct
 
 from __future__ import annotations
 
+import logging
 import os
+import shlex
+import time
 from pathlib import Path
 from typing import NamedTuple
 
 from slurm_yolo.core.errors import SlurmError, UnreachableError
 
+logger = logging.getLogger(__name__)
 BIN_DIR = Path("/usr/bin")
 # What Slurm's clients print when slurmdbd or slurmctld does not answer (22.05 and 24.11), as opposed
 # to a refusal of the request itself.
@@ -64,6 +68,8 @@ def run(
         )
     full = [_binary(argv[0], bin_dir), *argv[1:]]
     env = {**os.environ, "SLURM_TIME_FORMAT": time_format}
+    logger.debug("slurm: %s", shlex.join(full))
+    started = time.monotonic()
     try:
         # Users' text (job names, comments, paths) may hold any byte: never a decoding error of ours
         proc = subprocess.run(
@@ -77,6 +83,7 @@ def run(
         raise UnreachableError(
             f"{argv[0]}: no answer from Slurm within {timeout:.0f}s" + (f" (it said: {first[:300]})" if first else "")
         ) from None
+    logger.debug("slurm: %s exited %d in %.2f s", argv[0], proc.returncode, time.monotonic() - started)
     if proc.returncode != 0:
         text = proc.stderr or proc.stdout
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]

@@ -7,13 +7,15 @@ and no user can hold the file open.
 from __future__ import annotations
 
 import json
+import logging
 import os
-import sys
 import time
 from pathlib import Path
 
 from slurm_yolo.core.config import Config
 from slurm_yolo.state import db
+
+logger = logging.getLogger(__name__)
 
 
 def log_path(config: Config) -> Path:
@@ -34,4 +36,4 @@ def log_event(config: Config, record: dict[str, object], name: str = "hooks.log"
         finally:
             os.close(fd)
     except OSError:
-        print(json.dumps(record), file=sys.stderr)
+        logger.warning("%s", json.dumps(record))  # the private folder is not writable: not lost

@@ -12,9 +12,9 @@ whatever order or number of prolog/epilog invocations Slurm produces.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,6 +46,9 @@ from slurm_yolo.state.ledger.values import (  # noqa: F401 - the ledger's names,
 
 if TYPE_CHECKING:
     from slurm_yolo.state.ledger import mariadb
+
+
+logger = logging.getLogger(__name__)
 
 
 def parse_when(text: str) -> float:
@@ -153,7 +156,7 @@ def publish_from(lg: Ledger, config: Config) -> None:
                 redact_jobs if visibility.hides_jobs(config) else None,
             )
     except (OSError, sqlite3.Error, SlurmYoloError) as e:
-        print(f"slurm-yolo: the ledger's published copies not updated: {e}", file=sys.stderr)
+        logger.warning("slurm-yolo: the ledger's published copies not updated: %s", e)
 
 
 def redact_jobs(copy: sqlite3.Connection) -> None:
