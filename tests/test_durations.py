@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
 from slurm_yolo.core import durations
 from slurm_yolo.core.errors import UsageError
 from slurm_yolo.slurm import parsers, records
+from slurm_yolo.state import ledger
 
 DAY = 86400
 
@@ -204,3 +207,29 @@ def test_commands_refuse_bad_durations_with_one_error_line(value: str, dataset: 
         assert res.exit_code == 1, (args, res.output)
         assert res.output.startswith("Error: duration ") and len(res.output.strip().splitlines()) == 1, res.output
         assert res.exception is None or isinstance(res.exception, SystemExit)
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("now", 1_000_000.0),
+        ("NOW", 1_000_000.0),
+        ("now-7days", 1_000_000.0 - 7 * 86400),
+        ("now-2hours", 1_000_000.0 - 7200),
+        ("now+30min", 1_000_000.0 + 1800),
+        ("now-1week", 1_000_000.0 - 604800),
+        ("2026-11-01T10:00:00", datetime(2026, 11, 1, 10).timestamp()),
+        ("midnight", None),
+        ("now-7fortnights", None),
+        ("tomorrow", None),
+        ("now-" + "9" * 60, None),
+    ],
+)
+def test_an_instant_has_one_grammar_for_reports_audits_and_prices(text: str, want: float | None) -> None:
+    assert durations.instant(text, 1_000_000.0) == want
+
+
+def test_a_price_time_is_an_instant_or_one_error() -> None:
+    assert abs(ledger.parse_when("now-1days") - (time.time() - 86400)) < 5
+    with pytest.raises(UsageError, match="not understood"):
+        ledger.parse_when("next tuesday")

@@ -523,7 +523,7 @@ def comments() -> None:
     default=None,
     help="How far back to compare (config: ledger.reconcile_days).",
 )
-@click.option("--since", default=None, help="Compare from this time on instead (ISO local time).")
+@click.option("--since", default=None, help="Compare from this time on instead (ISO local time, or now-7days).")
 @click.option(
     "--min-age",
     type=click.FloatRange(min=0),

@@ -1,4 +1,5 @@
-"""Durations, the one grammar of them: what users type and what Slurm prints (pure, import-light).
+"""Durations and instants, the one grammar of them: what users type and what Slurm prints (pure,
+import-light).
 
 Users (``--deadline``, ``--wait-timeout``, ``watch --timeout``) write units, ``90s``, ``15m``, ``2h``,
 ``1d``, ``1h30m``, ``1.5h`` (d, h, m, s in that order, each at most once), or anything sbatch's
@@ -6,6 +7,9 @@ Users (``--deadline``, ``--wait-timeout``, ``watch --timeout``) write units, ``9
 ``D-HH:MM:SS`` (a bare number is minutes; ``5:30`` is five minutes thirty). Slurm prints the clock
 forms (squeue's TimeLimit, TimeLeft and TimeUsed, sacct's Elapsed and Timelimit) and ``UNLIMITED``
 or ``INFINITE`` for no limit. Only ASCII digits count (no Arabic-Indic or fullwidth ones).
+
+Instants (``instant``): ``now``, sacct's ``now[+-N[unit]]``, or a local ISO date and time
+(``2026-12-01T00:00``), for report windows, audits and prices that take effect later.
 """
 
 from __future__ import annotations
@@ -77,3 +81,27 @@ def seconds_text(seconds: float) -> str:
 def fmt_minutes(seconds: float) -> str:
     """``12.5 min``, or ``40 s`` under a minute: a short run's time is never shown as ``0.0 min``."""
     return f"{round(seconds)} s" if round(seconds) < 60 else f"{seconds / 60:.1f} min"
+
+
+_RELATIVE = re.compile(
+    r"^now(?:([+-])(\d+)(s|sec|secs|seconds?|min|mins|minutes?|hours?|days?|weeks?)?)?$", re.IGNORECASE
+)
+_RELATIVE_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def instant(text: str, now: float) -> float | None:
+    """Epoch seconds of ``now``, ``now-7days`` (sacct's form: s, min, hours, days, weeks) or a local ISO
+    date and time; None for anything else (the caller says what it takes)."""
+    from datetime import datetime
+
+    if len(text) > _MAX_CHARS:
+        return None
+    m = _RELATIVE.match(text.strip())
+    if m:
+        sign, count, unit = m.groups()
+        seconds = int(count or 0) * _RELATIVE_UNIT[(unit or "s")[0].lower()]
+        return now + seconds if sign == "+" else now - seconds
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()  # local, as sacct's times are
+    except ValueError:
+        return None

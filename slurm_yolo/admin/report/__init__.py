@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,7 +19,8 @@ from datetime import datetime
 import pandas as pd
 
 from slurm_yolo.admin import efficiency as eff
-from slurm_yolo.core import limits
+from slurm_yolo.core import durations, limits
+from slurm_yolo.core.billing import policy
 from slurm_yolo.core.config import Config
 from slurm_yolo.core.errors import SlurmError, UnreachableError
 from slurm_yolo.parse.records import job_records
@@ -501,25 +501,13 @@ def bucket_burn(
 
 
 # How each movement kind moves an account's balance (``Ledger._move``): a charge comes out of the hold.
-BALANCE_SIGN = {
-    "deposit": 1,
-    "refill": 1,
-    "adjustment": 1,
-    "hold": -1,
-    "charge": 0,
-    "refund": 1,
-    "expiry": -1,
-    "overrun": -1,
-}
-
-
 def balance_history(movements: pd.DataFrame, balances: Mapping[str, float], start: float, now: float) -> pd.DataFrame:
     """Each account's balance after every movement since ``start`` (epoch seconds), from its
     balance now walked back through them, with a point at ``start`` and one at ``now`` (pure)."""
     rows = []
     for account, now_balance in balances.items():
         m = movements[(movements["account"] == account) & (movements["at"] >= start)].sort_values("at", kind="stable")
-        delta = m["kind"].map(BALANCE_SIGN).fillna(0) * m["amount"]
+        delta = m["kind"].map(policy.BALANCE_SIGN).fillna(0) * m["amount"]
         after = float(now_balance) - delta[::-1].cumsum()[::-1] + delta  # the balance right after each movement
         at = [start, *m["at"], now]
         first = float(now_balance) - float(delta.sum())
@@ -618,24 +606,11 @@ def predictions(df: pd.DataFrame) -> pd.DataFrame:
     return done[["job_id", "Partition", "pred_s", "elapsed"]].reset_index(drop=True)
 
 
-_RELATIVE = re.compile(
-    r"^now(?:([+-])(\d+)(s|sec|secs|seconds?|min|mins|minutes?|hours?|days?|weeks?)?)?$", re.IGNORECASE
-)
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
 def window_start(since: str, now: float, fallback_days: float = 7.0) -> float:
     """Epoch seconds of a ``--since`` value: sacct's ``now[-N[unit]]`` or a date and time; the last
     ``fallback_days`` for any other form sacct takes (``midnight``, ``MMDD``, ...)."""
-    m = _RELATIVE.match(since.strip())
-    if m:
-        sign, count, unit = m.groups()
-        seconds = int(count or 0) * _UNIT_SECONDS[(unit or "s")[0].lower()]
-        return now + seconds if sign == "+" else now - seconds
-    try:
-        return datetime.fromisoformat(since.strip()).timestamp()  # sacct's times are local, as this is
-    except ValueError:
-        return now - fallback_days * 86400
+    at = durations.instant(since, now)
+    return now - fallback_days * 86400 if at is None else at
 
 
 def balances(config: Config, accounts: list[str], start: float, now: float) -> pd.DataFrame:

@@ -31,6 +31,20 @@ _GRES = re.compile(r"(gpu|shard)(?::[A-Za-z0-9_.\-]+)?:([0-9]{1,9})")
 REFUND_STATES = {"NODE_FAIL": "refund_node_fail", "BOOT_FAIL": "refund_node_fail", "PREEMPTED": "refund_preempted"}
 
 
+# How each kind of movement moves an account's balance (the ledger's totals move the same way: a hold
+# takes from the balance, a charge moves held tokens to charged, a refund gives them back).
+BALANCE_SIGN = {
+    "deposit": 1,
+    "refill": 1,
+    "adjustment": 1,
+    "hold": -1,
+    "charge": 0,
+    "refund": 1,
+    "expiry": -1,
+    "overrun": -1,
+}
+
+
 class Rules(NamedTuple):
     """The site's choices for end states (``[ledger]`` in the config)."""
 

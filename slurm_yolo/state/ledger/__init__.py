@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from slurm_yolo.core import durations
 from slurm_yolo.core.config import Config
 from slurm_yolo.core.errors import SlurmYoloError, UsageError
 from slurm_yolo.slurm import visibility
@@ -52,15 +53,12 @@ logger = logging.getLogger(__name__)
 
 
 def parse_when(text: str) -> float:
-    """``now`` or a local ISO time (``2026-12-01T00:00``) as epoch seconds, for prices that take effect later."""
-    from datetime import datetime
-
-    if text.strip().lower() == "now":
-        return time.time()
-    try:
-        return datetime.fromisoformat(text.strip()).timestamp()
-    except ValueError:
-        raise UsageError(f"time {text!r} not understood (now, or e.g. 2026-12-01T00:00)") from None
+    """``now``, ``now-7days`` or a local ISO time (``2026-12-01T00:00``) as epoch seconds
+    (``durations.instant``), for prices that take effect later and audit windows."""
+    at = durations.instant(text, time.time())
+    if at is None:
+        raise UsageError(f"time {text[:60]!r} not understood (now, now-7days, or e.g. 2026-12-01T00:00)")
+    return at
 
 
 def db_path(config: Config) -> Path:
