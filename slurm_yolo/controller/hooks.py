@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from slurm_yolo.controller import settler as settler_mod
 from slurm_yolo.controller.settler import Settler, Worker
+from slurm_yolo.core import durations
 from slurm_yolo.core.billing import policy
 from slurm_yolo.core.config import ENV_OVERRIDES, Config, load
 from slurm_yolo.core.errors import SlurmYoloError
@@ -42,7 +43,7 @@ logger = logging.getLogger(__name__)
 SACCT_LAG_SECONDS = 3.0  # how long a hook without hookd waits for sacct to catch up with slurmctld
 # The hold of a run whose limit squeue and sacct cannot tell yet (22.05's scontrol prints a limit past
 # a year as INVALID): job_submit.lua's MAX_LIMIT_SECONDS, the longest limit it admits for a GPU job.
-PAST_A_YEAR_AT_LEAST = 366 * 86400
+PAST_A_YEAR_AT_LEAST = durations.YEAR
 CANCEL_AFTER = 2.0  # a prolog's scancel waits for slurmctld to see the prolog end (see slurm.detached)
 
 

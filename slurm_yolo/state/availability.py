@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from slurm_yolo.core.billing import policy
+from slurm_yolo.core import durations
+from slurm_yolo.core.billing import bucket, policy
 from slurm_yolo.core.config import Config
 from slurm_yolo.core.errors import UsageError
 from slurm_yolo.state import db
@@ -123,6 +124,9 @@ def publish(config: Config, text: Callable[[float], str]) -> None:
     os.replace(tmp, target)
 
 
+LUA_MODULES = ("bigint.lua", "policy.lua", "state.lua", "modify.lua")  # in this order, into the entry
+
+
 def script(config: Config, cluster: str) -> str:
     """The job_submit.lua text for this config and cluster (its ClusterName: the runs of its jobs the
     ledger holds): where to read balances and to note refusals, and the SlurmUser's uid (who may still
@@ -140,9 +144,14 @@ def script(config: Config, cluster: str) -> str:
     for p in (path(config), refusals_path(config), client, socket):
         if not _PATH.fullmatch(str(p)):
             raise UsageError(f"{p}: a path with quotes, backslashes or control characters cannot go into Lua")
-    text = (Path(__file__).resolve().parents[1] / "controller" / "job_submit.lua").read_text()
+    folder = Path(__file__).resolve().parents[1] / "controller" / "job_submit"
+    entry = (folder / "job_submit.lua").read_text()
+    modules = "\n".join((folder / name).read_text() for name in LUA_MODULES)
     return (
-        text.replace("@AVAILABILITY@", str(path(config)))
+        entry.replace("--@MODULES@\n", modules)
+        .replace("@MAX_LIMIT_SECONDS@", str(durations.YEAR))
+        .replace("@COVER_MARGIN_SECONDS@", str(bucket.COVER_MARGIN_SECONDS))
+        .replace("@AVAILABILITY@", str(path(config)))
         .replace("@REFUSALS@", str(refusals_path(config)))
         .replace("@SLURM_UID@", str(uid))
         .replace("@CLUSTER@", cluster)

@@ -1,0 +1,93 @@
+"""One billing formula, two languages: tests/vectors/billing.json holds the cases, and both the
+Python policy (core/billing) and job_submit.lua's policy.lua (joined with bigint.lua, as installed)
+must give each case's answer (gres_units, how the script reads Slurm's TRES strings, is the Lua's
+alone: the prolog reads Slurm's parsed TRES instead)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import IN_CI
+
+from slurm_yolo.core import durations
+from slurm_yolo.core.billing import bucket, policy
+from slurm_yolo.state import availability
+
+VECTORS = json.loads((Path(__file__).parent / "vectors" / "billing.json").read_text())
+LUA = shutil.which("lua5.1")
+LUA_DIR = Path(availability.__file__).resolve().parents[1] / "controller" / "job_submit"
+
+
+def test_python_gives_every_answer() -> None:
+    for c in VECTORS["tokens"]:
+        assert str(policy.tokens(c["seconds"], Fraction(c["num"], c["den"]), c["price"], c["rate_ppm"])) == c["want"]
+    for c in VECTORS["share"]:
+        assert policy.share(c["whole"], c["shards"], c["shards_per_gpu"]) == Fraction(c["num"], c["den"])
+    for c in VECTORS["rate_text"]:
+        assert policy.rate_text(c["rate_ppm"]) == c["want"]
+    for c in VECTORS["seconds_to_cover"]:
+        got = bucket.seconds_to_cover(c["total"], c["balance"], c["capacity"], c["rate_per_day"])
+        assert (None if got is None else int(got)) == c["want"], c
+
+
+def _lua(value: Any) -> str:
+    """A JSON value as a Lua literal (the vectors hold numbers, strings, null and flat objects)."""
+    if value is None:
+        return "nil"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_lua(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "{" + ", ".join(_lua(v) for v in value) + "}"
+    return json.dumps(value)
+
+
+HARNESS = """
+local V = VECTORS
+local out = {}
+for _, c in ipairs(V.tokens) do
+  out[#out + 1] = text(tokens(c.seconds, {num = big(c.num), den = c.den}, big(c.price), big(c.rate_ppm)))
+end
+for _, c in ipairs(V.share) do
+  local u = share({shards = {p = c.shards_per_gpu}}, "p", big(c.whole), big(c.shards))
+  out[#out + 1] = text(u.num) .. " " .. u.den
+end
+for _, c in ipairs(V.rate_text) do out[#out + 1] = rate_text(big(c.rate_ppm)) end
+for _, c in ipairs(V.seconds_to_cover) do
+  local state = {quota = {a = {capacity = big(c.capacity), per_day = c.rate_per_day}}, credit_wait = 2^52}
+  out[#out + 1] = tostring(credit_wait(state, "a", big(c.total), big(c.balance)))
+end
+for _, c in ipairs(V.gres_units) do
+  local g, s = gres_units(c.spec)
+  out[#out + 1] = text(g) .. " " .. text(s)
+end
+for _, line in ipairs(out) do print(line) end
+"""
+
+
+@pytest.mark.skipif(LUA is None and not IN_CI, reason="no lua5.1 (apt-get install lua5.1, as deploy/install does)")
+def test_lua_gives_every_answer(tmp_path: Path) -> None:
+    """policy.lua's functions, in the chunk they are installed in (their locals), on the same cases."""
+    chunk = "\n".join((LUA_DIR / name).read_text() for name in ("bigint.lua", "policy.lua"))
+    chunk = chunk.replace("@MAX_LIMIT_SECONDS@", str(durations.YEAR)).replace(
+        "@COVER_MARGIN_SECONDS@", str(bucket.COVER_MARGIN_SECONDS)
+    )
+    script = tmp_path / "vectors.lua"
+    script.write_text(f"VECTORS = {_lua(VECTORS)}\n{chunk}\n{HARNESS}")
+    got = subprocess.run([str(LUA), str(script)], capture_output=True, text=True, timeout=60, check=True)
+    want = [c["want"] for c in VECTORS["tokens"]]
+    want += [c["want"] for c in VECTORS["rate_text"]]
+    want += ["nil" if c["want"] in (None, 0) else str(c["want"]) for c in VECTORS["seconds_to_cover"]]
+    want += [f"{c['gpus']} {c['shards']}" for c in VECTORS["gres_units"]]
+    lines = got.stdout.splitlines()
+    n = len(VECTORS["tokens"])
+    shares = lines[n : n + len(VECTORS["share"])]  # Lua keeps shards over shards per GPU unreduced
+    assert [Fraction(*map(int, line.split())) for line in shares] == [
+        Fraction(c["num"], c["den"]) for c in VECTORS["share"]
+    ]
+    assert lines[:n] + lines[n + len(shares) :] == want
