@@ -31,6 +31,10 @@ def test_python_gives_every_answer() -> None:
         assert policy.share(c["whole"], c["shards"], c["shards_per_gpu"]) == Fraction(c["num"], c["den"])
     for c in VECTORS["rate_text"]:
         assert policy.rate_text(c["rate_ppm"]) == c["want"]
+    for c in VECTORS["hold_seconds"]:
+        if c["default_time"] is None and c["max_time"] is None:
+            limit = None if c["minutes"] is None else c["minutes"] * 60
+            assert policy.hold_seconds(limit, c["unlimited"]) == c["want"], c
     for c in VECTORS["seconds_to_cover"]:
         got = bucket.seconds_to_cover(c["total"], c["balance"], c["capacity"], c["rate_per_day"])
         assert (None if got is None else int(got)) == c["want"], c
@@ -66,6 +70,16 @@ for _, c in ipairs(V.gres_units) do
   local g, s = gres_units(c.spec)
   out[#out + 1] = text(g) .. " " .. text(s)
 end
+for _, c in ipairs(V.hold_seconds) do
+  local part = {default_time = c.default_time or NO_VAL, max_time = c.max_time or INFINITE}
+  out[#out + 1] = tostring(seconds_of({unlimited = c.unlimited}, c.minutes or NO_VAL, part))
+end
+for _, c in ipairs(V.price_in_effect) do
+  local now, state = os.time(), {price = {p = {}}, own_price = {p = {}}, default_price = big(c.default)}
+  for _, v in ipairs(c.every) do table.insert(state.price.p, {now + v[1], big(v[2])}) end
+  for _, v in ipairs(c.own) do table.insert(state.own_price.p, {now + v[1], big(v[2])}) end
+  out[#out + 1] = text(price_of(state, "p"))
+end
 for _, line in ipairs(out) do print(line) end
 """
 
@@ -84,6 +98,8 @@ def test_lua_gives_every_answer(tmp_path: Path) -> None:
     want += [c["want"] for c in VECTORS["rate_text"]]
     want += ["nil" if c["want"] in (None, 0) else str(c["want"]) for c in VECTORS["seconds_to_cover"]]
     want += [f"{c['gpus']} {c['shards']}" for c in VECTORS["gres_units"]]
+    want += [str(c["want"]) for c in VECTORS["hold_seconds"]]
+    want += [c["want"] for c in VECTORS["price_in_effect"]]
     lines = got.stdout.splitlines()
     n = len(VECTORS["tokens"])
     shares = lines[n : n + len(VECTORS["share"])]  # Lua keeps shards over shards per GPU unreduced
