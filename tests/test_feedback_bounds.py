@@ -206,3 +206,45 @@ def test_the_gpus_claimed_are_at_most_those_slurm_allocated(tmp_path: Path) -> N
     assert good is not None
     s = feedback.sample_from_beacon(replace(good, gpus=1000), "k", elapsed=100, gpus=1)
     assert s is not None and s.gpus == 1
+
+
+def test_an_admins_refit_weighs_one_users_forged_summaries_as_five_runs(tmp_path: Path) -> None:
+    """The README follower's finding: after 240 forged summaries of one user, the README's calibrate
+    refit t4 from every stored sample and k fell 0.75 -> 9.5e-05. Ten honest runs of five users, then
+    one user's 200 summaries claiming a hundredth of their time: her runs weigh as the median user's
+    two, and the refit's predictions of the reference workloads stay within 10% of the honest runs'
+    alone (every run weighing alike, they fell to a hundredth)."""
+    cfg = config_mod.load()
+    ref = cfg.estimate.reference_gflops
+    prior = model(cfg)
+    kinds = (
+        ("yolov8n", 5, 320, 200),
+        ("yolov8s", 3, 640, 500),
+        ("yolov8n", 10, 64, 40),
+        ("yolov8s", 2, 320, 2000),
+        ("yolov8n", 20, 128, 100),
+    )
+    runs = []
+    for name, epochs, imgsz, images in kinds:
+        m = estimate.lookup_model(name)
+        assert m is not None
+        words = ["train", "data=d.yaml", f"epochs={epochs}", f"imgsz={imgsz}"]
+        runs.append(estimate.workload(spec.parse(words), images, max(1, images // 4), m))
+
+    def honest(i: int, w: timemodel.Workload) -> timemodel.Sample:
+        return timemodel.Sample(w, 1, timemodel.predict_train_seconds(w, prior, 1, 0.9, ref), key=f"job:c:{i}")
+
+    def refit_predictions(extra: int) -> list[float]:
+        with calibration.Store(cfg) as store:
+            store.conn.execute("DELETE FROM samples")
+            for i in range(10):
+                store.add_sample(PART, honest(i, runs[i % 5]), "job", uid=4000 + i // 2)
+            for i in range(extra):
+                s = honest(100 + i, runs[i % 5])
+                store.add_sample(PART, s._replace(train_seconds=s.train_seconds / 100), "job", uid=4999)
+            tm = calibration.refit(store, PART, "recalibrate")
+        return [timemodel.predict_seconds(w, tm, 1, 0.9, ref) for w in reference_workloads()]
+
+    alone, forged = refit_predictions(0), refit_predictions(200)
+    for a, f in zip(alone, forged, strict=True):
+        assert 1 / 1.1 <= f / a <= 1.1, (alone, forged)

@@ -3,10 +3,11 @@
 Samples are the jobs' measured runs (fed back by the epilog) and the run folders admins calibrated
 from. The fit is robust (Huber on relative error: a user's broken job does not move k), needs a
 minimum number of runs in the window, and moves k at most ``max_step`` per refit; every change
-lands in the history. Every run weighs alike whoever ran it: Huber only discounts runs far from the
-rest, so a user whose (forged) runs are most of the window steers the fit, k by at most
-``max_step`` a refit (the other terms unbounded). A saved refit opens a new window for the users'
-feedback budgets (``feedback``). It also reports the time-limit buffer its cross-validation justifies, and the
+lands in the history. A user's job summaries (she writes them) weigh together at most as many runs
+as the median user's (``fitting.user_weights``), so one user's flood of forged summaries counts as
+one typical user's runs, which Huber then discounts as outliers of the rest; with one user, or a
+few, nothing tells her runs from the truth, and k still moves at most ``max_step`` a refit. A saved
+refit opens a new window for the users' feedback budgets (``feedback``). It also reports the time-limit buffer its cross-validation justifies, and the
 price that would bill each partition at its measured throughput, for an admin to apply or not: a
 refit never changes what a run costs.
 """

@@ -365,6 +365,7 @@ class Store:
                 r["total_seconds"],
                 r["cpus"],
                 json.loads(r["options"]) or None,
+                r["uid"] if r["source"] == "job" else None,  # a job's summary: its user wrote it
             )
             for r in rows
         ]

@@ -231,9 +231,10 @@ def _predict(theta: np.ndarray, p: _Params, d: _Design) -> tuple[np.ndarray, np.
     return train, val_pass + val_image * d.final_images + val_cost * d.final_mtok
 
 
-def _residuals(theta: np.ndarray, p: _Params, d: _Design, weights: np.ndarray) -> np.ndarray:
-    """Log errors of training time, then of whole-job time (measured training + start-up + final
-    validation: the part a run folder cannot show), then the prior penalties."""
+def _residuals(theta: np.ndarray, p: _Params, d: _Design, weights: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """Log errors of training time (``weights``: the users' and the robust rounds'), then of whole-job
+    time (measured training + start-up + final validation: the part a run folder cannot show; ``base``:
+    the users' alone), then the prior penalties."""
     train, final = _predict(theta, p, d)
     parts = [np.sqrt(weights) * (np.log(np.maximum(train, 1e-9)) - np.log(d.seconds))]
     if "startup" in p.index:
@@ -244,7 +245,7 @@ def _residuals(theta: np.ndarray, p: _Params, d: _Design, weights: np.ndarray) -
             * _factor(theta, d, "startup")[known]
         )
         job = startup + d.seconds[known] + final[known]
-        parts.append(np.log(job) - np.log(d.total[known]))
+        parts.append(np.sqrt(base[known]) * (np.log(job) - np.log(d.total[known])))
     return np.concatenate([*parts, (theta - p.mu) / p.sd])
 
 
@@ -278,14 +279,28 @@ def minimize(residuals: Callable[[np.ndarray], np.ndarray], theta: np.ndarray, i
     return theta
 
 
-def _solve(p: _Params, d: _Design, iterations: int = 60) -> np.ndarray:
-    """Levenberg-Marquardt on the penalised log residuals, Huber-reweighted between rounds."""
+def user_weights(samples: list[Sample]) -> np.ndarray:
+    """Each run's weight before the robust rounds. A user writes her job summaries herself, so her
+    runs together weigh at most as many as the median user's (one user's flood of forged summaries
+    counts as one typical user's runs, and Huber then treats it as the outliers it is); with one user,
+    or users alike, nothing changes. A run folder an admin chose (no owner) weighs one."""
+    counts: dict[int, int] = {}
+    for s in samples:
+        if s.owner is not None:
+            counts[s.owner] = counts.get(s.owner, 0) + 1
+    cap = float(np.median(list(counts.values()))) if counts else 1.0
+    return np.array([1.0 if s.owner is None else min(1.0, cap / counts[s.owner]) for s in samples])
+
+
+def _solve(p: _Params, d: _Design, base: np.ndarray, iterations: int = 60) -> np.ndarray:
+    """Levenberg-Marquardt on the penalised log residuals, from the ``base`` weights, Huber-reweighted
+    between rounds."""
     theta = p.mu.copy()
-    weights = np.ones(len(d.seconds))
+    weights = base
     for _ in range(3):  # rounds of robust reweighting
-        theta = minimize(functools.partial(_residuals, p=p, d=d, weights=weights), theta, iterations)
+        theta = minimize(functools.partial(_residuals, p=p, d=d, weights=weights, base=base), theta, iterations)
         err = np.abs(np.log(np.maximum(_predict(theta, p, d)[0], 1e-9)) - np.log(d.seconds))
-        weights = np.where(err <= HUBER, 1.0, HUBER / np.maximum(err, 1e-12))
+        weights = base * np.where(err <= HUBER, 1.0, HUBER / np.maximum(err, 1e-12))
     return theta
 
 
@@ -305,7 +320,7 @@ def fit_terms(
     models = sorted({s.workload.model for s in samples})
     jobs = sum(1 for s in samples if s.total_seconds)
     p = _Params(prior, families, models, startup=jobs > 0)
-    tm = p.model(_solve(p, _design(samples, p, ddp_eff, reference_gflops)))
+    tm = p.model(_solve(p, _design(samples, p, ddp_eff, reference_gflops), user_weights(samples)))
     return replace(tm, startup_n=jobs or prior.startup_n, n=len(samples), form="map-log")
 
 

@@ -150,6 +150,7 @@ class Sample(NamedTuple):
     # run folder's args.yaml says: kept for a fit that learns them (a GPU corpus); None: unknown (a job's
     # feedback)
     options: dict[str, bool | int | str] | None = None
+    owner: int | None = None  # the uid whose job summary this is (None: a run folder an admin chose)
 
 
 # ultralytics options the corpus showed no term for on CPU (``bench accuracy``) but a GPU site may:
