@@ -11,7 +11,7 @@ from pathlib import Path
 from slurm_yolo.core.errors import SlurmYoloError
 from slurm_yolo.parse import ParseResult
 from slurm_yolo.parse.records import USAGE_NAME, parse_records
-from slurm_yolo.slurm import commands
+from slurm_yolo.slurm import commands, reasons
 from slurm_yolo.slurm.records import FINAL_STATES
 
 
@@ -44,15 +44,23 @@ def progress(records: ParseResult) -> Progress:
     return Progress(records.epochs_completed, records.epochs_total, tokens, total, rate, eta)
 
 
-def render(state: str, p: Progress | None, width: int = 24, starts: float | None = None) -> str:
-    """One status line: state, bar, epoch, training tokens done/total, MTok/s, ETA.
+def render(state: str, p: Progress | None, width: int = 24, starts: float | None = None, reason: str = "") -> str:
+    """One status line: state, bar, epoch, training tokens done/total, MTok/s, ETA; for a pending job,
+    why it waits (``reasons``) and when Slurm expects it to start, never a running job's ETA (a job
+    requeued with epochs done waits like any other).
 
     The tokens are those trained (train images x imgsz^2 per epoch, as the usage records count
     them): fewer than the submit line's work, which adds the validation passes and scales by
     the model's FLOPs. The line says "trained" so the two are never read as one number."""
+    if state == "PENDING":
+        parts = [f"waits ({reasons.in_words(reason)})" if reason.strip() else ""]
+        if starts is not None:  # e.g. the begin time of a job that waits for credits
+            parts.append(f"expected to start {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(starts))}")
+        if p is not None and p.epoch:
+            parts.append(f"{p.epoch}/{p.epochs or '?'} epochs done before")
+        shown = "; ".join(x for x in parts if x)
+        return f"PENDING: {shown}" if shown else "PENDING: waiting for the first epoch"
     if p is None or not p.epoch:
-        if state == "PENDING" and starts is not None:  # e.g. the begin time of a job that waits for credits
-            return f"PENDING: expected to start {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(starts))}"
         return state if state in FINAL_STATES else f"{state}: waiting for the first epoch"
     share = min(1.0, p.tokens_done / p.tokens_total) if p.tokens_total else 0.0
     bar = "█" * round(share * width) + "░" * (width - round(share * width))
@@ -86,11 +94,11 @@ def watch(
         if state == "UNKNOWN":
             continue  # not yet (or no longer) known to Slurm: a state to print, or an error, comes next
         p = progress(parse_records(path)) if path and path.exists() else None
-        starts = None
+        waiting = commands.Pending("", None)
         if state == "PENDING":
             with contextlib.suppress(SlurmYoloError):  # only what the line shows: the state is known
-                starts = commands.expected_start(job_id, bin_dir)
-        line = render(state, p, starts=starts)
+                waiting = commands.pending(job_id, bin_dir)
+        line = render(state, p, starts=waiting.starts, reason=waiting.reason)
         if line != last:
             emit(line)
             last = line

@@ -31,15 +31,29 @@ def submit_told(
     return parsers.sbatch_job_id(res.stdout), told
 
 
+class Pending(NamedTuple):
+    """Why a pending job waits (squeue's Reason, '' when it gives none) and when slurmctld expects it
+    to start (epoch seconds; None when it does not say)."""
+
+    reason: str
+    starts: float | None
+
+
+def pending(job_id: int, bin_dir: Path | None = None) -> Pending:
+    """The pending job's reason and expected start, in one squeue (the reason last: it may hold spaces)."""
+    res = run(["squeue", "-h", "-j", str(int(job_id)), "-o", "%A %S %r"], bin_dir=bin_dir, time_format="%s")
+    for line in res.stdout.splitlines():
+        words = line.split(" ", 2)
+        if words[:1] == [str(int(job_id))] and len(words) >= 2:
+            starts = float(words[1]) if words[1].isdigit() else None
+            return Pending(words[2].strip() if len(words) == 3 else "", starts)
+    return Pending("", None)
+
+
 def expected_start(job_id: int, bin_dir: Path | None = None) -> float | None:
     """When slurmctld expects the pending job to start (its begin time, for one that waits for it), in
     epoch seconds; None when it does not say."""
-    res = run(["squeue", "-h", "-j", str(int(job_id)), "-o", "%A %S"], bin_dir=bin_dir, time_format="%s")
-    for line in res.stdout.splitlines():
-        words = line.split()
-        if words[:1] == [str(int(job_id))] and len(words) == 2 and words[1].isdigit():
-            return float(words[1])
-    return None
+    return pending(job_id, bin_dir).starts
 
 
 def show_job(job_id: int, bin_dir: Path | None = None) -> dict[str, str]:

@@ -1,0 +1,41 @@
+"""Why a pending job waits, in words: squeue's Reason (``%r``), as a user can act on it (pure).
+
+docs/users.md lists the same reasons. A reason not here is shown as Slurm names it.
+"""
+
+from __future__ import annotations
+
+REASONS = {
+    "None": "not looked at by the scheduler yet",
+    "Priority": "jobs of higher priority come first (fairshare, QOS tier, age)",
+    "Resources": "every GPU it may use is busy: it starts when one frees up",
+    "BeginTime": "its begin time has not come (a job waiting for its account's credits waits until then)",
+    "Dependency": "the jobs it depends on have not ended as it asked",
+    "DependencyNeverSatisfied": "the jobs it depends on can no longer end as it asked: it will never start",
+    "JobHeldUser": "held by its user: scontrol release JOBID lets it start",
+    "JobHeldAdmin": "held by an admin",
+    "AssocGrpGRESRunMinutes": "its account has no tokens left to run GPU jobs (slurm-yolo ledger balance)",
+    "AssocGrpGRES": "its account's GPU limit is in use by its other jobs",
+    "AssocMaxJobsLimit": "its account runs as many jobs as it may",
+    "QOSMaxGRESPerUser": "you run as many GPUs as its QOS allows a user",
+    "QOSMaxJobsPerUserLimit": "you run as many jobs as its QOS allows a user",
+    "QOSGrpGRES": "its QOS's GPUs are in use by other jobs",
+    "QOSMaxWallDurationPerJobLimit": "its time limit is over its QOS's: it will not start (lower --time)",
+    "PartitionTimeLimit": "its time limit is over the partition's: it will not start (lower --time)",
+    "PartitionDown": "its partition is down",
+    "PartitionInactive": "its partition takes no jobs now",
+    "ReqNodeNotAvail": "the nodes it may use are down, drained or reserved",
+    "Reservation": "it waits for its reservation",
+    "BadConstraints": "no node has what it asks for: it will not start",
+    "launch failed requeued held": "its launch failed and Slurm held it: tell your admin",
+    "JobLaunchFailure": "its launch failed: tell your admin",
+}
+
+
+def in_words(reason: str) -> str:
+    """``Reason: what it means``, or the reason as Slurm names it ('' for none)."""
+    reason = reason.strip().strip("()")
+    if not reason:
+        return ""
+    words = REASONS.get(reason)
+    return f"{reason}: {words}" if words else reason
