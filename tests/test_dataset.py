@@ -281,3 +281,23 @@ def test_a_data_yaml_bigger_than_any_datasets_is_refused_unread(tmp_path: Path) 
         f.truncate(3 << 30)
     with pytest.raises(UsageError, match="is longer than any dataset's"):
         dataset.load_yaml(big)
+
+
+def test_a_classification_folder_counts_its_class_folders(tmp_path: Path) -> None:
+    """``classify train data=FOLDER``: ultralytics reads train/ and val/ (else test/) of class folders."""
+    for split, n in (("train", 5), ("test", 2)):
+        for label in ("cat", "dog"):
+            folder = tmp_path / "pets" / split / label
+            folder.mkdir(parents=True)
+            for i in range(n):
+                (folder / f"{i}.jpg").write_bytes(b"x")
+    got = dataset.count(str(tmp_path / "pets"), tmp_path / "cache.json")
+    assert (got.train, got.val) == (10, 4) and "class folders" in got.source
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match="needs train/"):
+        dataset.count(str(tmp_path / "empty"), tmp_path / "cache.json")
+
+
+@pytest.mark.parametrize("name", ["coco8-seg", "coco8-pose.yaml", "DOTAv1", "dota8.yaml", "tiger-pose"])
+def test_the_bundled_datasets_of_every_task_are_known(name: str) -> None:
+    assert dataset.builtin_name(name) is not None

@@ -138,3 +138,11 @@ def test_tokens_properties(epochs: int, train: int, val: int, imgsz: int, batch:
         spec.parse(["train", "data=d.yaml", f"epochs={epochs + 1}", f"imgsz={imgsz}"]), train, val, info()
     )
     assert estimate.tokens(more, vw) > t
+
+
+@pytest.mark.parametrize(
+    "name", ["yolo11n-cls.yaml", "yolov8s-cls.pt", "yolo12m-seg.yaml", "yolo12n-pose", "yolov9c-seg"]
+)
+def test_every_task_s_standard_models_are_in_the_table(name: str) -> None:
+    info = estimate.lookup_model(name)
+    assert info is not None and info.source == "table" and info.family != "custom"

@@ -39,7 +39,7 @@ class DatasetCounts(NamedTuple):
 
 
 class Builtin(NamedTuple):
-    """One of ultralytics' bundled detection datasets: its yaml's ``path:``, splits and published sizes."""
+    """One of ultralytics' bundled datasets: its yaml's ``path:``, splits and published sizes."""
 
     root: str
     train: tuple[str, ...]
@@ -48,7 +48,7 @@ class Builtin(NamedTuple):
     val_images: int
 
 
-# ultralytics 8.4.190's cfg/datasets/NAME.yaml (the detection ones): ``path``, ``train``, ``val``, and the
+# ultralytics 8.4.190's cfg/datasets/NAME.yaml (detect, segment, pose, obb): ``path``, ``train``, ``val``, and the
 # image counts each split's comment publishes ("train images (relative to 'path') 118287 images"), which
 # are the sizes of the datasets ultralytics downloads. tests/test_dataset.py checks every row against the
 # installed yamls. xView publishes "90% / 10% of 847 train images" (ultralytics' random autosplit): 762 / 85.
@@ -90,6 +90,22 @@ BUILTIN: dict[str, Builtin] = {
     "open-images-v7.yaml": Builtin("open-images-v7", ("images/train",), ("images/val",), 1743042, 41620),
     "signature.yaml": Builtin("signature", ("images/train",), ("images/val",), 143, 35),
     "xView.yaml": Builtin("xView", ("images/autosplit_train.txt",), ("images/autosplit_val.txt",), 762, 85),
+    # segment, pose and OBB (ultralytics picks the task's model for them; the counts as published)
+    "DOTAv1.5.yaml": Builtin("DOTAv1.5", ("images/train",), ("images/val",), 1411, 458),
+    "DOTAv1.yaml": Builtin("DOTAv1", ("images/train",), ("images/val",), 1411, 458),
+    "carparts-seg.yaml": Builtin("carparts-seg", ("images/train",), ("images/val",), 3156, 401),
+    "coco-pose.yaml": Builtin("coco-pose", ("train2017.txt",), ("val2017.txt",), 56599, 2346),
+    "coco128-seg.yaml": Builtin("coco128-seg", ("images/train2017",), ("images/train2017",), 128, 128),
+    "coco8-pose.yaml": Builtin("coco8-pose", ("images/train",), ("images/val",), 4, 4),
+    "coco8-seg.yaml": Builtin("coco8-seg", ("images/train",), ("images/val",), 4, 4),
+    "crack-seg.yaml": Builtin("crack-seg", ("images/train",), ("images/val",), 3717, 200),
+    "dog-pose.yaml": Builtin("dog-pose", ("images/train",), ("images/val",), 6773, 1703),
+    "dota128.yaml": Builtin("dota128", ("images/train",), ("images/train",), 128, 128),
+    "dota8-multispectral.yaml": Builtin("dota8-multispectral", ("images/train",), ("images/val",), 4, 4),
+    "dota8.yaml": Builtin("dota8", ("images/train",), ("images/val",), 4, 4),
+    "hand-keypoints.yaml": Builtin("hand-keypoints", ("images/train",), ("images/val",), 18776, 7992),
+    "package-seg.yaml": Builtin("package-seg", ("images/train",), ("images/val",), 1920, 188),
+    "tiger-pose.yaml": Builtin("tiger-pose", ("images/train",), ("images/val",), 210, 53),
 }
 
 
@@ -347,6 +363,19 @@ def _yaml_file(data: str) -> Path | None:
     return Path(os.path.realpath(path))
 
 
+def _class_folder(data: str) -> Path | None:
+    """``data=`` as an existing folder (a classification dataset, as ultralytics reads one), else None
+    (a ``.yaml`` name that is a folder stays the yaml error it is)."""
+    if data.endswith((".yaml", ".yml")):
+        return None
+    try:
+        path = Path(data).expanduser()
+    except RuntimeError:
+        return None
+    st = _stat(path, "data folder")
+    return Path(os.path.realpath(path)) if st is not None and stat.S_ISDIR(st.st_mode) else None
+
+
 def builtin_name(data: str) -> str | None:
     """The bundled dataset ``data=`` names, as ultralytics finds it (``coco8`` means ``coco8.yaml``)."""
     name = data if data.endswith((".yaml", ".yml")) else f"{data}.yaml"
@@ -395,6 +424,17 @@ def count(data: str | Path, cache_path: Path | None = None, yolo_config_dir: str
     """Train and val image counts of ``data=`` (cached in ``cache_path``), resolved as ultralytics would
     in a job whose YOLO_CONFIG_DIR is ``yolo_config_dir`` (empty: this environment's)."""
     text = str(data)
+    folder = _class_folder(text)
+    if folder is not None:  # classify: a folder of train/ and val/ (or test/), each of class folders
+        cache = CountCache(cache_path)
+        try:
+            counts = {s: cache.count(folder / s) if (folder / s).is_dir() else 0 for s in ("train", "val", "test")}
+        finally:
+            cache.save()
+        if counts["train"] == 0:
+            raise UsageError(f"data {folder}: a classification folder needs train/ (of class folders) with images")
+        val = counts["val"] or counts["test"]
+        return DatasetCounts(str(folder), counts["train"], val, "counted in its train/ and val/ class folders")
     path = _yaml_file(text)
     where = str(path) if path is not None else builtin_name(text)
     if where is None:

@@ -62,8 +62,8 @@ GFLOPS: dict[str, float] = {
     "yolov10x": 171.99,
 }
 
-# The segment, pose and OBB variants, measured the same way on their yamls' own defaults (seg nc=80,
-# pose nc=1 with 17 keypoints, obb nc=15): ultralytics picks the ``-seg``/``-pose``/``-obb`` model
+# The segment, pose, OBB and classify variants, measured the same way on their yamls' own defaults (seg
+# nc=80, pose nc=1 with 17 keypoints, obb nc=15, cls nc=1000): ultralytics picks the ``-seg``/``-pose``/``-obb`` model
 # for those tasks (``segment train`` without model= trains yolo26n-seg.pt).
 TASK_GFLOPS: dict[str, float] = {
     "yolov8n-seg": 12.14,
@@ -111,6 +111,44 @@ TASK_GFLOPS: dict[str, float] = {
     "yolo26m-obb": 83.03,
     "yolo26l-obb": 101.55,
     "yolo26x-obb": 226.69,
+    "yolo12n-seg": 10.92,
+    "yolo12s-seg": 35.18,
+    "yolo12m-seg": 116.67,
+    "yolo12l-seg": 141.62,
+    "yolo12x-seg": 311.72,
+    "yolo12n-pose": 8.74,
+    "yolo12s-pose": 25.41,
+    "yolo12m-pose": 75.1,
+    "yolo12l-pose": 100.04,
+    "yolo12x-pose": 218.54,
+    "yolo12n-obb": 7.88,
+    "yolo12s-obb": 24.64,
+    "yolo12m-obb": 75.04,
+    "yolo12l-obb": 99.99,
+    "yolo12x-obb": 218.45,
+    "yolov9c-seg": 149.34,
+    "yolov9e-seg": 238.33,
+    # classify (cls nc=1000, its yaml's default), at 640 like every row: the tokens scale it to the run's imgsz
+    "yolov8n-cls": 3.36,
+    "yolov8s-cls": 12.59,
+    "yolov8m-cls": 41.89,
+    "yolov8l-cls": 99.12,
+    "yolov8x-cls": 154.31,
+    "yolo11n-cls": 3.32,
+    "yolo11s-cls": 12.26,
+    "yolo11m-cls": 39.73,
+    "yolo11l-cls": 50.02,
+    "yolo11x-cls": 111.36,
+    "yolo12n-cls": 4.63,
+    "yolo12s-cls": 15.48,
+    "yolo12m-cls": 47.38,
+    "yolo12l-cls": 63.41,
+    "yolo12x-cls": 136.3,
+    "yolo26n-cls": 3.32,
+    "yolo26s-cls": 12.26,
+    "yolo26m-cls": 39.73,
+    "yolo26l-cls": 50.02,
+    "yolo26x-cls": 111.36,
 }
 
 # Cost per FLOP relative to yolov8 before any calibration: newer families' attention and
@@ -126,7 +164,7 @@ FAMILY_PRIOR: dict[str, float] = {
     "custom": 1.0,
 }
 
-_NAME = re.compile(r"^(yolov8|yolo11|yolo12|yolo26|yolov5|yolov9|yolov10)([nsmblxtce])(u?)(-seg|-pose|-obb)?$")
+_NAME = re.compile(r"^(yolov8|yolo11|yolo12|yolo26|yolov5|yolov9|yolov10)([nsmblxtce])(u?)(-seg|-pose|-obb|-cls)?$")
 MTOK = 1e6
 
 
