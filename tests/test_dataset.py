@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -301,3 +302,28 @@ def test_a_classification_folder_counts_its_class_folders(tmp_path: Path) -> Non
 @pytest.mark.parametrize("name", ["coco8-seg", "coco8-pose.yaml", "DOTAv1", "dota8.yaml", "tiger-pose"])
 def test_the_bundled_datasets_of_every_task_are_known(name: str) -> None:
     assert dataset.builtin_name(name) is not None
+
+
+def test_a_model_its_data_cannot_train_is_refused_at_submission(tmp_path: Path) -> None:
+    """ultralytics would fail in the job (started, and charged): a classify model on a data yaml, a
+    detect model on a folder of class folders, a pose model on a yaml without kpt_shape."""
+    folder = dataset.DatasetCounts("/d/pets", 10, 4, "", folder=True)
+    detect = dataset.DatasetCounts("coco8.yaml", 4, 4)
+    pose = dataset.DatasetCounts("coco8-pose.yaml", 4, 4, keypoints=True)
+    for task, model, counts, message in (
+        ("classify", "yolo11n-cls.yaml", detect, "must be a folder of train/ and val/ class folders"),
+        ("detect", "yolov8n.yaml", folder, "must be a data yaml (/d/pets is a folder"),
+        ("pose", "yolo11n-pose.yaml", detect, "needs kpt_shape (a pose dataset); coco8.yaml has none"),
+    ):
+        with pytest.raises(UsageError, match=re.escape(message)):
+            dataset.check_task(task, model, counts)
+    for task, counts in (("classify", folder), ("pose", pose), ("detect", detect), ("segment", detect), ("", folder)):
+        dataset.check_task(task, "m.yaml", counts)
+
+
+def test_a_yaml_s_kpt_shape_is_read_without_a_yaml_parser(tmp_path: Path) -> None:
+    y = tmp_path / "d.yaml"
+    y.write_text("path: .\ntrain: images\nval: images\nkpt_shape: [17, 3]\n")
+    assert dataset._names_keypoints(y)
+    y.write_text("path: .\n# kpt_shape: [17, 3]\ntrain: images\n")
+    assert not dataset._names_keypoints(y)

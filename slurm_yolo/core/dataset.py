@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import stat
 from functools import cache
 from pathlib import Path
@@ -36,6 +37,8 @@ class DatasetCounts(NamedTuple):
     train: int
     val: int
     source: str = ""
+    folder: bool = False  # a classification folder, not a data yaml
+    keypoints: bool = False  # the yaml names a kpt_shape (a pose dataset)
 
 
 class Builtin(NamedTuple):
@@ -425,6 +428,9 @@ def count(data: str | Path, cache_path: Path | None = None, yolo_config_dir: str
     in a job whose YOLO_CONFIG_DIR is ``yolo_config_dir`` (empty: this environment's)."""
     text = str(data)
     folder = _class_folder(text)
+    datasets = _datasets_dir(yolo_config_dir) if folder is None and "/" not in text else None
+    if datasets is not None and not text.endswith((".yaml", ".yml")):  # mnist160: where ultralytics keeps it
+        folder = _class_folder(str(datasets / text))
     if folder is not None:  # classify: a folder of train/ and val/ (or test/), each of class folders
         cache = CountCache(cache_path)
         try:
@@ -434,7 +440,7 @@ def count(data: str | Path, cache_path: Path | None = None, yolo_config_dir: str
         if counts["train"] == 0:
             raise UsageError(f"data {folder}: a classification folder needs train/ (of class folders) with images")
         val = counts["val"] or counts["test"]
-        return DatasetCounts(str(folder), counts["train"], val, "counted in its train/ and val/ class folders")
+        return DatasetCounts(str(folder), counts["train"], val, "counted in its train/ and val/ class folders", True)
     path = _yaml_file(text)
     where = str(path) if path is not None else builtin_name(text)
     if where is None:
@@ -452,4 +458,41 @@ def count(data: str | Path, cache_path: Path | None = None, yolo_config_dir: str
         cache.save()
     if counts["train"] == 0:
         raise UsageError(f"data {where}: the train split has 0 images")
-    return DatasetCounts(yaml_path=where, train=counts["train"], val=counts["val"], source=source)
+    keypoints = where in KEYPOINT_DATASETS if path is None else _names_keypoints(path)
+    return DatasetCounts(where, counts["train"], counts["val"], source, keypoints=keypoints)
+
+
+KEYPOINT_DATASETS = frozenset(
+    {"coco-pose.yaml", "coco8-pose.yaml", "dog-pose.yaml", "hand-keypoints.yaml", "tiger-pose.yaml"}
+)
+_KPT = re.compile(rb"^kpt_shape\s*:", re.MULTILINE)
+
+
+def _names_keypoints(path: Path) -> bool:
+    """Whether the data yaml has a top-level ``kpt_shape`` (read as text: no YAML parser on a warm path)."""
+    try:
+        with open(path, "rb") as f:
+            return _KPT.search(f.read(1 << 20)) is not None
+    except OSError:
+        return False
+
+
+def check_task(task: str, model: str, counts: DatasetCounts) -> None:
+    """Refuse, at submission, a model its data cannot train (ultralytics would fail in the job, after
+    it started and was charged): a classify model needs a folder of class folders, every other model a
+    data yaml, and a pose model one with ``kpt_shape``. ``task``: the model's (''; a custom model)."""
+    if not task:
+        return
+    if task == "classify" and not counts.folder:
+        raise UsageError(
+            f"{model} is a classify model: data= must be a folder of train/ and val/ class folders, not {counts.yaml_path}"
+        )
+    if task != "classify" and counts.folder:
+        raise UsageError(
+            f"{model} is a {task} model: data= must be a data yaml ({counts.yaml_path} is a folder: a"
+            " classification dataset, for a -cls model)"
+        )
+    if task == "pose" and not counts.keypoints:
+        raise UsageError(
+            f"{model} is a pose model: its data yaml needs kpt_shape (a pose dataset); {counts.yaml_path} has none"
+        )

@@ -177,6 +177,15 @@ class ModelInfo(NamedTuple):
     source: str  # "table", "measured", "--flops-factor"
 
 
+TASKS = {"": "detect", "-seg": "segment", "-pose": "pose", "-obb": "obb", "-cls": "classify"}
+
+
+def task_of(model: str) -> str:
+    """The task a standard model trains (its name's suffix); '' for a custom model."""
+    m = _NAME.match(Path(model).stem.lower())
+    return TASKS[m.group(4) or ""] if m else ""
+
+
 def family_of(model: str) -> str:
     """The ultralytics family of a model name or path (``custom`` for anything else)."""
     stem = Path(model).stem.lower()
