@@ -327,3 +327,17 @@ def test_a_yaml_s_kpt_shape_is_read_without_a_yaml_parser(tmp_path: Path) -> Non
     assert dataset._names_keypoints(y)
     y.write_text("path: .\n# kpt_shape: [17, 3]\ntrain: images\n")
     assert not dataset._names_keypoints(y)
+
+
+def test_a_classify_dataset_by_name_is_counted_where_ultralytics_keeps_it(elsewhere: Path) -> None:
+    """``data=mnist160``: ultralytics' datasets_dir/mnist160, of class folders; ``data=coco8`` there stays
+    the bundled detection dataset it names."""
+    for split, names in (("train", ["1.png", "2.png"]), ("test", ["3.png"])):
+        for label in ("0", "1"):
+            touch(elsewhere / f"datasets/mnist160/{split}/{label}", names)
+    touch(elsewhere / "datasets/coco8/images/train", ["1.jpg"])
+    touch(elsewhere / "datasets/coco8/images/val", ["2.jpg"])
+    settings(elsewhere / "cfg", elsewhere / "datasets")
+    c = dataset.count("mnist160", elsewhere / "cache.json")
+    assert (c.train, c.val, c.folder) == (4, 2, True)
+    assert (dataset.count("coco8", elsewhere / "cache.json").train, dataset.count("coco8").folder) == (1, False)

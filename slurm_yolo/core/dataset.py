@@ -428,9 +428,10 @@ def count(data: str | Path, cache_path: Path | None = None, yolo_config_dir: str
     in a job whose YOLO_CONFIG_DIR is ``yolo_config_dir`` (empty: this environment's)."""
     text = str(data)
     folder = _class_folder(text)
-    datasets = _datasets_dir(yolo_config_dir) if folder is None and "/" not in text else None
-    if datasets is not None and not text.endswith((".yaml", ".yml")):  # mnist160: where ultralytics keeps it
-        folder = _class_folder(str(datasets / text))
+    bare = "/" not in text and not text.endswith((".yaml", ".yml")) and builtin_name(text) is None
+    if folder is None and bare and not Path(text).exists():
+        datasets = _datasets_dir(yolo_config_dir)  # mnist160: a classify dataset where ultralytics keeps it
+        folder = _class_folder(str(datasets / text)) if datasets is not None and text not in ("", ".", "..") else None
     if folder is not None:  # classify: a folder of train/ and val/ (or test/), each of class folders
         cache = CountCache(cache_path)
         try:
