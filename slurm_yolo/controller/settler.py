@@ -46,10 +46,6 @@ COMMITMENT_GRACE_SECONDS = (
 SHARED_POLL_SECONDS = 2.0  # how stale the admission file may go behind another controller's or cluster's write
 
 
-def rules(config: Config) -> policy.Rules:
-    return policy.Rules.of(config.ledger)
-
-
 def billable_run(
     lg: ledger.Ledger, record: JobRecord, cluster: str, config: Config, at: float, restart: int
 ) -> tuple[ledger.Run, int] | None:
@@ -107,7 +103,13 @@ def settle_runs(
             continue
         limit = ledger.limit_seconds(rec.time_limit, config)  # the limit at the end: a TIMEOUT pays it at least
         amount = policy.charge(
-            rec.state, rec.elapsed, limit, ledger.run_share(row), row["price"], row["rate_ppm"], rules(config)
+            rec.state,
+            rec.elapsed,
+            limit,
+            ledger.run_share(row),
+            row["price"],
+            row["rate_ppm"],
+            policy.Rules.of(config.ledger),
         )
         settled = lg.settle(key, amount, rec.state, rec.elapsed, actor=actor)
         if settled is not None:

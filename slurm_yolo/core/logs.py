@@ -20,9 +20,6 @@ LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
     """Whatever ``sys.stderr`` is when a record is written (click's test runner swaps it)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-
     @property  # type: ignore[override]
     def stream(self) -> object:
         return sys.stderr

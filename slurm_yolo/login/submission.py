@@ -369,7 +369,7 @@ def submit(config: Config, prepared: Prepared) -> Submitted:
     # its own reckoning (the published balance) or slurmctld's (the account's pending jobs counted too)
     waits = wait > 0 or any("waits for credits" in line for line in told)
     try:
-        until = commands.expected_start(job_id, bin_dir) if waits else None
+        until = commands.pending(job_id, bin_dir).starts if waits else None
     except SlurmError:
         until = None  # submitted all the same: the time is slurmctld's message's
     return Submitted(job_id, told, until)

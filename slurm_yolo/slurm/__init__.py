@@ -68,7 +68,8 @@ def run(
         )
     full = [_binary(argv[0], bin_dir), *argv[1:]]
     env = {**os.environ, "SLURM_TIME_FORMAT": time_format}
-    logger.debug("slurm: %s", shlex.join(full))
+    if logger.isEnabledFor(logging.DEBUG):  # the hooks call Slurm on every job: no joining for nothing
+        logger.debug("slurm: %s", shlex.join(full))
     started = time.monotonic()
     try:
         # Users' text (job names, comments, paths) may hold any byte: never a decoding error of ours

@@ -50,12 +50,6 @@ def pending(job_id: int, bin_dir: Path | None = None) -> Pending:
     return Pending("", None)
 
 
-def expected_start(job_id: int, bin_dir: Path | None = None) -> float | None:
-    """When slurmctld expects the pending job to start (its begin time, for one that waits for it), in
-    epoch seconds; None when it does not say."""
-    return pending(job_id, bin_dir).starts
-
-
 def show_job(job_id: int, bin_dir: Path | None = None) -> dict[str, str]:
     """``scontrol show job -o ID`` as a dict."""
     res = run(["scontrol", "show", "job", "-o", str(int(job_id))], bin_dir=bin_dir)
