@@ -43,6 +43,14 @@ def test_layout_names_every_module_in_its_folder() -> None:
         assert not missing, f"docs/layout.md does not name {sorted(missing)} under {folder}/"
 
 
+def test_tests_mirror_the_package() -> None:
+    """Each folder of tests/ is a folder of the package (besides the data the tests read)."""
+    data = {"recorded", "golden", "vectors", "__pycache__"}
+    folders = {p.name for p in (REPO / "tests").iterdir() if p.is_dir() and p.name not in data}
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert folders and folders <= packages, sorted(folders - packages)
+
+
 def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(LINT_IMPORTS), "--no-cache", str(root / "pyproject.toml")],

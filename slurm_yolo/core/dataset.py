@@ -53,7 +53,7 @@ class Builtin(NamedTuple):
 
 # ultralytics 8.4.190's cfg/datasets/NAME.yaml (detect, segment, pose, obb): ``path``, ``train``, ``val``, and the
 # image counts each split's comment publishes ("train images (relative to 'path') 118287 images"), which
-# are the sizes of the datasets ultralytics downloads. tests/test_dataset.py checks every row against the
+# are the sizes of the datasets ultralytics downloads. tests/core/test_dataset.py checks every row against the
 # installed yamls. xView publishes "90% / 10% of 847 train images" (ultralytics' random autosplit): 762 / 85.
 BUILTIN: dict[str, Builtin] = {
     "Argoverse.yaml": Builtin(

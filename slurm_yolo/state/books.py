@@ -229,7 +229,7 @@ def _ended_before(rec: JobRecord, row: store.Row) -> bool:
     """A run ends once: the ledger settled it from sacct's final record of that end, and a later rewrite
     of the record does not change what it owed. Two are known. `scontrol requeue` of a finished job
     makes slurmdbd rewrite the run as REQUEUED, its elapsed stretched to the requeue (22.05 and 24.11).
-    Two more come with a change of controller (tests/test_failover_cluster.py). One that takes over from
+    Two more come with a change of controller (tests/controller/test_failover_cluster.py). One that takes over from
     state saved before the run's end (the primary died in between) still counts it as running, and
     ends it again, at its time limit or when the node tells it: slurmdbd then holds a TIMEOUT, or a
     longer COMPLETED, that ended after the ledger had settled the run's real end. One that launches again a run the old one had launched (the node says

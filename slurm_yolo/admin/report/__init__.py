@@ -20,7 +20,7 @@ import pandas as pd
 
 from slurm_yolo.admin import efficiency as eff
 from slurm_yolo.core import durations, limits
-from slurm_yolo.core.billing import policy
+from slurm_yolo.core.billing import bucket, policy
 from slurm_yolo.core.config import Config
 from slurm_yolo.core.errors import SlurmError, UnreachableError
 from slurm_yolo.parse.records import job_records
@@ -516,10 +516,14 @@ def balance_history(movements: pd.DataFrame, balances: Mapping[str, float], star
     return pd.DataFrame(rows, columns=["account", "at", "balance"])
 
 
-def refill_line(start_balance: float, rate_per_day: float, capacity: float, days: pd.Series) -> pd.Series:
-    """The balance refills alone would give ``days`` after the start: ``rate_per_day``, never lifting
-    it above ``capacity`` (``bucket.refill``'s rule)."""
-    return start_balance + (days * rate_per_day).clip(upper=max(0.0, capacity - start_balance))
+def refill_line(start_balance: int, rate_per_day: int, capacity: int, days: pd.Series) -> pd.Series:
+    """The balance refills alone would give ``days`` after the start: the ledger's own rule
+    (``bucket.refill``), which never lifts it above ``capacity``."""
+
+    def at(day: float) -> int:
+        return start_balance + bucket.refill(start_balance, capacity, rate_per_day, 0.0, day * bucket.DAY)[0]
+
+    return days.map(at)
 
 
 Visible = Callable[[set[str]], set[str]] | None  # the accounts a viewer may see of those given

@@ -364,7 +364,7 @@ def _budget_plot(plt: Any, view: pd.DataFrame, history: pd.DataFrame | None) -> 
             from_balance = float(h[h["at"] <= begin]["balance"].iloc[-1])  # the step's value when refills began
             ax.plot(
                 when,
-                refill_line(from_balance, float(b.rate_per_day), float(b.capacity), days),
+                refill_line(int(from_balance), int(b.rate_per_day), int(b.capacity), days),
                 "g--",
                 linewidth=1,
                 label=f"refills alone ({fmt_tokens(b.rate_per_day)}/day)",

@@ -2,7 +2,7 @@
 -- reckon it, function by function: a GPU job's worst case (time limit x GPUs x the partition's price
 -- x the QOS tier's rate: exactly what the prolog will hold), in whole numbers (bigint.lua), one
 -- rounding: tokens = ceil(seconds x GPUs x price x rate_ppm / (shards per GPU x 10^6)).
--- tests/test_job_submit_lua.py checks it against the Python policy and the shared vectors
+-- tests/controller/test_job_submit_lua.py checks it against the Python policy and the shared vectors
 -- (tests/vectors/billing.json). Bounds: counts Slurm passes as numbers (time limits, nodes, tasks,
 -- array indices) are below 2^53, and shards per GPU below 9 x 10^8.
 

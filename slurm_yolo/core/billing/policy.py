@@ -11,7 +11,7 @@ a tier rate is a whole number of parts per million (an admin's rate has at most 
 ``tokens`` is the one rounding rule (up to the token), so 37 s on 1 GPU at 1,000,000 tokens per
 GPU-second and a rate of 0.8 is 29,600,000 tokens, not 29,600,001. yolo-sbatch's check, the ledger's
 holds and charges, and what job_submit.lua is published all come from here (the Lua script repeats
-``tokens`` in its own whole-number arithmetic; tests/test_job_submit_lua.py holds the two equal).
+``tokens`` in its own whole-number arithmetic; tests/controller/test_job_submit_lua.py holds the two equal).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from slurm_yolo.core.model import estimate
 from slurm_yolo.core.model.timemodel import TimeModel
 from slurm_yolo.login import plan, render
 
-GOLDEN = Path(__file__).parent / "golden" / "train.sbatch"
+GOLDEN = Path(__file__).parents[1] / "golden" / "train.sbatch"
 WORDS = ["detect", "train", "model=yolo11s.yaml", "data=/data/ds.yaml", "epochs=30", "imgsz=640", "batch=32"]
 
 

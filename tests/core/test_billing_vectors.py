@@ -19,7 +19,7 @@ from slurm_yolo.core import durations
 from slurm_yolo.core.billing import bucket, policy
 from slurm_yolo.state import availability
 
-VECTORS = json.loads((Path(__file__).parent / "vectors" / "billing.json").read_text())
+VECTORS = json.loads((Path(__file__).parents[1] / "vectors" / "billing.json").read_text())
 LUA = shutil.which("lua5.1")
 LUA_DIR = Path(availability.__file__).resolve().parents[1] / "controller" / "job_submit"
 

@@ -177,7 +177,7 @@ def test_audit_keeps_a_run_s_first_end_when_a_backup_controller_ends_it_again(cf
     """A backup controller that took over from state saved before a run's end ends it again at its
     limit: slurmdbd's record becomes a TIMEOUT that ended after the ledger had settled the real end
     (COMPLETED, 3 s). No finding. A TIMEOUT that had ended before the ledger settled something else is
-    one (tests/test_failover_cluster.py runs the real thing)."""
+    one (tests/controller/test_failover_cluster.py runs the real thing)."""
     submit = int(time.time()) - 100  # the run started at submit + 5 and ended 3 s later
     with ledger.writer(cfg) as lg:
         settle(lg, 21, "COMPLETED", 3, submit)

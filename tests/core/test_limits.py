@@ -10,7 +10,7 @@ import pytest
 from slurm_yolo.core import limits
 from slurm_yolo.slurm import parsers
 
-REC = Path(__file__).parent / "recorded"
+REC = Path(__file__).parents[1] / "recorded"
 
 
 @pytest.mark.parametrize(("limit", "lead"), [(120, 0), (179, 0), (180, 90), (200, 100), (600, 120), (86400, 120)])

@@ -9,7 +9,7 @@ import pytest
 
 from slurm_yolo.slurm import parsers
 
-REC = Path(__file__).parent / "recorded"
+REC = Path(__file__).parents[1] / "recorded"
 
 
 def test_scontrol_record() -> None:

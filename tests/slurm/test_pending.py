@@ -54,6 +54,6 @@ def test_a_requeued_job_shows_the_epochs_it_did_not_a_stale_eta() -> None:
 
 
 def test_every_reason_in_words_is_in_the_users_doc() -> None:
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "users.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "users.md").read_text()
     missing = [r for r in reasons.REASONS if f"`{r}`" not in doc]
     assert not missing, f"docs/users.md does not list {missing}"

@@ -8,7 +8,7 @@ import pytest
 
 from slurm_yolo.cli import reference
 
-README = Path(__file__).resolve().parents[1] / "docs" / "reference.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "reference.md"
 
 
 def test_readme_command_reference_is_current() -> None:

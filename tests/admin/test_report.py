@@ -17,7 +17,7 @@ from slurm_yolo.admin import report
 from slurm_yolo.admin.report import output
 from slurm_yolo.cli.admin import main as admin
 
-REC = Path(__file__).parent / "recorded"
+REC = Path(__file__).parents[1] / "recorded"
 # The delimiter the recordings were made with (``sacct -p --delimiter``; a live report draws its own).
 DELIMITER = "<0f1e2d3c4b5a69788796a5b4c3d2e1f0>"
 # Jobs alice named ``yo|lo`` and ``yo<newline>lo``; the first one's comment holds a forged ``|`` line.
@@ -185,9 +185,9 @@ def test_balance_history_walks_back_from_the_balance(site_config: Path) -> None:
 def test_refill_line_stops_at_the_capacity() -> None:
     import pandas as pd
 
-    line = report.refill_line(10.0, 4.0, 20.0, pd.Series([0.0, 1.0, 2.0, 5.0]))
+    line = report.refill_line(10, 4, 20, pd.Series([0.0, 1.0, 2.0, 5.0]))
     assert list(line) == [10.0, 14.0, 18.0, 20.0]
-    assert list(report.refill_line(30.0, 4.0, 20.0, pd.Series([0.0, 3.0]))) == [
+    assert list(report.refill_line(30, 4, 20, pd.Series([0.0, 3.0]))) == [
         30.0,
         30.0,
     ]  # above it: refills add nothing

@@ -19,7 +19,7 @@ from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.core import config as config_mod
 from slurm_yolo.slurm import parsers
 
-REC = Path(__file__).parent / "recorded"
+REC = Path(__file__).parents[1] / "recorded"
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """GPU efficiency and health from usage records as the launcher writes them (NVML figures per epoch),
 hostile values among them: the report's efficiency view and plot, and the running-job alerts (no
-cluster needed; tests/test_admin.py runs the alerts on the real cluster)."""
+cluster needed; tests/admin/test_admin.py runs the alerts on the real cluster)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import pytest
 
 from slurm_yolo.slurm import queries, records
 
-REC = Path(__file__).parent / "recorded"
+REC = Path(__file__).parents[1] / "recorded"
 RELEASES = sorted(p.name for p in REC.iterdir() if p.is_dir())
 
 

@@ -45,7 +45,7 @@ CLIENTS = ("sbatch", "squeue", "scontrol", "sacct", "sacctmgr", "scancel", "sinf
 def slurm_conf() -> str:
     """The cluster's slurm.conf: what both controllers and the node read."""
     hosts = "\n".join(f"SlurmctldHost={name}({addr})" for name, addr in HOSTS.items())
-    return f"""# the backup-controller cluster of tests/test_failover_cluster.py
+    return f"""# the backup-controller cluster of tests/controller/test_failover_cluster.py
 ClusterName=yoloha
 {hosts}
 CommunicationParameters=NoCtldInAddrAny

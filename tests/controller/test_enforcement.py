@@ -22,7 +22,7 @@ from slurm_yolo.slurm import commands, parsers
 from slurm_yolo.state import db, ledger
 from slurm_yolo.state.ledger.schema import MIGRATIONS
 
-REC = Path(__file__).parent / "recorded"
+REC = Path(__file__).parents[1] / "recorded"
 CLUSTER_OF = {"22.05": "yolo", "24.11": "yolo2411"}  # the ClusterName each recording was made on
 
 

@@ -427,6 +427,7 @@ def test_short_times_and_amounts_are_not_shown_as_zero() -> None:
     assert (cost.fmt_amount(0.0042), cost.fmt_amount(0), cost.fmt_amount(1234.5)) == ("0.0042", "0.00", "1,234.50")
 
 
+@pytest.mark.cluster  # `price set` checks the partition with the bundled cluster's sinfo
 def test_price_show_names_who_set_a_price_and_why(home: Path) -> None:
     (home / "config.toml").write_text("[ledger]\nenforce = false\n")
     CliRunner().invoke(admin, ["ledger", "price", "set", "t4", "1000"])
