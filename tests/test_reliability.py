@@ -323,16 +323,21 @@ def test_users_read_k_and_plan_without_write_access(cluster: Slurm, hooks_config
 
 @pytest.mark.cluster
 def test_an_account_she_is_not_in_is_said_so_not_that_it_is_empty(cluster: Slurm) -> None:
-    """alice (in vision) with ``-A research`` (funded, hers not) and ``-A nosuchacct``: slurmctld's
-    admission runs before Slurm checks the association, so both read as "cannot cover ... 0 left"
-    or Slurm's generic line; yolo-sbatch now says whose account it is not, and submits nothing."""
+    """alice with ``-A`` an account made for this test (funded, hers not) and ``-A nosuchacct``:
+    slurmctld's admission runs before Slurm checks the association, so both read as "cannot cover ...
+    0 left" or Slurm's generic line; yolo-sbatch now says whose account it is not (hers as Slurm has
+    them, whatever others left), and submits nothing."""
     folder = Path("/var/tmp/slurm-yolo-tests") / f"alice-acct-{os.getpid()}"
     from slurm_yolo.core.synthetic import make_dataset
 
     data = make_dataset(folder, train=4, val=2, size=32)
     for p in [folder, *folder.rglob("*")]:
         p.chmod(0o755 if p.is_dir() else 0o644)
-    fund(cluster, ("research",), 10**15)
+    other = "yolo-notalice"  # one name: its ledger entry is reused, not one more per run
+    cluster.cmd("sacctmgr", "-i", "add", "account", other, "parent=root", check=False)  # there already: fine
+    fund(cluster, (other,), 10**15)
+    hers = cluster.cmd("sacctmgr", "-n", "-P", "show", "assoc", "user=alice", "format=account").stdout.split()
+    assert "vision" in hers and other not in hers
     env = {"PATH": "/usr/bin:/bin", "HOME": "/home/alice", "SLURM_YOLO_CONFIG": str(cluster.config_path)}
     before = cluster.cmd("squeue", "-h", "-u", "alice", "-o", "%i").stdout
 
@@ -355,10 +360,10 @@ def test_an_account_she_is_not_in_is_said_so_not_that_it_is_empty(cluster: Slurm
             cwd="/tmp",
         )
 
-    for account in ("research", "nosuchacct"):
+    for account in (other, "nosuchacct"):
         why = (
-            f"account '{account}' is not one you may submit to (yours: vision): give -A one of yours, or ask its"
-            " coordinator to add you"
+            f"account '{account}' is not one you may submit to (yours: {', '.join(sorted(set(hers)))}): give -A one"
+            " of yours, or ask its coordinator to add you"
         )
         for partition in ("t4", "auto"):  # auto: not Slurm's "Invalid account" once per partition
             res = as_alice("-A", account, "-p", partition)
@@ -367,6 +372,7 @@ def test_an_account_she_is_not_in_is_said_so_not_that_it_is_empty(cluster: Slurm
         assert res.returncode == 0 and res.stdout.startswith("Not submitted (--dry-run)"), res.stdout
         assert f"warning: {why}; a submission would be refused" in res.stderr.splitlines(), res.stderr
     assert cluster.cmd("squeue", "-h", "-u", "alice", "-o", "%i").stdout == before
+    cluster.cmd("sacctmgr", "-i", "delete", "account", other, check=False)
 
 
 @pytest.mark.cluster

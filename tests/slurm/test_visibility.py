@@ -74,24 +74,33 @@ def test_the_lookups_on_each_release(slurm: Slurm) -> None:
 
 
 @pytest.fixture
-def books(cluster: Slurm) -> Iterator[tuple[Path, str]]:
-    """A ledger of its own (where alice can read it) with vision, research and an account alice
-    coordinates only, created in Slurm for this test and deleted after it."""
-    lab = f"yolo-coord-{os.getpid()}"
+def books(cluster: Slurm) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A ledger of its own (where alice can read it) with three accounts made in Slurm for this test
+    alone and deleted after it (whatever else alice and bob are in, as people leave them): ``mine``
+    (alice's association), ``theirs`` (bob's) and ``lab`` (which alice coordinates only)."""
+    names = {role: f"yolo-{role}-{os.getpid()}" for role in ("mine", "theirs", "lab")}
     home = Path("/var/tmp/slurm-yolo-tests") / f"privacy-{os.getpid()}"
     home.mkdir(parents=True, exist_ok=True)
     home.chmod(0o755)
-    cluster.cmd("sacctmgr", "-i", "add", "account", lab, "parent=root")
     try:
-        cluster.cmd("sacctmgr", "-i", "add", "coordinator", f"account={lab}", "names=alice")
+        for account in names.values():
+            cluster.cmd("sacctmgr", "-i", "add", "account", account, "parent=root")
+        cluster.cmd("sacctmgr", "-i", "add", "user", "alice", f"account={names['mine']}")
+        cluster.cmd("sacctmgr", "-i", "add", "user", "bob", f"account={names['theirs']}")
+        cluster.cmd("sacctmgr", "-i", "add", "coordinator", f"account={names['lab']}", "names=alice")
         cfg = config_mod.load(home / "config.toml", env={"SLURM_YOLO_HOME": str(home)})
         with ledger.writer(cfg) as lg:
-            for account in ("vision", "research", lab):
+            for account in names.values():
                 lg.credit(account, 10**9, "test", "visibility")
-        yield home, lab
+        yield home, names
     finally:
-        cluster.cmd("sacctmgr", "-i", "delete", "account", lab, check=False)
+        cluster.cmd("sacctmgr", "-i", "delete", "account", ",".join(names.values()), check=False)
         shutil.rmtree(home, ignore_errors=True)
+
+
+def associated(cluster: Slurm, user: str) -> set[str]:
+    """The accounts Slurm has ``user`` in, as others left them: each is in her balances, deposit or not."""
+    return set(cluster.cmd("sacctmgr", "-n", "-P", "show", "assoc", f"user={user}", "format=account").stdout.split())
 
 
 def hide_accounts(home: Path) -> None:
@@ -131,10 +140,11 @@ def balances(user: str, home: Path) -> set[str]:
 
 
 @pytest.mark.cluster
-def test_without_private_data_anyone_sees_any_account(books: tuple[Path, str]) -> None:
-    home, lab = books
-    assert balances("alice", home) == balances("bob", home) == {"vision", "research", lab}
-    assert yolo("bob", home, "ledger", "history", lab).returncode == 0
+def test_without_private_data_anyone_sees_any_account(cluster: Slurm, books: tuple[Path, dict[str, str]]) -> None:
+    home, names = books
+    for user in ("alice", "bob"):
+        assert balances(user, home) == set(names.values()) | associated(cluster, user)
+    assert yolo("bob", home, "ledger", "history", names["lab"]).returncode == 0
     for command in ("balance", "history"):  # an account the ledger never saw is an error, not an empty answer
         res = yolo("bob", home, "ledger", command, "nosuch")
         assert (res.returncode, res.stdout, res.stderr) == (
@@ -146,26 +156,31 @@ def test_without_private_data_anyone_sees_any_account(books: tuple[Path, str]) -
 
 
 @pytest.mark.cluster
-def test_private_accounts_show_users_their_associations_and_coordinated_accounts(books: tuple[Path, str]) -> None:
-    home, lab = books
+def test_private_accounts_show_users_their_associations_and_coordinated_accounts(
+    cluster: Slurm, books: tuple[Path, dict[str, str]]
+) -> None:
+    home, names = books
+    mine, theirs, lab = names["mine"], names["theirs"], names["lab"]
+    hers = associated(cluster, "alice")
+    assert mine in hers and theirs not in hers and lab not in hers
     hide_accounts(home)
-    assert balances("alice", home) == {"vision", lab}  # her association; the account she coordinates
-    assert balances("bob", home) == {"research"}
-    assert balances("slurm", home) == balances("root", home) == {"vision", "research", lab}
-    for args in (["ledger", "balance", "research"], ["ledger", "history", "research"]):
+    assert balances("alice", home) == hers | {lab}  # her associations; the account she coordinates
+    assert balances("bob", home) == associated(cluster, "bob")
+    assert balances("slurm", home) == balances("root", home) == {mine, theirs, lab}  # the ledger's, all
+    for args in (["ledger", "balance", theirs], ["ledger", "history", theirs]):
         res = yolo("alice", home, *args)
         assert res.returncode == 1 and res.stderr.startswith(
-            "Error: account 'research' is not one you may see (alice"
+            f"Error: account '{theirs}' is not one you may see (alice"
         ), res.stderr
     res = yolo("alice", home, "ledger", "export")
-    assert res.returncode == 0 and {m["account"] for m in json.loads(res.stdout)} == {"vision", lab}
+    assert res.returncode == 0 and {m["account"] for m in json.loads(res.stdout)} == {mine, lab}
     res = yolo("alice", home, "report", "--json", "--view", "budgets", "--since", "now-1minutes")
     assert res.returncode == 0, res.stderr
-    assert {b["account"] for b in json.loads(res.stdout)["budgets"]} == {"vision", lab}
+    assert {b["account"] for b in json.loads(res.stdout)["budgets"]} == {mine, lab}
 
 
 @pytest.mark.cluster
-def test_alerts_and_metrics_are_for_admins(books: tuple[Path, str]) -> None:
+def test_alerts_and_metrics_are_for_admins(books: tuple[Path, dict[str, str]]) -> None:
     home, _ = books
     for args in (["alerts"], ["metrics", "--textfile", str(home / "prom")]):
         res = yolo("alice", home, *args)
