@@ -29,7 +29,10 @@ sys.path.insert(0, str(REPO))  # bench/ is not installed: its tests import it fr
 IN_CI = os.environ.get("CI", "").lower() == "true"
 # Written by deploy/minicluster, and by nothing else: one file per bundled cluster (release).
 MARKERS = Path("/var/lib/slurm-yolo-cluster/clusters")
-RELEASES = ("22.05", "24.11")
+# The releases under test: deploy/minicluster's own list, or the ones MINICLUSTER_RELEASES names (as
+# `deploy/minicluster up` brings them), so CI can test one release apart from the others.
+KNOWN_RELEASES = ("22.05", "24.11", "26.05")
+RELEASES = tuple(os.environ.get("MINICLUSTER_RELEASES", " ".join(KNOWN_RELEASES)).split())
 BACKENDS = ("sqlite", "mariadb")
 MYSQL_SOCKET = Path("/run/mysqld/mysqld.sock")
 USERS_FS = Path("/tmp/slurm-yolo-users")  # deploy/minicluster's users' file system (login and compute nodes)

@@ -31,7 +31,7 @@ from slurm_yolo.slurm import commands
 from slurm_yolo.slurm.parsers import ControllerConfig
 from slurm_yolo.state import availability, books, calibration, db, ledger
 
-SUPPORTED = ("22.05", "24.11")  # the releases the money path is tested on
+SUPPORTED = ("22.05", "24.11", "26.05")  # the releases the money path is tested on
 CLOCK_SLACK_SECONDS = 5.0  # beyond the time the question took: slurmctld prints its clock to the second
 AUDIT_LATE_SECONDS = 3 * 3600  # cron's `ledger audit` runs hourly (deploy/crontab): three missed runs
 SPANK_PLUGIN = "yolo_tokens.so"

@@ -246,14 +246,18 @@ class WillRun(NamedTuple):
     refused: str = ""
 
 
-_WILL_RUN = re.compile(r"^\S+: Job \d+ to start at (\d+) (?:on cluster \S+ )?using \d+ processors", re.MULTILINE)
+# 26.05 prints a stray "a" before "using" (src/api/allocate.c: "to start at %s%s%s a using")
+_WILL_RUN = re.compile(
+    r"^\S+: Job \d+ to start at (\d+) (?:on cluster \S+ )?(?:a )?using \d+ processors", re.MULTILINE
+)
 
 
 def will_run_start(stderr: str) -> int:
     """The expected start, in epoch seconds, from what ``sbatch --test-only`` prints on stderr when
     run with ``SLURM_TIME_FORMAT=%s``, alike in 22.05 and 24.11: ``sbatch: Job 41 to start at
     1796068800 using 1 processors on nodes gpu-t4-1 in partition t4`` (``on cluster C`` after the
-    time when several clusters were asked). A time Slurm cannot tell (``Unknown``) is an error."""
+    time when several clusters were asked; 26.05 adds ``a`` before ``using``). A time Slurm cannot
+    tell (``Unknown``) is an error."""
     m = _WILL_RUN.search(stderr)
     if not m:
         raise ValueError(f"sbatch --test-only printed no start time: {stderr.strip()[-200:]!r}")

@@ -50,7 +50,7 @@ def test_the_next_limit_is_never_below_the_present_one() -> None:
     assert limits.next_limit(600, 590, math.nan, 5, 100, 120, 0.2) == 600
 
 
-@pytest.mark.parametrize("release", ["22.05", "24.11"])
+@pytest.mark.parametrize("release", ["22.05", "24.11", "26.05"])
 def test_a_partitions_time_limit_from_sinfo(release: str) -> None:
     assert parsers.partition_time_limit((REC / release / "sinfo_time_limit.txt").read_text()) is None  # infinite
     assert parsers.partition_time_limit("30:00\n") == 1800  # sinfo's MM:SS

@@ -76,7 +76,7 @@ def test_will_run_start_elsewhere() -> None:
         parsers.will_run_start("sbatch: error: x Job 9 to start at 1 using 1 processors\n")
 
 
-@pytest.mark.parametrize("release", ["22.05", "24.11"])
+@pytest.mark.parametrize("release", ["22.05", "24.11", "26.05"])
 def test_default_partition(release: str) -> None:
     text = (REC / release / "scontrol_partitions.txt").read_text()
     assert parsers.default_partition(text) == "a100"
@@ -84,7 +84,7 @@ def test_default_partition(release: str) -> None:
     assert parsers.default_partition("") is None
 
 
-@pytest.mark.parametrize("release", ["22.05", "24.11"])
+@pytest.mark.parametrize("release", ["22.05", "24.11", "26.05"])
 def test_will_run_start(release: str) -> None:
     """``sbatch --test-only`` with SLURM_TIME_FORMAT=%s: the start on stderr (recorded with a100 busy)."""
     rec = json.loads((REC / release / "sbatch_test_only.json").read_text())

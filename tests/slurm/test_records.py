@@ -13,7 +13,7 @@ RELEASES = sorted(p.name for p in REC.iterdir() if p.is_dir())
 
 
 def test_both_supported_releases_have_recordings() -> None:
-    assert RELEASES == ["22.05", "24.11"]
+    assert RELEASES == ["22.05", "24.11", "26.05"]
 
 
 @pytest.mark.parametrize("release", RELEASES)
@@ -31,7 +31,7 @@ def test_recorded_sacct_gives_the_ended_run(release: str) -> None:
     assert found, "no record parsed"
     r = found[-1]
     assert r.final and r.state == "COMPLETED" and r.start >= r.submit > 1_700_000_000
-    assert r.cluster in ("yolo", "yolo2411") and r.tres.get("gres/gpu") == "1" and r.time_limit == 60
+    assert r.cluster in ("yolo", "yolo2411", "yolo2605") and r.tres.get("gres/gpu") == "1" and r.time_limit == 60
     assert r.elapsed >= 0
 
 
