@@ -28,7 +28,7 @@ from slurm_yolo.core.config import Config
 from slurm_yolo.core.errors import SlurmYoloError
 from slurm_yolo.parse import beacon
 from slurm_yolo.slurm import commands
-from slurm_yolo.slurm.records import JobRecord
+from slurm_yolo.slurm.records import FINAL_STATES, JobRecord
 from slurm_yolo.state import books, ledger
 from slurm_yolo.state.eventlog import log_event
 
@@ -44,6 +44,10 @@ COMMITMENT_GRACE_SECONDS = (
     5.0  # an admission's count outlives slurmctld's job list refresh (1 s) and its recent window (2 s)
 )
 SHARED_POLL_SECONDS = 2.0  # how stale the admission file may go behind another controller's or cluster's write
+# A held run whose epilog is this late while slurmctld no longer runs it is settled as if it had come
+# (``Settler._orphans``); slurmctld is asked at most this often.
+ORPHAN_AGE_SECONDS = 10.0
+ORPHAN_POLL_SECONDS = 15.0
 
 
 def billable_run(
@@ -450,6 +454,7 @@ class Settler:
         self._apart: set[tuple[str, bool]] = set()  # the last look's disagreements (``blocks_apart``)
         self._joined = False  # this cluster's join recorded (``Ledger.join``)
         self._expire_next = 0.0  # when ``_expire_commitments`` may ask Slurm again
+        self._orphans_next = 0.0  # when ``_orphans`` may ask Slurm again
         self.thread = threading.Thread(target=self._serve, name="settler", daemon=True)
         self.thread.start()
 
@@ -475,6 +480,27 @@ class Settler:
         counted = {str(r["account"]) for r in lg.commitments(cluster) if float(r["counted_at"]) < before}
         if counted:
             lg.forget_commitments(cluster, counted - commands.pending_accounts(self.config.bin_dir), before)
+
+    def _orphans(self, lg: ledger.Ledger, cluster: str) -> None:
+        """A held run whose epilog never reached hookd would hold its tokens until cron's reconcile:
+        22.05 SIGKILLs PrologSlurmctld and EpilogSlurmctld alike when a job is cancelled while its
+        prolog runs, and a user can do that at will. Once such a run is ``ORPHAN_AGE_SECONDS`` old
+        and slurmctld runs it no more (the job gone, ended, or on a later run), it goes in the
+        inbox as its epilog would have, and is settled from sacct's record like any other."""
+        held = lg.stale_holds(time.time() - ORPHAN_AGE_SECONDS, cluster)
+        waiting = {int(r["job_id"]) for r in lg.due(None, BATCH, cluster=cluster)}
+        jobs = sorted({int(r["job_id"]) for r in held} - waiting)
+        if not jobs:
+            return
+        now = commands.current_runs(jobs, self.config.bin_dir)
+        for job in jobs:
+            rec = now.get(job)
+            ours = {r["job_key"] for r in held if int(r["job_id"]) == job}
+            if rec is not None and rec.state not in FINAL_STATES and ledger.run_key(cluster, job, rec.submit) in ours:
+                continue  # its run goes on
+            lg.receive(cluster, job, "epilog", {"summary": "", "uid": "", "estimate": "", "ended": "", "swept": "1"})
+            log_event(self.config, {"event": "orphan", "job": job, "cluster": cluster})
+            self._wake.set()
 
     def _follow_blocks(self, lg: ledger.Ledger, cluster: str) -> None:
         """On a shared ledger, another cluster's deposit or charge can fund or dry an account: this
@@ -506,10 +532,13 @@ class Settler:
                     if version is not None and time.monotonic() >= self._expire_next:
                         self._expire_next = time.monotonic() + COMMITMENT_GRACE_SECONDS  # squeue at most this often
                         self._expire_commitments(lg, home)
+                    if time.monotonic() >= self._orphans_next:
+                        self._orphans_next = time.monotonic() + ORPHAN_POLL_SECONDS
+                        self._orphans(lg, home)
             except Exception as e:  # noqa: BLE001 - the rows stay in the inbox; the next round retries them
                 log_event(self.config, {"event": "settler", "alert": f"{type(e).__name__}: {e}"})
                 nxt, version = time.time() + 5, None
-            longest = 60.0 if version is None else SHARED_POLL_SECONDS  # a shared ledger is looked at often
+            longest = ORPHAN_POLL_SECONDS if version is None else SHARED_POLL_SECONDS  # a shared ledger: often
             self._wake.wait(timeout=min(longest, max(0.05, nxt - time.time())) if nxt is not None else longest)
 
 

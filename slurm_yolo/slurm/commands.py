@@ -60,7 +60,11 @@ def current_runs(job_ids: list[int], bin_dir: Path | None = None) -> dict[int, J
     """The controller's record of each job's current run (``squeue -O``, fields user text cannot
     forge); jobs the controller no longer knows are missing. One call for many jobs: 22.05 has no
     RPC for a list of jobs, so squeue then loads every job the controller holds (~27 ms for 800)."""
-    res = run(queries.squeue_argv(job_ids), bin_dir=bin_dir, time_format=queries.TIME_FORMAT)
+    res = run(queries.squeue_argv(job_ids), bin_dir=bin_dir, time_format=queries.TIME_FORMAT, check=False)
+    if res.returncode != 0:
+        if "Invalid job id" in res.stderr:  # squeue's answer when the one job asked is gone; for a list: none
+            return {}
+        raise SlurmError(f"squeue failed: {(res.stderr.strip() or f'exit code {res.returncode}').splitlines()[-1]}")
     return {r.job_id: r for r in from_squeue(res.stdout)}
 
 

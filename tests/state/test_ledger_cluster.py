@@ -205,6 +205,27 @@ def test_cancel_while_running_pays_the_time_it_ran(funded: Slurm) -> None:
     assert row["elapsed"] >= 2
 
 
+def test_a_run_whose_epilog_never_came_is_settled_once_slurmctld_runs_it_no_more(funded: Slurm) -> None:
+    """22.05 SIGKILLs EpilogSlurmctld with the prolog when a job is cancelled while its prolog runs,
+    which a user can do at will: the run's hold must not wait for cron's reconcile. Here the
+    cluster's epilog does nothing for one job; hookd's settler finds the held run slurmctld runs no
+    more and settles it from sacct, to the token."""
+    epilog = funded.config_path.parent / "epilog"
+    kept, spare = epilog.read_bytes(), epilog.with_name("epilog.test")
+    spare.write_text("#!/bin/sh\n# a test's: this epilog never reaches hookd\nexit 0\n")
+    spare.chmod(0o755)
+    os.replace(spare, epilog)
+    try:
+        job = funded.sbatch("-p", "t4", "--gres=gpu:t4:1", "-t", "1", script="sleep 2")
+        funded.ended(job)
+    finally:
+        spare.write_bytes(kept)
+        spare.chmod(0o755)
+        os.replace(spare, epilog)
+    assert_billed(funded, job, 60, 1, "t4", "COMPLETED", timeout=120)
+    assert sorted(movements(funded, job)) == ["charge", "hold", "refund"]
+
+
 def test_failed_job_pays_the_time_it_ran(funded: Slurm) -> None:
     job = funded.sbatch("-p", "a100", "--gres=gpu:a100:2", "-t", "1", script="sleep 1; exit 3")
     assert_billed(funded, job, 60, 2, "a100", "FAILED")
