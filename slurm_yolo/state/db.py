@@ -131,6 +131,7 @@ def publish_copy(
     target = published(path, public_folder(public))
     tmp = target.with_name(f".{path.name}.publish.{os.getpid()}.{threading.get_ident()}")
     tmp.unlink(missing_ok=True)
+    _remove_abandoned(target.parent, path.name)
     try:
         # the copy is the owner's alone while it is written (SQLite gives its journal the file's mode):
         # world-readable only once it is whole, a moment before the rename
@@ -150,6 +151,21 @@ def publish_copy(
         os.replace(tmp, target)  # across folders of one file system: atomic
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _remove_abandoned(folder: Path, name: str) -> None:
+    """The copies (and their journals) of publishers killed mid-publish (kill -9, OOM): their process
+    is gone, so nothing else removes them, and each is a whole ledger's size."""
+    for leftover in folder.glob(f".{name}.publish.*"):
+        pid = leftover.name.removeprefix(f".{name}.publish.").split(".", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            leftover.unlink(missing_ok=True)
+        except PermissionError:
+            pass  # another user's live process: its publish may be going on
 
 
 def backup_into(conn: sqlite3.Connection) -> Callable[[Path], None]:

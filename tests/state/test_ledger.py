@@ -524,3 +524,25 @@ def test_a_published_copy_is_the_owners_alone_until_it_is_whole(tmp_path: Path) 
     assert db.published(books, public) == public / "ledger.db"
     assert db.published(books, public).stat().st_mode & 0o777 == 0o644 and public.stat().st_mode & 0o777 == 0o755
     assert not list(public.glob(".ledger.db.publish.*"))
+
+
+def test_a_publisher_killed_mid_publish_leaves_no_copy_for_good(tmp_path: Path) -> None:
+    """A publisher killed with its copy half written (kill -9 in the chaos tests) leaves it behind, a
+    whole ledger's size each time: the next publish removes those whose process is gone, and leaves a
+    live process's alone (its publish may be going on)."""
+    from slurm_yolo.state import db
+
+    books, public = tmp_path / "private" / "ledger.db", tmp_path / "public"
+    public.mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid no process has now
+    dead = [public / f".ledger.db.publish.{gone.pid}.1", public / f".ledger.db.publish.{gone.pid}.1-journal"]
+    live = public / f".ledger.db.publish.{os.getppid()}.1"
+    for p in [*dead, live]:
+        p.write_text("half a copy")
+
+    def snapshot(path: Path) -> None:
+        sqlite3.connect(path).close()
+
+    db.publish_copy(snapshot, books, public)
+    assert [p.exists() for p in dead] == [False, False] and live.exists()
