@@ -278,15 +278,26 @@ def _slurmdbd_pid(slurm: Slurm) -> int:
 
 
 def _up(slurm: Slurm) -> None:
-    """Bring back whatever is down (twice at most: a daemon killed a moment ago may still be exiting)."""
-    for _ in range(3):
-        res = subprocess.run(
-            [str(REPO / "deploy" / "minicluster"), "up", slurm.release], capture_output=True, text=True, check=False
-        )
-        if res.returncode == 0:
-            return
-        time.sleep(2)
-    raise AssertionError(f"minicluster up {slurm.release}: {res.stdout}{res.stderr}")
+    """Bring back whatever is down (the daemons killed here are gone first: ``_stop``)."""
+    res = subprocess.run(
+        [str(REPO / "deploy" / "minicluster"), "up", slurm.release], capture_output=True, text=True, check=False
+    )
+    assert res.returncode == 0, f"minicluster up {slurm.release}: {res.stdout}{res.stderr}"
+
+
+def _stop(pid: int, sig: signal.Signals) -> None:
+    """Signal a daemon and wait until it is gone (a zombie is gone): ``deploy/minicluster up`` takes a
+    daemon still exiting for one that runs, and would not start it again."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+    def gone() -> bool:
+        try:
+            return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) == "Z"
+        except OSError:
+            return True
+
+    poll(f"process {pid} gone", gone, timeout=60)
 
 
 @pytest.mark.parametrize("cause", ["NODE_FAIL", "PREEMPTED", "TIMEOUT"])
@@ -298,7 +309,7 @@ def test_a_run_that_ends_while_slurmdbd_is_down_is_settled_once_it_is_back(lean:
     )
     wait_running(lean, job)
     hold = limit * 60 * A100
-    os.kill(_slurmdbd_pid(lean), signal.SIGTERM)
+    _stop(_slurmdbd_pid(lean), signal.SIGTERM)
     preemptor = None
     try:
         if cause == "NODE_FAIL":
@@ -308,7 +319,12 @@ def test_a_run_that_ends_while_slurmdbd_is_down_is_settled_once_it_is_back(lean:
                 "-A", "vision", "-p", "a100", "--qos=yolo-preempt", "--gres=gpu:a100:2", "-t", "1", script="sleep 1"
             )
         gone_from_controller(lean, job)
-        time.sleep(6)  # the epilog has asked sacct (down) and given up
+
+        def asked() -> bool:  # the settler has asked sacct (down) for the epilog's row, and waits
+            with lean.ledger() as lg:
+                return any(r["attempts"] >= 1 for r in lg.due(None, 10, job=(lean.name, job)))
+
+        poll(f"job {job}'s epilog waiting for sacct", asked, timeout=60)
         assert [r["state"] for r in lean.runs(job)] == ["held"]
     finally:
         if cause == "NODE_FAIL":
@@ -344,7 +360,7 @@ def test_a_run_that_ends_while_slurmdbd_is_down_is_settled_once_it_is_back(lean:
 
 def _kill(pidfile: Path) -> None:
     with contextlib.suppress(OSError, ValueError):
-        os.kill(int(pidfile.read_text()), signal.SIGKILL)
+        _stop(int(pidfile.read_text()), signal.SIGKILL)
 
 
 def _kill_hooks_of(slurm: Slurm, patterns: tuple[str, ...]) -> None:
