@@ -27,7 +27,10 @@ The runs are billed to an account of their own, ``bench`` (made here, with a dep
 bundled cluster's test accounts keep their balances; at the end ``ledger reconcile`` bills the runs
 of the rounds without hooks, as cron would (its time is printed), and the audit of every bench job
 follows. ``BENCH_ARRAY_TASKS`` sets the size (default
-1000: about 20 minutes in all on 2 cores). The cluster is brought up with its hooks again at the end.
+1000: about 20 minutes in all on 2 cores). The cluster is brought up with its hooks again at the end,
+its books where it found them (the shared MariaDB ledger, as ``bash deploy/demo`` leaves it, or its
+own SQLite). On the shared ledger the rounds without hooks still have job_submit.lua asking hookd,
+which deploy/minicluster starts for admission alone then.
 """
 
 from __future__ import annotations
@@ -67,9 +70,11 @@ ROUNDS = {  # round: (PrologSlurmctld, EpilogSlurmctld); None: deploy/minicluste
 SCHEDULER = "bf_interval=1"  # every round: see the module docstring
 
 
-def _up(round_name: str | None) -> None:
-    """The 22.05 cluster as the round wants it (None: as deploy/minicluster brings it up by default)."""
+def _up(round_name: str | None, backend: str) -> None:
+    """The 22.05 cluster as the round wants it (None: as deploy/minicluster brings it up by default),
+    its books where they are (``backend``: the demo leaves them on the shared MariaDB ledger)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MINICLUSTER_")}
+    env["MINICLUSTER_LEDGER"] = f"22.05={backend}"
     if round_name is not None:
         env["MINICLUSTER_SCHEDULER_PARAMETERS"] = SCHEDULER
         for name, value in zip(
@@ -214,13 +219,14 @@ def main() -> dict[str, float]:
     config_path = Path(marker["config"])
     config = config_mod.load(config_path, env={"SLURM_YOLO_CONFIG": str(config_path)})
     out: dict[str, float] = {}
+    backend = config.ledger.backend
     try:
-        _up(None)
+        _up(None, backend)
         _account(config_path)
         spans: dict[str, tuple[float, float]] = {}
         bench_jobs: set[int] = set()
         for name in ROUNDS:
-            _up(name)
+            _up(name, backend)
             since = time.time()
             watcher = _Children()
             watcher.start()
@@ -283,7 +289,7 @@ def main() -> dict[str, float]:
             )
             out[f"makespan_ratio_{i}"] = on / off
     finally:
-        _up(None)
+        _up(None, backend)
     return out
 
 
