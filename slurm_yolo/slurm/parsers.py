@@ -247,9 +247,7 @@ class WillRun(NamedTuple):
 
 
 # 26.05 prints a stray "a" before "using" (src/api/allocate.c: "to start at %s%s%s a using")
-_WILL_RUN = re.compile(
-    r"^\S+: Job \d+ to start at (\d+) (?:on cluster \S+ )?(?:a )?using \d+ processors", re.MULTILINE
-)
+_WILL_RUN = re.compile(r"^\S+: Job \d+ to start at (\d+) (?:on cluster \S+ )?(?:a )?using \d+ processors", re.MULTILINE)
 
 
 def will_run_start(stderr: str) -> int:

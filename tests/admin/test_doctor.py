@@ -7,7 +7,7 @@ import json
 import os
 import re
 import subprocess
-import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -25,14 +25,15 @@ REC = Path(__file__).parents[1] / "recorded"
 @pytest.mark.parametrize(
     ("release", "prolog", "as_of"),
     [
-        ("22.05", "/var/lib/slurm-yolo-cluster/slurm-yolo/prolog", (2026, 11, 30, 16, 40, 57)),
-        ("24.11", "/var/lib/slurm-yolo-cluster/c2411/slurm-yolo/prolog", (2026, 11, 30, 16, 40, 57)),
-        ("26.05", "/var/lib/slurm-yolo-cluster/c2605/slurm-yolo/prolog", (2026, 12, 5, 2, 40, 8)),
+        ("22.05", "/var/lib/slurm-yolo-cluster/slurm-yolo/prolog", "2026-11-30T16:40:57"),
+        ("24.11", "/var/lib/slurm-yolo-cluster/c2411/slurm-yolo/prolog", "2026-11-30T16:40:57"),
+        ("26.05", "/var/lib/slurm-yolo-cluster/c2605/slurm-yolo/prolog", "2026-12-05T02:40:08"),
     ],
 )
-def test_the_controllers_config_on_each_release(release: str, prolog: str, as_of: tuple[int, ...]) -> None:
+def test_the_controllers_config_on_each_release(release: str, prolog: str, as_of: str) -> None:
     cc = parsers.controller_config((REC / release / "scontrol_config.txt").read_text())
-    assert cc.as_of == time.mktime((*as_of, 0, 0, -1))  # the controller's clock, local time
+    clock = datetime.fromisoformat(as_of).timestamp()  # the controller's clock, local time
+    assert cc.as_of == clock
     assert cc.values["SLURM_VERSION"].startswith(release) and cc.values["PrologSlurmctld"] == prolog  # 24.11: [0]
     assert cc.controllers == ("vm",) and cc.values["JobSubmitPlugins"] == "lua"
 
