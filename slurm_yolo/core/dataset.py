@@ -5,7 +5,7 @@ datasets by name (``coco8.yaml``, or ``coco8``), counted where ultralytics keeps
 its settings' ``datasets_dir``) or, not downloaded there, taken from the sizes its yaml publishes.
 Sources follow ultralytics' rules: ``train``/``val`` may be a folder (searched recursively), a ``.txt``
 list of image paths (``./`` relative to the list), or a list of those; relative entries resolve
-against ``path:``, which itself resolves like ultralytics (its datasets_dir, then the yaml's folder).
+against ``path:``, which itself resolves like ultralytics (the working folder, then its datasets_dir).
 Counts are cached per source by path and the mtimes of the folder and its direct subfolders, so a
 120k-image dataset is scanned once (os.scandir, no stat per file) and is instant afterwards. The
 yaml's resolved sources are cached by its own mtime too: a warm count imports no YAML parser.
@@ -278,6 +278,10 @@ def _datasets_dir(yolo_config_dir: str = "") -> Path | None:
 
 
 def _root(data: dict[str, Any], yaml_path: Path, yolo_config_dir: str = "") -> Path:
+    """The dataset's root as ultralytics' ``check_det_dataset`` takes it: an absolute ``path:``; a
+    relative one from the working folder where it is there, else under ultralytics' datasets_dir
+    (which, with no settings file yet, ultralytics makes ``./datasets``), never beside the yaml; no
+    ``path:``, the yaml's folder. tests/core/test_dataset.py holds the two equal."""
     raw = data.get("path")
     if not raw:
         return yaml_path.parent
@@ -287,10 +291,9 @@ def _root(data: dict[str, Any], yaml_path: Path, yolo_config_dir: str = "") -> P
         root = Path(str(raw))
     if root.is_absolute():
         return root
-    for base in (_datasets_dir(yolo_config_dir), yaml_path.parent, Path.cwd()):
-        if base is not None and _stat(base / root, f"data {yaml_path}: path") is not None:
-            return Path(os.path.realpath(base / root))
-    return Path(os.path.realpath(yaml_path.parent / root))
+    if _stat(Path.cwd() / root, f"data {yaml_path}: path") is not None:
+        return Path(os.path.realpath(Path.cwd() / root))
+    return Path(os.path.realpath((_datasets_dir(yolo_config_dir) or Path.cwd() / "datasets") / root))
 
 
 def _sources(value: Any, root: Path, split: str, yaml_path: Path) -> list[Path]:
@@ -306,8 +309,8 @@ def _sources(value: Any, root: Path, split: str, yaml_path: Path) -> list[Path]:
             p = Path(item)
         if not p.is_absolute():
             p = root / p
-            if _stat(p, what) is None and item.startswith("../"):
-                p = root / item[3:]  # ultralytics' own fallback
+            if _stat(p, what) is None and item.startswith("../") and isinstance(value, str):
+                p = root / item[3:]  # ultralytics' own fallback (for one path, not a list)
         st = _stat(p, what)
         if st is None:
             raise UsageError(f"{what} {p} does not exist")
@@ -349,7 +352,16 @@ def resolve_sources(yaml_path: Path, yolo_config_dir: str = "") -> dict[str, lis
         if not data.get(split):
             raise UsageError(f"data {yaml_path}: no '{split}' entry")
     root = _root(data, yaml_path, yolo_config_dir)
-    return {split: _sources(data[split], root, split, yaml_path) for split in ("train", "val")}
+    try:
+        return {split: _sources(data[split], root, split, yaml_path) for split in ("train", "val")}
+    except UsageError as e:
+        raw = str(data.get("path") or "")
+        if not raw or Path(raw).expanduser().is_absolute() or not str(e).endswith("does not exist"):
+            raise
+        raise UsageError(
+            f"{e} (ultralytics takes a relative path: {raw} from the working folder, else from its datasets_dir,"
+            " not from the yaml's folder: give an absolute path:, or submit from the folder that holds it)"
+        ) from None
 
 
 def _yaml_file(data: str) -> Path | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -40,12 +42,22 @@ def test_txt_lists_relative_paths_and_lists_of_sources(tmp_path: Path) -> None:
     assert (c.train, c.val) == (3 + 2 + 1, 1)
 
 
-def test_relative_path_prefix_resolves_from_the_yaml(tmp_path: Path) -> None:
+def test_a_relative_path_resolves_from_the_working_folder_not_the_yaml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As ultralytics: ``path: ../ds`` is ../ds of where the job runs (else under its datasets_dir),
+    not of the yaml's folder, where a plan once counted images the job then did not find."""
     touch(tmp_path / "sets/ds/images", ["1.jpg", "2.jpg"])
     (tmp_path / "sets/cfg").mkdir(parents=True)
     y = tmp_path / "sets/cfg/data.yaml"
     y.write_text("path: ../ds\ntrain: images\nval: images\n")
+    monkeypatch.setenv("YOLO_CONFIG_DIR", str(tmp_path / "no-settings"))
+    monkeypatch.chdir(tmp_path / "sets/cfg")
     assert dataset.count(y).train == 2
+    monkeypatch.chdir(tmp_path)  # ultralytics looks in ./datasets/../ds: its settings' datasets_dir, made now
+    with pytest.raises(UsageError, match=re.escape("ultralytics takes a relative path: ../ds from the working")) as e:
+        dataset.count(y)
+    assert f"train path {tmp_path / 'ds' / 'images'} does not exist" in str(e.value)
 
 
 @pytest.mark.parametrize(
@@ -341,3 +353,76 @@ def test_a_classify_dataset_by_name_is_counted_where_ultralytics_keeps_it(elsewh
     c = dataset.count("mnist160", elsewhere / "cache.json")
     assert (c.train, c.val, c.folder) == (4, 2, True)
     assert (dataset.count("coco8", elsewhere / "cache.json").train, dataset.count("coco8").folder) == (1, False)
+
+
+ULTRALYTICS_RESOLVES = """
+import json, os, sys
+from ultralytics.data.utils import check_det_dataset
+out = {}
+for name, (cwd, yaml) in json.loads(sys.argv[1]).items():
+    os.chdir(cwd)
+    try:
+        data = check_det_dataset(yaml, autodownload=False)
+        out[name] = [data[k] if isinstance(data[k], list) else [data[k]] for k in ("train", "val")]
+    except Exception as e:  # ultralytics' refusal, of whatever type
+        out[name] = type(e).__name__
+print(json.dumps(out))
+"""
+
+
+def test_data_paths_resolve_as_ultralytics_own_check_resolves_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each layout a data yaml may point at, resolved by ultralytics' check_det_dataset (in a child
+    process with its settings here) and by ours: the same sources, or both refuse."""
+    pytest.importorskip("ultralytics")  # the training install's (not a login node's)
+    cfg, datasets, work = tmp_path / "cfg", tmp_path / "datasets", tmp_path / "work"
+    (cfg / "Ultralytics").mkdir(parents=True)
+    (cfg / "Ultralytics" / "settings.json").write_text(json.dumps({"datasets_dir": str(datasets)}))
+    names = "names:\n  0: a\n"
+    cases: dict[str, tuple[Path, Path]] = {}
+
+    def case(name: str, yaml_text: str, folders: list[Path], cwd: Path = work) -> None:
+        for folder in folders:
+            touch(folder, ["1.jpg"])
+        yaml = tmp_path / "yamls" / name / "data.yaml"
+        yaml.parent.mkdir(parents=True, exist_ok=True)
+        yaml.write_text(yaml_text + names)
+        cwd.mkdir(parents=True, exist_ok=True)
+        cases[name] = (cwd, yaml)
+
+    case("absolute", f"path: {tmp_path / 'abs'}\ntrain: images\nval: images\n", [tmp_path / "abs/images"])
+    case("working folder", "path: here\ntrain: images\nval: images\n", [work / "here/images"])
+    case("datasets_dir", "path: there\ntrain: images\nval: images\n", [datasets / "there/images"])
+    case("both", "path: twice\ntrain: images\nval: images\n", [work / "twice/images", datasets / "twice/images"])
+    case("no path", "train: images\nval: images\n", [tmp_path / "yamls/no path/images"])
+    case(
+        "beside the yaml only",
+        "path: mine\ntrain: images\nval: images\n",
+        [tmp_path / "yamls/beside the yaml only/mine/images"],
+    )
+    case("../ fallback", f"path: {tmp_path / 'dd'}\ntrain: ../images\nval: images\n", [tmp_path / "dd/images"])
+    case("lists", f"path: {tmp_path / 'li'}\ntrain: [a, b]\nval: [b]\n", [tmp_path / "li/a", tmp_path / "li/b"])
+    txt = tmp_path / "tx/train.txt"
+    touch(tmp_path / "tx/images", ["1.jpg"])
+    txt.write_text("./images/1.jpg\n")
+    case("txt list", f"path: {tmp_path / 'tx'}\ntrain: train.txt\nval: images\n", [])
+
+    env = {**os.environ, "YOLO_CONFIG_DIR": str(cfg), "YOLO_OFFLINE": "1"}
+    arg = json.dumps({n: [str(c), str(y)] for n, (c, y) in cases.items()})
+    res = subprocess.run([sys.executable, "-c", ULTRALYTICS_RESOLVES, arg], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    theirs = json.loads(res.stdout.strip().splitlines()[-1])
+    for name, (cwd, yaml) in cases.items():
+        monkeypatch.chdir(cwd)
+        try:
+            got = dataset.resolve_sources(yaml, str(cfg))
+            ours: object = [[str(p) for p in got["train"]], [str(p) for p in got["val"]]]
+        except UsageError:
+            ours = "refused"
+        assert (theirs[name] == ours) or (ours == "refused" and isinstance(theirs[name], str)), (
+            name,
+            theirs[name],
+            ours,
+        )
+    assert isinstance(theirs["beside the yaml only"], str)  # ultralytics refuses it: so do we
