@@ -119,10 +119,14 @@ def _closest(key: str, keys: list[str]) -> str:
     return f" (did you mean '{near[0]}'?)" if near else ""
 
 
-def _check_value(key: str, value: Any) -> Any:
+def check_value(key: str, value: Any) -> Any:
+    """``value`` if ultralytics takes it for ``key``, else UsageError naming it."""
     known = ultralytics_cfg()
     is_num = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if key in known["bool_keys"]:
+    if key == "resume":
+        if not isinstance(value, (bool, str)):
+            raise UsageError(f"'resume={value}' must be True or the checkpoint to resume (path/to/last.pt)")
+    elif key in known["bool_keys"]:
         if not isinstance(value, bool):
             raise UsageError(f"'{key}={value}' must be True or False")
     elif key in known["int_keys"]:
@@ -200,11 +204,15 @@ def parse(words: list[str] | tuple[str, ...]) -> TrainSpec:
                 raise UsageError(f"key '{key}' given twice")
             if text.strip() == "":
                 raise UsageError(f"key '{key}' has no value")
-            args[key] = _check_value(key, smart_value(text.strip()))
+            args[key] = check_value(key, smart_value(text.strip()))
         elif word in known["tasks"] and task is None and mode is None:
             task = word
         elif word in known["modes"] and mode is None:
             mode = word
+        elif isinstance(known["defaults"].get(word), bool) and mode is not None:  # ultralytics: bare key=True
+            if word in args:
+                raise UsageError(f"key '{word}' given twice")
+            args[word] = True
         else:
             valid = known["modes"] if mode is None else []
             hint = _closest(word, valid + known["tasks"]) if valid else ""
@@ -213,6 +221,6 @@ def parse(words: list[str] | tuple[str, ...]) -> TrainSpec:
         raise UsageError(f"missing mode (one of {', '.join(known['modes'])})")
     if mode != "train":
         raise UsageError(f"yolo-sbatch submits training runs: mode '{mode}' is not supported")
-    if "data" not in args:
+    if "data" not in args and args.get("resume") in (None, False):
         raise UsageError("missing data=: the dataset yaml is needed to count images")
     return TrainSpec(task=task, mode=mode, args=args, tokens=tuple(words))

@@ -43,6 +43,7 @@ from typing import Any, BinaryIO
 
 from slurm_yolo.core import config as config_mod
 from slurm_yolo.core import dataset
+from slurm_yolo.core import resume as resume_mod
 from slurm_yolo.core import spec as spec_mod
 from slurm_yolo.core.errors import SlurmYoloError, UsageError
 from slurm_yolo.core.model import estimate
@@ -604,6 +605,7 @@ def run(words: list[str]) -> int:
     if restarted and finished_before(log.path):
         logger.info("slurm-yolo: an earlier run of this job finished its training; nothing left to do")
         return 0
-    resume_from = last_checkpoint(log.path) if restarted else None
+    asked = resume_mod.checkpoint(s)  # the user's own resume (resume model=last.pt, resume=last.pt)
+    resume_from = last_checkpoint(log.path) if restarted else (str(asked) if asked else None)
     plan = {"model": s.model, "task": s.task, "args": args, "resume": resume_from, "cpus": cpus}
     return Supervisor(s, log, cpus, resume_from).run(plan)

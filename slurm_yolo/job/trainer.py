@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from slurm_yolo.core.resume import MAY_CHANGE
+
 
 def _ensure_font() -> None:
     """ultralytics downloads Arial.ttf when it is missing; offline, give it any TTF on the machine."""
@@ -94,7 +96,8 @@ def main(plan: dict[str, Any], report_fd: int) -> int:
         last = Path(plan["resume"])
         model = YOLO(str(last))
         folder = last.parent.parent
-        args = {"resume": True, "device": args["device"], "workers": args["workers"]}
+        # the checkpoint's arguments, but for what a resumed run may change (ultralytics' check_resume)
+        args = {k: v for k, v in args.items() if k in MAY_CHANGE} | {"resume": True}
     else:
         model = YOLO(plan["model"], task=plan["task"])
         folder = run_folder(model, args)

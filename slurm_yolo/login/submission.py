@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from slurm_yolo.core import config as config_mod
-from slurm_yolo.core import dataset, spec
+from slurm_yolo.core import dataset, resume, spec
 from slurm_yolo.core.billing import comment, policy
 from slurm_yolo.core.config import Config
 from slurm_yolo.core.errors import QuotaError, SlurmError, SlurmYoloError, UnreachableError, UsageError
@@ -186,6 +186,7 @@ def prepare(
     s = spec.parse(words)
     check_log_paths(options)
     check_project(s, options)
+    s = resume.resumed(s)  # a resumed run plans the checkpoint's arguments and the epochs it has left
     counts = dataset.count(str(s.get("data")), config.cache_dir / "datasets.json", config.job.yolo_config_dir)
     reference = config.estimate.reference_gflops
     model = estimate.resolve_model(s.model, reference, config.job.python, config.cache_dir, flops_factor)

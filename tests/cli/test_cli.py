@@ -558,3 +558,25 @@ def test_her_own_limit_is_the_scripts_and_a_bad_one_is_one_error(dataset: Path) 
     for bad in ("abc", "0", "400-0"):
         code, out = run(["--dry-run", "-p", "a100", "-t", bad, *words])
         assert code != 0 and out.startswith("Error: ") and len(out.strip().splitlines()) == 1, out
+
+
+def test_a_resumed_run_plans_what_a_new_run_of_its_epochs_left_plans(dataset: Path, tmp_path: Path) -> None:
+    """``resume model=RUN/weights/last.pt``: the checkpoint's own arguments (its args.yaml) and the
+    epochs its results.csv says are left; the job gets the words as typed."""
+    run_dir = tmp_path / "runs" / "train"
+    (run_dir / "weights").mkdir(parents=True)
+    saved = f"task: detect\nmode: train\nmodel: yolov8n.yaml\ndata: {dataset}\nepochs: 10\nimgsz: 96\nbatch: 8\n"
+    (run_dir / "args.yaml").write_text(saved)
+    (run_dir / "results.csv").write_text("epoch,time\n" + "".join(f"{i},{i}\n" for i in range(1, 5)))
+    (run_dir / "weights" / "last.pt").write_bytes(b"a checkpoint")
+    last = run_dir / "weights" / "last.pt"
+    base = ["--dry-run", "--json", "-p", "t4"]
+    code, out = run([*base, "train", "resume", f"model={last}"])
+    assert code == 0, out
+    resumed = json.loads(out)
+    code, out = run([*base, "train", f"data={dataset}", "model=yolov8n.yaml", "epochs=6", "imgsz=96", "batch=8"])
+    fresh = json.loads(out)
+    assert (
+        resumed["tokens"] == fresh["tokens"] and resumed["predicted_train_seconds"] == fresh["predicted_train_seconds"]
+    )
+    assert f"train resume model={last}" in resumed["script"]
