@@ -52,7 +52,7 @@ def test_report_reads_a_saved_file_with_its_delimiter(tmp_path: Path) -> None:
         admin, ["report", "--csv", "--view", "failures", "--sacct-file", str(saved), "--delimiter", DELIMITER]
     )
     assert res.exit_code == 0, res.output
-    assert res.output == "# failures\nPartition,state,runs\nt4,COMPLETED,3\n"
+    assert res.output == "# failures\nPartition,state,runs,jobs\nt4,COMPLETED,3,445 448 449\n"
 
 
 def test_the_saved_file_help_names_the_fields() -> None:

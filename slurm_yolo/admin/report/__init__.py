@@ -243,9 +243,20 @@ def waits(df: pd.DataFrame) -> pd.DataFrame:
     return g.agg(jobs="size", median="median", p90=lambda s: s.quantile(0.9), max="max").reset_index()
 
 
+FAILURE_JOBS_SHOWN = 10  # job ids a failures row lists before "+N more"
+
+
 def failures(df: pd.DataFrame) -> pd.DataFrame:
-    """Runs by how they ended."""
-    return df.groupby(["Partition", "state"]).size().rename("runs").reset_index().sort_values("runs", ascending=False)
+    """Runs by how they ended (the end state is the cause Slurm gives: TIMEOUT, OUT_OF_MEMORY,
+    NODE_FAIL, FAILED...), with the jobs that ended so, to look at one by one."""
+
+    def jobs(ids: pd.Series) -> str:
+        unique = list(dict.fromkeys(str(i) for i in ids))
+        more = len(unique) - FAILURE_JOBS_SHOWN
+        return " ".join(unique[:FAILURE_JOBS_SHOWN]) + (f" +{more} more" if more > 0 else "")
+
+    out = df.groupby(["Partition", "state"]).agg(runs=("job_id", "size"), jobs=("job_id", jobs)).reset_index()
+    return out.sort_values(["runs", "Partition", "state"], ascending=[False, True, True], kind="stable")
 
 
 def preempted_in_grace(workdir: str, job_id: int, user: str, records: Records = job_records) -> set[int]:
