@@ -427,3 +427,15 @@ def test_k_is_shown_without_scientific_notation(k: float, shown: str) -> None:
     """A README follower's calibrate on forged runs left t4's history at k 9.5e-05, which the k view
     printed as '9.531e-05 s/MTok' (the report's own test forbids that notation)."""
     assert output.UNITS["k"]["k"](k) == shown
+
+
+def test_an_empty_view_says_why() -> None:
+    """An empty table alone reads as a fault: each view says what would fill it."""
+    import pandas as pd
+
+    from slurm_yolo.admin.report import VIEWS, output
+
+    text = output.table({name: pd.DataFrame() for name in VIEWS})
+    for name in VIEWS:
+        assert f"== {name}\n(no data: {output.EMPTY[name]})" in text
+    assert "no GPU job in the window has GPU figures" in output.EMPTY["efficiency"]

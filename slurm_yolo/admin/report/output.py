@@ -178,12 +178,33 @@ def _for_people(name: str, df: pd.DataFrame, currency: str) -> pd.DataFrame:
     return human(name, df).rename(columns={**HEADERS, **money})
 
 
+# Why a view is empty, said where it is (an empty table alone reads as a fault).
+EMPTY = {
+    "usage": "no job of the accounts you may see ran in the window (--since, --until)",
+    "accuracy": "no yolo-sbatch run completed in the window",
+    "waits": "no job started in the window",
+    "failures": "no job ended in the window",
+    "preemptions": "no job ran in the window",
+    "k": "no partition is calibrated yet (slurm-yolo calibrate)",
+    "roi": "no yolo-sbatch run in the window completed with a mAP50-95 in its usage records",
+    "efficiency": (
+        "no GPU job in the window has GPU figures: its usage records (yolo-usage-JOBID.jsonl in its work dir,"
+        " which you may read) carry them where NVML saw its GPUs, and sacct where the site gathers gres/gpuutil"
+    ),
+    "budgets": "no account has a ledger entry (slurm-yolo ledger deposit ACCOUNT AMOUNT makes one)",
+}
+
+
+def empty(name: str) -> str:
+    return f"no data: {EMPTY.get(name, 'nothing in the window')}"
+
+
 def table(views: dict[str, pd.DataFrame], heading: str = "", currency: str = "") -> str:
     """The views as text tables, under ``heading`` (the window and when it was made)."""
     parts = [heading] if heading else []
     for name, df in views.items():
         parts.append(f"== {name}")
-        parts.append(_for_people(name, df, currency).to_string(index=False) if len(df) else "(no data)")
+        parts.append(_for_people(name, df, currency).to_string(index=False) if len(df) else f"({empty(name)})")
     return "\n".join(parts) + "\n"
 
 
@@ -457,6 +478,10 @@ def html_page(
         body.append(f"<h2>{html.escape(name)}</h2>")
         if name in images:
             body.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{images[name]}">')
-        body.append(_for_people(name, df, currency).to_html(index=False, na_rep="") if len(df) else "<p>no data</p>")
+        body.append(
+            _for_people(name, df, currency).to_html(index=False, na_rep="")
+            if len(df)
+            else f"<p>{html.escape(empty(name))}</p>"
+        )
     style = "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}"
     return f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>{style}</style></head><body>{''.join(body)}</body></html>"
