@@ -368,7 +368,10 @@ def _budget_plot(plt: Any, view: pd.DataFrame, history: pd.DataFrame | None) -> 
 
     if history is None or history.empty or view.empty:
         return None
-    shown = view.sort_values("burn_per_day", ascending=False).head(MAX_PANELS)
+    burning = view[view["burn_per_day"] > 0]  # an idle account's panel is a flat line: the table has it
+    if burning.empty:
+        return None
+    shown = burning.sort_values("burn_per_day", ascending=False).head(MAX_PANELS)
     cols = min(3, len(shown))
     rows = math.ceil(len(shown) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.2 * rows), squeeze=False)
@@ -401,8 +404,15 @@ def _budget_plot(plt: Any, view: pd.DataFrame, history: pd.DataFrame | None) -> 
                 label="at the net burn",
             )
         ax.axhline(0, color="#999", linewidth=0.8)
-        outlook = "spent" if left <= 0 else f"{fmt_days(left)} left" if left < math.inf else "not burning"
-        ax.set_title(f"{b.account}: {outlook}", fontsize="medium")
+        if left <= 0:
+            outlook = "spent"
+        elif left < math.inf:  # at the burn of how long a stretch: an hour's says little
+            outlook = (
+                f"{fmt_days(left)} left at {fmt_tokens(b.burn_per_day)}/day over {fmt_duration(b.burn_days * 86400)}"
+            )
+        else:
+            outlook = f"burns {fmt_tokens(b.burn_per_day)}/day; refills keep up"
+        ax.set_title(f"{b.account}: {outlook}", fontsize="small")
         _token_axis(ax.yaxis)
         _date_axis(ax.xaxis)
         ax.legend(fontsize="x-small")
