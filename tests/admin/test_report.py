@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from datetime import datetime
 from fractions import Fraction
 from pathlib import Path
 
@@ -209,7 +210,6 @@ def test_window_start_reads_sacct_times(since: str, back: float) -> None:
 
 
 def test_window_start_of_a_date_is_local_time() -> None:
-    from datetime import datetime
 
     assert report.window_start("2026-11-01T10:00:00", 0.0) == datetime(2026, 11, 1, 10).timestamp()
 
@@ -360,7 +360,7 @@ def test_preemptions_per_tier_count_grace_ends_and_checkpoint_handovers() -> Non
             "10",
             "cpu=1,gres/gpu=1",
             "yolo:eff=1",
-            f"yolo:run=1,hold=9,charge={charge},refund=0",
+            f"yolo:run={int(datetime.fromisoformat(submit).timestamp())},hold=9,charge={charge},refund=0",
             f"/w{job}",
         ]
 
@@ -439,3 +439,20 @@ def test_an_empty_view_says_why() -> None:
     for name in VIEWS:
         assert f"== {name}\n(no data: {output.EMPTY[name]})" in text
     assert "no GPU job in the window has GPU figures" in output.EMPTY["efficiency"]
+
+
+def test_each_run_of_a_requeued_job_takes_its_own_admin_comment_entry() -> None:
+    """A requeued job's AdminComment lists every run by submit time; sacct prints it on each run's
+    row. Each run is billed its own entry, not the first one."""
+    first, second = "2026-12-05T00:08:43", "2026-12-05T00:08:52"
+    run1, run2 = (int(datetime.fromisoformat(s).timestamp()) for s in (first, second))
+    both = f"yolo:run={run1},hold=180000,charge=10500,refund=169500;run={run2},hold=180000,charge=28500,refund=151500"
+
+    def row(submit: str, state: str, elapsed: int, admin: str) -> list[str]:
+        head = ["7", "vision", "alice", "a100", "normal", state, submit, submit, submit, str(elapsed), "2"]
+        return [*head, "cpu=1,gres/gpu=1", "yolo:eff=1", admin, "/w"]
+
+    df = report.parse_jobs([row(first, "REQUEUED", 7, both.split(";")[0]), row(second, "COMPLETED", 19, both)])
+    assert list(df["charge"]) == [10500, 28500] and list(df["refund"]) == [169500, 151500]
+    stale = report.parse_jobs([row(second, "COMPLETED", 19, both.split(";")[0])])  # its entry not written yet
+    assert stale["charge"].isna().all()

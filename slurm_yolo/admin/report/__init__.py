@@ -21,6 +21,7 @@ import pandas as pd
 from slurm_yolo.admin import efficiency as eff
 from slurm_yolo.core import durations, limits
 from slurm_yolo.core.billing import bucket, policy
+from slurm_yolo.core.billing import comment as admin_comment
 from slurm_yolo.core.config import Config
 from slurm_yolo.core.errors import SlurmError, UnreachableError
 from slurm_yolo.parse.records import job_records
@@ -58,11 +59,12 @@ class Filters:
     user: str | None = None
     partition: str | None = None
     qos: str | None = None
+    jobs: tuple[int, ...] = ()  # these jobs, whenever they ran (the window is then not asked)
 
 
 def _select(f: Filters) -> list[str]:
     """sacct's options for the filters' jobs (every user's)."""
-    select = ["-a", "-S", f.since, "-E", f.until]
+    select = ["-a", "-j", ",".join(str(int(j)) for j in f.jobs)] if f.jobs else ["-a", "-S", f.since, "-E", f.until]
     for flag, value in (("-A", f.account), ("-u", f.user), ("-r", f.partition), ("-q", f.qos)):
         if value:
             select += [flag, value]
@@ -127,9 +129,16 @@ def parse_jobs(rows: list[list[str]], shards_per_gpu: dict[str, int] | None = No
     df["pred_s"] = _kv(comment, "pred_s")
     df["coverage"] = _kv(comment, "cov")
     df["est_tokens"] = _kv(comment, "eff")
-    admin = df["AdminComment"]
+    # each run's own entry of the job's AdminComment (a requeued job's lists every run, by submit time)
+    epochs = [int(t.timestamp()) if pd.notna(t) else -1 for t in df["submit"]]
+    entries = [
+        (parsed.get(e) or parsed.get(0) or {})
+        for parsed, e in zip(df["AdminComment"].map(admin_comment.parse), epochs, strict=True)
+    ]
     for key in BILLED:
-        df[key] = _kv(admin, key)
+        df[key] = pd.to_numeric(
+            pd.Series([entry.get(key) for entry in entries], index=df.index, dtype=object), errors="coerce"
+        )
     return df.reset_index(drop=True)
 
 
