@@ -12,7 +12,7 @@ import click
 from slurm_yolo.admin import alerts as alerts_mod
 from slurm_yolo.admin import recalibrate as recal_mod
 from slurm_yolo.cli import echo_json, library_errors, load_config
-from slurm_yolo.core.errors import SlurmError, UnreachableError
+from slurm_yolo.core.errors import SlurmError, UnreachableError, UsageError
 from slurm_yolo.core.model.timemodel import describe
 from slurm_yolo.slurm import commands, visibility
 
@@ -23,7 +23,16 @@ FILTERS = [
     click.option("--user", "-u", default=None),
     click.option("--partition", "-p", default=None),
     click.option("--qos", "-q", default=None),
+    click.option("--jobs", "-j", default=None, help="These jobs (JOBID[,JOBID...]), whenever they ran."),
 ]
+
+
+def job_ids(text: str) -> tuple[int, ...]:
+    """``-j 12,13``: the job ids, or one Error line."""
+    words = [w.strip() for w in text.split(",")]
+    if not words or not all(w.isdigit() and 0 < len(w) <= 10 for w in words):
+        raise UsageError(f"-j {text[:60]!r}: give job ids, such as 1234 or 1234,1240")
+    return tuple(dict.fromkeys(int(w) for w in words))
 
 
 @click.command()
@@ -76,7 +85,9 @@ def report(
 
     config = load_config()
     viewer = visibility.viewer(config)
-    f = report_mod.Filters(**{k: v for k, v in filters.items() if v is not None})  # type: ignore[arg-type]
+    asked = filters.pop("jobs")
+    jobs = job_ids(asked) if asked else ()
+    f = report_mod.Filters(**{k: v for k, v in filters.items() if v is not None}, jobs=jobs)  # type: ignore[arg-type]
     if sacct_file:
         rows, unreached = report_mod.read_saved(sacct_file.read_text(), delimiter), ""
     else:
@@ -108,6 +119,25 @@ def report(
 
 for _option in reversed(FILTERS):
     report = _option(report)
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="Raw numbers: seconds, tokens, GPU-hours.")
+@library_errors
+def job(job_id: str, as_json: bool) -> None:
+    """One job as seff and jobstats show it: each run's time against its limit and the prediction,
+    tokens held, charged and refunded, its GPUs' utilisation and memory, and advice (a job you may see:
+    yours, or any where Slurm's PrivateData hides no jobs)."""
+    from slurm_yolo.admin import jobview
+
+    config = load_config()
+    ids = job_ids(job_id)
+    found = jobview.summaries(config, list(ids), visibility.viewer(config))
+    if as_json:
+        echo_json(found)
+        return
+    click.echo("".join(jobview.text(s, config.ledger.currency) for s in found), nl=False)
 
 
 @click.command()
@@ -219,4 +249,4 @@ def metrics(directory: Path) -> None:
     click.echo(f"wrote {write_textfile(config, directory)}")
 
 
-COMMANDS = (report, recalibrate, alerts, metrics)
+COMMANDS = (report, job, recalibrate, alerts, metrics)
