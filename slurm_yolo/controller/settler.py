@@ -492,7 +492,10 @@ class Settler:
         jobs = sorted({int(r["job_id"]) for r in held} - waiting)
         if not jobs:
             return
-        now = commands.current_runs(jobs, self.config.bin_dir)
+        try:
+            now = commands.current_runs(jobs, self.config.bin_dir)
+        except SlurmYoloError:
+            return  # slurmctld not answering: asked again next time (its runs are not orphans meanwhile)
         for job in jobs:
             rec = now.get(job)
             ours = {r["job_key"] for r in held if int(r["job_id"]) == job}
