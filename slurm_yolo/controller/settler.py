@@ -48,6 +48,16 @@ SHARED_POLL_SECONDS = 2.0  # how stale the admission file may go behind another 
 # (``Settler._orphans``); slurmctld is asked at most this often.
 ORPHAN_AGE_SECONDS = 10.0
 ORPHAN_POLL_SECONDS = 15.0
+TAKEOVER_SECONDS = 120  # SlurmctldTimeout when Slurm does not say (its own default)
+
+
+def orphan_grace(slurmctld_timeout: str) -> float:
+    """How long a swept run waits before it is settled: a backup controller takes over within
+    ``SlurmctldTimeout`` of silence and may end the run again (sacct's record then changes, and its
+    own epilog comes): twice that, and a minute (pure; ``scontrol show config``'s ``30 sec``)."""
+    words = slurmctld_timeout.split()
+    seconds = int(words[0]) if words and words[0].isdigit() else TAKEOVER_SECONDS
+    return 2.0 * seconds + 60.0
 
 
 def billable_run(
@@ -455,6 +465,7 @@ class Settler:
         self._joined = False  # this cluster's join recorded (``Ledger.join``)
         self._expire_next = 0.0  # when ``_expire_commitments`` may ask Slurm again
         self._orphans_next = 0.0  # when ``_orphans`` may ask Slurm again
+        self._grace: float | None = None  # ``orphan_grace``, asked of slurmctld once
         self.thread = threading.Thread(target=self._serve, name="settler", daemon=True)
         self.thread.start()
 
@@ -486,7 +497,8 @@ class Settler:
         22.05 SIGKILLs PrologSlurmctld and EpilogSlurmctld alike when a job is cancelled while its
         prolog runs, and a user can do that at will. Once such a run is ``ORPHAN_AGE_SECONDS`` old
         and slurmctld runs it no more (the job gone, ended, or on a later run), it goes in the
-        inbox as its epilog would have, and is settled from sacct's record like any other."""
+        inbox as its epilog would have, due after ``orphan_grace`` (a controller taking over may
+        end it again, and its own epilog settles it first), and is settled from sacct's record."""
         held = lg.stale_holds(time.time() - ORPHAN_AGE_SECONDS, cluster)
         waiting = {int(r["job_id"]) for r in lg.due(None, BATCH, cluster=cluster)}
         jobs = sorted({int(r["job_id"]) for r in held} - waiting)
@@ -494,6 +506,9 @@ class Settler:
             return
         try:
             now = commands.current_runs(jobs, self.config.bin_dir)
+            if self._grace is None:
+                cc = commands.controller_config(self.config.bin_dir, timeout=self.config.slurm.timeout_seconds)
+                self._grace = orphan_grace(cc.values.get("SlurmctldTimeout", ""))
         except SlurmYoloError:
             return  # slurmctld not answering: asked again next time (its runs are not orphans meanwhile)
         for job in jobs:
@@ -501,9 +516,11 @@ class Settler:
             ours = {r["job_key"] for r in held if int(r["job_id"]) == job}
             if rec is not None and rec.state not in FINAL_STATES and ledger.run_key(cluster, job, rec.submit) in ours:
                 continue  # its run goes on
-            lg.receive(cluster, job, "epilog", {"summary": "", "uid": "", "estimate": "", "ended": "", "swept": "1"})
+            row = lg.receive(
+                cluster, job, "epilog", {"summary": "", "uid": "", "estimate": "", "ended": "", "swept": "1"}
+            )
+            lg.inbox_update([row], "swept: no epilog came", time.time() + self._grace)
             log_event(self.config, {"event": "orphan", "job": job, "cluster": cluster})
-            self._wake.set()
 
     def _follow_blocks(self, lg: ledger.Ledger, cluster: str) -> None:
         """On a shared ledger, another cluster's deposit or charge can fund or dry an account: this

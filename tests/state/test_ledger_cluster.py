@@ -209,7 +209,8 @@ def test_a_run_whose_epilog_never_came_is_settled_once_slurmctld_runs_it_no_more
     """22.05 SIGKILLs EpilogSlurmctld with the prolog when a job is cancelled while its prolog runs,
     which a user can do at will: the run's hold must not wait for cron's reconcile. Here the
     cluster's epilog does nothing for one job; hookd's settler finds the held run slurmctld runs no
-    more and settles it from sacct, to the token."""
+    more and, after the grace a controller's takeover needs (2 x SlurmctldTimeout + 60 s: 2 min
+    here), settles it from sacct, to the token."""
     epilog = funded.config_path.parent / "epilog"
     kept, spare = epilog.read_bytes(), epilog.with_name("epilog.test")
     spare.write_text("#!/bin/sh\n# a test's: this epilog never reaches hookd\nexit 0\n")
@@ -222,7 +223,7 @@ def test_a_run_whose_epilog_never_came_is_settled_once_slurmctld_runs_it_no_more
         spare.write_bytes(kept)
         spare.chmod(0o755)
         os.replace(spare, epilog)
-    assert_billed(funded, job, 60, 1, "t4", "COMPLETED", timeout=120)
+    assert_billed(funded, job, 60, 1, "t4", "COMPLETED", timeout=300)
     assert sorted(movements(funded, job)) == ["charge", "hold", "refund"]
 
 
