@@ -48,7 +48,7 @@ FIXED = {
 }
 # (name, prior mean, prior spread): log terms are in log units
 SHARED = (
-    ("log_k100", math.log(0.01), 3.0),  # s/MTok at 100 dense FP16 TFLOPs
+    ("log_k100", math.log(0.01), 3.0),  # s/Mpx at 100 dense FP16 TFLOPs
     ("tflops_exponent", 0.5, 0.5),
     ("compute_exponent", 0.7, 0.5),
     ("batch_exponent", -0.1, 0.5),

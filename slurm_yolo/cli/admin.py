@@ -174,7 +174,7 @@ def show_k(partition: str, as_json: bool) -> None:
     if as_json:
         echo_json({"partition": partition, "source": cal.source, "model": asdict(cal.model)})
     else:
-        click.echo(f"{partition}: k {cal.model.k:.4g} s/MTok from {cal.source}")
+        click.echo(f"{partition}: k {cal.model.k:.4g} s/Mpx from {cal.source}")
         for line in describe(cal.model):
             click.echo(f"  {line}")
 

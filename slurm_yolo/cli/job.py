@@ -37,14 +37,14 @@ def parse(path: Path, as_json: bool) -> None:
             parts.append(f"{e.seconds:.2f} s")
         if e.images_per_s:
             parts.append(f"{e.images_per_s:.1f} img/s")
-        if e.mtok_per_s:
-            parts.append(f"{e.mtok_per_s:.3f} MTok/s")
+        if e.mpx_per_s:
+            parts.append(f"{e.mpx_per_s:.3f} Mpx/s")
         if e.gpu_mem_gb is not None:
             parts.append(f"{e.gpu_mem_gb:.2f} GB")
         click.echo("  " + ", ".join(parts))
     if result.images_per_s:
         click.echo(
-            f"run: {result.images_per_s:.1f} img/s" + (f", {result.mtok_per_s:.3f} MTok/s" if result.mtok_per_s else "")
+            f"run: {result.images_per_s:.1f} img/s" + (f", {result.mpx_per_s:.3f} Mpx/s" if result.mpx_per_s else "")
         )
     for w in result.warnings:
         click.echo(f"warning: {w}", err=True)
@@ -90,7 +90,7 @@ def feedback(job_id: int, partition: str, cluster: str, uid: int | None, elapsed
 @click.option("--timeout", default=None, help="Give up after this long (e.g. 90m, 2h, 1d); the job goes on.")
 @library_errors
 def watch(job_id: int, interval: float, timeout: str | None) -> None:
-    """Follow a job: epoch, tokens done/total, MTok/s, ETA, until it ends."""
+    """Follow a job: epoch, pixels done/total, Mpx/s, ETA, until it ends."""
     state = follow(job_id, interval, durations.parse(timeout) if timeout is not None else None)
     if state != "COMPLETED":
         raise SystemExit(1)

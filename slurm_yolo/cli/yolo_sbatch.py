@@ -11,7 +11,7 @@ from slurm_yolo import __version__
 from slurm_yolo.cli import OneLineErrors, echo_json, library_errors, load_config
 from slurm_yolo.core import durations, logs
 from slurm_yolo.core.errors import SlurmYoloError
-from slurm_yolo.core.model.estimate import fmt_tokens
+from slurm_yolo.core.model.estimate import fmt_pixels, fmt_tokens
 from slurm_yolo.login import plan, submission
 from slurm_yolo.slurm import commands
 from slurm_yolo.state import cost
@@ -180,7 +180,7 @@ def main(
         start = f", expected start {plan.clock(starts)}" if starts is not None else ""
         summary = (
             f"({p.partition}, {p.gres}, qos {p.qos}, limit {p.time_limit_seconds // 60} min, predicted"
-            f" {durations.fmt_minutes(p.predicted_seconds)}, work {fmt_tokens(p.effective_tokens)}; holds"
+            f" {durations.fmt_minutes(p.predicted_seconds)}, work {fmt_pixels(p.work_pixels)}; holds"
             f" {fmt_tokens(q.hold_tokens)} of budget = {cost.fmt_amount(q.hold_gpu_hours)} GPU-h"
             f"{cost.money_part(q)}{start})"
         )

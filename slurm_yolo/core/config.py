@@ -64,7 +64,7 @@ class EstimateSettings:
 
     buffer: float = 0.20  # minimum headroom of the time limit over the prediction
     reference_gflops: float = 8.86  # yolov8n at 640: a model factor of 1.0
-    k: float = 1.0  # prior seconds per million effective tokens per GPU, until a partition is calibrated
+    k: float = 1.0  # prior seconds per million pixels of work (s/Mpx) per GPU, until a partition is calibrated
     overhead_seconds: float = 5.0  # prior fixed cost inside training (dataloaders, first batch)
     startup_seconds: float = 20.0  # process start, model build, dataset scan: not in results.csv
     val_weight: float = 0.5  # prior cost of a validation token relative to a training token

@@ -13,7 +13,7 @@ import re
 from slurm_yolo.core.billing import bucket, policy
 from slurm_yolo.core.config import Config
 from slurm_yolo.core.errors import QuotaError, UsageError
-from slurm_yolo.core.model.estimate import fmt_tokens
+from slurm_yolo.core.model.estimate import fmt_pixels, fmt_tokens
 from slurm_yolo.core.model.timemodel import UNCALIBRATED
 from slurm_yolo.login.plan import Plan
 from slurm_yolo.slurm import commands
@@ -83,7 +83,7 @@ def check(config: Config, plan: Plan, account: str | None, q: Quote) -> float:
         raise QuotaError(
             f"account {name} cannot cover this job: needs {fmt_tokens(need)} (what its start holds: "
             f"{plan.time_limit_seconds // 60} min x {q.gpu_share} GPU x {q.price:,} tokens/GPU-s x {policy.rate_text(q.rate_ppm)};"
-            f" its work is {fmt_tokens(plan.effective_tokens)}), has {fmt_tokens(max(0, left))} left; {refill}{doubled}"
+            f" its work is {fmt_pixels(plan.work_pixels)}), has {fmt_tokens(max(0, left))} left; {refill}{doubled}"
         )
     return 0.0
 

@@ -19,7 +19,7 @@ from slurm_yolo.core.durations import fmt_minutes, seconds_text
 from slurm_yolo.core.errors import SlurmError, UsageError
 from slurm_yolo.core.limits import MAX_LIMIT_SECONDS
 from slurm_yolo.core.model import gpu_priors
-from slurm_yolo.core.model.estimate import Workload, fmt_tokens, images_640, model_factor, tokens
+from slurm_yolo.core.model.estimate import Workload, fmt_pixels, fmt_tokens, images_640, model_factor, tokens
 from slurm_yolo.core.model.timemodel import (
     UNCALIBRATED,
     Buffer,
@@ -63,10 +63,11 @@ class Plan:
     shard_share: float  # the share of one GPU a shard job gets (0: whole GPUs)
     qos: str
     priority: str
-    tokens: float
-    train_tokens: float
-    val_tokens: float
-    effective_tokens: float
+    # The work, in pixels (``estimate.fmt_pixels``): never budget tokens, which are ``*_tokens``
+    pixels: float
+    train_pixels: float
+    val_pixels: float
+    work_pixels: float  # pixels x the model's FLOPs factor: what the time model predicts from
     model_factor: float
     family_factor: float
     k: float
@@ -138,19 +139,19 @@ def _gpus(
 
 
 def _head(w: Workload, tm: TimeModel, k_source: str, ref: float) -> list[str]:
-    """--explain's first lines: the work (images, tokens, the model's FLOPs) and the time model."""
+    """--explain's first lines: the work (images, pixels, the model's FLOPs) and the time model."""
     mf, ff = model_factor(w.gflops, ref), tm.compute_factor(w.model, w.family)
     tok = tokens(w, tm.val_weight)
     return [
         f"images: {w.train_images} train x {w.epochs} epochs at imgsz {w.imgsz}, {w.val_images} val"
         f" ({w.val_passes} passes + final), batch {w.batch}, {w.iterations} iterations",
-        f"tokens per epoch: {fmt_tokens(w.train_images * w.imgsz**2)} train;"
-        f" run: {fmt_tokens(tok)} = {images_640(tok)} 640-equivalent images"
+        f"pixels per epoch: {fmt_pixels(w.train_images * w.imgsz**2)} train;"
+        f" run: {fmt_pixels(tok)} = {images_640(tok)} 640-equivalent images"
         f" (val weight {tm.val_weight:.2f})",
         f"model: {w.model} {w.gflops:.2f} GFLOPs ({w.model_source}), factor {mf:.2f} x family {w.family} {ff:.2f}"
         + (" (with the model's own)" if w.model in tm.model_factors else "")
-        + f" -> work {fmt_tokens(tok * mf * ff)} (effective tokens: what the time model predicts from, not what is"
-        " charged)",
+        + f" -> work {fmt_pixels(tok * mf * ff)} (what the time model predicts from; budget tokens are charged"
+        " for GPU time)",
         f"time model: {k_source}",
         *(f"  {line}" for line in describe(tm)),
         *([f"  {covered}"] if (covered := range_text(tm)) else []),
@@ -278,10 +279,10 @@ def _plan(
         shard_share=share,
         qos=qos,
         priority=req.priority,
-        tokens=tok,
-        train_tokens=w.train_tokens,
-        val_tokens=w.val_tokens + w.final_val_tokens,
-        effective_tokens=eff,
+        pixels=tok,
+        train_pixels=w.train_tokens,
+        val_pixels=w.val_tokens + w.final_val_tokens,
+        work_pixels=eff,
         model_factor=mf,
         family_factor=ff,
         k=tm.k,

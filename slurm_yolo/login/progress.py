@@ -21,22 +21,22 @@ class Progress:
 
     epoch: int
     epochs: int | None
-    tokens_done: float
-    tokens_total: float | None
-    mtok_per_s: float | None
+    pixels_done: float
+    pixels_total: float | None
+    mpx_per_s: float | None
     eta_seconds: float | None
 
 
 def progress(records: ParseResult) -> Progress:
-    """Epochs and training tokens done (of ``Workload.train_tokens``: no validation, no model
+    """Epochs and training pixels done (of ``Workload.train_tokens``: no validation, no model
     factor), throughput, and the time left at the recent rate."""
     done = [e for e in records.per_epoch if e.seconds]
-    tokens = sum((e.mtok_per_s or 0) * (e.seconds or 0) * 1e6 for e in done)
+    tokens = sum((e.mpx_per_s or 0) * (e.seconds or 0) * 1e6 for e in done)
     per_epoch = tokens / len(done) if done else None
     total = per_epoch * records.epochs_total if per_epoch and records.epochs_total else None
     recent = done[-3:]
     rate = (
-        (sum((e.mtok_per_s or 0) * (e.seconds or 0) for e in recent) / sum(e.seconds or 0 for e in recent))
+        (sum((e.mpx_per_s or 0) * (e.seconds or 0) for e in recent) / sum(e.seconds or 0 for e in recent))
         if recent
         else None
     )
@@ -45,11 +45,11 @@ def progress(records: ParseResult) -> Progress:
 
 
 def render(state: str, p: Progress | None, width: int = 24, starts: float | None = None, reason: str = "") -> str:
-    """One status line: state, bar, epoch, training tokens done/total, MTok/s, ETA; for a pending job,
+    """One status line: state, bar, epoch, training pixels done/total, Mpx/s, ETA; for a pending job,
     why it waits (``reasons``) and when Slurm expects it to start, never a running job's ETA (a job
     requeued with epochs done waits like any other).
 
-    The tokens are those trained (train images x imgsz^2 per epoch, as the usage records count
+    The pixels are those trained (train images x imgsz^2 per epoch, as the usage records count
     them): fewer than the submit line's work, which adds the validation passes and scales by
     the model's FLOPs. The line says "trained" so the two are never read as one number."""
     if state == "PENDING":
@@ -62,12 +62,12 @@ def render(state: str, p: Progress | None, width: int = 24, starts: float | None
         return f"PENDING: {shown}" if shown else "PENDING: waiting for the first epoch"
     if p is None or not p.epoch:
         return state if state in FINAL_STATES else f"{state}: waiting for the first epoch"
-    share = min(1.0, p.tokens_done / p.tokens_total) if p.tokens_total else 0.0
+    share = min(1.0, p.pixels_done / p.pixels_total) if p.pixels_total else 0.0
     bar = "█" * round(share * width) + "░" * (width - round(share * width))
-    total = f"/{p.tokens_total / 1e6:.1f}" if p.tokens_total else ""
+    total = f"/{p.pixels_total / 1e6:.1f}" if p.pixels_total else ""
     eta = f" ETA {int(p.eta_seconds // 60)}:{int(p.eta_seconds % 60):02d}" if p.eta_seconds is not None else ""
-    rate = f" {p.mtok_per_s:.2f} MTok/s" if p.mtok_per_s else ""
-    return f"{state} {bar} epoch {p.epoch}/{p.epochs or '?'} {p.tokens_done / 1e6:.1f}{total} MTok trained{rate}{eta}"
+    rate = f" {p.mpx_per_s:.2f} Mpx/s" if p.mpx_per_s else ""
+    return f"{state} {bar} epoch {p.epoch}/{p.epochs or '?'} {p.pixels_done / 1e6:.1f}{total} Mpx trained{rate}{eta}"
 
 
 def usage_file(job_id: int, bin_dir: Path | None = None) -> Path | None:

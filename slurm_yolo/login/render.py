@@ -18,7 +18,7 @@ from pathlib import Path
 from slurm_yolo import __version__
 from slurm_yolo.core.errors import UsageError
 from slurm_yolo.core.limits import SIGNAL_MIN_LIMIT, usr2_lead
-from slurm_yolo.core.model.estimate import fmt_tokens
+from slurm_yolo.core.model.estimate import fmt_pixels
 from slurm_yolo.login.plan import Plan
 from slurm_yolo.slurm.parsers import minutes_arg
 
@@ -90,7 +90,7 @@ class JobOptions:
 def comment(plan: Plan) -> str:
     """The estimate carried in the job (``--comment``): compact, no quotes or spaces, read by the prolog."""
     return (
-        f"yolo:tok={plan.tokens:.0f},eff={plan.effective_tokens:.0f},pred_s={plan.predicted_seconds:.0f},"
+        f"yolo:tok={plan.pixels:.0f},eff={plan.work_pixels:.0f},pred_s={plan.predicted_seconds:.0f},"
         f"limit_s={plan.time_limit_seconds},k={plan.k:.6g},gpus={plan.gpus}"
         + (f",cov={plan.coverage:.3g}" if plan.coverage else "")
     )
@@ -131,7 +131,7 @@ def directives(plan: Plan, opts: JobOptions) -> list[tuple[str, str]]:
         ("--comment", comment(plan)),
     ]
     if opts.spank_tokens:
-        pairs.append(("--yolo-tokens", f"{plan.effective_tokens:.0f}"))
+        pairs.append(("--yolo-tokens", f"{plan.work_pixels:.0f}"))
     if signal_seconds(plan, opts):
         pairs.append(("--signal", f"B:USR2@{signal_seconds(plan, opts)}"))
     if opts.mem_per_cpu_mb:
@@ -229,7 +229,7 @@ def render(plan: Plan, opts: JobOptions, train_words: tuple[str, ...]) -> str:
         [shlex.quote(opts.python), "-m", "slurm_yolo", "run", "--"] + [shlex.quote(w) for w in train_words]
     )
     summary = (
-        f"work {fmt_tokens(plan.effective_tokens)}, predicted {plan.predicted_seconds / 60:.1f} min on {plan.partition}"
+        f"work {fmt_pixels(plan.work_pixels)}, predicted {plan.predicted_seconds / 60:.1f} min on {plan.partition}"
     )
     return fill(
         template("train.sbatch"),

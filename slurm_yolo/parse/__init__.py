@@ -25,7 +25,7 @@ class EpochStats:
     seconds: float | None = None
     images: int | None = None
     images_per_s: float | None = None
-    mtok_per_s: float | None = None
+    mpx_per_s: float | None = None
     gpu_mem_gb: float | None = None
     losses: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
@@ -49,7 +49,7 @@ class ParseResult:
     epochs_total: int | None = None
     per_epoch: list[EpochStats] = field(default_factory=list)
     images_per_s: float | None = None
-    mtok_per_s: float | None = None
+    mpx_per_s: float | None = None
     train_seconds: float | None = None
     imgsz: int | None = None
     partial: bool = False
@@ -69,12 +69,12 @@ class ParseResult:
         if images and seconds:
             self.images_per_s = images / seconds
             if self.imgsz:
-                self.mtok_per_s = images * self.imgsz**2 / seconds / 1e6
+                self.mpx_per_s = images * self.imgsz**2 / seconds / 1e6
         for e in self.per_epoch:
             if e.images and e.seconds:
                 e.images_per_s = e.images_per_s or e.images / e.seconds
-                if self.imgsz and e.mtok_per_s is None:
-                    e.mtok_per_s = e.images_per_s * self.imgsz**2 / 1e6
+                if self.imgsz and e.mpx_per_s is None:
+                    e.mpx_per_s = e.images_per_s * self.imgsz**2 / 1e6
         if self.epochs_total is not None and self.epochs_completed < self.epochs_total:
             self.partial = True
         return self

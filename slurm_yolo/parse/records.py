@@ -91,7 +91,7 @@ def parse_records(path: Path, text: str | None = None) -> ParseResult:
                     gpu_mem_gb=_opt_float(rec.get("gpu_mem_gb")),
                 )
                 if rec.get("tokens") and seconds > 0:
-                    e.mtok_per_s = float(rec["tokens"]) / seconds / 1e6
+                    e.mpx_per_s = float(rec["tokens"]) / seconds / 1e6
                 epochs[epoch] = e
                 result.epochs_total = int(rec.get("epochs") or result.epochs_total or 0) or None
             elif kind == "end":

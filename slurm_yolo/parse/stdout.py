@@ -52,7 +52,7 @@ def _int(value: str | None) -> int | None:
 
 
 def parse_stdout(path: Path) -> ParseResult:
-    """Per-epoch seconds, images/s, MTok/s, GPU memory, losses and metrics from a captured stdout."""
+    """Per-epoch seconds, images/s, Mpx/s, GPU memory, losses and metrics from a captured stdout."""
     result = ParseResult(source="stdout", path=str(path))
     text = read_text(path, result.warnings)
     epochs: dict[int, EpochStats] = {}

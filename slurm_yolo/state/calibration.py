@@ -666,7 +666,7 @@ def calibrate_summary(result: CalibrationResult) -> str:
     names = {"run-dir": "run folders", "job": "finished jobs"}
     where = ", ".join(f"{n} from {names.get(src, src)}" for src, n in result.sources.items())
     before = result.previous.k if result.previous else None
-    moved = f"; k {before:.4g} -> {tm.k:.4g} s/MTok" if before is not None else f"; k {tm.k:.4g} s/MTok"
+    moved = f"; k {before:.4g} -> {tm.k:.4g} s/Mpx" if before is not None else f"; k {tm.k:.4g} s/Mpx"
     return (
         f"partition {result.partition}: {result.added} new run(s) added; its samples, all in the fit: {where}"
         f" ({tm.n} in all){moved}"

@@ -1,9 +1,9 @@
 """What a planned run costs, before it runs: the hold its start takes and the charge its predicted
 run time would pay, in the ledger's budget tokens, GPU-hours and the site's money.
 
-Two quantities share the word "token" and must never be confused: a plan's **work** (the estimate's
-effective tokens: pixels through the network, FLOPs-scaled) predicts how long the run takes; its
-**budget tokens** are what the ledger holds and charges (seconds x GPUs x the partition's price x the
+Two quantities, two units: a plan's **work** (pixels through the network, FLOPs-scaled: ``Mpx``,
+``*_pixels``) predicts how long the run takes; its **budget tokens** (``Tok``, ``*_tokens``) are
+what the ledger holds and charges (seconds x GPUs x the partition's price x the
 QOS tier's rate, ``policy.tokens``). Money is the partition's ``cost_per_gpu_hour`` times GPU-hours,
 with ``ledger.currency`` as its name. Pure, except ``prices``, which reads the published ledger.
 """

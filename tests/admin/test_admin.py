@@ -231,7 +231,7 @@ def test_metrics_textfile(system: config_mod.Config, series: dict, tmp_path: Pat
     assert res.exit_code == 0, res.output
     text = (tmp_path / "slurm_yolo.prom").read_text()
     assert re.search(r'^slurm_yolo_balance_tokens\{account="research"\} \d', text, re.MULTILINE)
-    assert re.search(r'^slurm_yolo_k_seconds_per_mtok\{partition="t4"\} [\d.e+-]+$', text, re.MULTILINE)
+    assert re.search(r'^slurm_yolo_k_seconds_per_mpx\{partition="t4"\} [\d.e+-]+$', text, re.MULTILINE)
     assert "# TYPE slurm_yolo_queue_wait_seconds_median gauge" in text
 
 

@@ -42,7 +42,7 @@ def test_hostile_label_values_round_trip() -> None:
     text = render(views(HOSTILE), dict.fromkeys(HOSTILE, 1.5), incidents=2, comments_queued=0, audit_findings=3)
     got = samples(text)
     assert [labels["account"] for labels, _ in got["slurm_yolo_balance_tokens"]] == HOSTILE
-    assert [labels["partition"] for labels, _ in got["slurm_yolo_k_seconds_per_mtok"]] == HOSTILE
+    assert [labels["partition"] for labels, _ in got["slurm_yolo_k_seconds_per_mpx"]] == HOSTILE
     assert [(labels["partition"], labels["qos"]) for labels, _ in got["slurm_yolo_queue_wait_seconds_median"]] == list(
         zip(HOSTILE, reversed(HOSTILE), strict=True)
     )
@@ -58,7 +58,7 @@ def test_unknown_values_have_no_sample_but_keep_their_help() -> None:
     text = render(views(["a", "b"]), {}, audit_findings=float("nan"))
     got = samples(text)
     assert "slurm_yolo_audit_findings" not in got
-    assert "# TYPE slurm_yolo_audit_findings gauge" in text and "# HELP slurm_yolo_k_seconds_per_mtok " in text
+    assert "# TYPE slurm_yolo_audit_findings gauge" in text and "# HELP slurm_yolo_k_seconds_per_mpx " in text
     assert [labels["account"] for labels, _ in got["slurm_yolo_burn_tokens_per_day"]] == ["b"]  # a's is NaN
     assert all(not math.isnan(v) for series in got.values() for _, v in series)
 
@@ -66,4 +66,4 @@ def test_unknown_values_have_no_sample_but_keep_their_help() -> None:
 @pytest.mark.parametrize("value", [float("inf"), 1e300, -0.0, 123456789012345])
 def test_numbers_survive(value: float) -> None:
     got = samples(render(views(["a"]), {"p": value}))
-    assert got["slurm_yolo_k_seconds_per_mtok"] == [({"partition": "p"}, value)]
+    assert got["slurm_yolo_k_seconds_per_mpx"] == [({"partition": "p"}, value)]

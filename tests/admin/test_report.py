@@ -120,7 +120,7 @@ def test_tables_show_human_units_and_machine_formats_raw_numbers(site_config: Pa
     assert " ".join(vision[1:3]) == "99.59 GTok" and "2.00 GTok/day" in " ".join(vision)
     lab = next(line for line in budgets if line.split()[0] == "lab")
     assert lab.endswith("∞") and "5.0 MTok" in lab
-    assert "GPU-h" in text and "s/MTok" not in text.split("== k")[0]
+    assert "GPU-h" in text and "s/Mpx" not in text.split("== k")[0]
     assert not re.search(r"\d[eE][+-]?\d", text) and "99994000000" not in text and "-0." not in text
     page = output.html_page({"budgets": views["budgets"]})
     assert "99.59 GTok" in page and "99594000000" not in page
@@ -417,15 +417,15 @@ def test_accuracy_judges_the_job_and_counts_a_requeue_for_time_as_a_miss() -> No
 @pytest.mark.parametrize(
     ("k", "shown"),
     [
-        (0.7507443, "0.7507 s/MTok"),
-        (9.531e-05, "0.00009531 s/MTok"),
-        (123.456, "123.5 s/MTok"),
-        (12345.6, "12346 s/MTok"),
+        (0.7507443, "0.7507 s/Mpx"),
+        (9.531e-05, "0.00009531 s/Mpx"),
+        (123.456, "123.5 s/Mpx"),
+        (12345.6, "12346 s/Mpx"),
     ],
 )
 def test_k_is_shown_without_scientific_notation(k: float, shown: str) -> None:
     """A README follower's calibrate on forged runs left t4's history at k 9.5e-05, which the k view
-    printed as '9.531e-05 s/MTok' (the report's own test forbids that notation)."""
+    printed as '9.531e-05 s/Mpx' (the report's own test forbids that notation)."""
     assert output.UNITS["k"]["k"](k) == shown
 
 

@@ -18,8 +18,8 @@ from slurm_yolo.login import plan
 from slurm_yolo.state import cost
 
 REQUIRED = {
-    "tokens",
-    "effective_tokens",
+    "pixels",
+    "work_pixels",
     "predicted_seconds",
     "time_limit_seconds",
     "partition",
@@ -61,7 +61,7 @@ def test_dry_run_json_offline_for_any_partition(dataset: Path) -> None:
     val_weight = json.loads(Path("slurm_yolo/data/priors.json").read_text())["terms"][
         "val_weight"
     ]  # the shipped prior's
-    assert d["tokens"] == pytest.approx(3 * 16 * 96**2 + val_weight * 4 * 8 * 96**2)
+    assert d["pixels"] == pytest.approx(3 * 16 * 96**2 + val_weight * 4 * 8 * 96**2)
     assert d["time_limit_seconds"] % 60 == 0 and d["time_limit_seconds"] >= d["predicted_seconds"]
     assert d["predicted_train_seconds"] < d["predicted_seconds"]
     assert d["job_id"] is None
@@ -76,7 +76,7 @@ def test_explain_says_everything(dataset: Path, site_config: Path) -> None:
         "images: 16 train",
         "640-equivalent",
         "family yolo11",
-        "k 1 s/MTok",
+        "k 1 s/Mpx",
         "shipped priors (the corpus' shape and costs, the config's k and start-up)",
         "start-up 20.0 s",
         "buffer:",
@@ -88,7 +88,7 @@ def test_explain_says_everything(dataset: Path, site_config: Path) -> None:
     assert (
         code == 0
         and plain.startswith("Not submitted (--dry-run) (a100, shard:a100:2, qos ")
-        and "k 1 s/MTok" not in plain
+        and "k 1 s/Mpx" not in plain
     )
     assert plain.splitlines()[1].startswith("#!") and out.endswith(plain)  # --explain adds the breakdown before
 
@@ -577,6 +577,6 @@ def test_a_resumed_run_plans_what_a_new_run_of_its_epochs_left_plans(dataset: Pa
     code, out = run([*base, "train", f"data={dataset}", "model=yolov8n.yaml", "epochs=6", "imgsz=96", "batch=8"])
     fresh = json.loads(out)
     assert (
-        resumed["tokens"] == fresh["tokens"] and resumed["predicted_train_seconds"] == fresh["predicted_train_seconds"]
+        resumed["pixels"] == fresh["pixels"] and resumed["predicted_train_seconds"] == fresh["predicted_train_seconds"]
     )
     assert f"train resume model={last}" in resumed["script"]

@@ -70,7 +70,7 @@ def test_sample_from_usage(tmp_path: Path) -> None:
 
 def test_jobs_teach_the_startup_run_folders_cannot() -> None:
     s = sample(predict_train_seconds(sample(1).workload, TM, 1, 0.9, 8.86))
-    final = 2.0 * 0.5 * 50 * 320**2 / 1e6  # k x val weight x the final validation's MTok (yolov8n: factor 1)
+    final = 2.0 * 0.5 * 50 * 320**2 / 1e6  # k x val weight x the final validation's Mpx (yolov8n: factor 1)
     tm, _, why = feedback.nudge(TM, s._replace(total_seconds=s.train_seconds + final + 11.0), 0.9, 8.86)
     weight = max(feedback.ALPHA, 1 / (TM.startup_n + 1))  # the first job: its own gap
     assert tm.startup_seconds == pytest.approx((1 - weight) * 5.0 + weight * 11.0) and tm.startup_n == 1
@@ -88,10 +88,10 @@ def test_progress_line(tmp_path: Path) -> None:
         )
     )
     p = progress.progress(parse_records(f))
-    assert (p.epoch, p.epochs, p.tokens_done, p.tokens_total) == (2, 4, 2e6, 4e6)
-    assert p.mtok_per_s == pytest.approx(0.5) and p.eta_seconds == pytest.approx(4.0)
+    assert (p.epoch, p.epochs, p.pixels_done, p.pixels_total) == (2, 4, 2e6, 4e6)
+    assert p.mpx_per_s == pytest.approx(0.5) and p.eta_seconds == pytest.approx(4.0)
     line = progress.render("RUNNING", p)
-    assert "epoch 2/4" in line and "2.0/4.0 MTok" in line and "0.50 MTok/s" in line and "ETA 0:04" in line
+    assert "epoch 2/4" in line and "2.0/4.0 Mpx" in line and "0.50 Mpx/s" in line and "ETA 0:04" in line
     assert "waiting" in progress.render("PENDING", None)
     at = time.mktime((2026, 12, 3, 14, 32, 0, 0, 0, -1))  # a job that waits for credits: its begin time
     assert progress.render("PENDING", None, starts=at) == "PENDING: expected to start 2026-12-03T14:32:00"

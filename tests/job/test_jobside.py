@@ -130,7 +130,7 @@ def test_job_feedback_moves_k_and_the_next_estimate(job_dir: Path, dataset: Path
     )
     assert res.exit_code == 0, res.output
     second = int(res.output.split()[3])
-    assert "epoch 2/2" in res.output and "MTok/s" in res.output  # --wait shows live progress
+    assert "epoch 2/2" in res.output and "Mpx/s" in res.output  # --wait shows live progress
     assert not (job_dir / f"yolo-usage-{second}.jsonl").exists()
     moved = poll("k feedback from the epilog", lambda: history_entry("t4", f"job {second}"), timeout=60)
     assert moved.k != before
@@ -138,7 +138,7 @@ def test_job_feedback_moves_k_and_the_next_estimate(job_dir: Path, dataset: Path
     assert json.loads(dry.output)["k"] == pytest.approx(moved.k)
     parsed = CliRunner().invoke(admin, ["parse", "--json", str(work / f"yolo-usage-{second}.jsonl")])
     d = json.loads(parsed.output)
-    assert d["source"] == "usage-records" and d["epochs_completed"] == 2 and d["per_epoch"][0]["mtok_per_s"] > 0
+    assert d["source"] == "usage-records" and d["epochs_completed"] == 2 and d["per_epoch"][0]["mpx_per_s"] > 0
 
 
 def test_signal_checkpoints_requeues_and_resumes(job_dir: Path, dataset: Path, cluster: Slurm) -> None:

@@ -22,23 +22,23 @@ def usage_file(path: Path, images: int, imgsz: int, epochs: int, done: int) -> P
     return path
 
 
-def test_the_progress_total_is_the_runs_training_tokens(tmp_path: Path) -> None:
-    """What the bar fills toward is the workload's training tokens, the number the submit line's
-    effective MTok grows from (adding validation, scaling by the model's FLOPs)."""
+def test_the_progress_total_is_the_runs_training_pixels(tmp_path: Path) -> None:
+    """What the bar fills toward is the workload's training pixels, the number the submit line's
+    work grows from (adding validation, scaling by the model's FLOPs)."""
     s = spec.parse(["detect", "train", "model=yolo11s.yaml", "data=/d.yaml", "epochs=4", "imgsz=320"])
     model = estimate.lookup_model("yolo11s")
     assert model is not None
     w = estimate.workload(s, 100, 50, model)
     p = progress.progress(parse_records(usage_file(tmp_path / "u.jsonl", 100, 320, 4, 2)))
-    assert p.tokens_total == w.train_tokens and p.tokens_done == w.train_tokens / 2
+    assert p.pixels_total == w.train_tokens and p.pixels_done == w.train_tokens / 2
     effective = estimate.tokens(w, 0.4) * estimate.model_factor(w.gflops, 8.86)
-    assert effective > w.train_tokens  # so the two lines must not both say just "MTok"
+    assert effective > w.train_tokens  # so the two lines must not both say just "Mpx"
 
 
-def test_the_line_says_it_counts_trained_tokens(tmp_path: Path) -> None:
+def test_the_line_says_it_counts_trained_pixels(tmp_path: Path) -> None:
     p = progress.progress(parse_records(usage_file(tmp_path / "u.jsonl", 100, 100, 4, 2)))
     line = progress.render("RUNNING", p)
-    assert "epoch 2/4 2.0/4.0 MTok trained 0.50 MTok/s ETA 0:04" in line
+    assert "epoch 2/4 2.0/4.0 Mpx trained 0.50 Mpx/s ETA 0:04" in line and "Tok" not in line
     assert "effective" not in line
 
 

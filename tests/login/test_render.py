@@ -122,7 +122,7 @@ def test_comment_carries_the_estimate(site_config: Path) -> None:
     assert c.startswith("yolo:") and " " not in c and '"' not in c
     fields = dict(kv.split("=") for kv in c[5:].split(","))
     assert int(fields["limit_s"]) == p.time_limit_seconds
-    assert float(fields["eff"]) == pytest.approx(p.effective_tokens, rel=1e-6)
+    assert float(fields["eff"]) == pytest.approx(p.work_pixels, rel=1e-6)
 
 
 def test_short_limits_get_no_signal(site_config: Path) -> None:

@@ -66,7 +66,7 @@ def test_plain_log(logs: dict[str, Path]) -> None:
     for e in r.per_epoch:
         assert e.seconds and e.seconds > 0 and e.images == 16 and e.gpu_mem_gb == 0.0
         assert e.images_per_s == pytest.approx(16 / e.seconds)
-        assert e.mtok_per_s == pytest.approx(16 * 64**2 / e.seconds / 1e6)
+        assert e.mpx_per_s == pytest.approx(16 * 64**2 / e.seconds / 1e6)
         assert set(e.losses) == {"box_loss", "cls_loss", "dfl_loss"}
         assert "mAP50-95" in e.metrics
     assert r.images_per_s and r.train_seconds == pytest.approx(sum(e.seconds or 0 for e in r.per_epoch))
@@ -86,7 +86,7 @@ def test_results_csv_alone(logs: dict[str, Path], tmp_path: Path) -> None:
     assert r.source == "results.csv" and r.epochs_completed == 3 and r.train_seconds
     assert all(e.seconds is not None for e in r.per_epoch)
     with_args = parse_path(logs["run"])  # the run folder: args.yaml gives images and tokens
-    assert with_args.source == "results.csv" and with_args.images_per_s and with_args.mtok_per_s
+    assert with_args.source == "results.csv" and with_args.images_per_s and with_args.mpx_per_s
 
 
 def test_cli_json(logs: dict[str, Path]) -> None:
@@ -94,7 +94,7 @@ def test_cli_json(logs: dict[str, Path]) -> None:
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)
     assert {"source", "epochs_completed", "epochs_total", "per_epoch", "images_per_s"} <= set(d)
-    assert {"epoch", "seconds", "images_per_s", "mtok_per_s", "gpu_mem_gb"} <= set(d["per_epoch"][0])
+    assert {"epoch", "seconds", "images_per_s", "mpx_per_s", "gpu_mem_gb"} <= set(d["per_epoch"][0])
 
 
 def test_truncated_and_interleaved(logs: dict[str, Path], tmp_path: Path) -> None:

@@ -43,8 +43,8 @@ def test_usage_records(tmp_path: Path) -> None:
     f.write_text("\n".join(json.dumps(r) for r in recs) + "\n{broken\n")
     r = parse_path(tmp_path)  # the folder: records are preferred
     assert r.source == "usage-records" and r.epochs_completed == 2 and r.epochs_total == 3 and r.partial
-    assert r.per_epoch[0].images_per_s == 8.0 and r.per_epoch[0].mtok_per_s == pytest.approx(16 * 64**2 / 2 / 1e6)
-    assert r.mtok_per_s == pytest.approx(16 * 64**2 / 2 / 1e6) and "2 unreadable" in r.warnings[0]  # and epoch 3
+    assert r.per_epoch[0].images_per_s == 8.0 and r.per_epoch[0].mpx_per_s == pytest.approx(16 * 64**2 / 2 / 1e6)
+    assert r.mpx_per_s == pytest.approx(16 * 64**2 / 2 / 1e6) and "2 unreadable" in r.warnings[0]  # and epoch 3
     assert (r.per_epoch[0].losses, r.per_epoch[0].metrics) == ({"train/box_loss": 1.5}, {"metrics/mAP50(B)": 0.25})
 
 

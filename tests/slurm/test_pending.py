@@ -44,7 +44,7 @@ def test_a_pending_line_says_why_and_when_in_words() -> None:
 
 
 def test_a_requeued_job_shows_the_epochs_it_did_not_a_stale_eta() -> None:
-    p = progress.Progress(epoch=3, epochs=10, tokens_done=3e6, tokens_total=10e6, mtok_per_s=1.0, eta_seconds=420)
+    p = progress.Progress(epoch=3, epochs=10, pixels_done=3e6, pixels_total=10e6, mpx_per_s=1.0, eta_seconds=420)
     line = progress.render("PENDING", p, reason="Priority")
     assert (
         line

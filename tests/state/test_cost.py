@@ -47,7 +47,8 @@ def test_dry_run_shows_the_hold_in_budget_tokens_gpu_hours_and_money(dataset: Pa
     assert d["expected_charge_tokens"] == round(round(d["predicted_seconds"]) * share * 1_000_000)
     assert d["hold_gpu_hours"] == pytest.approx(limit * share / 3600)
     assert d["hold_money"] == pytest.approx(limit * share / 3600 * 0.5) and d["currency"] == "EUR"
-    assert d["effective_tokens"] != d["hold_tokens"]  # work and budget: two quantities
+    assert d["work_pixels"] != d["hold_tokens"]  # work and budget: two quantities, two units
+    assert not {k for k in d if k.endswith("_tokens")} - {"hold_tokens", "expected_charge_tokens"}
     out = CliRunner().invoke(yolo_sbatch, ["--dry-run", "--explain", *words]).stdout
     line = next(x for x in out.splitlines() if x.startswith("Not submitted"))
     hours = limit * share / 3600

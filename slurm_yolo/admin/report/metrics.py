@@ -75,8 +75,8 @@ def render(
         "audit_findings", "Differences between sacct and the ledger in the last ledger audit.", [({}, audit_findings)]
     )
     metric(
-        "k_seconds_per_mtok",
-        "Seconds per million effective tokens per GPU.",
+        "k_seconds_per_mpx",
+        "Seconds per million pixels of work (Mpx) per GPU.",
         [({"partition": p}, v) for p, v in k.items()],
     )
     a = views["accuracy"]

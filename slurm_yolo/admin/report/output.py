@@ -32,7 +32,7 @@ def _number(x: float) -> str:
 def _k(x: float) -> str:
     """k to 4 significant digits, never in scientific notation (a refit on bad runs can make it tiny)."""
     places = 3 - math.floor(math.log10(abs(x))) if x and math.isfinite(x) else 4
-    return f"{x:.{max(0, places)}f} s/MTok"
+    return f"{x:.{max(0, places)}f} s/Mpx"
 
 
 def fmt_duration(seconds: float) -> str:
@@ -355,7 +355,7 @@ def _k_plot(plt: Any, view: pd.DataFrame, _: pd.DataFrame | None) -> Any:
     for part, g in view.groupby("partition"):
         ax.plot(pd.to_datetime(g["at"]), g["k"], marker="o", label=str(part))
     ax.set_title("k over time")
-    ax.set_ylabel("s per million effective tokens")
+    ax.set_ylabel("s per Mpx of work")
     ax.legend(fontsize="small")
     _date_axis(ax.xaxis)
     return fig

@@ -1,6 +1,8 @@
-"""Tokens: the compute a training run needs, as pixels pushed through the network (pure math).
+"""Work: the compute a training run needs, as pixels pushed through the network (pure math).
 
-One image at training size s is s^2 tokens. A run is ``epochs x train_images x s^2`` training tokens
+Shown in pixels (``Mpx``: ``fmt_pixels``), never in the budget's tokens (``Tok``, what the ledger
+charges). The code's ``tokens`` names in this module are those pixels. One image at training size s is
+s^2 pixels. A run is ``epochs x train_images x s^2`` training tokens
 plus its validation passes over the val images (each epoch when ``val=True``, else the last one, plus
 the final validation), weighted by the calibrated cost of a validation token. Effective tokens scale
 that by the model's FLOPs relative to yolov8n, so one ``k`` per partition serves every model size.
@@ -384,6 +386,13 @@ def fmt_tokens(n: float) -> str:
         if unit == "MTok" and abs(n) >= 1e5:
             return f"{n / scale:.2f} {unit}"
     return f"{n:.0f} Tok"
+
+
+def fmt_pixels(n: float) -> str:
+    """Work in pixels (``Mpx``): never ``Tok``, which is the budget's unit, so a screen that shows both
+    keeps them apart. Same scales and figures as ``fmt_tokens``."""
+    text = fmt_tokens(n)
+    return text[: -len("Tok")] + "px"
 
 
 def images_640(n: float) -> str:

@@ -4,7 +4,7 @@
 (published training speeds on named GPUs, each with its source) and on what a lent GPU measured
 (``bench/corpus/gpu/``). One set of terms holds for every type (how compute grows with the model, the
 batch and the image size, per-step costs, the data loader's CPU cost); each type the corpus has
-figures for has its own ``k`` (seconds per million effective tokens), and any other type gets ``k``
+figures for has its own ``k`` (seconds per million pixels of work (s/Mpx)), and any other type gets ``k``
 from its dense FP16 TFLOPs by the law the corpus' types follow. A MIG slice computes at its share.
 
 The memory model predicts ultralytics' ``GPU_mem`` (reserved memory at the batch's peak) from the

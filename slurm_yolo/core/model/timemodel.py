@@ -13,8 +13,8 @@ Each term is something a run does: a fixed cost inside training (data loaders, f
 per epoch (loader restart, metrics, checkpoint) and per validation pass (set-up, NMS), a cost per
 optimizer step that grows far slower than the model's FLOPs (and differs by family: on the corpus'
 CPU runs yolo26 cost ~1.24x yolov8 per step), a cost per image that compute does not hide
-(decoding, augmenting, NMS, metrics), and compute. ``*_eff`` are millions of effective tokens
-(tokens x GFLOPs / reference GFLOPs x family factor x the model's own factor, where its runs showed
+(decoding, augmenting, NMS, metrics), and compute. ``*_eff`` are millions of pixels of work
+(pixels x GFLOPs / reference GFLOPs x family factor x the model's own factor, where its runs showed
 one) and ``cost(b) = imgsz_cost(imgsz) x (b x imgsz^2 / (16 x 640^2)) ^ batch_exponent`` for a real
 batch b (no more images than the split has; validation's is twice
 training's): small images cost more per pixel (measured ~1.5x at 96 px on CPU), and a batch's pixels
@@ -47,7 +47,7 @@ FACTOR_FIELDS = {
 class TimeModel:
     """A partition's calibrated time model, with the evidence behind it."""
 
-    k: float  # seconds per million effective tokens per GPU, at imgsz 640
+    k: float  # seconds per million pixels of work (s/Mpx) per GPU, at imgsz 640
     overhead_seconds: float
     val_weight: float
     iteration_seconds: float  # per optimizer step of the reference model
@@ -398,7 +398,7 @@ def startup_note(tm: TimeModel) -> str:
 def describe(tm: TimeModel) -> list[str]:
     """The model in two lines an admin can read: its terms, and the evidence behind them."""
     terms = (
-        f"k {tm.k:.4g} s/MTok (x (imgsz/640)^-{tm.imgsz_exponent:.2f} x exp({tm.imgsz_curvature:.2f} x"
+        f"k {tm.k:.4g} s/Mpx (x (imgsz/640)^-{tm.imgsz_exponent:.2f} x exp({tm.imgsz_curvature:.2f} x"
         f" ln(imgsz/640)^2) x batch pixels^{tm.batch_exponent:.2f}),"
         f" overhead {tm.overhead_seconds:.2f} s,"
         f" {tm.epoch_seconds:.2f} s/epoch, {tm.val_pass_seconds:.2f} s/val pass,"
