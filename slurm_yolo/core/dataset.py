@@ -490,10 +490,93 @@ def _names_keypoints(path: Path) -> bool:
         return False
 
 
-def check_task(task: str, model: str, counts: DatasetCounts) -> None:
+# ultralytics 8.4.190's bundled datasets whose labels are polygons or rotated boxes; the others' are boxes.
+SEGMENT_DATASETS = frozenset(
+    {"carparts-seg.yaml", "coco128-seg.yaml", "coco8-seg.yaml", "crack-seg.yaml", "package-seg.yaml"}
+)
+OBB_DATASETS = frozenset({"DOTAv1.yaml", "DOTAv1.5.yaml", "dota128.yaml", "dota8.yaml", "dota8-multispectral.yaml"})
+LABEL_SAMPLE = 8  # non-empty label files read (an image without one is a background image)
+LABEL_LOOKS = 200  # directory entries looked at, at most: a 120k-image folder is not listed for this
+LABEL_BYTES = 1 << 16
+
+
+def _label_path(image: str) -> str:
+    """ultralytics' ``img2label_paths``: the last ``/images/`` becomes ``/labels/``, the suffix ``.txt``."""
+    sa, sb = f"{os.sep}images{os.sep}", f"{os.sep}labels{os.sep}"
+    return sb.join(image.rsplit(sa, 1)).rsplit(".", 1)[0] + ".txt"
+
+
+def _some_images(source: Path) -> list[str]:
+    """A few image paths of a train source (a folder, searched breadth-first, or a ``.txt`` list), the
+    way ultralytics names them; bounded, whatever the dataset's size."""
+    if source.is_file():
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            with open(source, encoding="utf-8") as f:
+                lines = [x.strip() for x in f.read(LABEL_BYTES).splitlines()[:LABEL_LOOKS] if x.strip()]
+            parent = str(source.parent) + os.sep
+            return [x.replace("./", parent, 1) if x.startswith("./") else x for x in lines]
+        return []
+    found: list[str] = []
+    queue, looked = [source], 0
+    while queue and looked < LABEL_LOOKS and len(found) < LABEL_LOOKS // 4:
+        with contextlib.suppress(OSError), os.scandir(queue.pop(0)) as it:
+            for entry in it:
+                looked += 1
+                if looked > LABEL_LOOKS:
+                    break
+                with contextlib.suppress(OSError):
+                    if entry.is_dir():
+                        queue.append(Path(entry.path))
+                    elif entry.name.rpartition(".")[2].lower() in IMG_SUFFIXES:
+                        found.append(entry.path)
+    return found
+
+
+def _label_rows(path: str) -> list[int] | None:
+    """The number of values on each line of one label file (None: none there, or not a plain file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except (OSError, ValueError):
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        text = f.read(LABEL_BYTES).decode("utf-8", "replace")
+    return [len(line.split()) for line in text.splitlines() if line.strip()]
+
+
+def box_labels(counts: DatasetCounts, yolo_config_dir: str = "") -> str:
+    """A label file of the dataset that holds boxes alone (``class x y w h``: a detect dataset's), or ''.
+
+    ultralytics refuses such a dataset for a segment or OBB model when the job starts ("requires equal
+    numbers of boxes and segments"). A bundled dataset is known by its name; a user's is sampled: a
+    few label files of its train split, found as ultralytics finds them."""
+    name = Path(counts.yaml_path).name
+    if counts.yaml_path in BUILTIN:
+        return "" if name in SEGMENT_DATASETS | OBB_DATASETS else f"{name} (a detect dataset)"
+    try:
+        sources = resolve_sources(Path(counts.yaml_path), yolo_config_dir)["train"]
+    except UsageError:
+        return ""
+    read = 0
+    for source in sources:
+        for image in _some_images(source):
+            rows = _label_rows(_label_path(image))
+            if not rows:
+                continue
+            if all(n == 5 for n in rows):
+                return _label_path(image)
+            read += 1
+            if read >= LABEL_SAMPLE:
+                return ""
+    return ""
+
+
+def check_task(task: str, model: str, counts: DatasetCounts, yolo_config_dir: str = "") -> None:
     """Refuse, at submission, a model its data cannot train (ultralytics would fail in the job, after
     it started and was charged): a classify model needs a folder of class folders, every other model a
-    data yaml, and a pose model one with ``kpt_shape``. ``task``: the model's (''; a custom model)."""
+    data yaml, a pose model one with ``kpt_shape``, and a segment or OBB model labels that are more
+    than boxes. ``task``: the model's (''; a custom model)."""
     if not task:
         return
     if task == "classify" and not counts.folder:
@@ -508,4 +591,10 @@ def check_task(task: str, model: str, counts: DatasetCounts) -> None:
     if task == "pose" and not counts.keypoints:
         raise UsageError(
             f"{model} is a pose model: its data yaml needs kpt_shape (a pose dataset); {counts.yaml_path} has none"
+        )
+    if task in ("segment", "obb") and (boxes := box_labels(counts, yolo_config_dir)):
+        wants, example = ("polygons", "coco8-seg.yaml") if task == "segment" else ("4 corners", "dota8.yaml")
+        raise UsageError(
+            f"{model} is a {task} model: its labels need {wants} (a {task} dataset, as {example}); {boxes} has"
+            " boxes alone (class x y w h), which ultralytics refuses when the job starts"
         )

@@ -190,7 +190,7 @@ def prepare(
     counts = dataset.count(str(s.get("data")), config.cache_dir / "datasets.json", config.job.yolo_config_dir)
     reference = config.estimate.reference_gflops
     model = estimate.resolve_model(s.model, reference, config.job.python, config.cache_dir, flops_factor)
-    dataset.check_task(estimate.task_of(s.model), s.model, counts)
+    dataset.check_task(estimate.task_of(s.model), s.model, counts, config.job.yolo_config_dir)
     w = estimate.workload(s, counts.train, counts.val, model)
     request = request._replace(autobatch=s.autobatch)
     if s.devices == 0:

@@ -251,6 +251,8 @@ def test_plot_axes_are_in_human_units(site_config: Path) -> None:
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert any(label.endswith("GTok") for label in labels), labels
     assert any(line.get_label().startswith("refills alone (2.00 GTok/day)") for line in fig.axes[0].get_lines())
+    balance = next(line for line in fig.axes[0].get_lines() if line.get_label() == "balance")
+    assert balance.get_marker() == "o" and balance.get_drawstyle() == "steps-post"  # few movements: each shown
     plt.close(fig)
 
 

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
-from slurm_yolo.core import durations
+from slurm_yolo.core import durations, synthetic
 from slurm_yolo.login import plan
 from slurm_yolo.state import cost
 
@@ -520,11 +520,30 @@ def test_a_config_that_is_not_there_is_said_not_silently_replaced_by_defaults(
     ("task", "model", "gflops"),
     [("segment", "yolov8n-seg.yaml", 12.14), ("pose", "yolo11n-pose.yaml", 7.78), ("obb", "yolo26s-obb.pt", 25.05)],
 )
-def test_segment_pose_and_obb_models_plan_from_the_table(dataset: Path, task: str, model: str, gflops: float) -> None:
+def test_segment_pose_and_obb_models_plan_from_the_table(
+    dataset: Path, tmp_path: Path, task: str, model: str, gflops: float
+) -> None:
     data = dataset
     if task == "pose":  # a pose model trains on a pose dataset only (a yaml with kpt_shape), beside the images
         data = dataset.with_name("pose.yaml")
         data.write_text(dataset.read_text() + "kpt_shape: [17, 3]\n")
+    else:  # segment and OBB: the detect dataset's boxes are refused in one line; their 4 corners plan
+        words = ["--dry-run", "-p", "t4", task, "train", f"data={data}", f"model={model}"]
+        res = CliRunner().invoke(yolo_sbatch, words)
+        assert res.exit_code == 1 and res.stdout == "" and res.stderr.count("\n") == 1
+        assert (
+            res.stderr.startswith(f"Error: {model} is a {task} model: its labels need") and "boxes alone" in res.stderr
+        )
+        data = synthetic.make_dataset(tmp_path / "corners", train=16, val=8, size=96)
+        for label in (tmp_path / "corners" / "labels").rglob("*.txt"):
+            rows = [[float(v) for v in line.split()] for line in label.read_text().splitlines() if line.strip()]
+            label.write_text(
+                "".join(
+                    f"{c:.0f} {x - w / 2} {y - h / 2} {x + w / 2} {y - h / 2} {x + w / 2} {y + h / 2} {x - w / 2}"
+                    f" {y + h / 2}\n"
+                    for c, x, y, w, h in rows
+                )
+            )
     res = CliRunner().invoke(
         yolo_sbatch, ["--dry-run", "--json", "-p", "t4", task, "train", f"data={data}", f"model={model}"]
     )

@@ -329,8 +329,72 @@ def test_a_model_its_data_cannot_train_is_refused_at_submission(tmp_path: Path) 
     ):
         with pytest.raises(UsageError, match=re.escape(message)):
             dataset.check_task(task, model, counts)
-    for task, counts in (("classify", folder), ("pose", pose), ("detect", detect), ("segment", detect), ("", folder)):
+    for task, counts in (("classify", folder), ("pose", pose), ("detect", detect), ("", folder)):
         dataset.check_task(task, "m.yaml", counts)
+    with pytest.raises(UsageError, match=re.escape("coco8.yaml (a detect dataset) has boxes alone")):
+        dataset.check_task("segment", "yolov8n-seg.yaml", detect)
+    dataset.check_task("segment", "yolov8n-seg.yaml", dataset.DatasetCounts("coco8-seg.yaml", 4, 4))
+    dataset.check_task("obb", "yolo11n-obb.yaml", dataset.DatasetCounts("DOTAv1.yaml", 4, 4))
+
+
+BOXES, POLYGON, CORNERS = "0 0.5 0.5 0.2 0.2", "0 0.1 0.1 0.5 0.1 0.5 0.5 0.1 0.5", "0 0.1 0.1 0.5 0.1 0.5 0.5 0.1 0.45"
+
+
+def labelled(root: Path, rows: str, images: int = 3, listed: bool = False) -> Path:
+    """A dataset of ``images`` real PNGs with one label file each (``rows``), and one background image
+    without a label; its yaml, whose train split is the folder or (``listed``) a .txt list of ./ paths."""
+    from PIL import Image  # the training install's (ultralytics brings it)
+
+    for split in ("train", "val"):
+        (root / "images" / split).mkdir(parents=True)
+        (root / "labels" / split).mkdir(parents=True)
+        for i in range(images + 1):
+            Image.new("RGB", (64, 64), (i * 40, 90, 160)).save(root / "images" / split / f"{i}.png")
+            if i:
+                (root / "labels" / split / f"{i}.txt").write_text(rows + "\n")
+    (root / "train.txt").write_text("".join(f"./images/train/{i}.png\n" for i in range(images + 1)))
+    y = root / "data.yaml"
+    train = "train.txt" if listed else "images/train"
+    y.write_text(f"path: {root}\ntrain: {train}\nval: images/val\nnames: {{0: a}}\n")
+    return y
+
+
+def test_a_segment_or_obb_model_on_a_detect_dataset_is_refused_as_ultralytics_refuses_it(tmp_path: Path) -> None:
+    """Box-only labels (``class x y w h``) under a segment or OBB model: refused at submission with
+    the label file that shows it; polygons and 4 corners pass; a detect model takes any of them. And
+    ultralytics' own dataset refuses the same box labels for the segment task at the job's start."""
+    pytest.importorskip("PIL")
+    cases = {
+        "boxes": labelled(tmp_path / "boxes", BOXES),
+        "listed": labelled(tmp_path / "listed", BOXES, listed=True),
+        "polygons": labelled(tmp_path / "polygons", POLYGON),
+        "corners": labelled(tmp_path / "corners", CORNERS),
+    }
+    counts = {k: dataset.count(str(y), tmp_path / "cache.json") for k, y in cases.items()}
+    for name in ("boxes", "listed"):
+        for task, model in (("segment", "yolo11n-seg.yaml"), ("obb", "yolo11n-obb.yaml")):
+            label = tmp_path / name / "labels" / "train"
+            with pytest.raises(UsageError, match=f"{re.escape(model)} is a {task} model: .*{re.escape(str(label))}/"):
+                dataset.check_task(task, model, counts[name])
+        dataset.check_task("detect", "yolo11n.yaml", counts[name])
+    dataset.check_task("segment", "yolo11n-seg.yaml", counts["polygons"])
+    dataset.check_task("obb", "yolo11n-obb.yaml", counts["corners"])
+    dataset.check_task("detect", "yolo11n.yaml", counts["polygons"])
+    pytest.importorskip("ultralytics")
+    script = (
+        "import sys\nfrom ultralytics.data.dataset import YOLODataset\n"
+        "for path in sys.argv[1:]:\n"
+        "    try:\n"
+        "        YOLODataset(img_path=path, imgsz=64, augment=False, data={'names': {0: 'a'}, 'channels': 3},"
+        " task='segment')\n"
+        "        print('RESULT ok')\n"
+        "    except ValueError as e:\n"
+        "        print('RESULT', 'refused' if 'not a detect dataset' in str(e) else repr(e))\n"
+    )
+    paths = [str(tmp_path / name / "images" / "train") for name in ("boxes", "polygons")]
+    got = subprocess.run([sys.executable, "-c", script, *paths], capture_output=True, text=True, timeout=120)
+    results = [line.split(" ", 1)[1] for line in got.stdout.splitlines() if line.startswith("RESULT ")]
+    assert results == ["refused", "ok"], got.stdout + got.stderr
 
 
 def test_a_yaml_s_kpt_shape_is_read_without_a_yaml_parser(tmp_path: Path) -> None:

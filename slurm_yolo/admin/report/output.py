@@ -361,6 +361,9 @@ def _k_plot(plt: Any, view: pd.DataFrame, _: pd.DataFrame | None) -> Any:
     return fig
 
 
+MARKED_MOVEMENTS = 100  # the burn-down marks each balance movement up to this many
+
+
 def _budget_plot(plt: Any, view: pd.DataFrame, history: pd.DataFrame | None) -> Any:
     """Each budget's balance over the window (its burn-down), the balance its refills alone would
     give (the refill line), and where the net burn takes it (dotted)."""
@@ -380,7 +383,10 @@ def _budget_plot(plt: Any, view: pd.DataFrame, history: pd.DataFrame | None) -> 
         if h.empty:
             continue
         start, now = h["at"].iloc[0], h["at"].iloc[-1]
-        ax.step(h["at"], h["balance"], where="post", label="balance")
+        # A step (the balance holds between movements), each movement marked while they are few enough
+        # to see: a day of hourly refills is 24 points, never a line drawn through what did not happen.
+        sparse = len(h) <= MARKED_MOVEMENTS
+        ax.step(h["at"], h["balance"], where="post", label="balance", marker="o" if sparse else None, markersize=3)
         begin = max(start, pd.Timestamp.fromtimestamp(float(h["refill_from"].iloc[0])))  # not before the quota
         if b.rate_per_day > 0 and begin < now:
             when = pd.date_range(begin, now, periods=50)
