@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,6 +25,7 @@ from slurm_yolo.controller import watchdog
 from slurm_yolo.controller.feedback import sample_from_beacon
 from slurm_yolo.core import config as config_mod
 from slurm_yolo.core.model.fitting import fit
+from slurm_yolo.core.synthetic import make_dataset
 from slurm_yolo.parse import beacon
 from slurm_yolo.parse.results import EpochRow, read_results_csv
 from slurm_yolo.slurm import commands
@@ -255,3 +256,52 @@ def test_watchdog_acts_on_one_array_task_alone(job_dir: Path) -> None:
         assert commands.job_state(busy) == "RUNNING"
     finally:
         subprocess.run(["/usr/bin/scancel", str(array)], check=False)
+
+
+def _relabel(root: Path, row: Callable[[float, float, float, float], str]) -> None:
+    """Each box label ``c x y w h`` of a synthetic dataset rewritten as ``c`` + ``row(x, y, w, h)``."""
+    for label in (root / "labels").rglob("*.txt"):
+        boxes = [line.split() for line in label.read_text().splitlines() if line.strip()]
+        label.write_text("".join(f"{b[0]} {row(*map(float, b[1:]))}\n" for b in boxes))
+
+
+def _corners(x: float, y: float, w: float, h: float) -> str:
+    return f"{x - w / 2} {y - h / 2} {x + w / 2} {y - h / 2} {x + w / 2} {y + h / 2} {x - w / 2} {y + h / 2}"
+
+
+def task_datasets(folder: Path) -> dict[str, Path]:
+    """A tiny dataset of each other task, made as ultralytics reads them: polygons (segment), four
+    corners (OBB), two keypoints with ``kpt_shape`` (pose), and a folder of class folders (classify)."""
+    data = {task: make_dataset(folder / task, train=16, val=8, size=64) for task in ("segment", "obb", "pose")}
+    _relabel(folder / "segment", _corners)
+    _relabel(folder / "obb", _corners)
+    _relabel(folder / "pose", lambda x, y, w, h: f"{x} {y} {w} {h} {x - w / 4} {y} 2 {x + w / 4} {y} 2")
+    data["pose"].write_text(data["pose"].read_text() + "kpt_shape: [2, 3]\nflip_idx: [1, 0]\n")
+    classes = folder / "classify"
+    for split in ("train", "val"):
+        for i, png in enumerate(sorted((folder / "segment" / "images" / split).glob("*.png"))):
+            (classes / split / ("even" if i % 2 == 0 else "odd")).mkdir(parents=True, exist_ok=True)
+            shutil.copy(png, classes / split / ("even" if i % 2 == 0 else "odd") / png.name)
+    data["classify"] = classes
+    for p in [folder, *folder.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return data
+
+
+def test_a_segment_an_obb_a_pose_and_a_classify_model_train_as_real_jobs(job_dir: Path) -> None:
+    """Each task ultralytics trains, planned by yolo-sbatch and trained for an epoch in a real job:
+    it completes, writes its epoch's usage record and its checkpoint."""
+    models = {"segment": "yolo11n-seg.yaml", "obb": "yolo11n-obb.yaml", "pose": "yolo11n-pose.yaml"}
+    models["classify"] = "yolo11n-cls.yaml"
+    jobs = {}
+    for task, data in task_datasets(job_dir / "data").items():
+        words = [task, "train", f"model={models[task]}", f"data={data}", "epochs=1", "batch=4", "workers=0"]
+        words += ["imgsz=32" if task == "classify" else "imgsz=64", f"project={job_dir}/runs", f"name={task}"]
+        jobs[task] = submit(["-p", "t4", "-o", f"{job_dir}/{task}-%j.out", *words])
+    for task, job in jobs.items():
+        state = commands.wait_for_end(job, timeout=600)
+        log = job_dir / f"{task}-{job}.out"
+        assert state == "COMPLETED", (task, log.read_text()[-3000:] if log.exists() else "no log")
+        epochs = [r for r in records(job_dir, job) if r["kind"] == "epoch"]
+        assert [r["epoch"] for r in epochs] == [1], task
+        assert (job_dir / "runs" / task / "weights" / "last.pt").is_file(), task
