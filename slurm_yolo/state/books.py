@@ -191,7 +191,7 @@ def _compare(
             findings.append(Finding("unsettled", key, f"{rec.state} in sacct, still held ({row['hold']})"))
             continue
         state, ran = rec.state, rec.elapsed
-        if _ended_before(rec, row):
+        if _ended_before(lg, rec, row):
             state, ran = row["end_state"], row["elapsed"]
         limit = ledger.limit_seconds(rec.time_limit, config)
         due = policy.charge(state, ran, limit, ledger.run_share(row), row["price"], row["rate_ppm"], rules)
@@ -225,7 +225,7 @@ def _compare(
     return findings
 
 
-def _ended_before(rec: JobRecord, row: store.Row) -> bool:
+def _ended_before(lg: ledger.Ledger, rec: JobRecord, row: store.Row) -> bool:
     """A run ends once: the ledger settled it from sacct's final record of that end, and a later rewrite
     of the record does not change what it owed. Two are known. `scontrol requeue` of a finished job
     makes slurmdbd rewrite the run as REQUEUED, its elapsed stretched to the requeue (22.05 and 24.11).
@@ -234,14 +234,29 @@ def _ended_before(rec: JobRecord, row: store.Row) -> bool:
     ends it again, at its time limit or when the node tells it: slurmdbd then holds a TIMEOUT, or a
     longer COMPLETED, that ended after the ledger had settled the run's real end. One that launches again a run the old one had launched (the node says
     "Duplicate jobid") requeues it: the ledger settles the REQUEUED run from its first launch, and
-    slurmdbd later moves the record's start to the second launch, after the ledger held the run."""
+    slurmdbd later moves the record's start to the second launch, after the ledger held the run.
+
+    The ended-again record is known by its end after the ledger's settlement or, where slurmdbd got it
+    later than the ledger settled (its end a second after the real one, the settlement a few seconds
+    after it on a loaded host), by the job's epilog coming again after the settlement with no run of
+    the job held since: a later end, a longer TIMEOUT or COMPLETED, the same start."""
     if rec.state == "REQUEUED":
         if row["end_state"] != "REQUEUED":
             return True
         return rec.start > float(row["held_at"]) + 1 and rec.elapsed < int(row["elapsed"])
     if (row["end_state"], row["elapsed"]) == (rec.state, rec.elapsed):
         return False
-    return rec.start > 0 and rec.start + int(row["elapsed"]) <= float(row["settled_at"]) < rec.end
+    settled = float(row["settled_at"])
+    if not (rec.start > 0 and rec.start + int(row["elapsed"]) <= settled):
+        return False
+    if settled < rec.end:
+        return True
+    return (
+        rec.state in ("COMPLETED", "TIMEOUT")
+        and rec.elapsed > int(row["elapsed"])
+        and lg.ended_again(rec.cluster, rec.job_id, settled)
+        and not any(float(r["held_at"]) > settled for r in lg.runs(rec.job_id, rec.cluster))
+    )
 
 
 def audit_path(config: Config) -> Path:

@@ -305,3 +305,23 @@ def test_a_segment_an_obb_a_pose_and_a_classify_model_train_as_real_jobs(job_dir
         epochs = [r for r in records(job_dir, job) if r["kind"] == "epoch"]
         assert [r["epoch"] for r in epochs] == [1], task
         assert (job_dir / "runs" / task / "weights" / "last.pt").is_file(), task
+
+
+def test_a_run_cancelled_midway_resumes_as_ultralytics_resumes_it(job_dir: Path, dataset: Path) -> None:
+    """``train resume model=RUN/weights/last.pt`` after the run's job was cancelled: the plan is the
+    epochs its results.csv has left, and the resumed job trains those and ends at the run's last epoch."""
+    first = submit(["-p", "t4", *train_words(job_dir, dataset, "cut", epochs=40)])
+    run_dir = job_dir / "runs" / "cut"
+    poll("two epochs checkpointed", lambda: len([r for r in records(job_dir, first) if r["kind"] == "checkpoint"]) >= 2)
+    subprocess.run(["/usr/bin/scancel", str(first)], check=True)
+    assert commands.wait_for_end(first, timeout=60).startswith("CANCELLED")
+    done = len(read_results_csv(run_dir / "results.csv"))
+    assert 2 <= done < 40
+    last = run_dir / "weights" / "last.pt"
+    dry = CliRunner().invoke(yolo_sbatch, ["--dry-run", "--json", "-p", "t4", "train", "resume", f"model={last}"])
+    assert dry.exit_code == 0, dry.output
+    assert json.loads(dry.stdout)["workload"]["epochs"] == 40 - done
+    second = submit(["-p", "t4", "train", "resume", f"model={last}"])
+    assert commands.wait_for_end(second, timeout=600) == "COMPLETED"
+    rows = read_results_csv(run_dir / "results.csv")  # a cancel between its row and last.pt repeats a row
+    assert rows[-1].epoch == 40 and {r.epoch for r in rows} == set(range(1, 41))

@@ -88,6 +88,16 @@ class Inbox(LedgerBase):
         at = self.conn.execute(f"SELECT min(due_at) FROM inbox WHERE done_at IS NULL {of}", args).fetchone()[0]
         return None if at is None else float(at)
 
+    def ended_again(self, cluster: str, job_id: int, after: float) -> bool:
+        """Whether a controller ended the job again after ``after``: an epilog of it came in later. A
+        controller that takes over from state saved before a run's end ends the run once more (and
+        runs its epilog again); the audit reads that as the record's rewrite, not a second run."""
+        row = self.conn.execute(
+            "SELECT id FROM inbox WHERE cluster = ? AND job_id = ? AND event = 'epilog' AND received_at > ? LIMIT 1",
+            (cluster, job_id, after),
+        ).fetchone()
+        return row is not None
+
     def inbox_row_due(self, row_id: int) -> float | None:
         """When the inbox row falls due again (None: done)."""
         row = self.conn.execute("SELECT due_at FROM inbox WHERE id = ? AND done_at IS NULL", (row_id,)).fetchone()
