@@ -72,7 +72,8 @@ def resumed(s: TrainSpec) -> TrainSpec:
     known = ultralytics_cfg()["defaults"]
     args: dict[str, Any] = {}
     for key, value in saved.items():
-        if key in known and key not in ("mode", "task", "resume", "model") and value is not None:
+        # device: where it ran before (cpu, on a test cluster's fake GPUs); the job trains on its own GPUs
+        if key in known and key not in ("mode", "task", "resume", "model", "device") and value is not None:
             try:
                 args[key] = check_value(key, value)
             except UsageError as e:

@@ -585,6 +585,7 @@ def test_a_resumed_run_plans_what_a_new_run_of_its_epochs_left_plans(dataset: Pa
     run_dir = tmp_path / "runs" / "train"
     (run_dir / "weights").mkdir(parents=True)
     saved = f"task: detect\nmode: train\nmodel: yolov8n.yaml\ndata: {dataset}\nepochs: 10\nimgsz: 96\nbatch: 8\n"
+    saved += "device: cpu\n"  # where it ran (a job's device is its own GPUs): not the resumed plan's
     (run_dir / "args.yaml").write_text(saved)
     (run_dir / "results.csv").write_text("epoch,time\n" + "".join(f"{i},{i}\n" for i in range(1, 5)))
     (run_dir / "weights" / "last.pt").write_bytes(b"a checkpoint")
