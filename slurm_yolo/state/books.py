@@ -225,6 +225,12 @@ def _compare(
     return findings
 
 
+# How much later than its real end a controller taking over ends a run again, at most: it takes over
+# within SlurmctldTimeout (120 s by default) and ends the run when the node answers it; 600 s leaves a
+# site's longer timeout room, and bounds what the audit lets pass as such a rewrite.
+REWRITE_SECONDS = 600
+
+
 def _ended_before(lg: ledger.Ledger, rec: JobRecord, row: store.Row) -> bool:
     """A run ends once: the ledger settled it from sacct's final record of that end, and a later rewrite
     of the record does not change what it owed. Two are known. `scontrol requeue` of a finished job
@@ -238,8 +244,10 @@ def _ended_before(lg: ledger.Ledger, rec: JobRecord, row: store.Row) -> bool:
 
     The ended-again record is known by its end after the ledger's settlement or, where slurmdbd got it
     later than the ledger settled (its end a second after the real one, the settlement a few seconds
-    after it on a loaded host), by the job's epilog coming again after the settlement with no run of
-    the job held since: a later end, a longer TIMEOUT or COMPLETED, the same start."""
+    after it on a loaded host), by slurmctld's epilog of the job coming again after the settlement
+    and within REWRITE_SECONDS of the record's end, with no later run of the job held: a COMPLETED or
+    TIMEOUT that the ledger settled, rewritten as one at most REWRITE_SECONDS longer. (The ledger keeps
+    no start: its end, start + its elapsed, must be before its settlement.)"""
     if rec.state == "REQUEUED":
         if row["end_state"] != "REQUEUED":
             return True
@@ -252,10 +260,14 @@ def _ended_before(lg: ledger.Ledger, rec: JobRecord, row: store.Row) -> bool:
     if settled < rec.end:
         return True
     return (
-        rec.state in ("COMPLETED", "TIMEOUT")
-        and rec.elapsed > int(row["elapsed"])
-        and lg.ended_again(rec.cluster, rec.job_id, settled)
-        and not any(float(r["held_at"]) > settled for r in lg.runs(rec.job_id, rec.cluster))
+        row["end_state"] in ("COMPLETED", "TIMEOUT")
+        and rec.state in ("COMPLETED", "TIMEOUT")
+        and 0 < rec.elapsed - int(row["elapsed"]) <= REWRITE_SECONDS
+        and lg.ended_again(rec.cluster, rec.job_id, settled, rec.end + REWRITE_SECONDS)
+        and not any(
+            r["job_key"] != row["job_key"] and float(r["held_at"]) > float(row["held_at"])
+            for r in lg.runs(rec.job_id, rec.cluster)
+        )
     )
 
 

@@ -88,15 +88,24 @@ class Inbox(LedgerBase):
         at = self.conn.execute(f"SELECT min(due_at) FROM inbox WHERE done_at IS NULL {of}", args).fetchone()[0]
         return None if at is None else float(at)
 
-    def ended_again(self, cluster: str, job_id: int, after: float) -> bool:
-        """Whether a controller ended the job again after ``after``: an epilog of it came in later. A
-        controller that takes over from state saved before a run's end ends the run once more (and
-        runs its epilog again); the audit reads that as the record's rewrite, not a second run."""
-        row = self.conn.execute(
-            "SELECT id FROM inbox WHERE cluster = ? AND job_id = ? AND event = 'epilog' AND received_at > ? LIMIT 1",
-            (cluster, job_id, after),
-        ).fetchone()
-        return row is not None
+    def ended_again(self, cluster: str, job_id: int, after: float, until: float) -> bool:
+        """Whether a controller ended the job again between ``after`` and ``until``: slurmctld's epilog of
+        it came in then. A controller that takes over from state saved before a run's end ends the run
+        once more (and runs its epilog again); the audit reads that as the record's rewrite, not a
+        second run. Rows the sweep wrote, or an epilog not slurmctld's, are no such evidence."""
+        rows = self.conn.execute(
+            "SELECT facts FROM inbox WHERE cluster = ? AND job_id = ? AND event = 'epilog'"
+            " AND received_at > ? AND received_at <= ?",
+            (cluster, job_id, after, until),
+        ).fetchall()
+        for row in rows:
+            try:
+                facts = json.loads(row["facts"])
+            except (TypeError, ValueError):
+                continue
+            if isinstance(facts, dict) and facts.get("ended") == "1" and not facts.get("swept"):
+                return True
+        return False
 
     def inbox_row_due(self, row_id: int) -> float | None:
         """When the inbox row falls due again (None: done)."""
