@@ -246,6 +246,14 @@ def test_plot_axes_are_in_human_units(site_config: Path) -> None:
     assert {t.get_text() for t in ax.get_yticklabels()} >= {"2 s", "5 s"}
     assert any(line.get_label() == "predicted = actual" for line in ax.get_lines())
     plt.close(fig)
+    runs = pd.DataFrame(  # a run that hit its limit is a floor of its time: drawn apart, and said so
+        {"job_id": [1, 2], "Partition": ["t4", "t4"], "state": ["COMPLETED", "TIMEOUT"], "pred_s": [60, 60]}
+        | {"elapsed": [70, 120]}
+    )
+    fig = output.PLOTS["accuracy"](plt, built["views"]["accuracy"], runs)
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert "TIMEOUT (ran at least)" in labels and "t4" in labels and "timed-out" in fig.axes[0].get_title()
+    plt.close(fig)
     fig = output.PLOTS["budgets"](plt, built["views"]["budgets"], series["budgets"])
     fig.canvas.draw()
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]

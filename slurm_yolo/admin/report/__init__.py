@@ -625,9 +625,11 @@ def waits_over_time(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def predictions(df: pd.DataFrame) -> pd.DataFrame:
-    """Predicted and actual seconds of every completed yolo run."""
-    done = df[df["yolo"] & (df["state"] == "COMPLETED") & (df["pred_s"] > 0) & (df["elapsed"] > 0)]
-    return done[["job_id", "Partition", "pred_s", "elapsed"]].reset_index(drop=True)
+    """Predicted and actual seconds of every yolo run that completed or hit its limit (a TIMEOUT's
+    actual time is at least what it ran: the runs a prediction fell short of most)."""
+    ended = df["state"].isin(["COMPLETED", "TIMEOUT"])
+    done = df[df["yolo"] & ended & (df["pred_s"] > 0) & (df["elapsed"] > 0)]
+    return done[["job_id", "Partition", "state", "pred_s", "elapsed"]].reset_index(drop=True)
 
 
 def window_start(since: str, now: float, fallback_days: float = 7.0) -> float:

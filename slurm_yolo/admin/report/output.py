@@ -312,7 +312,11 @@ def _accuracy_plot(plt: Any, view: pd.DataFrame, runs: pd.DataFrame | None) -> A
         return None
     fig, ax = plt.subplots(figsize=(5.5, 5))
     for part, g in runs.groupby("Partition"):
-        ax.scatter(g["pred_s"], g["elapsed"], s=14, alpha=0.7, label=str(part))
+        done = g[g["state"] != "TIMEOUT"]
+        ax.scatter(done["pred_s"], done["elapsed"], s=14, alpha=0.7, label=str(part))
+    timeouts = runs[runs["state"] == "TIMEOUT"]
+    if not timeouts.empty:  # it would have run longer: the point is a floor, not the run's time
+        ax.scatter(timeouts["pred_s"], timeouts["elapsed"], s=30, marker="^", c="red", label="TIMEOUT (ran at least)")
     low = float(min(runs["pred_s"].min(), runs["elapsed"].min()))
     high = float(max(runs["pred_s"].max(), runs["elapsed"].max()))
     ax.plot([low / 1.5, high * 1.5], [low / 1.5, high * 1.5], "k--", linewidth=1, label="predicted = actual")
@@ -322,7 +326,7 @@ def _accuracy_plot(plt: Any, view: pd.DataFrame, runs: pd.DataFrame | None) -> A
         _duration_axis(axis, low, high)
     ax.set_xlabel("predicted run time")
     ax.set_ylabel("actual run time")
-    ax.set_title("predicted vs actual run time (completed runs)")
+    ax.set_title("predicted vs actual run time (completed and timed-out runs)")
     ax.legend(fontsize="small")
     return fig
 
