@@ -38,6 +38,8 @@ SAMPLE = {
     "T": "2026-01-01",
     "TASK": "detect",
     "OPTIONS": "",
+    "PARTITION": "t4",
+    "QOS": "yolo-explore",
     "...": "",
     "key=value": "epochs=1",
 }
