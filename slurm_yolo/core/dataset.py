@@ -560,12 +560,12 @@ def box_labels(counts: DatasetCounts, yolo_config_dir: str = "") -> str:
         return ""
     read = 0
     for source in sources:
-        for image in _some_images(source):
-            rows = _label_rows(_label_path(image))
+        for label in map(_label_path, _some_images(source)):
+            rows = _label_rows(label)
             if not rows:
                 continue
             if all(n == 5 for n in rows):
-                return _label_path(image)
+                return label
             read += 1
             if read >= LABEL_SAMPLE:
                 return ""

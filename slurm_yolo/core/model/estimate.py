@@ -377,22 +377,26 @@ def tokens(w: Workload, val_weight: float) -> float:
     return w.train_tokens + val_weight * (w.val_tokens + w.final_val_tokens)
 
 
-def fmt_tokens(n: float) -> str:
-    """Human units: 1.23 TTok, 1.23 GTok, 456.0 MTok, 0.15 MTok, 12.3 kTok, 42 Tok: a small charge never
-    reads 0.0, and a tenth of a MTok keeps two figures (150 kTok is not "0.1 MTok")."""
-    for unit, scale, digits in (("TTok", 1e12, 2), ("GTok", 1e9, 2), ("MTok", 1e6, 1), ("kTok", 1e3, 1)):
+def _scaled(n: float, unit: str) -> str:
+    """``n`` in k/M/G/T of ``unit``: a small amount never reads 0.0, and a tenth of a million keeps two
+    figures (150 k is not "0.1 M")."""
+    for prefix, scale, digits in (("T", 1e12, 2), ("G", 1e9, 2), ("M", 1e6, 1), ("k", 1e3, 1)):
         if abs(n) >= scale:
-            return f"{n / scale:.{digits}f} {unit}"
-        if unit == "MTok" and abs(n) >= 1e5:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n:.0f} Tok"
+            return f"{n / scale:.{digits}f} {prefix}{unit}"
+        if prefix == "M" and abs(n) >= 1e5:
+            return f"{n / scale:.2f} {prefix}{unit}"
+    return f"{n:.0f} {unit}"
+
+
+def fmt_tokens(n: float) -> str:
+    """The budget's unit: 1.23 TTok, 1.23 GTok, 456.0 MTok, 0.15 MTok, 12.3 kTok, 42 Tok."""
+    return _scaled(n, "Tok")
 
 
 def fmt_pixels(n: float) -> str:
     """Work in pixels (``Mpx``): never ``Tok``, which is the budget's unit, so a screen that shows both
-    keeps them apart. Same scales and figures as ``fmt_tokens``."""
-    text = fmt_tokens(n)
-    return text[: -len("Tok")] + "px"
+    keeps them apart."""
+    return _scaled(n, "px")
 
 
 def images_640(n: float) -> str:
