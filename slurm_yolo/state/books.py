@@ -240,9 +240,13 @@ def _ended_before(lg: ledger.Ledger, rec: JobRecord, row: store.Row) -> bool:
     ends it again, at its time limit or when the node tells it: slurmdbd then holds a TIMEOUT, or a
     longer COMPLETED, that ended after the ledger had settled the run's real end. One that launches again a run the old one had launched (the node says
     "Duplicate jobid") requeues it: the ledger settles the REQUEUED run from its first launch, and
-    slurmdbd later moves the record's start to the second launch, after the ledger held the run.
+    slurmdbd later moves the record's start to the second launch, after the ledger held the run. And
+    one that takes over from state saved before the old one ended a run the ledger then settled runs
+    it again under the same key: the record is that second run's, started after the settlement; the
+    user asked for one run and owes the one the ledger settled.
 
-    The ended-again record is known by its end after the ledger's settlement or, where slurmdbd got it
+    The run again is known by its start after the ledger's settlement, within REWRITE_SECONDS of it,
+    and slurmctld's epilog of the job coming again after the settlement. The ended-again record is known by its end after the ledger's settlement or, where slurmdbd got it
     later than the ledger settled (its end a second after the real one, the settlement a few seconds
     after it on a loaded host), by slurmctld's epilog of the job coming again after the settlement
     and within REWRITE_SECONDS of the record's end, with no later run of the job held: a COMPLETED or
@@ -255,6 +259,8 @@ def _ended_before(lg: ledger.Ledger, rec: JobRecord, row: store.Row) -> bool:
     if (row["end_state"], row["elapsed"]) == (rec.state, rec.elapsed):
         return False
     settled = float(row["settled_at"])
+    if rec.start > settled:
+        return rec.start - settled <= REWRITE_SECONDS and _ended_again_alone(lg, rec, row)
     if not (rec.start > 0 and rec.start + int(row["elapsed"]) <= settled):
         return False
     if settled < rec.end:
@@ -263,11 +269,17 @@ def _ended_before(lg: ledger.Ledger, rec: JobRecord, row: store.Row) -> bool:
         row["end_state"] in ("COMPLETED", "TIMEOUT")
         and rec.state in ("COMPLETED", "TIMEOUT")
         and 0 < rec.elapsed - int(row["elapsed"]) <= REWRITE_SECONDS
-        and lg.ended_again(rec.cluster, rec.job_id, settled, rec.end + REWRITE_SECONDS)
-        and not any(
-            r["job_key"] != row["job_key"] and float(r["held_at"]) > float(row["held_at"])
-            for r in lg.runs(rec.job_id, rec.cluster)
-        )
+        and _ended_again_alone(lg, rec, row)
+    )
+
+
+def _ended_again_alone(lg: ledger.Ledger, rec: JobRecord, row: store.Row) -> bool:
+    """slurmctld's epilog of the job came again after the ledger settled ``row`` (up to
+    REWRITE_SECONDS after the record's end), and no later run of the job was held: the record is the
+    same run's, ended (or run) again by a controller that took over, not a new run owing its own."""
+    return lg.ended_again(rec.cluster, rec.job_id, float(row["settled_at"]), rec.end + REWRITE_SECONDS) and not any(
+        r["job_key"] != row["job_key"] and float(r["held_at"]) > float(row["held_at"])
+        for r in lg.runs(rec.job_id, rec.cluster)
     )
 
 

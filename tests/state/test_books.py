@@ -226,6 +226,32 @@ def test_audit_keeps_a_run_s_first_end_when_the_rewrite_reached_slurmdbd_after_t
     assert sorted(int(f.key.split(":")[1]) for f in found if f.kind == "differs") == [42, 43, 44, 45, 46, 47]
 
 
+def test_audit_keeps_the_settled_run_when_a_controller_runs_the_job_again_under_its_key(cfg: config.Config) -> None:
+    """A controller that took over from state saved before the old one ended a run (COMPLETED, 4 s,
+    settled) ran it again under the same key: slurmdbd's record is the second run's (COMPLETED 3 s),
+    started after the settlement, and slurmctld's epilog of the job came again. No finding (51; CI's
+    failover test, e8d1c84). Each of these is one: no epilog again (52); started longer after the
+    settlement than a takeover explains (53); a later run of the job held (54)."""
+    submit = int(time.time()) - 100
+    epilog = {"ended": "1", "estimate": "", "summary": "", "uid": "1001"}
+    with ledger.writer(cfg) as lg:
+        for job in (51, 52, 53, 54):
+            settle(lg, job, "COMPLETED", 4, submit)
+        time.sleep(0.01)
+        for job in (51, 53, 54):
+            lg.receive("yolo", job, "epilog", epilog)
+        lg.hold(run(54, submit + 50), 600 * 3000, None, "test")
+        texts = {r["job_id"]: r["text"] for r in lg.unwritten_comments()}
+    now = int(time.time())
+    sacct = [record(job, "COMPLETED", 3, submit)._replace(start=now + 9, end=now + 12) for job in (51, 52, 54)]
+    late = now + books.REWRITE_SECONDS + 2
+    sacct.append(record(53, "COMPLETED", 3, submit)._replace(start=late, end=late + 3))
+    comments = {("yolo", job, submit): text for job, text in texts.items()}
+    with ledger.reader(cfg) as lg:
+        found = books._compare(lg, cfg, sacct, comments, time.time() + 6000, 0, "yolo")
+    assert sorted(int(f.key.split(":")[1]) for f in found if f.kind == "differs") == [52, 53, 54]
+
+
 def test_audit_keeps_a_requeue_s_first_launch_when_slurmdbd_moves_its_start_to_a_second(cfg: config.Config) -> None:
     """A controller that took over launched again a run the old one had launched; the node refused it
     and the run was requeued. The ledger settled REQUEUED from the first launch (76 s); slurmdbd then
