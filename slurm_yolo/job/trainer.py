@@ -7,8 +7,9 @@ registered here would run, and one GPU must go the same way as eight.
 
 It sizes threads from the allocation (ultralytics would take the whole node), picks the allocated
 GPUs (or the CPU where there are none), caps a shard job's share of GPU memory, keeps ultralytics
-offline, pins the run folder, and tells the launcher once, before training, where that folder is and
-how many GPUs train: one JSON line on the file descriptor ``FD``.
+offline, pins the run folder, lets a SIGTERM wait for a checkpoint's write, and tells the launcher
+once, before training, where that folder is and how many GPUs train: one JSON line on the file
+descriptor ``FD``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import glob
 import json
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,45 @@ def share_gpus(torch: Any) -> None:
         for i in range(torch.cuda.device_count()):
             torch.cuda.set_per_process_memory_fraction(share, i)
     torch.backends.cudnn.benchmark = True
+
+
+class WholeCheckpoints:
+    """Slurm's SIGTERM (scancel, a grace's end) reaches this process itself (proctrack follows the
+    launcher's children), and ultralytics writes last.pt in place: one that lands in the write leaves a
+    torn checkpoint that no resume can load (CI, e8d1c84: the resumed job failed). The signal waits
+    for the checkpoint's write, then ends the process as it would have. The in-process trainer only:
+    DDP workers are ultralytics' own processes."""
+
+    def __init__(self) -> None:
+        self.saving = False
+        self.pending = 0
+
+    def __call__(self, trainer: Any) -> None:
+        """ultralytics' on_pretrain_routine_start: guard this trainer's saves."""
+        save = trainer.save_model
+
+        def saved() -> Any:
+            self.saving = True
+            try:
+                return save()
+            finally:
+                self.saving = False
+                if self.pending:
+                    self.end(self.pending)
+
+        trainer.save_model = saved
+        signal.signal(signal.SIGTERM, self.on_signal)
+
+    def on_signal(self, signum: int, _frame: Any) -> None:
+        if self.saving:
+            self.pending = signum
+        else:
+            self.end(signum)
+
+    @staticmethod
+    def end(signum: int) -> None:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
 
 
 def offline_amp_check() -> None:
@@ -104,6 +145,7 @@ def main(plan: dict[str, Any], report_fd: int) -> int:
     args["save_dir"] = str(folder)
     with os.fdopen(report_fd, "w") as report:
         report.write(json.dumps({"save_dir": str(folder), "gpus": gpus}) + "\n")
+    model.add_callback("on_pretrain_routine_start", WholeCheckpoints())
     model.train(**args)
     return 0
 

@@ -321,7 +321,8 @@ def test_a_run_cancelled_midway_resumes_as_ultralytics_resumes_it(job_dir: Path,
     dry = CliRunner().invoke(yolo_sbatch, ["--dry-run", "--json", "-p", "t4", "train", "resume", f"model={last}"])
     assert dry.exit_code == 0, dry.output
     assert json.loads(dry.stdout)["workload"]["epochs"] == 40 - done
-    second = submit(["-p", "t4", "train", "resume", f"model={last}"])
-    assert commands.wait_for_end(second, timeout=600) == "COMPLETED"
+    second = submit(["-p", "t4", "-o", f"{job_dir}/resume-%j.out", "train", "resume", f"model={last}"])
+    log = job_dir / f"resume-{second}.out"
+    assert commands.wait_for_end(second, timeout=600) == "COMPLETED", log.read_text()[-3000:] if log.exists() else ""
     rows = read_results_csv(run_dir / "results.csv")  # a cancel between its row and last.pt repeats a row
     assert rows[-1].epoch == 40 and {r.epoch for r in rows} == set(range(1, 41))

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import stat
+import subprocess
 import sys
 import threading
 import time
@@ -302,3 +303,33 @@ def test_a_checkpoint_is_whole_only_once_written_to_its_end(tmp_path: Path) -> N
         path.write_bytes(data[:cut])
         assert not launcher.whole_checkpoint(path)
     assert not launcher.whole_checkpoint(tmp_path / "missing.pt")
+
+
+SAVING = """
+import os, signal, sys
+from pathlib import Path
+from slurm_yolo.job.trainer import WholeCheckpoints
+
+class Trainer:
+    def save_model(self):
+        os.kill(os.getpid(), signal.SIGTERM)  # Slurm's, in the middle of ultralytics' write
+        Path(sys.argv[1]).write_bytes(b"whole")
+        return True
+
+trainer = Trainer()
+WholeCheckpoints()(trainer)
+assert trainer.save_model()
+print("not ended", flush=True)
+"""
+
+
+def test_a_sigterm_in_a_checkpoint_s_write_waits_for_its_end(tmp_path: Path) -> None:
+    """The process ends by the signal, as it would have, once the checkpoint is written whole; a
+    SIGTERM outside a write ends it at once."""
+    last = tmp_path / "last.pt"
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, "-c", SAVING, str(last)], env=env, capture_output=True, text=True)
+    assert (done.returncode, done.stdout, last.read_bytes()) == (-signal.SIGTERM, "", b"whole"), done.stderr
+    outside = SAVING.replace("assert trainer.save_model()", "os.kill(os.getpid(), signal.SIGTERM)")
+    stopped = subprocess.run([sys.executable, "-c", outside, str(tmp_path / "none.pt")], env=env, capture_output=True)
+    assert (stopped.returncode, stopped.stdout) == (-signal.SIGTERM, b"")
