@@ -31,7 +31,7 @@ MAX_AUDIT_BYTES = 16 << 20
 
 
 class Finding(NamedTuple):
-    kind: str  # missing-in-ledger, unsettled, missing-in-sacct, differs, comment, books, unread (a day sacct did not answer)
+    kind: str  # missing-in-ledger, unsettled, missing-in-sacct, differs, run-again, comment, books, unread (a day sacct did not answer)
     key: str  # the run (cluster:job:submit), or the account for the ledger's own invariants
     detail: str
 
@@ -191,7 +191,11 @@ def _compare(
             findings.append(Finding("unsettled", key, f"{rec.state} in sacct, still held ({row['hold']})"))
             continue
         state, ran = rec.state, rec.elapsed
-        if _ended_before(lg, rec, row):
+        if _run_again(lg, rec, row):
+            state, ran = row["end_state"], row["elapsed"]
+            detail = f"{rec.state} after {rec.elapsed} s under the key of a settled run, not billed"
+            findings.append(Finding("run-again", key, f"{detail} (the ledger's {state} {ran} s stands)"))
+        elif _ended_before(lg, rec, row):
             state, ran = row["end_state"], row["elapsed"]
         limit = ledger.limit_seconds(rec.time_limit, config)
         due = policy.charge(state, ran, limit, ledger.run_share(row), row["price"], row["rate_ppm"], rules)
@@ -240,13 +244,9 @@ def _ended_before(lg: ledger.Ledger, rec: JobRecord, row: store.Row) -> bool:
     ends it again, at its time limit or when the node tells it: slurmdbd then holds a TIMEOUT, or a
     longer COMPLETED, that ended after the ledger had settled the run's real end. One that launches again a run the old one had launched (the node says
     "Duplicate jobid") requeues it: the ledger settles the REQUEUED run from its first launch, and
-    slurmdbd later moves the record's start to the second launch, after the ledger held the run. And
-    one that takes over from state saved before the old one ended a run the ledger then settled runs
-    it again under the same key: the record is that second run's, started after the settlement; the
-    user asked for one run and owes the one the ledger settled.
+    slurmdbd later moves the record's start to the second launch, after the ledger held the run.
 
-    The run again is known by its start after the ledger's settlement, within REWRITE_SECONDS of it,
-    and slurmctld's epilog of the job coming again after the settlement. The ended-again record is known by its end after the ledger's settlement or, where slurmdbd got it
+    The ended-again record is known by its end after the ledger's settlement or, where slurmdbd got it
     later than the ledger settled (its end a second after the real one, the settlement a few seconds
     after it on a loaded host), by slurmctld's epilog of the job coming again after the settlement
     and within REWRITE_SECONDS of the record's end, with no later run of the job held: a COMPLETED or
@@ -259,8 +259,6 @@ def _ended_before(lg: ledger.Ledger, rec: JobRecord, row: store.Row) -> bool:
     if (row["end_state"], row["elapsed"]) == (rec.state, rec.elapsed):
         return False
     settled = float(row["settled_at"])
-    if rec.start > settled:
-        return rec.start - settled <= REWRITE_SECONDS and _ended_again_alone(lg, rec, row)
     if not (rec.start > 0 and rec.start + int(row["elapsed"]) <= settled):
         return False
     if settled < rec.end:
@@ -271,6 +269,17 @@ def _ended_before(lg: ledger.Ledger, rec: JobRecord, row: store.Row) -> bool:
         and 0 < rec.elapsed - int(row["elapsed"]) <= REWRITE_SECONDS
         and _ended_again_alone(lg, rec, row)
     )
+
+
+def _run_again(lg: ledger.Ledger, rec: JobRecord, row: store.Row) -> bool:
+    """A controller that took over from state saved before the old one ended a run (which the ledger
+    then settled) runs it again under the same key: the record is that second run's, started after
+    the settlement, and the key, settled, holds nothing for it. The ledger's settlement stands (the
+    user asked for one run); the audit names the unbilled run for the admin ("run-again"). Known by
+    a start after the settlement, within REWRITE_SECONDS of it, and slurmctld's epilog of the job
+    again; without that evidence the record differs."""
+    settled = float(row["settled_at"])
+    return 0 < rec.start - settled <= REWRITE_SECONDS and _ended_again_alone(lg, rec, row)
 
 
 def _ended_again_alone(lg: ledger.Ledger, rec: JobRecord, row: store.Row) -> bool:

@@ -226,12 +226,13 @@ def test_audit_keeps_a_run_s_first_end_when_the_rewrite_reached_slurmdbd_after_t
     assert sorted(int(f.key.split(":")[1]) for f in found if f.kind == "differs") == [42, 43, 44, 45, 46, 47]
 
 
-def test_audit_keeps_the_settled_run_when_a_controller_runs_the_job_again_under_its_key(cfg: config.Config) -> None:
+def test_audit_names_a_run_a_controller_ran_again_under_a_settled_key(cfg: config.Config) -> None:
     """A controller that took over from state saved before the old one ended a run (COMPLETED, 4 s,
     settled) ran it again under the same key: slurmdbd's record is the second run's (COMPLETED 3 s),
-    started after the settlement, and slurmctld's epilog of the job came again. No finding (51; CI's
-    failover test, e8d1c84). Each of these is one: no epilog again (52); started longer after the
-    settlement than a takeover explains (53); a later run of the job held (54)."""
+    started after the settlement, and slurmctld's epilog of the job came again. The ledger's
+    settlement stands and the unbilled run is named (51; CI's failover test, e8d1c84). Each of these
+    differs instead: no epilog again (52); started longer after the settlement than a takeover
+    explains (53); a later run of the job held (54)."""
     submit = int(time.time()) - 100
     epilog = {"ended": "1", "estimate": "", "summary": "", "uid": "1001"}
     with ledger.writer(cfg) as lg:
@@ -250,6 +251,11 @@ def test_audit_keeps_the_settled_run_when_a_controller_runs_the_job_again_under_
     with ledger.reader(cfg) as lg:
         found = books._compare(lg, cfg, sacct, comments, time.time() + 6000, 0, "yolo")
     assert sorted(int(f.key.split(":")[1]) for f in found if f.kind == "differs") == [52, 53, 54]
+    [again] = [f for f in found if f.kind == "run-again"]
+    assert (again.key.split(":")[1], again.detail) == (
+        "51",
+        "COMPLETED after 3 s under the key of a settled run, not billed (the ledger's COMPLETED 4 s stands)",
+    )
 
 
 def test_audit_keeps_a_requeue_s_first_launch_when_slurmdbd_moves_its_start_to_a_second(cfg: config.Config) -> None:
