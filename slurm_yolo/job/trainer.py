@@ -51,8 +51,11 @@ class WholeCheckpoints:
     """Slurm's SIGTERM (scancel, a grace's end) reaches this process itself (proctrack follows the
     launcher's children), and ultralytics writes last.pt in place: one that lands in the write leaves a
     torn checkpoint that no resume can load (CI, e8d1c84: the resumed job failed). The signal waits
-    for the checkpoint's write, then ends the process as it would have. The in-process trainer only:
-    DDP workers are ultralytics' own processes."""
+    for the checkpoint's write (each epoch's save, and the final one that strips the optimizer), then
+    ends the process as it would have; Slurm's SIGKILL still comes KillWait after it. The in-process
+    trainer only: DDP workers are ultralytics' own processes."""
+
+    GUARDED = ("save_model", "final_eval")
 
     def __init__(self) -> None:
         self.saving = False
@@ -60,8 +63,11 @@ class WholeCheckpoints:
 
     def __call__(self, trainer: Any) -> None:
         """ultralytics' on_pretrain_routine_start: guard this trainer's saves."""
-        save = trainer.save_model
+        for name in self.GUARDED:
+            setattr(trainer, name, self.guard(getattr(trainer, name)))
+        signal.signal(signal.SIGTERM, self.on_signal)
 
+    def guard(self, save: Any) -> Any:
         def saved() -> Any:
             self.saving = True
             try:
@@ -71,8 +77,7 @@ class WholeCheckpoints:
                 if self.pending:
                     self.end(self.pending)
 
-        trainer.save_model = saved
-        signal.signal(signal.SIGTERM, self.on_signal)
+        return saved
 
     def on_signal(self, signum: int, _frame: Any) -> None:
         if self.saving:

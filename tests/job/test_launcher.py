@@ -310,26 +310,31 @@ import os, signal, sys
 from pathlib import Path
 from slurm_yolo.job.trainer import WholeCheckpoints
 
+def write(self):
+    os.kill(os.getpid(), signal.SIGTERM)  # Slurm's, in the middle of ultralytics' write
+    Path(sys.argv[1]).write_bytes(b"whole")
+    return True
+
 class Trainer:
-    def save_model(self):
-        os.kill(os.getpid(), signal.SIGTERM)  # Slurm's, in the middle of ultralytics' write
-        Path(sys.argv[1]).write_bytes(b"whole")
-        return True
+    save_model = final_eval = write
 
 trainer = Trainer()
 WholeCheckpoints()(trainer)
-assert trainer.save_model()
+assert getattr(trainer, sys.argv[2])()
 print("not ended", flush=True)
 """
 
 
-def test_a_sigterm_in_a_checkpoint_s_write_waits_for_its_end(tmp_path: Path) -> None:
-    """The process ends by the signal, as it would have, once the checkpoint is written whole; a
-    SIGTERM outside a write ends it at once."""
+@pytest.mark.parametrize("save", ["save_model", "final_eval"])
+def test_a_sigterm_in_a_checkpoint_s_write_waits_for_its_end(tmp_path: Path, save: str) -> None:
+    """The process ends by the signal, as it would have, once the checkpoint is written whole (each
+    epoch's save, and the final one); a SIGTERM outside a write ends it at once."""
     last = tmp_path / "last.pt"
     env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    done = subprocess.run([sys.executable, "-c", SAVING, str(last)], env=env, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", SAVING, str(last), save], env=env, capture_output=True, text=True)
     assert (done.returncode, done.stdout, last.read_bytes()) == (-signal.SIGTERM, "", b"whole"), done.stderr
-    outside = SAVING.replace("assert trainer.save_model()", "os.kill(os.getpid(), signal.SIGTERM)")
-    stopped = subprocess.run([sys.executable, "-c", outside, str(tmp_path / "none.pt")], env=env, capture_output=True)
+    outside = SAVING.replace("assert getattr(trainer, sys.argv[2])()", "os.kill(os.getpid(), signal.SIGTERM)")
+    stopped = subprocess.run(
+        [sys.executable, "-c", outside, str(tmp_path / "none.pt"), save], env=env, capture_output=True
+    )
     assert (stopped.returncode, stopped.stdout) == (-signal.SIGTERM, b"")
