@@ -200,17 +200,18 @@ def _hook_ms(config: config_mod.Config, since: float) -> list[float]:
     return out
 
 
-def _job_of(key: str) -> int | None:
-    """The job id of a finding's key (``CLUSTER:JOB[:SUBMIT]``), if it names a run."""
-    parts = key.split(":")
-    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+def _keys(cluster: str, rows: list[dict[str, str]]) -> set[str]:
+    """The ledger's keys of these sacct records: job ids come again on a cluster brought up afresh,
+    and a shared ledger holds other clusters' jobs of the same ids (their submit times and cluster
+    tell them apart)."""
+    return {ledger.run_key(cluster, int(r["JobIDRaw"]), int(r["Submit"])) for r in rows}
 
 
-def _ledger_rows(config: config_mod.Config, jobs: list[int]) -> list[dict[str, object]]:
+def _ledger_rows(config: config_mod.Config, keys: set[str]) -> list[dict[str, object]]:
     lg = ledger.reader(config)
     assert lg is not None
     with lg:
-        return [dict(r) for j in jobs for r in lg.runs(j)]
+        return [dict(row) for key in sorted(keys) if (row := lg.run(key)) is not None]
 
 
 def main() -> dict[str, float]:
@@ -224,7 +225,7 @@ def main() -> dict[str, float]:
         _up(None, backend)
         _account(config_path)
         spans: dict[str, tuple[float, float]] = {}
-        bench_jobs: set[int] = set()
+        bench_keys: set[str] = set()
         for name in ROUNDS:
             _up(name, backend)
             since = time.time()
@@ -233,7 +234,7 @@ def main() -> dict[str, float]:
             first, rows = _array(tasks)
             nxt, next_rows = _array(max(1, tasks // 5))
             spans[name] = (_makespan(rows), _makespan(next_rows))
-            bench_jobs |= {int(r["JobIDRaw"]) for r in rows + next_rows}
+            bench_keys |= _keys(marker["cluster"], rows + next_rows)
             if name != "on":
                 watcher.stop()
                 continue
@@ -241,24 +242,24 @@ def main() -> dict[str, float]:
             landed, missing = _comments_landed(first, end, timeout=600)
             _comments_landed(nxt, end, timeout=600)  # the audit below wants the next array's too
             watcher.stop()
-            jobs = [int(r["JobIDRaw"]) for r in rows + next_rows]
+            keys = _keys(marker["cluster"], rows + next_rows)
             deadline = time.time() + 300  # the next array's last runs may still be settling
-            held = _ledger_rows(config, jobs)
-            while sum(r["state"] == "settled" for r in held) < len(jobs) and time.time() < deadline:
+            held = _ledger_rows(config, keys)
+            while sum(r["state"] == "settled" for r in held) < len(keys) and time.time() < deadline:
                 time.sleep(1)
-                held = _ledger_rows(config, jobs)
+                held = _ledger_rows(config, keys)
             settled = [r for r in held if r["state"] == "settled"]
             ms = sorted(_hook_ms(config, since))
             audit = _cli(
                 config_path, "ledger", "audit", "--window-days", "0.2", "--min-age", "0", "--json", check=False
             )
-            ours = [f for f in json.loads(audit or "[]") if _job_of(f["key"]) in set(jobs)]
+            ours = [f for f in json.loads(audit or "[]") if f["key"] in keys]
             check = _cli(config_path, "ledger", "check", check=False).strip()
             p50, p99 = statistics.median(ms), ms[min(len(ms) - 1, int(0.99 * len(ms)))]
             print(f"hooks: {len(ms)} calls in hookd, p50 {p50:.0f} ms, p99 {p99:.0f} ms")
             print(
-                f"runs: {len(jobs)} in sacct, {len(held)} held in the ledger, {len(settled)} settled"
-                f" ({len({r['job_key'] for r in held})} distinct) [{'met' if len(settled) == len(jobs) == len(held) else 'MISSED'}]"
+                f"runs: {len(keys)} in sacct, {len(held)} held in the ledger, {len(settled)} settled"
+                f" [{'met' if len(settled) == len(keys) == len(held) else 'MISSED'}]"
             )
             print(
                 f"AdminComments: the last of {tasks} in sacct {landed:.0f} s after the array's end, {missing} missing"
@@ -276,7 +277,7 @@ def main() -> dict[str, float]:
         started = time.monotonic()
         _cli(config_path, "ledger", "reconcile", "--window-days", "0.2")
         audit = _cli(config_path, "ledger", "audit", "--window-days", "0.2", "--min-age", "0", "--json", check=False)
-        ours = [f for f in json.loads(audit or "[]") if _job_of(f["key"]) in bench_jobs]
+        ours = [f for f in json.loads(audit or "[]") if f["key"] in bench_keys]
         print(
             f"ledger reconcile of the rounds without hooks: {time.monotonic() - started:.0f} s;"
             f" then {len(ours)} audit finding(s) on the bench's jobs"
