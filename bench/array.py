@@ -234,7 +234,8 @@ def main() -> dict[str, float]:
             first, rows = _array(tasks)
             nxt, next_rows = _array(max(1, tasks // 5))
             spans[name] = (_makespan(rows), _makespan(next_rows))
-            bench_keys |= _keys(marker["cluster"], rows + next_rows)
+            keys = _keys(marker["cluster"], rows + next_rows)
+            bench_keys |= keys
             if name != "on":
                 watcher.stop()
                 continue
@@ -242,7 +243,6 @@ def main() -> dict[str, float]:
             landed, missing = _comments_landed(first, end, timeout=600)
             _comments_landed(nxt, end, timeout=600)  # the audit below wants the next array's too
             watcher.stop()
-            keys = _keys(marker["cluster"], rows + next_rows)
             deadline = time.time() + 300  # the next array's last runs may still be settling
             held = _ledger_rows(config, keys)
             while sum(r["state"] == "settled" for r in held) < len(keys) and time.time() < deadline:
