@@ -87,7 +87,9 @@ def sync(config: Config, accounts: list[str] | None) -> Outcome:
         with ledger.writer(config) as lg:  # a writer: it brings the schema up to date
             rows = lg.accounts() if accounts is None else [r for a in accounts if (r := lg.account(a))]
             kept = lg.site_limits(cluster)
-        return _converge(config, cluster, {r["name"]: bool(r["blocked"]) for r in rows}, kept, bin_dir)
+        # an exempt account is never blocked: its jobs hold nothing, whatever its balance
+        wanted = {r["name"]: bool(r["blocked"]) and not ledger.exempt("", r["name"], config) for r in rows}
+        return _converge(config, cluster, wanted, kept, bin_dir)
 
 
 @contextmanager

@@ -99,7 +99,8 @@ def prolog(
     with ledger.writer(config, publish=settler is None) as lg:
         found_run = settler_mod.billable_run(lg, record, cluster, config, time.time(), record.restarts)
         if found_run is None:
-            return {"event": "prolog", "job": job_id, "skipped": "no GPUs"}
+            why = ledger.exempt(record.partition, record.account, config)
+            return {"event": "prolog", "job": job_id, "skipped": f"exempt: {why}" if why else "no GPUs"}
         run, amount = found_run
         held, blocked = lg.hold(run, amount, estimate, actor="prolog")
         left = lg.balance(run.account)

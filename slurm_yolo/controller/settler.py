@@ -64,9 +64,10 @@ def billable_run(
     lg: ledger.Ledger, record: JobRecord, cluster: str, config: Config, at: float, restart: int
 ) -> tuple[ledger.Run, int] | None:
     """The run and what it holds: its time limit (or the configured cap) x its GPUs x the partition's
-    price at ``at`` x its QOS tier's rate (``cluster``'s own, where it has them). None for a run without GPUs (not metered)."""
+    price at ``at`` x its QOS tier's rate (``cluster``'s own, where it has them). None for a run without
+    GPUs (not metered) and for one on an exempt partition or account (``policy.exempt``)."""
     share = policy.gpus(record.tres, config.partition(record.partition).shards_per_gpu)
-    if not share:
+    if not share or ledger.exempt(record.partition, record.account, config):
         return None
     seconds = ledger.limit_seconds(record.time_limit, config)
     price = lg.price_at(record.partition, at, int(config.ledger.default_price), cluster)
@@ -526,7 +527,9 @@ class Settler:
         """On a shared ledger, another cluster's deposit or charge can fund or dry an account: this
         cluster's Slurm limits follow (``enforcement``) for each account whose block the ledger and
         this cluster disagree on (blocked, and no block kept here; or a block kept here, and funded)."""
-        blocked = {str(r["name"]) for r in lg.accounts() if r["blocked"]}
+        blocked = {
+            str(r["name"]) for r in lg.accounts() if r["blocked"] and not ledger.exempt("", r["name"], self.config)
+        }
         self._apart, ask = blocks_apart(blocked, set(lg.site_limits(cluster)), self._apart)
         if ask:
             self.followups.enforce(ask)

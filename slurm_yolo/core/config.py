@@ -9,6 +9,7 @@ not silently fall back to a default.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tomllib
 from collections.abc import Mapping
@@ -21,6 +22,9 @@ from slurm_yolo.core.errors import UsageError
 SYSTEM_CONFIG = Path("/etc/slurm-yolo/config.toml")
 SYSTEM_STATE = Path("/var/lib/slurm-yolo")
 ENV_OVERRIDES = ("SLURM_YOLO_CONFIG", "SLURM_YOLO_HOME")
+
+
+NAME = re.compile(r"[A-Za-z0-9_.\-]{1,200}")  # a name as Slurm makes them: safe in every file and command
 
 
 # The schema: every section, key and default, one frozen dataclass a section (typed settings).
@@ -128,6 +132,10 @@ class LedgerSettings:
     unlimited_hold_hours: float = 168.0  # what a job with no time limit (an INFINITE partition) holds
     reconcile_days: float = 7.0  # how far back `ledger reconcile` looks in sacct for runs the hooks missed
     expire_days: float = 0.0  # tokens unspent this long after they were credited expire (0: never)
+    # Partitions and accounts whose GPU jobs are neither held nor charged (admitted without a budget
+    # check, never on the books): names as Slurm has them, accounts in lower case as Slurm folds them.
+    exempt_partitions: tuple[str, ...] = ()
+    exempt_accounts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -327,6 +335,10 @@ def config_path(env: Mapping[str, str] = os.environ) -> Path:
 
 
 def _check_type(key: str, value: Any, default: Any) -> Any:
+    if isinstance(default, tuple):  # a list of plain names (Slurm's partitions, accounts)
+        if not isinstance(value, list) or not all(isinstance(v, str) and NAME.fullmatch(v) for v in value):
+            raise UsageError(f"config {key}: expected a list of names (letters, digits, _ . -), got {value!r}")
+        return tuple(value)
     if isinstance(default, bool):
         ok = isinstance(value, bool)
     elif isinstance(default, float):

@@ -2,7 +2,8 @@
 
 A job needs what its prolog will hold (its time limit x GPUs x the partition's price x the tier's
 rate), not its estimate. What an account has left is its balance (running jobs' holds are already
-out of it) minus the estimates of its pending jobs. Accounts without a ledger entry are not metered.
+out of it) minus the estimates of its pending jobs. Accounts without a ledger entry are not metered,
+nor are the partitions and accounts the site exempts (``ledger.exempt_partitions``, ``exempt_accounts``).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def check(config: Config, plan: Plan, account: str | None, q: Quote) -> float:
     try:
         name = account or commands.default_account(current_user(), bin_dir)
         row = lg.account(name)
-        if row is None:
+        if row is None or ledger.exempt(plan.partition, name, config):
             return 0.0
     finally:
         lg.close()

@@ -224,7 +224,7 @@ def prepare(
     if not plans:
         raise refused[0]
     scripts = [render.render(p, options, s.tokens) for p in plans]
-    quotes, unpriced = quotes_for(config, plans)
+    quotes, unpriced = quotes_for(config, plans, options.account or "")
     if partition == "auto":
         answers = commands.will_run(scripts, bin_dir=bin_dir, timeout=timeout)
         try:
@@ -310,10 +310,11 @@ def unpublished(config: Config) -> str:
     )
 
 
-def quotes_for(config: Config, plans: list[plan.Plan]) -> tuple[list[cost.Quote], str]:
+def quotes_for(config: Config, plans: list[plan.Plan], account: str) -> tuple[list[cost.Quote], str]:
     """Each plan's cost at the prices its start would be held at (the published ledger's), and a note
     when the ledger did not answer: the costs are then at the config's default price (a plan must not
-    fail for it; the prolog holds at the real price)."""
+    fail for it; the prolog holds at the real price). A run the site exempts (its partition, or the
+    ``--account`` given) holds nothing: price 0."""
     try:
         lg = ledger.reader(config)
     except SlurmYoloError as e:
@@ -325,6 +326,8 @@ def quotes_for(config: Config, plans: list[plan.Plan]) -> tuple[list[cost.Quote]
         for p in plans:
             part = config.partition(p.partition)
             price, rate = cost.prices(config, lg, p.partition, p.qos)
+            if ledger.exempt(p.partition, account, config):
+                price = 0
             quotes.append(
                 cost.quote(
                     p.time_limit_seconds,
@@ -442,6 +445,19 @@ def settlement_from_slurm(config: Config, job_id: int, cluster: str, since: floa
     )
 
 
+def _not_in_ledger(config: Config, job_id: int) -> str:
+    """Why a run of the job is not in the ledger: the site exempts it (sacct's partition and account),
+    or these are not the hooks' books."""
+    try:
+        runs = commands.job_runs([job_id], bin_dir=config.bin_dir).get(job_id, [])
+    except SlurmError:
+        runs = []
+    why = ledger.exempt(runs[-1].partition, runs[-1].account, config) if runs else ""
+    if why:
+        return f"not billed: {why} is exempt (ledger.exempt_*), nothing was held or charged"
+    return f"no run of it in the ledger at {ledger.where(config)} (not the hooks' config?)"
+
+
 def settlement(config: Config, job_id: int, since: float = 0.0, timeout: float = 30.0, poll: float = 1.0) -> str:
     """What a finished job was charged, all its runs together (a requeued job's too: the job is what
     the user asked for), in the submit line's units, once the ledger has settled them (the epilog
@@ -465,8 +481,8 @@ def settlement(config: Config, job_id: int, since: float = 0.0, timeout: float =
                 hidden = lg.hides_jobs()
         if not runs and hidden and cluster is not None:
             return settlement_from_slurm(config, job_id, cluster, since, deadline, poll)
-        if not runs:  # held at its start, so in the hooks' books: these are other books
-            return f"job {job_id}: no run of it in the ledger at {ledger.where(config)} (not the hooks' config?)"
+        if not runs:  # held at its start, so in the hooks' books, unless the site exempts it
+            return f"job {job_id}: {_not_in_ledger(config, job_id)}"
         if all(r["state"] == "settled" for r in runs) or time.monotonic() >= deadline:
             break
         time.sleep(poll)

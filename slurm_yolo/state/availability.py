@@ -6,7 +6,8 @@ text file after each of its writers commits, and the Lua script reads it on ever
 
 The file holds, as of its ``stamp``, in whole numbers: each account's balance (holds already taken
 out) with its quota's capacity and refill per day, how long a job may wait for credits, the price versions of each partition (the one in effect and those scheduled after it), each QOS
-tier's rate in parts per million, the hold of a run without a time limit, and shards per GPU. The
+tier's rate in parts per million, the hold of a run without a time limit, shards per GPU, and the
+partitions and accounts the site exempts (admitted without a budget check, as the prolog holds nothing). The
 script multiplies them as ``policy.tokens`` does, exactly and rounded up once. The script subtracts what slurmctld's own job list still commits (pending GPU jobs,
 and runs started after ``stamp`` that no hold covers yet), so 20 submissions racing for the last tokens
 are admitted one at a time against one number.
@@ -102,6 +103,8 @@ def render(
         if _plain(name, cluster):
             lines += [f"price {name} {price} {at} {cluster}".rstrip() for at, price in versions]
     lines += [f"rate {q} {r} {c}".rstrip() for (q, c), r in sorted(rates.items()) if _plain(q, c)]
+    lines += [f"exempt partition {name}" for name in led.exempt_partitions if _NAME.fullmatch(name)]
+    lines += [f"exempt account {name.lower()}" for name in led.exempt_accounts if _NAME.fullmatch(name)]
     lines += [f"shards {p.name} {p.shards_per_gpu}" for p in config.partitions.values() if _NAME.fullmatch(p.name)]
     lines += [f"gpus {p.name} {p.gpus_per_node}" for p in config.partitions.values() if _NAME.fullmatch(p.name)]
     lines += [

@@ -354,3 +354,70 @@ def test_a_job_the_refill_covers_soon_waits_for_it(tmp_path: Path, home: Path) -
         assert got[name][0] == "2050" and f"account {name} cannot cover this job" in got[name][2], got[name]
     refused = [line.split(" ")[1] for line in availability.refusals_path(cfg).read_text().splitlines()]
     assert refused == ["full", "slow", "none"]
+
+
+EXEMPT_DRIVER = """
+slurm = {SUCCESS = 0, ERROR = -1, ESLURM_ACCOUNTING_POLICY = 2050, log_user = function() end}
+dofile(arg[1])
+for _, case in ipairs(dofile(arg[2])) do
+  slurm.jobs = {}
+  for _, job in ipairs(case.jobs) do slurm.jobs[tostring(job.job_id)] = job end
+  local desc = {}
+  for k, v in pairs(case.desc) do desc[k] = v end
+  print(case.name .. " " .. slurm_job_submit(desc, case.parts, 1000))
+end
+"""
+
+
+@pytest.mark.skipif(LUA is None and not IN_CI, reason="no lua5.1 (apt-get install lua5.1, as deploy/install does)")
+def test_exempt_partitions_and_accounts_are_admitted_without_a_budget(tmp_path: Path, home: Path) -> None:
+    """ledger.exempt_partitions and exempt_accounts, as the prolog applies them: a dry account's GPU
+    job on an exempt partition, and an exempt account's anywhere, are admitted; a job that may also
+    run on a partition that is not exempt needs that partition's worst case; a pending job on an
+    exempt partition commits nothing of its account's balance."""
+    cfg = config.load()
+    cfg = replace(
+        cfg,
+        partitions={"p0": Partition("p0", gpus_per_node=8, shards_per_gpu=0)},
+        ledger=replace(cfg.ledger, exempt_partitions=("free",), exempt_accounts=("Ops",)),
+    )
+    price, need = 1000, 60 * 1000  # a minute of one GPU on p0
+    accounts = [
+        {"name": n, "balance": b, "capacity": 0, "rate_per_day": 0}
+        for n, b in (("dry", 0), ("ops", -(10**9)), ("exact", need), ("short", need - 1))
+    ]
+    parts = {"p0": P0, "free": P0}
+
+    def case(name: str, account: str, partition: str, jobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        desc = {"account": account, "time_limit": 1, "partition": partition, "tres_per_node": "gres:gpu:1"}
+        return {"name": name, "desc": {**desc, "min_nodes": 1, "max_nodes": 1}, "parts": parts, "jobs": jobs or []}
+
+    pending = {  # 1000 GPUs for a day on the exempt partition: far past any balance here
+        "job_state": 0,
+        "job_id": 7,
+        "account": "exact",
+        "tres_fmt_req_str": "cpu=1,gres/gpu=1000",
+        "time_limit": 1440,
+        "partition": "free",
+    }
+    cases = [
+        case("dry-free", "dry", "free"),
+        case("dry-either", "dry", "free,p0"),
+        case("ops-p0", "ops", "p0"),
+        case("OPS-p0", "OPS", "p0"),
+        case("exact-p0-free-pending", "exact", "p0", [pending]),
+        case("short-p0", "short", "p0"),
+    ]
+    out = run_on_p0(tmp_path, cfg, accounts, price, cases, EXEMPT_DRIVER)
+    assert dict(line.split(" ") for line in out.splitlines()) == {
+        "dry-free": "0",
+        "dry-either": "2050",
+        "ops-p0": "0",
+        "OPS-p0": "0",
+        "exact-p0-free-pending": "0",
+        "short-p0": "2050",
+    }
+    refused = [line.split(" ") for line in availability.refusals_path(cfg).read_text().splitlines()]
+    assert [(r[1], r[3], r[4]) for r in refused] == [("dry", str(need), "0"), ("short", str(need), str(need - 1))]
+    published = availability.path(cfg).read_text().splitlines()
+    assert "exempt partition free" in published and "exempt account ops" in published

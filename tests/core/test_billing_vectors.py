@@ -38,6 +38,8 @@ def test_python_gives_every_answer() -> None:
     for c in VECTORS["seconds_to_cover"]:
         got = bucket.seconds_to_cover(c["total"], c["balance"], c["capacity"], c["rate_per_day"])
         assert (None if got is None else int(got)) == c["want"], c
+    for c in VECTORS["exempt"]:
+        assert policy.exempt(c["partition"], c["account"], c["partitions"], c["accounts"]) == c["want"], c
 
 
 def _lua(value: Any) -> str:
@@ -80,6 +82,12 @@ for _, c in ipairs(V.price_in_effect) do
   for _, v in ipairs(c.own) do table.insert(state.own_price.p, {now + v[1], big(v[2])}) end
   out[#out + 1] = text(price_of(state, "p"))
 end
+for _, c in ipairs(V.exempt) do  -- as read_state keeps the published lists
+  local state = {exempt_partition = {}, exempt_account = {}}
+  for _, name in ipairs(c.partitions) do state.exempt_partition[name] = true end
+  for _, name in ipairs(c.accounts) do state.exempt_account[string.lower(name)] = true end
+  out[#out + 1] = tostring(exempt(state, c.partition, c.account))
+end
 for _, line in ipairs(out) do print(line) end
 """
 
@@ -100,6 +108,7 @@ def test_lua_gives_every_answer(tmp_path: Path) -> None:
     want += [f"{c['gpus']} {c['shards']}" for c in VECTORS["gres_units"]]
     want += [str(c["want"]) for c in VECTORS["hold_seconds"]]
     want += [c["want"] for c in VECTORS["price_in_effect"]]
+    want += [str(c["want"] != "").lower() for c in VECTORS["exempt"]]
     lines = got.stdout.splitlines()
     n = len(VECTORS["tokens"])
     shares = lines[n : n + len(VECTORS["share"])]  # Lua keeps shards over shards per GPU unreduced

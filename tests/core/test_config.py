@@ -45,6 +45,9 @@ def test_config_env_var(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
         ("[partitions.a]\ngpus=2\n", "unknown key partitions.a.gpus"),
         ("[estimate\n", "config"),
         ("[estimate]\ndefault_priority='urgent'\n", "default_priority"),
+        ("[ledger]\nexempt_partitions='debug'\n", "exempt_partitions: expected a list of names"),
+        ("[ledger]\nexempt_accounts=['ops', 'a b']\n", "exempt_accounts: expected a list of names"),
+        ("[ledger]\nexempt_accounts=[1]\n", "exempt_accounts: expected a list of names"),
     ],
 )
 def test_bad_config_is_clear(home: Path, text: str, message: str) -> None:
@@ -88,3 +91,9 @@ def test_settings_are_typed_and_frozen(home: Path) -> None:
     with pytest.raises(AttributeError):
         cfg.estimate.buffer = 0.5  # type: ignore[misc]
     assert set(config.DEFAULTS) == set(config.SECTIONS) and config.DEFAULTS["ledger"]["backend"] == "sqlite"
+
+
+def test_exempt_lists_are_read_as_names(home: Path) -> None:
+    (home / "config.toml").write_text("[ledger]\nexempt_partitions = ['debug']\nexempt_accounts = ['Ops', 'staff']\n")
+    led = config.load().ledger
+    assert (led.exempt_partitions, led.exempt_accounts) == (("debug",), ("Ops", "staff"))

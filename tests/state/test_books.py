@@ -5,6 +5,7 @@ records."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -321,3 +322,20 @@ def test_a_comment_that_could_change_sacctmgr_s_line_is_never_sent(
     out = commands.set_admin_comments([commands.AdminComment(12, target, cluster, text)], bin_dir=tmp_path)
     assert out == ["job 12: not a comment sacctmgr can take on one line"]
     assert not (tmp_path / "ran").exists()
+
+
+def test_audit_leaves_exempt_runs_off_the_books_and_keeps_one_held_before(cfg: config.Config) -> None:
+    """A run on an exempt partition or of an exempt account was never held, by the site's choice: no
+    finding. One held before its partition became exempt is still compared."""
+    cfg = replace(cfg, ledger=replace(cfg.ledger, exempt_partitions=("free",), exempt_accounts=("ops",)))
+    with ledger.writer(cfg) as lg:
+        lg.hold(run(23)._replace(partition="free"), 600 * 3000, None, "test")  # held before "free" was exempt
+    sacct = [
+        record(21)._replace(partition="free"),
+        record(22)._replace(account="ops"),
+        record(23)._replace(partition="free"),
+        record(24),
+    ]
+    with ledger.reader(cfg) as lg:
+        found = books._compare(lg, cfg, sacct, {}, time.time() + 60, 0, "yolo")
+    assert {(f.kind, f.key.split(":")[1]) for f in found} == {("unsettled", "23"), ("missing-in-ledger", "24")}

@@ -25,7 +25,17 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import PRICE, VENV_BIN, Slurm, fund, own_ledger_config, poll, skip_requeue_delay
+from conftest import (
+    PRICE,
+    VENV_BIN,
+    Slurm,
+    fund,
+    last_movement,
+    nothing_pending,
+    own_ledger_config,
+    poll,
+    skip_requeue_delay,
+)
 
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
 from slurm_yolo.core import config as config_mod
@@ -110,6 +120,46 @@ def test_complete_pays_its_elapsed_time_at_the_admin_price_whatever_k_says(funde
         lambda: funded.cmd("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "AdminComment").stdout.strip(),
     )
     assert f"charge={row['charge']}," in comment and "state=completed" in comment.lower()  # sacctmgr lowercases it
+
+
+def ends_worked_through(slurm: Slurm, job: int) -> bool:
+    """The settler has worked through every end of the job the epilog recorded (one at least)."""
+    with slurm.ledger() as lg:
+        rows = lg.conn.execute(
+            "SELECT done_at FROM inbox WHERE cluster = ? AND job_id = ? AND event = 'epilog'", (slurm.name, job)
+        ).fetchall()
+    return bool(rows) and all(r["done_at"] is not None for r in rows)
+
+
+def test_exempt_partitions_and_accounts_hold_and_pay_nothing(priced: Slurm) -> None:
+    """The bundled config keeps the debug partition and the staff account off the books
+    (ledger.exempt_partitions, exempt_accounts). As alice, with 1 token left in vision: her GPU job on
+    debug is admitted and runs, holding and paying nothing; the same job on t4 is refused at submit;
+    under staff it runs on t4 for nothing. Funded with exactly a minute of one t4 GPU, her t4 job is
+    admitted, held that minute and charged its elapsed seconds."""
+    led = priced.config().ledger
+    assert "debug" in led.exempt_partitions and "staff" in led.exempt_accounts
+    for account in ("vision", "staff"):
+        nothing_pending(priced, account)
+    set_balance(priced, "vision", 1)
+    marks = {a: last_movement(priced, a) for a in ("vision", "staff")}
+    gpu = ("--gres=gpu:t4:1", "-t", "1")
+    free = priced.sbatch("-A", "vision", "-p", "debug", *gpu, user="alice", script="true")
+    refused = priced.cmd("sbatch", "-A", "vision", "-p", "t4", *gpu, "--wrap", "true", user="alice", check=False)
+    assert refused.returncode != 0 and "account vision cannot cover this job" in refused.stderr
+    staff = priced.sbatch("-A", "staff", "-p", "t4", *gpu, user="alice", script="true")
+    for job in (free, staff):
+        [rec] = priced.ended(job)
+        assert rec["State"] == "COMPLETED" and "gres/gpu=1" in rec["AllocTRES"], rec
+        poll(f"the end of job {job} worked through", lambda job=job: ends_worked_through(priced, job))
+        assert priced.runs(job) == [] and movements(priced, job) == {}
+    assert priced.ledger().account("vision")["balance"] == 1
+    assert {a: last_movement(priced, a) for a in marks} == marks
+    set_balance(priced, "vision", tokens(60, 1, "t4"))
+    job = priced.sbatch("-A", "vision", "-p", "t4", *gpu, user="alice", script="true")
+    row = assert_billed(priced, job, 60, 1, "t4", "COMPLETED")
+    assert row["hold"] == 60_000 and row["account"] == "vision" and row["user"] == "alice"
+    set_balance(priced, "vision", 10**15)
 
 
 def test_shard_job_pays_its_share_of_a_gpu(funded: Slurm) -> None:

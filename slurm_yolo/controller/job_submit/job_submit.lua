@@ -26,6 +26,8 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     end
     return slurm.SUCCESS
   end
+  local account = string.lower(job_desc.account or job_desc.default_account or "")  -- Slurm folds -A VISION to vision
+  if exempt(state, "", account) then return slurm.SUCCESS end  -- off the books: its prolog holds nothing
   local worst, why, seconds = desc_worst(state, job_desc, part_list)
   if is_zero(worst) then return slurm.SUCCESS end
   if seconds > MAX_LIMIT_SECONDS then
@@ -42,7 +44,6 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     job_desc.time_limit = math.floor(state.unlimited / 60)  -- a GPU job without a limit runs as long as it holds for
   end
   local need = mul(worst, big(tasks))
-  local account = string.lower(job_desc.account or job_desc.default_account or "")  -- Slurm folds -A VISION to vision
   local totals = committed(state)
   local balance, pending, elsewhere = state.account[account] or ZERO, totals[account] or ZERO, nil
   local line  -- the shared ledger's answer

@@ -126,7 +126,13 @@ local function desc_units(job_desc)
   return gpus, shards
 end
 
--- The worst case of one task of a new submission, and how it was reckoned (its dearest partition).
+-- policy.exempt: a run on a partition or of an account the site keeps off the books.
+local function exempt(state, partition, account)
+  return state.exempt_partition[partition] == true or state.exempt_account[string.lower(account)] == true
+end
+
+-- The worst case of one task of a new submission, and how it was reckoned (its dearest partition
+-- that is not exempt: where it runs, the prolog holds nothing).
 local function desc_worst(state, job_desc, part_list)
   local gpus, shards = desc_units(job_desc)
   local exclusive = job_desc.shared == 0  -- --exclusive: every GPU of its nodes, asked for or not
@@ -140,7 +146,7 @@ local function desc_worst(state, job_desc, part_list)
       local all = mul(big(valid(job_desc.min_nodes) and job_desc.min_nodes or 1), big(state.gpus[name] or 0))
       if cmp(mul(all, big(units.den)), units.num) > 0 then units = {num = all, den = 1} end
     end
-    local w = tokens(seconds, units, price_of(state, name), rate)
+    local w = exempt(state, name, "") and ZERO or tokens(seconds, units, price_of(state, name), rate)
     if not is_zero(w) and cmp(w, worst) >= 0 then
       worst, worst_seconds = w, seconds
       why = string.format("%d s x %s GPU x %s tokens/GPU-s on %s x rate %s", seconds, share_text(units),

@@ -10,16 +10,18 @@ local CLUSTER = "@CLUSTER@"
 local HOOK_CLIENT = "@HOOK_CLIENT@"  -- asked on a shared ledger (ask_ledger)
 local HOOKD_SOCKET = "@HOOKD_SOCKET@"
 
-local PRICING = {unlimited = true, default_price = true, maxrate = true, price = true, rate = true, shards = true}
+local PRICING = {unlimited = true, default_price = true, maxrate = true, price = true, rate = true, shards = true,
+                 exempt = true}
 
 -- The published state: {stamp, unlimited, shared, default_price, maxrate, price{partition: {{from, price}...}},
 -- own_price{} (this cluster's), rate{} (this cluster's where it has one), shards{}, account{},
--- quota{account: {capacity, per_day}}, credit_wait (seconds), held{job id: true}}.
+-- quota{account: {capacity, per_day}}, credit_wait (seconds), held{job id: true},
+-- exempt_partition{name: true}, exempt_account{name in lower case: true}}.
 local function read_state()
   local f = io.open(AVAILABILITY, "r")
   if not f then return nil end
   local s = {price = {}, own_price = {}, rate = {}, shards = {}, gpus = {}, account = {}, quota = {}, held = {},
-             maxrate = MILLION, credit_wait = 0}
+             exempt_partition = {}, exempt_account = {}, maxrate = MILLION, credit_wait = 0}
   local own_rate, pricing, now = {}, {}, os.time()
   local ok = false
   for line in f:lines() do
@@ -44,6 +46,8 @@ local function read_state()
     elseif key == "gpus" then s.gpus[a] = tonumber(b)
     elseif key == "account" then s.account[a], s.quota[a] = big(b), {capacity = big(c), per_day = tonumber(d)}
     elseif key == "creditwait" then s.credit_wait = tonumber(a)
+    elseif key == "exempt" and a == "partition" then s.exempt_partition[b] = true
+    elseif key == "exempt" and a == "account" then s.exempt_account[string.lower(b)] = true
     end
   end
   f:close()
@@ -74,8 +78,10 @@ local function job_worst(state, job, g, s)
   local rate = job.qos and (state.rate[job.qos] or MILLION) or state.maxrate  -- no QOS known: the dearest
   worst = ZERO
   for name in tostring(job.partition or ""):gmatch("[^,]+") do
-    worst = max_big(worst, tokens(seconds_of(state, job.time_limit, nil), share(state, name, g, s),
-                                  price_of(state, name), rate))
+    if not exempt(state, name, "") then
+      worst = max_big(worst, tokens(seconds_of(state, job.time_limit, nil), share(state, name, g, s),
+                                    price_of(state, name), rate))
+    end
   end
   worst_of[key], kinds = worst, kinds + 1
   return worst
@@ -98,7 +104,7 @@ local function committed(state)
     -- unheld) have their strings read.
     local st = tostring(job.job_id) == id and (job.job_state or -1) % 256 or -1
     local unheld = st == RUNNING and not state.held[job.job_id]
-    if (st == PENDING or unheld) and job.account then
+    if (st == PENDING or unheld) and job.account and not exempt(state, "", job.account) then
       local tasks = big(st == PENDING and math.max(job.array_task_cnt or 1, 1) or 1)
       local g, s = gres_units(job.tres_fmt_req_str)  -- what it asked for, over all its nodes
       if not (is_zero(g) and is_zero(s)) then

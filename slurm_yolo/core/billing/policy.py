@@ -17,7 +17,7 @@ holds and charges, and what job_submit.lua is published all come from here (the 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from fractions import Fraction
 from typing import NamedTuple
 
@@ -56,6 +56,19 @@ class Rules(NamedTuple):
     def of(cls, settings: object) -> Rules:
         """The rules as a site's ``[ledger]`` settings set them."""
         return cls(*(bool(getattr(settings, f)) for f in cls._fields))
+
+
+def exempt(partition: str, account: str, partitions: Collection[str], accounts: Collection[str]) -> str:
+    """What keeps a run off the books (``ledger.exempt_partitions``, ``ledger.exempt_accounts``):
+    ``partition NAME`` or ``account NAME``; '' when nothing does. Such a run is held and charged
+    nothing and admitted without a budget check. A partition by its name as Slurm has it, an account
+    in lower case, as Slurm folds it. A job that may run on several partitions is exempt where it
+    runs: admission counts the worst case of each of them that is not."""
+    if partition in partitions:
+        return f"partition {partition}"
+    if account.lower() in {a.lower() for a in accounts}:
+        return f"account {account.lower()}"
+    return ""
 
 
 def share(whole: int, shards: int, shards_per_gpu: int) -> Fraction:

@@ -58,6 +58,12 @@ def limit_seconds(time_limit: int | None, config: Config) -> int:
     return policy.hold_seconds(time_limit, policy.unlimited_cap(config.ledger.unlimited_hold_hours))
 
 
+def exempt(partition: str, account: str, config: Config) -> str:
+    """What keeps a run there off the books ('': nothing; ``policy.exempt`` with the ``[ledger]`` lists)."""
+    led = config.ledger
+    return policy.exempt(partition, account, led.exempt_partitions, led.exempt_accounts)
+
+
 def run_share(row: store.Row) -> Fraction:
     """A held run's GPU share as the exact rational it was held at (a row of the jobs table)."""
     return Fraction(row["gpus_num"], row["gpus_den"])
