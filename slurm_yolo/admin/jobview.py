@@ -18,6 +18,7 @@ from slurm_yolo.core.config import Config
 from slurm_yolo.core.errors import UsageError
 from slurm_yolo.core.model.estimate import fmt_tokens
 from slurm_yolo.slurm import visibility
+from slurm_yolo.state import cost, ledger
 
 SHORT_USE = 0.25  # a completed run that used less of its limit than this is told so
 
@@ -93,6 +94,7 @@ def summary(runs: pd.DataFrame, gpu: dict[str, Any] | None, config: Config) -> d
         "mem_gb": _num(gpu.get("mem_gb")) if gpu else None,
         "mem_total_gb": _num(gpu.get("mem_total_gb")) if gpu else None,
         "fits_shard": bool(gpu.get("fits_shard")) if gpu and gpu.get("fits_shard") is not None else None,
+        "exempt": ledger.exempt(str(last["Partition"]), str(last["Account"]), config),  # '': billed
     }
     out["advice"] = advice(out, thresholds(config).low_util_pct, config)
     return out
@@ -118,7 +120,8 @@ def advice(s: dict[str, Any], low_util_pct: float, config: Config) -> list[str]:
         )
     elif last["state"] == "COMPLETED" and last["limit_s"] and last["elapsed_s"] < SHORT_USE * last["limit_s"]:
         used = 100 * last["elapsed_s"] / last["limit_s"]
-        lines.append(f"it used {used:.0f}% of its time limit: a shorter limit holds fewer tokens and may start sooner")
+        why = "may start sooner" if s["exempt"] else "holds fewer tokens and may start sooner"
+        lines.append(f"it used {used:.0f}% of its time limit: a shorter limit {why}")
     elif last["state"] in ("FAILED", "OUT_OF_MEMORY", "NODE_FAIL"):
         lines.append(f"its last run ended {last['state']}: its log says why (a NODE_FAIL is refunded in full)")
     return lines
@@ -143,8 +146,12 @@ def text(s: dict[str, Any], currency: str) -> str:
         )
     if s["predicted_s"]:
         lines.append(f"  predicted {fmt_duration(s['predicted_s'])}, ran {fmt_duration(s['elapsed_s'])}")
-    money = f", {s['money']:.2f} {currency}".rstrip() if currency else ""
-    lines.append(f"  charged {tok(s['charge'])} in all ({s['gpu_hours']:.2f} GPU-hours{money})")
+    money = f", {cost.fmt_money(s['money'], currency)}" if currency else ""
+    used = f"{cost.fmt_amount(s['gpu_hours'])} GPU-hours{money}"
+    if s["exempt"] and not s["hold"]:
+        lines.append(f"  not billed: {s['exempt']} is exempt (the site's ledger.exempt_*); {used}")
+    else:
+        lines.append(f"  charged {tok(s['charge'])} in all ({used})")
     if s["util_pct"] is not None or s["mem_gb"] is not None:
         util = "-" if s["util_pct"] is None else f"{s['util_pct']:.0f}%"
         mem = "-" if s["mem_gb"] is None else f"{s['mem_gb']:.1f} GB"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 from pathlib import Path
 
@@ -54,7 +55,8 @@ def config_show(as_json: bool) -> None:
     click.echo(f"# config file: {config.path or 'none (defaults)'}")
     width = max(len(k) for k, _, _ in rows)
     for key, value, source in rows:
-        click.echo(f"{key:<{width}}  {value!r:<30}  {source}")
+        shown = json.dumps(list(value)) if isinstance(value, tuple) else repr(value)  # a list as TOML writes it
+        click.echo(f"{key:<{width}}  {shown:<30}  {source}")
 
 
 @main.command()

@@ -293,17 +293,26 @@ def _when(at: float) -> str:
 @click.option("--json", "as_json", is_flag=True)
 @library_errors
 def price_show(as_json: bool) -> None:
-    """Every price version, and the default for partitions without one (ledger.default_price)."""
+    """Every price version, the default for partitions without one (ledger.default_price), and the
+    partitions and accounts off the books (ledger.exempt_partitions, exempt_accounts)."""
     config = load_config()
     lg = ledger.reader(config)
     rows = []
     if lg is not None:
         with lg:
             rows = [_row(r) for r in lg.prices()]
+    led = config.ledger
     if as_json:
-        echo_json({"default": config.ledger.default_price, "prices": rows})
+        exempt = {"partitions": list(led.exempt_partitions), "accounts": list(led.exempt_accounts)}
+        echo_json({"default": led.default_price, "prices": rows, "exempt": exempt})
         return
-    click.echo(f"default: {config.ledger.default_price:,} tokens per GPU-second (partitions without a price)")
+    click.echo(f"default: {led.default_price:,} tokens per GPU-second (partitions without a price)")
+    for kind, names, whose in (
+        ("partition", led.exempt_partitions, "on it"),
+        ("account", led.exempt_accounts, "of it"),
+    ):
+        for name in names:
+            click.echo(f"{kind} {name}: exempt, GPU jobs {whose} hold and pay nothing (ledger.exempt_{kind}s)")
     now = time.time()
     for cluster, partition in sorted({(str(r["cluster"]), str(r["partition"])) for r in rows}):
         versions = [r for r in rows if (r["cluster"], r["partition"]) == (cluster, partition)]

@@ -438,6 +438,18 @@ def test_price_show_names_who_set_a_price_and_why(home: Path) -> None:
     assert "()" not in lines[2] and ": )" not in lines[2]
 
 
+def test_price_show_lists_what_is_off_the_books(home: Path) -> None:
+    """Users read `price show` for what a job costs: the exempt partitions and accounts are there."""
+    (home / "config.toml").write_text("[ledger]\nexempt_partitions = ['debug']\nexempt_accounts = ['staff']\n")
+    lines = CliRunner().invoke(admin, ["ledger", "price", "show"]).output.splitlines()
+    assert lines[1:] == [
+        "partition debug: exempt, GPU jobs on it hold and pay nothing (ledger.exempt_partitions)",
+        "account staff: exempt, GPU jobs of it hold and pay nothing (ledger.exempt_accounts)",
+    ]
+    shown = json.loads(CliRunner().invoke(admin, ["ledger", "price", "show", "--json"]).output)
+    assert shown["exempt"] == {"partitions": ["debug"], "accounts": ["staff"]}
+
+
 def test_every_commands_short_help_is_a_whole_phrase_in_plain_text() -> None:
     """The command lists cut each help at its first full stop: never at an "e.g." (``deposit`` once
     showed "Add AMOUNT tokens (e.g."); and no help shows reStructuredText's double backticks."""
