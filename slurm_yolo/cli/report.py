@@ -100,8 +100,9 @@ def report(
     tables = report_mod.build(config, f, views or report_mod.VIEWS, visible=visible, df=runs)
     currency = config.ledger.currency
     money = currency or "cost_per_gpu_hour's units"
+    window = f"jobs {','.join(map(str, jobs))}" if jobs else f"--since {f.since} --until {f.until} (sacct -S/-E)"
     heading = (
-        f"report: runs of --since {f.since} --until {f.until} (sacct -S/-E); budgets as of now; cost in {money}"
+        f"report: runs of {window}; budgets as of now; cost in {money}"
         f" (GPU-hours x cost_per_gpu_hour); made {time.strftime('%Y-%m-%d %H:%M')} on {socket.gethostname()}"
     )
     if html_file:

@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import datetime
 from fractions import Fraction
 from pathlib import Path
@@ -466,3 +467,24 @@ def test_each_run_of_a_requeued_job_takes_its_own_admin_comment_entry() -> None:
     assert list(df["charge"]) == [10500, 28500] and list(df["refund"]) == [169500, 151500]
     stale = report.parse_jobs([row(second, "COMPLETED", 19, both.split(";")[0])])  # its entry not written yet
     assert stale["charge"].isna().all()
+
+
+def test_a_report_of_some_jobs_shows_their_budgets_and_their_partitions_k(site_config: Path) -> None:
+    """`report -j`: the budgets those jobs drew on and the k history of their partitions, not every
+    account's and every partition's (sacct -j gives only their runs)."""
+    from slurm_yolo.core import config as config_mod
+    from slurm_yolo.state import calibration
+
+    cfg = config_mod.load()
+    _ledger_with_history(cfg)
+    with calibration.Store(cfg) as store:
+        for partition in ("t4", "a100"):
+            store.save(partition, replace(calibration.load(cfg, partition).model, k=2.0), "test")
+    rows = report.read_saved((REC / "24.11" / "sacct_report.txt").read_text(), DELIMITER)
+    runs = report.jobs(cfg, report.Filters(), rows)
+    mine = runs[runs["job_id"] == 448]  # what `sacct -j 448` gives
+    assert set(mine["Account"]) == {"vision"} and set(mine["Partition"]) == {"t4"}
+    views = report.build(cfg, report.Filters(jobs=(448,)), views=("budgets", "k"), df=mine)
+    assert set(views["budgets"]["account"]) == {"vision"} and set(views["k"]["partition"]) == {"t4"}
+    every = report.build(cfg, report.Filters(), views=("budgets", "k"), df=runs)
+    assert set(every["budgets"]["account"]) == {"vision", "lab"} and set(every["k"]["partition"]) == {"t4", "a100"}

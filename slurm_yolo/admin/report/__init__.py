@@ -579,7 +579,13 @@ def build(
 
     def budget_view() -> pd.DataFrame:
         b = budgets(config)
+        if f.jobs:  # -j: the budgets those jobs drew on
+            b = b[b["account"].isin(set(runs["Account"]))]
         return _shown(b[b["account"] == f.account] if f.account else b, "account", visible)
+
+    def k_view() -> pd.DataFrame:
+        k = k_history(config)
+        return k[k["partition"].isin(set(runs["Partition"]))].reset_index(drop=True) if f.jobs else k  # -j: theirs
 
     makers = {
         "usage": lambda: usage(runs),
@@ -587,7 +593,7 @@ def build(
         "waits": lambda: waits(runs),
         "failures": lambda: failures(runs),
         "preemptions": lambda: preemptions(runs, records),
-        "k": lambda: k_history(config),
+        "k": k_view,
         "roi": lambda: roi(runs, records),
         "efficiency": lambda: efficiency(runs, config, records, fetch_step_gpus(config, f) if saved is None else {}),
         "budgets": budget_view,
