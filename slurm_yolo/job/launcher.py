@@ -4,7 +4,7 @@ One mechanism for one GPU and for eight. The training runs in a child process (`
 session of its own), and this process follows it from outside, through what ultralytics writes for
 any number of GPUs: one ``results.csv`` row per finished epoch, ``weights/last.pt`` saved after it,
 and the child's exit. Callbacks on the model would not do: under several GPUs ultralytics trains in
-DDP workers it spawns, where they never run.
+DDP workers it spawns, which get the callbacks pickled but report nowhere this process reads.
 
 The usage records (JSON lines, ``yolo-usage-JOBID.jsonl``) go to the job's work dir, the folder the
 job starts in (``--chdir``, else the submit dir), where the epilog, ``watch`` and the watchdog look:

@@ -2,8 +2,9 @@
 
 ``launcher.py`` starts this (``python -m slurm_yolo.job.trainer PLAN FD``) in a session of its own and
 follows the run from outside, through the run folder ultralytics writes. Nothing here reports
-progress: under several GPUs ultralytics trains in DDP workers it spawns itself, where no callback
-registered here would run, and one GPU must go the same way as eight.
+progress: under several GPUs ultralytics trains in DDP workers it spawns itself (which get this
+process's callbacks pickled, but report nowhere this process reads), and one GPU must go the same
+way as eight.
 
 It sizes threads from the allocation (ultralytics would take the whole node), picks the allocated
 GPUs (or the CPU where there are none), caps a shard job's share of GPU memory, keeps ultralytics
@@ -52,8 +53,9 @@ class WholeCheckpoints:
     launcher's children), and ultralytics writes last.pt in place: one that lands in the write leaves a
     torn checkpoint that no resume can load (CI, e8d1c84: the resumed job failed). The signal waits
     for the checkpoint's write (each epoch's save, and the final one that strips the optimizer), then
-    ends the process as it would have; Slurm's SIGKILL still comes KillWait after it. The in-process
-    trainer only: DDP workers are ultralytics' own processes."""
+    ends the process as it would have; Slurm's SIGKILL still comes KillWait after it. ultralytics
+    pickles the callbacks into its DDP workers (``generate_ddp_file``), so each worker guards its own
+    saves too."""
 
     GUARDED = ("save_model", "final_eval")
 

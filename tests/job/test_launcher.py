@@ -338,3 +338,46 @@ def test_a_sigterm_in_a_checkpoint_s_write_waits_for_its_end(tmp_path: Path, sav
         [sys.executable, "-c", outside, str(tmp_path / "none.pt"), save], env=env, capture_output=True
     )
     assert (stopped.returncode, stopped.stdout) == (-signal.SIGTERM, b"")
+
+
+DDP_STATE = """
+import sys, types
+from ultralytics.models.yolo.detect import DetectionTrainer
+from ultralytics.utils import callbacks
+from ultralytics.utils.dist import generate_ddp_file
+from slurm_yolo.job.trainer import WholeCheckpoints
+
+trainer = DetectionTrainer.__new__(DetectionTrainer)  # what generate_ddp_file reads of a trainer, no dataset
+trainer.args, trainer.model = types.SimpleNamespace(epochs=1, device="0,1"), None
+trainer.callbacks = callbacks.get_default_callbacks()
+trainer.callbacks["on_pretrain_routine_start"].append(WholeCheckpoints())  # as trainer.main adds it
+print(generate_ddp_file(trainer))
+"""
+
+DDP_WORKER = """
+import sys
+from ultralytics.utils.patches import torch_load
+state = torch_load(sys.argv[1].removesuffix(".py") + ".pt", map_location="cpu")
+print(" ".join(f"{type(c).__module__}.{type(c).__name__}" for c in state["callbacks"]["on_pretrain_routine_start"]))
+"""
+
+
+def test_ddp_workers_get_the_checkpoint_guard_offline(yolo_env: dict[str, str]) -> None:
+    """Under several GPUs ultralytics 8.4 pickles the trainer's callbacks (cloudpickle) for its DDP
+    workers, so each worker's save is guarded too; cloudpickle comes with the [train] extra: offline
+    (a compute node) ultralytics cannot install it, and every multi-GPU job would fail at launch.
+    Written and read as ultralytics' DDP file is, in a fresh interpreter (no GPU is needed for that)."""
+    env = yolo_env | {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    made = subprocess.run([sys.executable, "-c", DDP_STATE], env=env, capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert "not found" not in made.stdout + made.stderr  # no AutoUpdate attempted: cloudpickle is there
+    ddp_file = made.stdout.strip().splitlines()[-1]
+    try:
+        read = subprocess.run(
+            [sys.executable, "-c", DDP_WORKER, ddp_file], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert read.returncode == 0, read.stderr
+        assert "slurm_yolo.job.trainer.WholeCheckpoints" in read.stdout.split()
+    finally:
+        for path in (Path(ddp_file), Path(ddp_file).with_suffix(".pt")):
+            path.unlink(missing_ok=True)
