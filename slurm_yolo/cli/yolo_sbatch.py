@@ -159,7 +159,8 @@ def main(
     waits_until = submitted.waits_until if submitted else None
     bin_dir = config.bin_dir
     unsure = submission.association_problem(account, bin_dir) if dry_run else ""  # a submission would be refused
-    for warning in (*prepared.warnings, *filter(None, [unsure and f"{unsure}; a submission would be refused"])):
+    told = () if show else prepared.warnings  # --explain lists them among its lines: once is enough
+    for warning in (*told, *filter(None, [unsure and f"{unsure}; a submission would be refused"])):
         click.echo(f"warning: {warning}", err=True)
     q = prepared.quote
     if as_json:

@@ -496,6 +496,9 @@ def test_weights_that_are_not_on_disk_are_named_before_the_job_fails_on_them(
         " (ultralytics runs offline there): it fails unless the weights are in ultralytics' weights folder"
         " on the compute node; model=yolov8n.yaml trains from scratch\n"
     )
+    words = ["--dry-run", "--explain", "-p", "t4", "train", f"data={dataset}", "model=yolov8n.pt"]
+    explained = CliRunner().invoke(yolo_sbatch, words)  # among --explain's lines, and once (a follower saw it twice)
+    assert explained.exit_code == 0 and explained.output.count("yolov8n.pt is not on disk") == 1, explained.output
     (tmp_path / "yolov8n.pt").write_bytes(b"weights")
     for model in ("yolov8n.pt", "yolov8n.yaml"):
         res = CliRunner().invoke(yolo_sbatch, ["--dry-run", "-p", "t4", "train", f"data={dataset}", f"model={model}"])
