@@ -400,7 +400,7 @@ def test_a_partition_slurm_has_not_got_is_named_with_those_it_has(cluster: Slurm
         )
         error = res.stderr.splitlines()[-1]
         assert res.returncode == 1 and error.startswith("Error: job not submitted: ") and "Invalid partition" in error
-        assert error.endswith(f" ({hint}Slurm's partitions: a100, t4)"), error
+        assert error.endswith(f" ({hint}Slurm's partitions: a100, debug, t4)"), error
     assert cluster.cmd("squeue", "-h", "-o", "%i").stdout == before
 
 
