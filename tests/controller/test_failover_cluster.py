@@ -430,9 +430,10 @@ def assert_every_task_settled_once(ha: Slurm, array: int, since: int, times: Pat
             ran = row["elapsed"] if 0 <= row["elapsed"] <= took + 1 else -1
             state = "COMPLETED" if state in ("TIMEOUT", "COMPLETED") else state
             rerun.add(row["job_key"])
-        elif state in ("TIMEOUT", "COMPLETED") and end.is_file() and row["elapsed"] != ran:
+        elif state in ("TIMEOUT", "COMPLETED", "NODE_FAIL") and end.is_file() and row["elapsed"] != ran:
             # ended by itself, and Slurm ended it once more, later (at its limit, or when the node told the
-            # new controller: a COMPLETED that ran longer): the task's own clock says which end it had
+            # new controller: a COMPLETED that ran longer, or a NODE_FAIL at the takeover of a run the
+            # ledger had settled COMPLETED): the task's own clock says which end it had
             took = float(end.read_text()) - float(start.read_text())
             if abs(row["elapsed"] - took) > 1.5 and int(task["Start"]) > row["held_at"] + 1:
                 # launched again by the new controller (the task's files are its second launch's, and
