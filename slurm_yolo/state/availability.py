@@ -30,14 +30,14 @@ from typing import Any
 
 from slurm_yolo.core import durations
 from slurm_yolo.core.billing import bucket, policy
-from slurm_yolo.core.config import Config
+from slurm_yolo.core.config import NAME, Config
 from slurm_yolo.core.errors import UsageError
 from slurm_yolo.state import db
 
 FILE_NAME = "availability"
 REFUSALS_NAME = "refusals.log"  # appended by the Lua script (as the SlurmUser), read by ``alerts``
 VERSION = 4  # 3: rates in parts per million (whole numbers, like every other number here); 4: quotas, credit wait
-_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
+_NAME = NAME  # what the config takes as a name is what may go on a line here
 _PATH = re.compile(r"/[^\x00-\x1f\x7f\"'\\]*")  # also no ': the hook client's path goes into a shell word
 
 
