@@ -216,6 +216,19 @@ def fit_memory(points: Sequence[Point], autobatches: Sequence[gpu_corpus.AutoBat
     }
 
 
+def memory_low(points: Sequence[Point], autobatches: Sequence[gpu_corpus.AutoBatch]) -> float:
+    """The memory model's measured low end: the least printed GPU_mem over its prediction, each point
+    predicted by the model fitted without its source (a plan is refused only past the card at this)."""
+    ratios = []
+    for p in points:
+        if not p.gpu_mem_gb:
+            continue
+        m = fit_memory([q for q in points if q.source != p.source], [a for a in autobatches if a.source != p.source])
+        scale = _memory_scale(p.sample.workload, p.sample.gpus, m["model_exponent"])
+        ratios.append(p.gpu_mem_gb / (m["base_gb"] + m["per_image_gb"] * scale))
+    return min(ratios) if ratios else 1.0
+
+
 def _memory_scale(w: Workload, gpus: int, exponent: float) -> float:
     return max(1, w.batch // max(1, gpus)) * (w.imgsz / 640) ** 2 * model_factor(w.gflops, REF) ** exponent
 
@@ -243,7 +256,10 @@ def priors_file(points: Sequence[Point]) -> dict[str, Any]:
             "types": {t: {"k": _round(f.k(gputypes.TYPES[t])), "points": n} for t, n in sorted(counts.items())},
         },
         "ddp_efficiency": _round(f.ddp_efficiency),
-        "memory": {k: _round(v) for k, v in fit_memory(points, gpu_corpus.autobatches()).items()},
+        "memory": {
+            **{k: _round(v) for k, v in fit_memory(points, gpu_corpus.autobatches()).items()},
+            "low_ratio": _round(memory_low(points, gpu_corpus.autobatches())),
+        },
     }
 
 

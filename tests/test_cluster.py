@@ -136,6 +136,22 @@ def test_slurm_error_is_one_line_and_nothing_submitted(cluster: None, site_confi
     )
 
 
+def test_cpus_past_a_nodes_share_are_refused_from_slurms_node_records(
+    cluster: None, site_config: Path, dataset: Path
+) -> None:
+    """The bundled nodes have 4 CPUs and 2 GPUs: Slurm's node records say 2 CPUs per GPU, and a job
+    asking 3 would pend for ever (PartitionConfig): refused in one line, nothing submitted."""
+    assert commands.node_shapes()["t4"] == parsers.NodeShape(2, 1.95, 1, 4, 2)
+    before = subprocess.run(["/usr/bin/squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=False).stdout
+    res = CliRunner().invoke(yolo_sbatch, ["-p", "t4", "--cpus-per-gpu", "3", "train", f"data={dataset}"])
+    assert res.exit_code == 1 and res.output.startswith("Error: --cpus-per-gpu 3: partition t4's nodes have 2 CPUs"), (
+        res.output
+    )
+    assert len(res.output.strip().splitlines()) == 1
+    after = subprocess.run(["/usr/bin/squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=False).stdout
+    assert after == before
+
+
 @pytest.mark.train
 def test_real_training_job_end_to_end(
     cluster: None,

@@ -13,6 +13,7 @@ notes (what is fine but worth knowing) do not.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import pwd
 import re
@@ -24,10 +25,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import NamedTuple
 
-from slurm_yolo.core import gputypes
+from slurm_yolo.core import gputypes, sizing
 from slurm_yolo.core.config import Config, config_path
 from slurm_yolo.core.errors import SlurmError, SlurmYoloError
-from slurm_yolo.slurm import commands
+from slurm_yolo.core.model.estimate import Workload
+from slurm_yolo.core.model.timemodel import components
+from slurm_yolo.slurm import commands, nodes
 from slurm_yolo.slurm.parsers import ControllerConfig
 from slurm_yolo.state import availability, books, calibration, db, ledger
 
@@ -121,10 +124,47 @@ def _time_models(config: Config, notes: list[str]) -> list[Problem]:
         if unknown:
             out.append(Problem(unknown, f"set partitions.{name}.gpu_like (docs/admins.md: GPU types)"))
         cal = calibration.load(config, name)
-        if cal.model.n == 0:
+        if cal.stale:
+            out.append(
+                Problem(
+                    f"{cal.stale}: its jobs plan with the GPU-type priors",
+                    f"calibrate it again on this card: `slurm-yolo calibrate --probe {name} -A ACCOUNT`",
+                )
+            )
+        elif cal.model.n == 0:
             notes.append(
                 f"partition {name} plans with {cal.source}: run `slurm-yolo calibrate --probe {name}`"
                 " (one short real job) or calibrate from run folders"
+            )
+    return out + _starved(config)
+
+
+def _starved(config: Config) -> list[Problem]:
+    """A GPU partition whose nodes cannot feed a typical job: yolov8s on a COCO-size dataset at imgsz
+    640, batch 16, with as many CPUs as the plan may give it (the node's share per GPU), keeps its GPU
+    less than half busy."""
+    typical = Workload(118287, 5000, 640, 1, 16, 1, "yolov8s", "yolov8", 28.6)
+    ref = config.estimate.reference_gflops
+    out = []
+    shaped = nodes.shaped(config, sorted(config.partitions))
+    for name, part in shaped.items():
+        if gputypes.card(part).type is None:
+            continue
+        tm = calibration.load(config, name).model
+        per, cores, _ = sizing.cpus(typical, tm, part, 1, 0, config.job.cpus_per_gpu, ref)
+        c = components(typical, tm, 1, part.ddp_efficiency, ref, cores)
+        if c.loader > 2 * c.compute:
+            need = math.ceil(sizing.loader_need(typical, tm, 1, part.ddp_efficiency, ref)) * max(
+                1, part.threads_per_core
+            )
+            out.append(
+                Problem(
+                    f"partition {name}: a typical job (yolov8s at imgsz 640, batch 16) gets at most {per} CPUs per GPU"
+                    f" ({sizing.shape_text(part, 'Slurm or the config')}), which keep its GPU about"
+                    f" {c.compute / c.loader:.0%} busy; {need} would feed it",
+                    f"give its nodes more CPUs per GPU, or set partitions.{name}.node_cpus_per_gpu if Slurm's"
+                    " node records understate them",
+                )
             )
     return out
 

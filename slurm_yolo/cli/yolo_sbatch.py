@@ -61,7 +61,8 @@ CLOCK_SKEW_SECONDS = 300  # a login node's clock behind slurmctld's: a job's run
     "--cpus-per-gpu",
     type=click.IntRange(1, 256),
     default=None,
-    help="CPUs per GPU, which load the images (default: the site's job.cpus_per_gpu).",
+    help="CPUs per GPU, which load the images (default: the plan's: enough to keep the GPU busy, at least"
+    " the site's job.cpus_per_gpu, at most what the partition's nodes have per GPU).",
 )
 @click.option("--dry-run", is_flag=True, help="Plan and print; submit nothing.")
 @click.option("--explain", is_flag=True, help="Print the estimate broken down.")
@@ -124,7 +125,7 @@ def main(
         deadline_seconds=durations.parse(deadline) if deadline is not None else None,
         priority=priority or config.estimate.default_priority,
         prefer=prefer,
-        cpus_per_gpu=cpus_per_gpu or config.job.cpus_per_gpu,
+        cpus_per_gpu=cpus_per_gpu or 0,
         time_limit_seconds=durations.parse(time_limit) if time_limit is not None else None,
     )
     options = submission.job_options(

@@ -226,6 +226,12 @@ PARTITION_DEFAULTS: dict[str, Any] = {
     "gpu_like": "",
     "gpu_tflops": 0.0,  # a card none of the known types is: its dense FP16 tensor TFLOPs
     "gpu_memory_gb": 0.0,  # and its memory (GB); also overrides a known type's (a MIG slice, a variant)
+    # The nodes' shape, where Slurm cannot be asked (a dry run off-site) or to override what it says
+    # (slurm.node_shapes): CPUs and host memory per GPU of its smallest node, and Slurm CPUs per core
+    # (ThreadsPerCore: a hyperthread is a Slurm CPU, and a data loader's rate counts cores). 0: Slurm's
+    "node_cpus_per_gpu": 0,
+    "node_memory_gb_per_gpu": 0.0,
+    "threads_per_core": 0,
 }
 
 PRIORITIES = ("prod", "dev", "explore")
@@ -243,6 +249,9 @@ class Partition(NamedTuple):
     gpu_like: str = ""
     gpu_tflops: float = 0.0
     gpu_memory_gb: float = 0.0
+    node_cpus_per_gpu: int = 0
+    node_memory_gb_per_gpu: float = 0.0
+    threads_per_core: int = 0
 
 
 @dataclass
@@ -421,8 +430,14 @@ def _partition(name: str, table: Any, path: Path, sources: dict[str, str]) -> Pa
             )
         kwargs[key] = _check_type(f"partitions.{name}.{key}", value, PARTITION_DEFAULTS[key])
         sources[f"partitions.{name}.{key}"] = str(path)
-    for key, top in (("gpu_tflops", 100_000.0), ("gpu_memory_gb", 4096.0)):  # a typo must not plan nonsense
-        value = kwargs.get(key, 0.0)
+    for key, top in (
+        ("gpu_tflops", 100_000.0),
+        ("gpu_memory_gb", 4096.0),
+        ("node_memory_gb_per_gpu", 65536.0),
+        ("node_cpus_per_gpu", 4096),
+        ("threads_per_core", 8),
+    ):  # a typo must not plan nonsense
+        value = kwargs.get(key, 0)
         if not (value == 0 or 0.01 <= value <= top):  # NaN fails both
             raise UsageError(f"config {path}: partitions.{name}.{key} = {value!r}: 0 (unset) or 0.01-{top:g}")
     return Partition(name=name, **kwargs)

@@ -138,6 +138,19 @@ def card(part: Partition) -> Card:
     return Card(found, memory, share, False, f"{key} {spelling}: {found.label}")
 
 
+def card_key(part: Partition) -> str:
+    """What a partition's time model was fitted on, as its calibration records it: "cpu" (device-node
+    GPUs that train on CPUs), a known type's name, the site's own TFLOPs, or an unknown spelling. A fit
+    is good only for the card it was learned on."""
+    c = card(part)
+    if c.cpu:
+        return "cpu"
+    if c.type is None:
+        return f"unknown:{part.gpu_like or part.gpu_type}"
+    slice_ = f"@{c.compute_share:.3g}" if c.compute_share < 1 else ""
+    return (f"tflops:{part.gpu_tflops:g}" if part.gpu_tflops > 0 else c.type.name) + slice_
+
+
 def unknown_line(part: Partition) -> str:
     """A line for a partition whose card the model does not know ('' when it does, or trains on CPU)."""
     c = card(part)

@@ -67,6 +67,26 @@ def _cpus() -> int:
         return max(1, len(os.sched_getaffinity(0)))
 
 
+def _ranks() -> int:
+    """Training processes the job's GPUs make (DDP: one per GPU): Slurm's count of the node's GPUs,
+    else the devices CUDA may see; 1 for a shard or a CPU run."""
+    for name in ("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE"):
+        value = os.environ.get(name, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return max(1, len(visible))
+
+
+def loader_workers(args: dict[str, Any], cpus: int, ranks: int) -> int:
+    """ultralytics' ``workers`` (per training process): the user's own where she set it; else the
+    job's CPUs per process less the one that trains. ultralytics itself counts the node's CPUs, not
+    the job's cgroup, and would start 8 whatever the job was given."""
+    if "workers" in args:
+        return max(0, int(args["workers"]))
+    return max(0, cpus // max(1, ranks) - 1)
+
+
 def usage_path() -> Path:
     """The job's usage file, in the folder the job started in: Slurm's work dir for it."""
     return Path.cwd() / USAGE_NAME.format(job=os.environ.get("SLURM_JOB_ID", str(os.getpid())))
@@ -595,7 +615,7 @@ def run(words: list[str]) -> int:
     cpus = _cpus()
     args = dict(s.args)
     args.pop("model", None)
-    args["workers"] = min(int(args.get("workers", 8)), max(0, cpus - 1))
+    args["workers"] = loader_workers(args, cpus, _ranks())
     if s.model.endswith(".yaml"):
         args.setdefault("pretrained", False)
     log = UsageLog(usage_path())

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import NamedTuple
 
-from slurm_yolo.core import gputypes
+from slurm_yolo.core import gputypes, sizing
 from slurm_yolo.core.config import Config, Partition
 from slurm_yolo.core.durations import fmt_minutes, seconds_text
 from slurm_yolo.core.errors import SlurmError, UsageError
@@ -48,7 +48,8 @@ class Request(NamedTuple):
     prefer: str = "soonest"  # --partition auto: the earliest finish; "cheapest": the least money (else hold);
     # "fastest": the shortest predicted run
     autobatch: float = 0.0  # batch=-1 or a fraction: the share of GPU memory AutoBatch fills (0: a batch given)
-    cpus_per_gpu: int = 0  # --cpus-per-gpu (0: the config's job.cpus_per_gpu)
+    cpus_per_gpu: int = 0  # --cpus-per-gpu (0: the plan's, from the loader's need, the site's floor, the node)
+    cache: str = ""  # ultralytics' cache= as its trainer reads it: "ram", "disk" or ''
     time_limit_seconds: float | None = None  # -t/--time: the user's own limit instead of the plan's
 
 
@@ -84,6 +85,9 @@ class Plan:
     range_widening: float = 1.0  # the buffer's error scale, widened outside that range (timemodel.range_widening)
     expected_start: int | None = None  # epoch seconds, from Slurm's scheduler (``--partition auto``)
     feed: str = ""  # a GPU its job's CPUs cannot feed: the one line that says so, with the CPUs that would
+    memory_warning: str = ""  # a batch past the card's memory, within the memory model's error: the one line
+    cpus: int = 0  # --cpus-per-task (sizing.cpus: the loader's need within the site's floor and the node)
+    memory_mb: int = 0  # --mem (0: not asked: the cluster's default, or job.mem_per_cpu_mb)
     short_limit: str = ""  # the user's own limit (-t) is likely too short: the one line that says so
 
     def to_dict(self) -> dict[str, object]:
@@ -187,11 +191,28 @@ def _plan(
     if gpu and req.autobatch > 0:
         w, batch_line = _autobatch(w, card, req.autobatch, ref)
     gpus, gpus_why = _gpus(w, tm, part, req, devices, ref)
-    memory_lines = [*batch_line, *_check_memory(w, gpus, card, part, ref, bool(batch_line))] if gpu else []
-    cpus_per_gpu = req.cpus_per_gpu or config.job.cpus_per_gpu
-    cpus = cpus_per_gpu * gpus  # the loader term's CPUs, as render asks Slurm for them
-    predicted = predict_seconds(w, tm, gpus, part.ddp_efficiency, ref, cpus)
-    train = predict_train_seconds(w, tm, gpus, part.ddp_efficiency, ref, cpus)
+    checked, memory_warning = _check_memory(w, gpus, card, part, ref, bool(batch_line)) if gpu else ([], "")
+    memory_lines = [*batch_line, *checked]
+    light = config.light
+    shard = (
+        gpus == 1
+        and part.shards_per_gpu > 0
+        and w.gflops <= light.max_model_gflops
+        and w.batch * w.imgsz**2 <= light.max_batch_pixels
+        and _fits_share(w, card, light.gpu_share, part.shards_per_gpu, ref)
+    )
+    share = max(1, math.ceil(light.gpu_share * part.shards_per_gpu)) / part.shards_per_gpu if shard else 0.0
+    if shard and not sizing.fits_shard(w, tm, part, req.cpus_per_gpu, share, ref):
+        shard, share = False, 0.0  # its loader needs more CPUs than a shard's share of the node: a whole GPU
+    cpus_per_gpu, cores, cpus_why = sizing.cpus(
+        w, tm, part, gpus, req.cpus_per_gpu, config.job.cpus_per_gpu, ref, share
+    )
+    cpus = cpus_per_gpu * gpus
+    mem_mb, mem_why = (
+        sizing.memory_mb(w, cpus_per_gpu, gpus, req.cache, part, share) if card.type is not None else (0, "")
+    )
+    predicted = predict_seconds(w, tm, gpus, part.ddp_efficiency, ref, cores * gpus)
+    train = predict_train_seconds(w, tm, gpus, part.ddp_efficiency, ref, cores * gpus)
     widening = range_widening(tm, w)
     buf = buffer_for(tm, config.estimate.buffer, predicted, widening)
     limit = time_limit(predicted, buf.value)
@@ -214,22 +235,9 @@ def _plan(
         )
         raise e
 
-    light = config.light
-    shard = (
-        gpus == 1
-        and part.shards_per_gpu > 0
-        and w.gflops <= light.max_model_gflops
-        and w.batch * w.imgsz**2 <= light.max_batch_pixels
-        and _fits_share(w, card, light.gpu_share, part.shards_per_gpu, ref)
-    )
     gtype = f"{part.gpu_type}:" if part.gpu_type else ""
-    share = 0.0
-    if shard:
-        n = max(1, math.ceil(light.gpu_share * part.shards_per_gpu))
-        gres = f"shard:{gtype}{n}"
-        share = n / part.shards_per_gpu
-    else:
-        gres = f"gpu:{gtype}{gpus}"
+    units = max(1, math.ceil(light.gpu_share * part.shards_per_gpu))
+    gres = f"shard:{gtype}{units}" if shard else f"gpu:{gtype}{gpus}"
 
     qos_cfg = config.qos
     if req.priority not in ("prod", "dev", "explore"):
@@ -237,7 +245,11 @@ def _plan(
     short = limit <= qos_cfg.short_max_minutes * 60 and req.priority != "explore"
     qos = qos_cfg.short if short else qos_cfg.of(req.priority)
 
-    feed = _feed_line(w, tm, part, gpus, cpus_per_gpu, ref) if card.type is not None else ""
+    feed = _feed_line(w, tm, part, gpus, cpus_per_gpu, cores, ref, share) if card.type is not None else ""
+    configured = config.partitions.get(part.name)
+    shape = sizing.shape_text(
+        part, "the config" if configured and configured.node_cpus_per_gpu else "Slurm's node records"
+    )
     mf = model_factor(w.gflops, ref)
     ff = tm.compute_factor(w.model, w.family)
     tok = tokens(w, tm.val_weight)
@@ -263,6 +275,8 @@ def _plan(
         f"buffer: {buf.value:.2f} ({buf.reason}) -> time limit {limit // 60} min"
         + (f", promised to cover {buf.coverage:.0%} of runs like the {tm.n} behind the model" if buf.coverage else ""),
         f"gres: {gres}" + (" (light job: shares a GPU)" if shard else ""),
+        f"cpus: {cpus}" + (f" ({cores * gpus} cores)" if cores * gpus != cpus else "") + f" [{cpus_why}]; {shape}",
+        *([f"memory: {mem_mb / 1024:.1f} GB [{mem_why}]"] if mem_mb else []),
         f"qos: {qos} ("
         + (
             f"a short job, limit at most {qos_cfg.short_max_minutes} min: {qos}'s priority and tier rate"
@@ -298,6 +312,9 @@ def _plan(
         outside_range=outside,
         range_widening=widening,
         feed=feed,
+        memory_warning=memory_warning,
+        cpus=cpus,
+        memory_mb=mem_mb,
         short_limit=short_limit,
     )
 
@@ -336,9 +353,12 @@ def _autobatch(w: Workload, card: gputypes.Card, fraction: float, ref: float) ->
 
 def _check_memory(
     w: Workload, gpus: int, card: gputypes.Card, part: Partition, ref: float, autobatch: bool = False
-) -> list[str]:
-    """The predicted GPU memory against the card's; refused, with a batch that fits, past it (a batch
-    AutoBatch picks is ultralytics' choice: said, not refused)."""
+) -> tuple[list[str], str]:
+    """The predicted GPU memory against the card's: (explain lines, a warning). Past the card, a plan
+    is refused (with a batch that fits) only when even the memory model's measured low end
+    (``memory.low_ratio``: the least a published run used of its prediction) is past it; in between, a
+    warning names the batch that surely fits: a job that does not fit fails in its first minute, while
+    a false refusal leaves no way round it. A batch AutoBatch picks is ultralytics' choice: said."""
     priors = gpu_priors.shipped()
     need = gpu_priors.memory_gb(w, gpus, ref, priors)
     line = (
@@ -346,15 +366,25 @@ def _check_memory(
         f" {w.imgsz}, {w.model}) of the {card.memory_gb:g} GB card"
     )
     if need <= card.memory_gb:
-        return [line]
+        return [line], ""
     if autobatch:
-        return [f"{line}: AutoBatch's pick may run out of memory (a lower fraction, e.g. batch=0.6, leaves room)"]
+        return [f"{line}: AutoBatch's pick may run out of memory (a lower fraction, e.g. batch=0.6, leaves room)"], ""
     fits = gpu_priors.largest_batch(w, gpus, card.memory_gb, ref, priors)
     hint = f"batch={fits} would fit" if fits >= 1 else f"not even batch={gpus} fits: a smaller imgsz or model"
     more = ", or more GPUs with --gpus: DDP splits the batch" if gpus < part.gpus_per_node else ""
+    label = card.type.label if card.type else "GPU"
+    low = float(priors["memory"].get("low_ratio", 1.0))
+    if need * low <= card.memory_gb:
+        warning = (
+            f"batch={w.batch} at imgsz {w.imgsz} may not fit partition {part.name}'s {label}: about {need:.0f} GB"
+            f" of GPU memory per GPU predicted ({w.model}), though runs like it have used as little as"
+            f" {need * low:.0f} GB; {hint.replace('would fit', 'surely fits')} (a job that does not fit fails"
+            " in its first minute)"
+        )
+        return [f"{line}: over the card, within the memory model's measured error (x{low:.2f} at its low end)"], warning
     raise UsageError(
         f"batch={w.batch} at imgsz {w.imgsz} needs about {need:.0f} GB of GPU memory per GPU ({w.model}) and"
-        f" partition {part.name}'s {card.type.label if card.type else 'GPU'} has {card.memory_gb:g} GB: {hint}"
+        f" partition {part.name}'s {label} has {card.memory_gb:g} GB: {hint}"
         f" (or batch=-1: AutoBatch{more})"
     )
 
@@ -367,22 +397,38 @@ def _fits_share(w: Workload, card: gputypes.Card, share: float, shards: int, ref
     return gpu_priors.memory_gb(w, 1, ref, gpu_priors.shipped()) <= card.memory_gb * n / shards
 
 
-def _feed_line(w: Workload, tm: TimeModel, part: Partition, gpus: int, cpus_per_gpu: int, ref: float) -> str:
-    """One line when the job's CPUs cannot load images as fast as its GPUs compute: how busy the GPUs
-    stay, and the CPUs per GPU that would keep them busy."""
-    c = components(w, tm, gpus, part.ddp_efficiency, ref, cpus_per_gpu * gpus)
-    if c.loader <= c.compute or c.loader <= 0:
+def _feed_line(
+    w: Workload,
+    tm: TimeModel,
+    part: Partition,
+    gpus: int,
+    cpus_per_gpu: int,
+    cores_per_gpu: int,
+    ref: float,
+    share: float = 0.0,
+) -> str:
+    """One line when the job's CPUs cannot load images as fast as its GPUs compute (a shard: its share
+    of one): how busy the GPUs stay, and the CPUs per GPU that would keep them busy (where the node
+    has them)."""
+    c = components(w, tm, gpus, part.ddp_efficiency, ref, cores_per_gpu * gpus)
+    if share:
+        c = c._replace(compute=c.compute / share)
+    if c.loader <= 0 or c.loader <= c.compute * 1.05:  # within the sizing's headroom: fed
         return ""
     rate = w.epochs * w.train_images / c.loader
-    need = math.ceil(cpus_per_gpu * c.loader / c.compute)
-    fix = (
-        f"--cpus-per-gpu {need} would keep up"
-        if need <= MAX_CPUS_PER_GPU
-        else f"not even --cpus-per-gpu {MAX_CPUS_PER_GPU} would: a smaller imgsz, or a bigger model or batch, uses it"
-    )
+    tpc = max(1, part.threads_per_core)
+    need = math.ceil(cores_per_gpu * c.loader / c.compute) * tpc
+    node = part.node_cpus_per_gpu
+    if node and need > node:
+        fix = f"its nodes have {node} CPUs per GPU: a smaller imgsz, or a bigger model or batch, uses the GPU better"
+    elif need <= MAX_CPUS_PER_GPU:
+        fix = f"--cpus-per-gpu {need} would keep up"
+    else:
+        fix = f"not even --cpus-per-gpu {MAX_CPUS_PER_GPU} would: a smaller imgsz, or a bigger model or batch, uses it"
+    threads = f" ({cores_per_gpu * gpus} cores)" if tpc > 1 else ""
     return (
-        f"data loading bounds this run: {cpus_per_gpu * gpus} CPU(s) load about {rate:.0f} images/s, which keeps its"
-        f" {gpus} GPU(s) about {c.compute / c.loader:.0%} busy; {fix}"
+        f"data loading bounds this run: {cpus_per_gpu * gpus} CPU(s){threads} load about {rate:.0f} images/s, which"
+        f" keeps its {gpus} GPU(s) about {c.compute / c.loader:.0%} busy; {fix}"
     )
 
 

@@ -125,7 +125,7 @@ def directives(plan: Plan, opts: JobOptions) -> list[tuple[str, str]]:
         ("--time", minutes_arg(plan.time_limit_seconds)),
         ("--gres", plan.gres),
         ("--qos", plan.qos),
-        ("--cpus-per-task", str(opts.cpus_per_gpu * plan.gpus)),
+        ("--cpus-per-task", str(plan.cpus or opts.cpus_per_gpu * plan.gpus)),
         ("--requeue", ""),
         ("--open-mode", "append"),  # a requeued run's output follows the earlier runs', never replaces them
         ("--comment", comment(plan)),
@@ -134,7 +134,10 @@ def directives(plan: Plan, opts: JobOptions) -> list[tuple[str, str]]:
         pairs.append(("--yolo-tokens", f"{plan.work_pixels:.0f}"))
     if signal_seconds(plan, opts):
         pairs.append(("--signal", f"B:USR2@{signal_seconds(plan, opts)}"))
-    if opts.mem_per_cpu_mb:
+    own_memory = any(_memory_option(raw.partition("=")[0]) for raw in opts.extra)  # the user's --mem wins
+    if plan.memory_mb and not own_memory:
+        pairs.append(("--mem", f"{plan.memory_mb}M"))
+    elif opts.mem_per_cpu_mb and not own_memory:
         pairs.append(("--mem-per-cpu", f"{opts.mem_per_cpu_mb}M"))
     for option, value in (
         ("--account", opts.account),
@@ -202,6 +205,12 @@ PLANNED_SHORT = {
     "e": "--error",
     "a": "--array",
 }
+
+
+def _memory_option(option: str) -> bool:
+    """Whether a raw sbatch option sets the job's memory (``--mem``, ``--mem-per-cpu``, ``--mem-per-gpu``,
+    any unambiguous prefix of them)."""
+    return option.startswith("--mem") and any(m.startswith(option) for m in ("--mem", "--mem-per-cpu", "--mem-per-gpu"))
 
 
 def planned_option(option: str) -> str | None:

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from slurm_yolo.core import config as config_mod
-from slurm_yolo.core import dataset, resume, spec
+from slurm_yolo.core import dataset, resume, sizing, spec
 from slurm_yolo.core.billing import comment, policy
 from slurm_yolo.core.config import Config
 from slurm_yolo.core.errors import QuotaError, SlurmError, SlurmYoloError, UnreachableError, UsageError
 from slurm_yolo.core.model import estimate
 from slurm_yolo.core.model.estimate import fmt_tokens
 from slurm_yolo.login import admission, plan, progress, render
-from slurm_yolo.slurm import commands
+from slurm_yolo.slurm import commands, nodes
 from slurm_yolo.slurm.visibility import current_user
 from slurm_yolo.state import calibration, cost, db, ledger
 
@@ -192,7 +192,7 @@ def prepare(
     model = estimate.resolve_model(s.model, reference, config.job.python, config.cache_dir, flops_factor)
     dataset.check_task(estimate.task_of(s.model), s.model, counts, config.job.yolo_config_dir)
     w = estimate.workload(s, counts.train, counts.val, model)
-    request = request._replace(autobatch=s.autobatch)
+    request = request._replace(autobatch=s.autobatch, cache=sizing.cache_mode(s.get("cache")))
     if s.devices == 0:
         raise UsageError("device=cpu: yolo-sbatch schedules GPU jobs; drop device= (the job uses its GPUs)")
 
@@ -210,12 +210,11 @@ def prepare(
             )
     data_line = f"data: {counts.yaml_path}: {counts.train} train, {counts.val} val images, {counts.source}"
     plans, refused = [], []
+    shaped = nodes.shaped(config, names)
     for name in names:
         cal = calibration.load(config, name)
         try:
-            plans.append(
-                plan.plan_partition(w, cal.model, cal.source, config.partition(name), request, config, s.devices)
-            )
+            plans.append(plan.plan_partition(w, cal.model, cal.source, shaped[name], request, config, s.devices))
         except UsageError as e:  # auto: a partition too small for the GPUs asked, or too slow, is no choice
             e.explain = (data_line, *e.explain)
             if partition != "auto":
@@ -255,6 +254,7 @@ def prepare(
                 missing_weights(s, options),
                 unpriced,
                 chosen.feed,
+                chosen.memory_warning,
                 chosen.short_limit,
             ],
         )

@@ -602,3 +602,9 @@ def pending_accounts(bin_dir: Path | None = None) -> set[str]:
     """The accounts with a job pending on this cluster (every user's: asked as the SlurmUser)."""
     res = run(["squeue", "-h", "-t", "PENDING", "-o", "%a"], bin_dir=bin_dir)
     return {line.strip() for line in res.stdout.splitlines() if line.strip()}
+
+
+def node_shapes(bin_dir: Path | None = None, timeout: float = 30.0) -> dict[str, parsers.NodeShape]:
+    """Each partition's GPU node shape (CPUs and memory per GPU, threads per core), from ``sinfo``."""
+    res = run(["sinfo", "-h", "-N", "-a", "-o", parsers.NODE_FORMAT], bin_dir=bin_dir, timeout=timeout)
+    return parsers.node_shapes(res.stdout)

@@ -260,3 +260,46 @@ def will_run_start(stderr: str) -> int:
     if not m:
         raise ValueError(f"sbatch --test-only printed no start time: {stderr.strip()[-200:]!r}")
     return int(m.group(1))
+
+
+class NodeShape(NamedTuple):
+    """What a partition's smallest GPU node offers each GPU (``sinfo``'s node records): a job asking more
+    than a node has per GPU pends for ever (``PartitionConfig``)."""
+
+    cpus_per_gpu: int
+    memory_gb_per_gpu: float  # RealMemory over GPUs (0: Slurm keeps no memory figure)
+    threads_per_core: int  # Slurm CPUs per core: a hyperthread is one Slurm CPU
+    cpus: int  # of that node
+    gpus: int
+
+
+_GPU_GRES = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
+NODE_FORMAT = "%R|%N|%c|%m|%Z|%G"  # partition, node, CPUs, RealMemory (MB), threads per core, GRES
+
+
+def node_shapes(text: str) -> dict[str, NodeShape]:
+    """Per partition, the shape of its node with the fewest CPUs per GPU, from ``sinfo -h -N -a -o
+    NODE_FORMAT`` (a node once per partition it is in). GRES print as ``gpu:a100:2,shard:a100:8`` and
+    may carry a socket binding (``gpu:a100:2(S:0-1)``); nodes without GPUs are skipped."""
+    nodes: dict[str, list[NodeShape]] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 6:
+            continue
+        partition, _node, cpus, memory, threads, gres = parts
+        gpus = sum(int(m.group(1)) for m in _GPU_GRES.finditer(re.sub(r"\([^)]*\)", "", gres)))
+        try:
+            n_cpus, mem_mb = int(cpus), float(memory)
+        except ValueError:
+            continue
+        if gpus <= 0 or n_cpus <= 0:
+            continue
+        tpc = int(threads) if threads.isdigit() and int(threads) > 0 else 1
+        shape = NodeShape(n_cpus // gpus, round(mem_mb / 1024 / gpus, 2), tpc, n_cpus, gpus)
+        nodes.setdefault(partition.rstrip("*"), []).append(shape)
+    return {
+        name: min(shapes, key=lambda n: (n.cpus_per_gpu, n.memory_gb_per_gpu))._replace(
+            threads_per_core=max(n.threads_per_core for n in shapes)
+        )
+        for name, shapes in nodes.items()
+    }

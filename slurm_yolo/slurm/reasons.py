@@ -22,6 +22,7 @@ REASONS = {
     "QOSGrpGRES": "its QOS's GPUs are in use by other jobs",
     "QOSMaxWallDurationPerJobLimit": "its time limit is over its QOS's: it will not start (lower --time)",
     "PartitionTimeLimit": "its time limit is over the partition's: it will not start (lower --time)",
+    "PartitionConfig": "it asks more than a node of its partition has (CPUs, memory or GPUs): it will not start",
     "PartitionDown": "its partition is down",
     "PartitionInactive": "its partition takes no jobs now",
     "ReqNodeNotAvail": "the nodes it may use are down, drained or reserved",

@@ -171,6 +171,7 @@ class Calibrated(NamedTuple):
 
     model: TimeModel
     source: str  # "shipped priors (...)", "config priors (...)" or "calibrate 2026-11-30T... (12 runs)"
+    stale: str = ""  # a calibration set aside: it was fitted on another card than the partition has now
 
 
 def db_path(config: Config) -> Path:
@@ -194,6 +195,17 @@ def load(config: Config, partition: str) -> Calibrated:
             prior(config, partition), f"{prior_name(config, partition)} (partition {partition} not calibrated)"
         )
     tm = _model_from_json(row["model"])
+    fitted, now_card = tm.fitted_on(), gputypes.card_key(config.partition(partition))
+    if fitted and fitted != now_card:
+        stale = (
+            f"partition {partition}'s calibration ({row['source']} {row['updated_at']}, {tm.n} runs) was fitted on"
+            f" card {fitted}, and its card is now {now_card}"
+        )
+        return Calibrated(
+            prior(config, partition),
+            f"{prior_name(config, partition)} ({stale}: set aside until calibrated again)",
+            stale,
+        )
     return Calibrated(tm, f"{row['source']} {row['updated_at']} ({tm.n} runs, form {tm.form})")
 
 
@@ -375,7 +387,7 @@ class Store:
         ``uid``: the user whose job's feedback this is; without one, an admin's save, which opens a
         new budget window for the users' feedback."""
         at = now()
-        text = _model_json(tm)
+        text = _model_json(replace(tm, card=gputypes.card_key(self.config.partition(partition))))
         with self.transaction():
             self.conn.execute(
                 "INSERT INTO params (partition, model, updated_at, source) VALUES (?, ?, ?, ?)"

@@ -101,3 +101,14 @@ def test_impossible_card_figures_are_refused_at_load(key: str, value: str, tmp_p
     path.write_text(f'[partitions.p]\ngpu_type = "zzcard"\n{key} = {value}\n')
     with pytest.raises(UsageError, match=f"partitions.p.{key}"):
         config_mod.load(path, env={})
+
+
+def test_card_key_names_what_a_fit_was_learned_on() -> None:
+    from slurm_yolo.core.config import Partition
+
+    assert gputypes.card_key(Partition("t4", gpu_type="t4", gpu_like="cpu")) == "cpu"
+    assert gputypes.card_key(Partition("t4", gpu_type="t4")) == "t4"
+    assert gputypes.card_key(Partition("x", gpu_type="nvidia_a100-sxm4-80gb")) == "a100_80g"
+    assert gputypes.card_key(Partition("m", gpu_type="a100_3g.20gb")) == "a100@0.429"
+    assert gputypes.card_key(Partition("s", gpu_type="zz", gpu_tflops=50.0, gpu_memory_gb=8.0)) == "tflops:50"
+    assert gputypes.card_key(Partition("u", gpu_type="mi250")) == "unknown:mi250"

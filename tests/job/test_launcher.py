@@ -381,3 +381,15 @@ def test_ddp_workers_get_the_checkpoint_guard_offline(yolo_env: dict[str, str]) 
     finally:
         for path in (Path(ddp_file), Path(ddp_file).with_suffix(".pt")):
             path.unlink(missing_ok=True)
+
+
+def test_loader_workers_follow_the_jobs_cpus_unless_the_user_set_them() -> None:
+    """ultralytics counts the node's CPUs, not the job's: the launcher gives each training process
+    the job's CPUs per GPU less the one that trains, and keeps a user's own ``workers=``."""
+    from slurm_yolo.job.launcher import loader_workers
+
+    assert loader_workers({}, 12, 1) == 11
+    assert loader_workers({}, 16, 2) == 7  # DDP: per GPU
+    assert loader_workers({}, 1, 1) == 0
+    assert loader_workers({"workers": 16}, 4, 1) == 16
+    assert loader_workers({"workers": 0}, 8, 1) == 0

@@ -93,3 +93,21 @@ def test_will_run_start(release: str) -> None:
     for case in rec["refused"]:
         with pytest.raises(ValueError, match="printed no start time"):
             parsers.will_run_start(case["stderr"])
+
+
+def test_node_shapes_take_each_partitions_smallest_gpu_node() -> None:
+    """``sinfo -h -N -a -o NODE_FORMAT`` as 22.05 and 24.11 print it (a node once per partition, a
+    default partition starred, GRES with a socket binding on some)."""
+    text = (
+        "a100*|gpu-a100-1|64|512000|2|gpu:a100:8(S:0-1),shard:a100:32\n"
+        + "a100*|gpu-a100-2|24|256000|1|gpu:a100:4\n"
+        + "t4|gpu-t4-1|4|4000|1|gpu:t4:2,shard:t4:8\n"
+        + "debug|gpu-t4-1|4|4000|1|gpu:t4:2,shard:t4:8\n"
+        + "cpu|cpu-1|128|512000|2|(null)\n"
+        + "bad|x|?|4000|1|gpu:2\n"
+    )
+    shapes = parsers.node_shapes(text)
+    assert set(shapes) == {"a100", "t4", "debug"}
+    a100 = shapes["a100"]
+    assert (a100.cpus_per_gpu, a100.memory_gb_per_gpu, a100.threads_per_core, a100.gpus) == (6, 62.5, 2, 4)
+    assert shapes["t4"] == parsers.NodeShape(2, 1.95, 1, 4, 2)

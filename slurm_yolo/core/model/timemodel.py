@@ -66,6 +66,8 @@ class TimeModel:
     compute_exponent: float = 1.0
     loader_seconds: float = 0.0  # CPU-seconds of data loading per training image at 640 px; 0: not modelled
     loader_imgsz_exponent: float = 0.0  # x (imgsz / 640) ^ this: mosaic and warps cost by the pixels they make
+    # x this for a task's images (``Workload.task``: segment's masks, pose's keypoints); 1 for a task not in it
+    loader_task_factors: dict[str, float] = field(default_factory=dict)
     image_seconds: float = 0.0  # per training image, outside compute (decode, augment, collate)
     val_image_seconds: float = 0.0  # per validated image, outside compute (decode, NMS, metrics)
     family_factors: dict[str, float] = field(default_factory=dict)  # compute per token, vs the anchor family
@@ -89,6 +91,16 @@ class TimeModel:
     scores: list[float] = field(default_factory=list)
     # What the fit's runs cover (``calibrated_range``): a plan outside it is an extrapolation, and says so
     covered: dict[str, Any] = field(default_factory=dict)
+    # The card it was fitted on (``gputypes.card_key``): a fit is used only while the partition has that
+    # card. '' in models saved before cards were recorded (``fitted_on`` infers theirs).
+    card: str = ""
+
+    def fitted_on(self) -> str:
+        """The card this model was fitted on; for a model saved before cards were recorded, "cpu" where
+        its compute grows with FLOPs as on CPUs (exponent 1: a GPU's grows far slower), else ''."""
+        if self.card:
+            return self.card
+        return "cpu" if self.n and self.compute_exponent >= 0.99 else ""
 
     def noise(self, seconds: float) -> float:
         """The cross-validated error scale, in log units, of a run predicted to take ``seconds``: a few
@@ -220,7 +232,11 @@ def components(
         + tm.image_seconds * w.epochs * w.train_images
         + tm.val_image_seconds * w.val_passes * w.val_images
     )
-    per_image = tm.loader_seconds * (max(1, w.imgsz) / REFERENCE_IMGSZ) ** tm.loader_imgsz_exponent
+    per_image = (
+        tm.loader_seconds
+        * (max(1, w.imgsz) / REFERENCE_IMGSZ) ** tm.loader_imgsz_exponent
+        * tm.loader_task_factors.get(w.task, 1.0)
+    )
     loader = per_image * w.epochs * w.train_images / cpus if tm.loader_seconds > 0 and cpus > 0 else 0.0
     return Components(fixed, compute, loader)
 
