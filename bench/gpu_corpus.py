@@ -7,6 +7,7 @@ epoch's own costs do not count); an epoch's printed time is that epoch; neither 
 one-time costs. A whole run's time is that run (its val set, ``val_images``, validated every epoch,
 as ultralytics trains). Rows whose GPU is none of ``gputypes.TYPES``, or whose model the
 tables do not have, are skipped with their reason; AutoBatch lines are read apart (``autobatches``).
+Each point keeps its row's task (``Point.task``): a segment run's loader does more per image.
 """
 
 from __future__ import annotations
@@ -27,7 +28,21 @@ STEADY_STEPS = 10_000
 DEFAULT_WORKERS = 8  # ultralytics' workers=8 per GPU, where a log does not say
 # The original YOLOv5 (anchor-based, ultralytics/yolov5): FLOPs @640 (B) from that repository's README
 # table (yolov5n6's too). ultralytics' own yolov5*u are other models (anchor-free heads): estimate.GFLOPS.
-YOLOV5_CLASSIC = {"yolov5n": 4.5, "yolov5s": 16.5, "yolov5m": 49.0, "yolov5l": 109.1, "yolov5x": 205.7, "yolov5n6": 4.6}
+YOLOV5_CLASSIC = {
+    "yolov5n": 4.5,
+    "yolov5s": 16.5,
+    "yolov5m": 49.0,
+    "yolov5l": 109.1,
+    "yolov5x": 205.7,
+    "yolov5n6": 4.6,
+    # its segmentation models (the README's "Segmentation" table, release v7.0: FLOPs @640 (B))
+    "yolov5n-seg": 7.1,
+    "yolov5s-seg": 26.4,
+    "yolov5m-seg": 70.8,
+    "yolov5l-seg": 147.7,
+    "yolov5x-seg": 265.7,
+}
+DETECT = "detect"  # a row's task where it names none
 
 
 @dataclass(frozen=True)
@@ -43,6 +58,7 @@ class Point:
     images_per_s: float  # as published (training images per second)
     gpu_mem_gb: float | None
     series: str  # "v100-yolov5" or "a100-ddp" for the named series, else ""
+    task: str = DETECT  # the row's task ("segment": its loader makes masks too)
 
 
 @dataclass(frozen=True)
@@ -130,7 +146,8 @@ def row_point(row: dict[str, str]) -> Point | str:
     cpus = int(_float(row.get("loader_cpus", "")) or workers * gpus)
     sample = Sample(w, gpus, seconds, key=row["source_url"], total_seconds=seconds if whole else None, cpus=cpus)
     mem = _float(row["gpu_mem_gb"])
-    return Point(sample, gpu, row["source"], row["source_url"], kind, whole, ips, mem, row.get("series", "").strip())
+    series, task = row.get("series", "").strip(), row.get("task", "").strip() or DETECT
+    return Point(sample, gpu, row["source"], row["source_url"], kind, whole, ips, mem, series, task)
 
 
 def rows(path: Path = PUBLIC) -> list[dict[str, str]]:

@@ -9,7 +9,11 @@ GPU type with figures, pulled toward a law in the card's TFLOPs (``k = k100 x (T
 Each point's weight is 1 / sqrt(points of its source): one long log must not outvote ten pages. The
 fixed costs no speed shows (start-up, per-epoch, per-validation-pass) stay at ``FIXED``.
 
-The memory model (``gpu_priors.memory_gb``) is fitted on the rows that print ``GPU_mem``.
+Those are fitted on the detect points; a task whose loader does more per image (segment's masks) then
+gets its own factor on the loader's cost (``loader_tasks``: a 1-D search on that task's points alone,
+with everything else as the detect fit left it: the least squared log errors).
+
+The memory model (``gpu_priors.memory_gb``) is fitted on the detect rows that print ``GPU_mem``.
 ``--check`` fits again in memory and fails if the shipped file differs.
 """
 
@@ -63,6 +67,10 @@ SHARED = (
     ("logit_ddp", math.log(0.9 / 0.1), 1.5),  # DDP efficiency per doubling, as a logit
 )
 TYPE_SPREAD = 0.5  # how far a type's k may stray from the TFLOPs law (log units)
+# A task's loader factor: the search's grid in log units, a coarse step over +-TASK_RANGE, then a fine
+# one around the coarse best; where the loader does not bind (the cost is flat), the factor nearest 1
+TASK_RANGE = 3.0
+TASK_STEPS = (0.01, 0.0001)
 # Huber reweighting (as fitting's, wider: published figures scatter more than one machine's runs)
 HUBER = 0.3
 ROBUST_ROUNDS = 2
@@ -92,11 +100,14 @@ SITE_SPREADS = {
 class Fit:
     """A fit of the shared terms and each type's k on some points."""
 
-    def __init__(self, points: Sequence[Point], theta: np.ndarray, names: list[str]) -> None:
+    def __init__(
+        self, points: Sequence[Point], theta: np.ndarray, names: list[str], tasks: dict[str, float] | None = None
+    ) -> None:
         self.points = list(points)
         self.theta = theta
         self.names = names
         self.index = {n: i for i, n in enumerate(names)}
+        self.tasks = dict(tasks or {})  # each task's loader factor (a task not in it: 1)
 
     def value(self, name: str) -> float:
         return float(self.theta[self.index[name]])
@@ -130,7 +141,13 @@ class Fit:
     def model(self, gpu: gputypes.GpuType, base: TimeModel | None = None) -> TimeModel:
         tm = base or TimeModel(k=1.0, overhead_seconds=0.0, val_weight=0.5, iteration_seconds=0.0, startup_seconds=20.0)
         terms: dict[str, Any] = self.terms()
-        return replace(tm, **terms, k=self.k(gpu), family_factors={**tm.family_factors, **self.families()})
+        return replace(
+            tm,
+            **terms,
+            k=self.k(gpu),
+            family_factors={**tm.family_factors, **self.families()},
+            loader_task_factors={**tm.loader_task_factors, **self.tasks},
+        )
 
 
 def predict(p: Point, tm: TimeModel, ddp_eff: float) -> float:
@@ -149,6 +166,50 @@ def _weights(points: Sequence[Point]) -> np.ndarray:
 
 
 def fit(points: Sequence[Point]) -> Fit:
+    """The shared terms and the types' k that these points' detect runs support (MAP, log errors),
+    and each other task's loader factor on that task's points (``fit_task``)."""
+    shared = fit_shared([p for p in points if p.task == gpu_corpus.DETECT])
+    f = Fit(points, shared.theta, shared.names)
+    for task in sorted({p.task for p in points} - {gpu_corpus.DETECT}):
+        f.tasks[task] = fit_task(shared, [p for p in points if p.task == task])
+    return f
+
+
+def fit_task(f: Fit, points: Sequence[Point]) -> float:
+    """The loader factor of one task's points: everything else as ``f`` has it, the factor that
+    minimises their squared log errors (weighted as the main fit's: 1 / sqrt(points of the source))."""
+    task = points[0].task
+    weights = _weights(points)
+    seconds = [p.sample.total_seconds or p.sample.train_seconds for p in points]
+    models = {p.gpu.name: f.model(p.gpu) for p in points}
+
+    def cost(log_factor: float) -> float:
+        err = [
+            math.log(
+                max(
+                    predict(
+                        p,
+                        replace(models[p.gpu.name], loader_task_factors={task: math.exp(log_factor)}),
+                        f.ddp_efficiency,
+                    ),
+                    1e-9,
+                )
+                / s
+            )
+            for p, s in zip(points, seconds, strict=True)
+        ]
+        return float(weights @ np.square(err))
+
+    best, span = 0.0, TASK_RANGE
+    for step in TASK_STEPS:  # the loader's max() is flat where it does not bind: a grid, not a slope
+        n = round(span / step)
+        grid = best + step * np.arange(-n, n + 1)
+        best = float(min(grid, key=lambda x: (cost(float(x)), abs(float(x)))))
+        span = step
+    return math.exp(best)
+
+
+def fit_shared(points: Sequence[Point]) -> Fit:
     """The shared terms and the types' k that these points support (MAP, log errors)."""
     types = sorted({p.gpu.name for p in points})
     families = sorted({p.sample.workload.family for p in points} - {ANCHOR})
@@ -239,16 +300,20 @@ def _round(x: float) -> float:
 
 def priors_file(points: Sequence[Point]) -> dict[str, Any]:
     f = fit(points)
-    counts = Counter(p.gpu.name for p in points)
+    detect = [p for p in points if p.task == gpu_corpus.DETECT]
+    counts = Counter(p.gpu.name for p in detect)
+    tasks = Counter(p.task for p in points)
     law = {
         "k_at_100_tflops": _round(math.exp(f.value("log_k100"))),
         "tflops_exponent": _round(f.value("tflops_exponent")),
     }
     sources = len({p.source for p in points})
     return {
-        "source": f"{gpu_corpus.PUBLIC.name}: {len(points)} published figures from {sources} sources, fitted by"
+        "source": f"{gpu_corpus.PUBLIC.name}: {len(points)} published figures"
+        f" ({', '.join(f'{n} {t}' for t, n in sorted(tasks.items()))}) from {sources} sources, fitted by"
         " `python -m bench gpu-priors`",
         "terms": {k: _round(v) for k, v in f.terms().items()},
+        "loader_tasks": {t: _round(v) for t, v in sorted(f.tasks.items())},
         "factors": {"family": {k: _round(v) for k, v in sorted(f.families().items())}},
         "spreads": SITE_SPREADS,
         "k": {
@@ -257,8 +322,8 @@ def priors_file(points: Sequence[Point]) -> dict[str, Any]:
         },
         "ddp_efficiency": _round(f.ddp_efficiency),
         "memory": {
-            **{k: _round(v) for k, v in fit_memory(points, gpu_corpus.autobatches()).items()},
-            "low_ratio": _round(memory_low(points, gpu_corpus.autobatches())),
+            **{k: _round(v) for k, v in fit_memory(detect, gpu_corpus.autobatches()).items()},
+            "low_ratio": _round(memory_low(detect, gpu_corpus.autobatches())),
         },
     }
 

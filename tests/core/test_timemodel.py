@@ -17,6 +17,7 @@ from slurm_yolo.core.model.timemodel import (
     Sample,
     TimeModel,
     buffer_for,
+    components,
     ddp_factor,
     describe,
     final_val_seconds,
@@ -128,6 +129,27 @@ def test_a_data_loader_bound_bounds_the_epoch() -> None:
     bound = predict_train_seconds(w, loader, 1, 0.9, 8.86, cpus=2)
     assert bound > predict_train_seconds(w, TRUTH, 1, 0.9, 8.86)
     assert bound == pytest.approx(predict_train_seconds(w, replace(TRUTH, k=0), 1, 0.9, 8.86) + 0.05 * 4 * 1000 / 2)
+
+
+def test_a_tasks_loader_factor_scales_only_that_tasks_loader() -> None:
+    """loader_task_factors multiplies the loader's cost per image of its task's runs, nothing else;
+    a model stored before the field existed loads with none (1 for every task)."""
+    tm = replace(TRUTH, loader_seconds=0.05, loader_task_factors={"segment": 2.0})
+    plain = replace(tm, loader_task_factors={})
+    seg, det = workload("yolov8n-seg", 4, 64, 32, train=1000), workload("yolov8n", 4, 64, 32, train=1000)
+    pose = workload("yolov8n-pose", 4, 64, 32, train=1000)
+    assert (seg.task, det.task, pose.task) == ("segment", "detect", "pose")
+    for w, times in ((seg, 2.0), (det, 1.0), (pose, 1.0)):
+        a, b = components(w, plain, 1, 0.9, 8.86, cpus=2), components(w, tm, 1, 0.9, 8.86, cpus=2)
+        assert (b.fixed, b.compute) == (a.fixed, a.compute)
+        assert b.loader == pytest.approx(a.loader * times) and a.loader > 0
+    custom = replace(det, model="runs/best.pt", family="custom")
+    assert custom.task == "" and components(custom, tm, 1, 0.9, 8.86, 2) == components(custom, plain, 1, 0.9, 8.86, 2)
+    stored = asdict(tm)
+    assert TimeModel.from_dict(json.loads(json.dumps(stored))) == tm
+    del stored["loader_task_factors"]
+    assert TimeModel.from_dict(stored).loader_task_factors == {}
+    assert estimate.Workload(**json.loads(json.dumps(seg.to_dict()))) == seg  # the task is not stored
 
 
 def test_ddp_factor() -> None:

@@ -314,6 +314,12 @@ class Workload:
     model_source: str = "table"
 
     @property
+    def task(self) -> str:
+        """The task its model trains (``task_of``: "segment" for a -seg model); '' for a custom model.
+        Derived, not stored: the job's Comment beacon (``parse.beacon``) carries every field."""
+        return task_of(self.model)
+
+    @property
     def iterations(self) -> int:
         return self.epochs * math.ceil(self.train_images / max(1, self.batch))
 

@@ -190,7 +190,8 @@ def _design(samples: list[Sample], p: _Params, ddp_eff: float, ref: float) -> _D
         final_mtok=np.array([w.final_val_tokens for w in ws]) / MTOK,
         loader_images=train_images
         * np.array([1 / s.cpus if s.cpus > 0 else 0.0 for s in samples])
-        * np.array([(max(1, w.imgsz) / REFERENCE_IMGSZ) ** p.prior.loader_imgsz_exponent for w in ws]),
+        * np.array([(max(1, w.imgsz) / REFERENCE_IMGSZ) ** p.prior.loader_imgsz_exponent for w in ws])
+        * np.array([p.prior.loader_task_factors.get(w.task, 1.0) for w in ws]),  # as predictions apply it
         train_images=train_images,
         val_images=np.array([w.val_passes * w.val_images for w in ws], float),
         final_images=np.array([w.val_images for w in ws], float),

@@ -56,10 +56,19 @@ def k_for(card: Card, priors: dict[str, Any]) -> tuple[float, str]:
 
 
 def model_for(base: TimeModel, card: Card, priors: dict[str, Any]) -> tuple[TimeModel, str]:
-    """``base`` (the config's prior: its start-up) with the GPU terms and the card's ``k``."""
+    """``base`` (the config's prior: its start-up) with the GPU terms, the card's ``k`` and each task's
+    loader factor (``loader_tasks``: a segment image costs its loader more than a detect one)."""
     k, why = k_for(card, priors)
     families = {**base.family_factors, **priors["factors"]["family"]}
-    tm = replace(base, **priors["terms"], k=k, family_factors=families, spreads=dict(priors["spreads"]))
+    tasks = {**base.loader_task_factors, **priors.get("loader_tasks", {})}
+    tm = replace(
+        base,
+        **priors["terms"],
+        k=k,
+        family_factors=families,
+        loader_task_factors=tasks,
+        spreads=dict(priors["spreads"]),
+    )
     return tm, f"GPU-type priors for {card.type.label if card.type else '?'} (k {why})"
 
 
