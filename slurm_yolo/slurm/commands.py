@@ -68,6 +68,23 @@ def current_runs(job_ids: list[int], bin_dir: Path | None = None) -> dict[int, J
     return {r.job_id: r for r in from_squeue(res.stdout)}
 
 
+def queued_jobs(bin_dir: Path | None = None) -> list[JobRecord]:
+    """Every pending and running job on this cluster (every user's: asked as the SlurmUser), one
+    record per array task (``-r``), in the fields of ``current_runs`` (none a user writes; a pending
+    job's GPUs are those it asked for): what admission counts against each account's balance.
+    SlurmError when squeue does not answer or prints a line that is no record (a job left out would
+    be a commitment forgotten)."""
+    fields = ",".join(f"{f}:|" for f in queries.SQUEUE_FIELDS)
+    res = run(
+        ["squeue", "-h", "-r", "-t", "PENDING,RUNNING", "-O", fields], bin_dir=bin_dir, time_format=queries.TIME_FORMAT
+    )
+    lines = [line for line in res.stdout.splitlines() if line.strip()]
+    found = from_squeue("\n".join(lines))
+    if len(found) != len(lines):
+        raise SlurmError(f"squeue: {len(lines) - len(found)} pending or running jobs printed no complete record")
+    return found
+
+
 def job_runs(job_ids: list[int], bin_dir: Path | None = None) -> dict[int, list[JobRecord]]:
     """slurmdbd's record of every run of the given jobs, oldest first (a requeued job has several)."""
     res = run(queries.sacct_argv(job_ids), bin_dir=bin_dir, time_format=queries.TIME_FORMAT)
@@ -286,17 +303,26 @@ def default_partition(bin_dir: Path | None = None, timeout: float = 30.0) -> str
     return name
 
 
+# The comment that marks a will_run as yolo-sbatch's trial for slurm-yolo's job_submit.lua, which
+# cannot tell a will_run from a submission by itself: it checks a marked one as any, counts it nowhere
+# and holds it (a real job bearing the mark stays held). Its TRIAL_MARK (controller/job_submit/state.lua).
+TRIAL_MARK = "slurm-yolo:trial"
+
+
 def will_run(scripts: Sequence[str], bin_dir: Path | None = None, timeout: float = 30.0) -> list[parsers.WillRun]:
     """When slurmctld's scheduler would start each job script, submitting nothing (``sbatch
     --test-only``, the scripts on stdin, all asked at once): its start in epoch seconds, or why it
-    refuses the job (its partition, GRES, limits, account or the site's job_submit plugin). A
-    slurmctld that does not answer refused nothing: UnreachableError, with what Slurm said."""
+    refuses the job (its partition, GRES, limits, account or the site's job_submit plugin). Each asks
+    with ``--comment=TRIAL_MARK`` (over the script's own): slurm-yolo's admission checks the budget
+    of a trial as of the submission, but counts none of them against the others, the submission
+    that follows or anyone else's. A slurmctld that does not answer refused nothing:
+    UnreachableError, with what Slurm said."""
     from concurrent.futures import ThreadPoolExecutor
 
     def ask(script: str) -> parsers.WillRun:
         try:
             res = run(
-                ["sbatch", "--test-only"],
+                ["sbatch", "--test-only", f"--comment={TRIAL_MARK}"],
                 input=script,
                 bin_dir=bin_dir,
                 timeout=timeout,

@@ -204,7 +204,7 @@ def test_auto_asks_slurm_with_the_real_request(home: Path, tmp_path: Path, datas
     assert code == 0, out
     d = json.loads(out)
     assert d["partition"] == "t4" and d["expected_start"] == now + 60
-    assert (tmp_path / "argv.log").read_text() == "%s --test-only\n" * 2
+    assert (tmp_path / "argv.log").read_text() == "%s --test-only --comment=slurm-yolo:trial\n" * 2
     assert (tmp_path / "t4.sbatch").read_text() == d["script"]  # the very script it would submit
     a100 = (tmp_path / "a100.sbatch").read_text()
     for line in (

@@ -421,3 +421,129 @@ def test_exempt_partitions_and_accounts_are_admitted_without_a_budget(tmp_path: 
     assert [(r[1], r[3], r[4]) for r in refused] == [("dry", str(need), "0"), ("short", str(need), str(need - 1))]
     published = availability.path(cfg).read_text().splitlines()
     assert "exempt partition free" in published and "exempt account ops" in published
+
+
+TRIAL_DRIVER = """
+slurm = {SUCCESS = 0, ERROR = -1, ESLURM_ACCOUNTING_POLICY = 2050, ESLURM_ACCESS_DENIED = 2003, jobs = {}}
+local told = ""
+slurm.log_user = function(fmt, ...) told = string.format(fmt, ...) end
+dofile(arg[1])
+for _, case in ipairs(dofile(arg[2])) do
+  told = ""
+  local desc = {}
+  for k, v in pairs(case.desc) do desc[k] = v end
+  local rc
+  if case.modify then
+    rc = slurm_job_modify(desc, case.modify, case.parts, case.uid)
+  else
+    rc = slurm_job_submit(desc, case.parts, case.uid)
+  end
+  print(case.name .. "|" .. rc .. "|" .. tostring(desc.priority) .. "|" .. told)
+end
+"""
+
+
+def trial_cases(mark: str) -> list[dict[str, Any]]:
+    """Submissions of one minute of one GPU on p0, in turn, to one script (its ``recent`` kept between
+    them): yolo-sbatch's trials (the mark in the comment) and real ones, by alice (1000) and bob (1001)."""
+
+    def case(name: str, account: str, uid: int, comment: str | None) -> dict[str, Any]:
+        desc = {"account": account, "time_limit": 1, "partition": "p0", "tres_per_node": "gres:gpu:1"}
+        if comment is not None:
+            desc["comment"] = comment
+        return {"name": name, "desc": {**desc, "min_nodes": 1, "max_nodes": 1}, "parts": {"p0": P0}, "uid": uid}
+
+    return [
+        case("trial-1", "one", 1000, mark),  # -p auto: a trial per partition...
+        case("trial-2", "one", 1000, mark),
+        case("bob-trial", "one", 1001, mark),  # ...another user's, in the same second
+        case("real", "one", 1000, "yolo:eff=12"),  # ...then the submission: the account covers one
+        case("bob-real", "one", 1001, None),  # a second one it cannot (the first counted, as before)
+        case("bob-trial-after", "one", 1001, mark),  # a trial of it is refused too, with the true figure
+        case("short-trial", "short", 1000, mark),  # a trial the account truly cannot cover
+        case("near-mark", "two", 1000, mark + " "),  # not the mark: counted as any real job
+        case("near-mark-2", "two", 1000, mark.upper()),
+    ]
+
+
+@pytest.mark.skipif(LUA is None and not IN_CI, reason="no lua5.1 (apt-get install lua5.1, as deploy/install does)")
+def test_trials_count_nowhere_and_a_marked_job_stays_held(tmp_path: Path, home: Path) -> None:
+    """Issue 49: slurmctld runs job_submit.lua for ``sbatch --test-only`` too, and yolo-sbatch's
+    ``-p auto`` asks one per partition before it submits: each admitted trial counted against the
+    next, the submission and anyone's in the same two seconds, so an account that covers the job was
+    refused. A trial (commands.will_run's mark) is checked as any submission, its true numbers when
+    it does not fit, but counted nowhere and never noted in refusals.log. Every marked submission is
+    held (priority 0), and its user can neither release it nor change its comment; root can."""
+    from slurm_yolo.slurm import commands
+
+    cfg = config.load()
+    cfg = replace(cfg, partitions={"p0": Partition("p0", gpus_per_node=8, shards_per_gpu=0)})
+    price, need = 1000, 60 * 1 * 1000  # a minute of one GPU on p0
+    accounts = [
+        {"name": n, "balance": b, "capacity": 0, "rate_per_day": 0}
+        for n, b in (("one", need), ("short", need - 1), ("two", 2 * need - 1))
+    ]
+    marked = {"job_id": 5, "comment": commands.TRIAL_MARK, "time_limit": 1, "priority": 0}
+    cases = trial_cases(commands.TRIAL_MARK) + [
+        {"name": name, "desc": desc, "modify": rec, "parts": {"p0": P0}, "uid": uid}
+        for name, desc, rec, uid in (
+            ("release-marked", {"priority": INFINITE}, marked, 1000),
+            ("uncomment-marked", {"comment": "x"}, marked, 1000),
+            ("root-releases-marked", {"priority": INFINITE}, marked, 0),
+            ("release-plain", {"priority": INFINITE}, {**marked, "comment": "yolo:eff=1"}, 1000),
+        )
+    ]
+    out = run_on_p0(tmp_path, cfg, accounts, price, cases, TRIAL_DRIVER)
+    got = {line.split("|")[0]: line.split("|")[1:] for line in out.splitlines()}
+    rc = {name: v[0] for name, v in got.items()}
+    assert rc == {
+        "trial-1": "0",
+        "trial-2": "0",
+        "bob-trial": "0",
+        "real": "0",
+        "bob-real": "2050",
+        "bob-trial-after": "2050",
+        "short-trial": "2050",
+        "near-mark": "0",
+        "near-mark-2": "2050",  # the first near mark was counted: 2 x need - 1 left room for one
+        "release-marked": "2003",
+        "uncomment-marked": "2003",
+        "root-releases-marked": "0",
+        "release-plain": "0",
+    }, got
+    held = {name for name, v in got.items() if v[1] == "0"}
+    assert held == {"trial-1", "trial-2", "bob-trial", "bob-trial-after", "short-trial"}, got
+    assert f"its worst case is {need:,} tokens" in got["short-trial"][2]
+    assert f"the account has {need - 1:,} left (balance {need - 1:,}, minus 0 for" in got["short-trial"][2]
+    assert f"the account has 0 left (balance {need:,}, minus {need:,} for" in got["bob-trial-after"][2]
+    assert "trial mark" in got["release-marked"][2] and "cancel it" in got["release-marked"][2]
+    refused = [line.split(" ") for line in availability.refusals_path(cfg).read_text().splitlines()]
+    # account, uid, need, left: the real refusals alone
+    assert [r[1:] for r in refused] == [["one", "1001", str(need), "0"], ["two", "1000", str(need), str(need - 1)]]
+
+
+@pytest.mark.skipif(LUA is None and not IN_CI, reason="no lua5.1 (apt-get install lua5.1, as deploy/install does)")
+def test_a_shared_ledger_keeps_no_commitment_of_a_trial(tmp_path: Path, home: Path) -> None:
+    """On a ledger several clusters share, the script asks the ledger (``admit``), which counts an
+    admitted job as this cluster's commitment for the other clusters to see. A trial it admitted is
+    asked again at once with nothing needed: this cluster's commitments are only its jobs again."""
+    cfg = config.load()
+    log = tmp_path / "client.log"
+    client = tmp_path / "hook-client"
+    client.write_text(f'#!/bin/sh\necho "$*" >> {log}\necho ok\n')
+    client.chmod(0o755)
+    cfg = replace(
+        cfg,
+        partitions={"p0": Partition("p0", gpus_per_node=8, shards_per_gpu=0)},
+        ledger=replace(cfg.ledger, backend="mariadb"),
+        hookd=replace(cfg.hookd, client=str(client)),
+    )
+    from slurm_yolo.slurm import commands
+
+    price, need = 1000, 60 * 1000
+    accounts = [{"name": "one", "balance": need, "capacity": 0, "rate_per_day": 0}]
+    cases = trial_cases(commands.TRIAL_MARK)[:4]  # three trials, then the submission
+    out = run_on_p0(tmp_path, cfg, accounts, price, cases, TRIAL_DRIVER)
+    assert [line.split("|")[:2] for line in out.splitlines()] == [[c["name"], "0"] for c in cases]
+    asked = log.read_text().splitlines()
+    assert asked == [f"admit yolo one {need}", "admit yolo one 0"] * 3 + [f"admit yolo one {need}"], asked

@@ -616,3 +616,137 @@ def test_a_teammates_pending_comment_is_no_claim_on_the_budget(lean: Slurm) -> N
     finally:
         lean.cmd("scancel", "-A", "vision", check=False)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _refusal_alerts(slurm: Slurm, account: str) -> list[str]:
+    """What ``slurm-yolo alerts`` says of the account's refusals (each streak, from its first refusal):
+    the host's, with the cluster's config (Debian 13's and sid's roots have no pandas for the report)."""
+    argv = [str(VENV_BIN / "slurm-yolo"), "alerts", "--json", "--refusals", "1"]
+    res = subprocess.run(argv, env=slurm.env(), capture_output=True, text=True, cwd="/tmp", timeout=300)
+    assert res.returncode in (0, 1), res.stderr  # 1: alerts found
+    return [a["message"] for a in json.loads(res.stdout) if a["kind"] == "refusals" and a["subject"] == account]
+
+
+def counts_nothing_pending(slurm: Slurm, account: str) -> bool:
+    """Whether slurmctld's admission counts nothing for the account's pending jobs here, as a marked
+    trial it cannot cover is told (a trial counts nowhere and notes nothing). Right after a cancel,
+    26.05's script counted the cancelled job for its next call (stale upward, then gone)."""
+    res = slurm.cmd(
+        "sbatch",
+        "--test-only",
+        "--comment=slurm-yolo:trial",
+        *("-A", account, "-p", "a100", "--gres=gpu:a100:2", "-t", "3-0"),  # more than these tests fund
+        user="alice",
+        input="#!/bin/bash\ntrue\n",
+        check=False,
+    )
+    assert res.returncode != 0 and "cannot cover this job" in res.stderr, res.stderr
+    return " minus 0 for its pending and starting GPU jobs" in res.stderr
+
+
+def test_auto_partition_trials_are_no_claim_on_the_budget(lean: Slurm) -> None:
+    """Issue 49: ``-p auto`` asks ``sbatch --test-only`` of each partition, and slurmctld runs
+    job_submit.lua for those too; each admitted trial counted against the next trial and the real
+    submission, so an account that covered the job once was refused on every partition, each time
+    a line in refusals.log. yolo-sbatch marks its trials: they count nowhere. An account funded with
+    one worst case (the dearest partition's) but not two is admitted; one short of every partition's
+    worst case is still refused by the trials, with the true numbers, and nothing is noted."""
+    seconds = 3 * 86400  # -t 3-00:00:00, one GPU (device=0), the dev tier at rate 1
+    worst = {partition: seconds * 1 * price for partition, price in PRICE.items()}
+    lean.cli("ledger", "tiers", "yolo-dev", "1")
+    refusals = lean.state_dir / "private" / "refusals.log"
+    work = Path(tempfile.mkdtemp(dir="/tmp/slurm-yolo-users"))
+    try:
+        work.chmod(0o755)
+        data = make_dataset(work, train=16, val=8, size=96)
+        subprocess.run(["chmod", "-R", "a+rX", str(work)], check=True)
+        words = ["-A", "vision", "-p", "auto", "-t", "3-00:00:00", "--begin", "now+1hour", "--priority", "dev"]
+        words += ["train", "model=yolov8x.yaml", f"data={data}", "epochs=20", "imgsz=128", "device=0"]
+        fund(lean, ("vision",), max(worst.values()))
+        poll("admission counts nothing pending", lambda: counts_nothing_pending(lean, "vision"), 30)
+        logged, alerts = refusals.read_text() if refusals.exists() else "", _refusal_alerts(lean, "vision")
+        res = on_a_login_node(lean, work, "--json", *words)
+        assert res.returncode == 0, res.stderr
+        got = json.loads(res.stdout)
+        job = int(got["job_id"])
+        assert got["partition"] in worst and got["qos"] == "yolo-dev", got
+        assert lean.cmd("squeue", "-h", "-j", str(job), "-o", "%T|%r|%a|%l|%b").stdout.strip().split("|")[:4] == [
+            "PENDING",
+            "BeginTime",
+            "vision",
+            "3-00:00:00",
+        ]
+        assert (refusals.read_text() if refusals.exists() else "") == logged  # no refusal, true or false
+        assert _refusal_alerts(lean, "vision") == alerts
+        lean.cmd("scancel", str(job))
+        nothing_pending(lean, "vision")
+
+        short = min(worst.values()) - 1  # no partition's worst case fits
+        fund(lean, ("vision",), short)
+        poll("admission counts nothing pending", lambda: counts_nothing_pending(lean, "vision"), 30)
+        res = on_a_login_node(lean, work, *words)
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode != 0 and len(lines) == 1 and lines[0].startswith("Error:"), res.stderr
+        for partition, need in worst.items():
+            why = f"{need:,} tokens ({seconds} s x 1 GPU x {PRICE[partition]} tokens/GPU-s on {partition} x rate 1)"
+            assert f"account vision cannot cover this job: its worst case is {why}" in lines[0], lines[0]
+        assert f"the account has {short:,} left" in lines[0], lines[0]
+        assert lean.cmd("squeue", "-h", "-A", "vision", "-o", "%i").stdout.strip() == ""
+        assert (refusals.read_text() if refusals.exists() else "") == logged  # trials are noted nowhere
+        assert _refusal_alerts(lean, "vision") == alerts
+    finally:
+        lean.cmd("scancel", "-A", "vision", check=False)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_a_job_bearing_the_trial_mark_stays_held_and_a_held_trial_is_told_the_same_start(lean: Slurm) -> None:
+    """A user can forge yolo-sbatch's trial mark on a real job: it is admitted as any (counted
+    nowhere in its first second), so it is held at submission and its user can neither release it
+    nor take the mark off; it stays pending, counted among the account's jobs, until cancelled. The
+    hold changes no trial's answer: ``sbatch --test-only`` tells a marked job the start it tells an
+    unmarked one, behind a running job and after a --begin."""
+    mark = "--comment=slurm-yolo:trial"  # commands.TRIAL_MARK, as a user would type it
+    fund(lean, ("vision",), 10**12)
+    busy = lean.sbatch("-A", "vision", "-p", "a100", "--gres=gpu:a100:2", "-t", "5", script="sleep 300", user="alice")
+    try:
+        wait_running(lean, busy)
+        for begin in ([], ["--begin=now+1hour"]):
+            told = []
+            for extra in ([], [mark]):
+                res = lean.cmd(
+                    "sbatch",
+                    "--test-only",
+                    "-A",
+                    "vision",
+                    "-p",
+                    "a100",
+                    "--gres=gpu:a100:1",
+                    "-t",
+                    "10",
+                    *begin,
+                    *extra,
+                    user="alice",
+                    input="#!/bin/bash\n#SBATCH --comment=yolo:eff=1\ntrue\n",
+                )
+                told.append(res.stderr)
+            starts = [
+                time.mktime(time.strptime(t.split(" to start at ")[1].split()[0], "%Y-%m-%dT%H:%M:%S")) for t in told
+            ]
+            assert starts[0] == starts[1] and starts[0] >= time.time() + (3000 if begin else 60), told
+    finally:
+        lean.cmd("scancel", str(busy))
+    job = lean.sbatch("-A", "vision", "-p", "t4", "--gres=gpu:t4:1", "-t", "1", mark, script="true", user="alice")
+    try:
+        assert lean.cmd("squeue", "-h", "-j", str(job), "-o", "%T|%r|%Q").stdout.strip() == "PENDING|JobHeldUser|0"
+        for change in (["release", str(job)], ["update", f"jobid={job}", "comment=mine"]):
+            res = lean.cmd("scontrol", *change, user="alice", check=False)
+            assert res.returncode != 0 and ("trial mark" in res.stderr or "Access/permission denied" in res.stderr), (
+                change,
+                res.stderr,
+            )  # 22.05's scontrol prints only the latter
+        time.sleep(2)
+        assert lean.cmd("squeue", "-h", "-j", str(job), "-o", "%T|%r|%k").stdout.strip() == (
+            "PENDING|JobHeldUser|slurm-yolo:trial"
+        )
+    finally:
+        lean.cmd("scancel", str(job), user="alice")

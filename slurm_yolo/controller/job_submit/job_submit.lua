@@ -16,6 +16,8 @@ SlurmUser's uid) and `JobSubmitPlugins=lua` in slurm.conf. docs/money.md says wh
 --@MODULES@
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
+  -- yolo-sbatch's trial (state.lua: TRIAL_MARK) is checked as any, counted nowhere, and held
+  local trial = held_trial(job_desc)
   local state = read_state()
   if state == nil then
     local gpus, shards = desc_units(job_desc)
@@ -53,9 +55,10 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     line = ask_ledger(account, need, totals)
     local b, here, there = tostring(line or ""):match("^refused (%-?%d+) (%d+) (%d+)$")
     local wait = tonumber(tostring(line or ""):match("^wait (%d+)$"))
+    if trial and (wait or line == "ok") then ask_ledger(account, ZERO, totals) end  -- it counted a trial: undo
     if wait then  -- the ledger counts it now, as a pending job of this cluster
       wait_for_credits(job_desc, account, wait)
-      recent[#recent + 1] = {t = os.time(), account = account, need = need}
+      remember(trial, account, need)
       return slurm.SUCCESS
     elseif b then
       balance, pending, elsewhere = big(b), big(here), big(there)
@@ -70,7 +73,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   if wait then
     wait_for_credits(job_desc, account, wait)
   elseif line ~= "ok" and cmp(need, left) > 0 then  -- "ok": the ledger's balance is fresher than the published one
-    note_refusal(account, submit_uid or -1, need, left)
+    if not trial then note_refusal(account, submit_uid or -1, need, left) end
     local where = elsewhere and string.format(
       " across the clusters that share its budget (balance %s, minus %s for its pending and starting GPU jobs" ..
       " here and %s for those on the other clusters)", fmt(balance), fmt(pending), fmt(elsewhere))
@@ -80,7 +83,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
       account, fmt(need), why, tasks > 1 and string.format(" x %d array tasks", tasks) or "", fmt(left), where))
     return slurm.ESLURM_ACCOUNTING_POLICY or slurm.ERROR
   end
-  recent[#recent + 1] = {t = os.time(), account = account, need = need}
+  remember(trial, account, need)
   return slurm.SUCCESS
 end
 

@@ -2,6 +2,10 @@
 -- partition, account, QOS, array, limit and begin time are what admission priced: a user changes
 -- them by resubmitting (admins and the SlurmUser may still update them).
 local function modify_refusal(job_desc, job_rec)
+  if job_rec.comment == TRIAL_MARK then  -- a real job with yolo-sbatch's trial mark stays held (state.lua)
+    return "slurm-yolo: this job carries yolo-sbatch's trial mark (--comment=" .. TRIAL_MARK .. "): it was" ..
+           " held at submission and stays so; cancel it and submit it without that comment"
+  end
   local fields = {"tres_per_node", "tres_per_job", "tres_per_task", "tres_per_socket", "gres",
                   "partition", "account", "qos", "array_inx"}
   for _, name in ipairs(fields) do

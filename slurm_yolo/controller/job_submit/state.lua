@@ -62,6 +62,30 @@ end
 -- twice (here and in slurm.jobs) for up to two seconds: conservative, never generous.
 local recent = {}
 
+-- yolo-sbatch's trials. `-p auto` asks `sbatch --test-only` of each partition's job script, and
+-- slurmctld runs this script for that will_run RPC as for a submission (proc_req.c:
+-- _slurm_rpc_job_will_run -> validate_job_create_req): the same job_desc, nothing in it that tells
+-- the two apart (22.05, 24.11, 26.05). Counted in `recent`, each admitted trial made the next trial
+-- and the real submission (and anyone else's of the account in those two seconds) pay for it again,
+-- and each false refusal went to refusals.log. So slurm_yolo.slurm.commands.will_run marks its
+-- trials with this comment (a --comment on the command line wins over the script's #SBATCH one), and
+-- a marked submission is checked as any (refused with its true numbers when it does not fit), but is
+-- neither counted in `recent` nor noted as a refusal. Users can forge the mark on a real job, so a
+-- marked submission is always held (priority 0: squeue shows JobHeldUser) and its user can neither
+-- release it nor change its comment (modify.lua): it stays pending, counted in slurm.jobs from the
+-- next refresh on, until its user cancels it or an admin releases it. A trial itself is never a job.
+local TRIAL_MARK = "slurm-yolo:trial"
+
+local function held_trial(job_desc)  -- whether it bears the mark: then it is held
+  if job_desc.comment ~= TRIAL_MARK then return false end
+  job_desc.priority = 0
+  return true
+end
+
+local function remember(trial, account, need)  -- an admission of the last two seconds (a trial is none)
+  if not trial then recent[#recent + 1] = {t = os.time(), account = account, need = need} end
+end
+
 -- Per account, what its pending GPU jobs and its running ones the ledger holds nothing for yet (just
 -- started, or their prolog failed) may still hold, with the admissions of the last two seconds.
 -- One task's worst case for each kind of pending job (what it asked for, where, for how long, its
