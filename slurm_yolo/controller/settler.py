@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
-from slurm_yolo.core import limits
+from slurm_yolo.controller.relimit import relimit
 from slurm_yolo.core.billing import policy
 from slurm_yolo.core.config import Config
 from slurm_yolo.core.errors import SlurmYoloError
@@ -198,7 +198,8 @@ class Followups:
         self._guard("feedback", step, job.job_id)
 
     def relimit(self, rec: JobRecord, row: store.Row, summary: beacon.Beacon | None) -> None:
-        """A run requeued for time: its job's next limit, from its own progress (``relimit``)."""
+        """A run requeued for time: its job's next limit, from its own progress, within what admission
+        would admit now (``controller.relimit``)."""
         self._guard("relimit", lambda: relimit(self.config, rec, row, summary), rec.job_id)
 
     def cancel(self, target: str) -> None:
@@ -311,58 +312,6 @@ def job_elapsed(config: Config, last: store.Row, elapsed: int) -> int:
         if int(r["restart"]) == want and r["state"] == "settled":
             total, want = total + int(r["elapsed"] or 0), want - 1
     return total
-
-
-def relimit(config: Config, rec: JobRecord, row: store.Row, summary: beacon.Beacon | None) -> int | None:
-    """Give a job whose run was requeued for time (``limits``) the limit its progress asks for, within
-    the partition's MaxTime and what its account can hold for it now (its run just settled); out of
-    the short QOS (``qos.short``) into the default tier's when it outgrows it. The new limit, or None."""
-    lead = int(config.job.signal_seconds)
-    # near the limit it started with (the ledger's, from the prolog), or a longer one an admin set since:
-    # a user may lower her job's limit to make an early requeue look like one for time (a hostile helper's)
-    started = max(int(row["time_limit"] or 0), rec.time_limit or 0)
-    if (
-        summary is None
-        or summary.workload is None
-        or rec.time_limit is None
-        or not limits.requeued_for_time(started, rec.elapsed, lead)
-    ):
-        return None
-    asked = limits.next_limit(
-        rec.time_limit,
-        rec.elapsed,
-        summary.train_seconds,
-        summary.epochs_done,
-        summary.workload.epochs,
-        lead,
-        float(config.estimate.buffer),
-    )
-    bin_dir = config.bin_dir
-    caps = [commands.partition_time_limit(rec.partition, bin_dir=bin_dir)]
-    per_minute = policy.tokens(60, ledger.run_share(row), row["price"], row["rate_ppm"])
-    lg = ledger.reader(config)
-    if lg is not None and per_minute > 0:
-        with lg:
-            account = lg.account(rec.account)
-        caps.append(max(0, int(account["balance"]) if account else 0) // per_minute * 60)
-    want = min([asked, *(c for c in caps if c is not None)])
-    event = {"event": "relimit", "job": rec.job_id, "limit": rec.time_limit, "asked": asked}
-    if want <= rec.time_limit:
-        log_event(
-            config,
-            {
-                **event,
-                "result": "kept"
-                + (": the partition's MaxTime or the account's balance" if asked > rec.time_limit else ""),
-            },
-        )
-        return None
-    q = config.qos
-    qos = q.of(config.estimate.default_priority) if rec.qos == q.short and want > q.short_max_minutes * 60 else ""
-    commands.set_time_limit(str(rec.job_id), want, qos, bin_dir=bin_dir)
-    capped = " (what the account can hold, or the partition's MaxTime)" if want < asked else ""
-    log_event(config, {**event, "result": f"raised to {want // 60} min{capped}" + (f", qos {qos}" if qos else "")})
-    return want
 
 
 def settle_due(

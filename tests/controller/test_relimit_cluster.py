@@ -4,10 +4,11 @@ on the real bundled clusters (Slurm 22.05 and 24.11), as a hostile user would tr
 alice's job has a 3-minute limit and a USR2 90 s before it. At its USR2 it posts the summary a
 launcher posts (its workload and its progress: 10 of 100,000 epochs in 20 s of training, a lie that
 asks for days) and requeues itself, as the launcher does; its second run ends at once. The settler
-(as the SlurmUser) gives the requeued job a longer limit, but no longer than what vision's balance can
-hold after the first run's settlement; the second run is held and charged at that limit. Every
-number expected here comes from sacct's records, the test's price and the balance it set, never from
-slurm-yolo's code.
+(as the SlurmUser) gives the requeued job a longer limit, but no longer than what admission would
+admit for vision now: its balance after the first run's settlement less the worst cases of its other
+pending GPU jobs (a co-member's, admitted on that balance, among them); the second run is held and
+charged at that limit. Every number expected here comes from sacct's and squeue's records, the test's
+price and the balance it set, never from slurm-yolo's code.
 """
 
 from __future__ import annotations
@@ -95,11 +96,13 @@ scontrol requeue $SLURM_JOB_ID"""
         assert (first["end_state"], first["hold"], first["charge"]) == ("REQUEUED", LIMIT * T4, ran * T4)
         assert ran >= LIMIT - 90 - 60  # inside its USR2's lead, which Slurm may send 60 s early: for time
 
-        # what vision can hold now, in whole minutes: the new limit, far below the days the summary asked
-        minutes = (BALANCE - (ran + soon) * T4) // (60 * T4)
+        # what admission would admit now, in whole minutes: vision's balance less the held early job
+        # pending at the 3 minutes she set (1 GPU), far below the days the summary asked
+        assert minutes_left(slurm, lowered) == 3  # hers, not raised
+        minutes = (BALANCE - (ran + soon) * T4 - 3 * 60 * T4) // (60 * T4)
         assert minutes > LIMIT // 60
         got = poll("the requeued job's new limit", lambda: (n := minutes_left(slurm, job)) != LIMIT // 60 and n, 120)
-        assert got == minutes and minutes_left(slurm, lowered) == 3  # hers, not raised
+        assert got == minutes and minutes_left(slurm, lowered) == 3
         skip_requeue_delay(job, slurm)
         second = slurm.settled(job, 2, timeout=300)[1]
         again = int(slurm.ended(job, 2)[1]["ElapsedRaw"])
@@ -118,4 +121,91 @@ scontrol requeue $SLURM_JOB_ID"""
         )
     finally:
         slurm.cmd("scancel", str(job), str(lowered), check=False)
+        fund(slurm, ("vision",), 10**15)
+
+
+def limit_of(slurm: Slurm, job: int) -> int:
+    """The job's TimeLimit in seconds, as ``scontrol show job`` prints it ([D-]HH:MM:SS)."""
+    text = slurm.cmd("scontrol", "show", "job", "-o", str(job)).stdout
+    field = next(w for w in text.split() if w.startswith("TimeLimit="))
+    days, _, clock = field.removeprefix("TimeLimit=").rpartition("-")
+    h, m, s = ([0, 0, 0] + [int(x) for x in clock.split(":")])[-3:]
+    return int(days or 0) * 86400 + h * 3600 + m * 60 + s
+
+
+def test_a_forged_requeue_for_time_leaves_a_co_members_admitted_job_its_tokens(slurm: Slurm) -> None:
+    """vision is funded with exactly 2,000,000 tokens. root, a member of vision, has a GPU job admitted
+    on that balance and pending until its begin time (an hour away): 1 GPU for 20 minutes. alice's
+    ``-t 3`` job posts a forged summary (a year of epochs left) and requeues itself 40 s in: a requeue
+    for time. Its new limit is what admission would admit beside root's job, (balance - root's worst
+    case) / a minute's price, in whole minutes, not what the balance alone would hold; its second run
+    is held and charged exactly that (on a shared ledger, counted there for the other clusters'
+    admissions), and root's job, started while it runs, is held in full and runs: not cancelled at
+    its start as over budget."""
+    balance = 2_000_000
+    set_test_prices(slurm)
+    nothing_pending(slurm, "vision")
+    fund(slurm, ("vision",), balance)
+    started = int(time.time()) - 1
+    hostile = f"""if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then sleep 45; exit 0; fi
+sleep 40
+scontrol update JobId=$SLURM_JOB_ID Comment="{forged_comment()}"
+scontrol requeue $SLURM_JOB_ID
+sleep 600"""
+    job = slurm.sbatch(
+        "-A", "vision", "-p", "t4", "--gres=gpu:t4:1", "-t", "3", "--requeue", script=hostile, user="alice"
+    )
+    # admitted after hers (admission counts a job of the last two seconds twice: hers first, both fit)
+    theirs = slurm.sbatch(
+        "-A", "vision", "-p", "t4", "--gres=gpu:t4:1", "-t", "20", "--begin=now+1hour", script="sleep 600"
+    )
+    try:
+        first = slurm.settled(job, 1, timeout=180)[0]
+        ran = int(slurm.ended(job)[0]["ElapsedRaw"])
+        assert first["submit_time"] >= started
+        assert (first["end_state"], first["hold"], first["charge"]) == ("REQUEUED", LIMIT * T4, ran * T4)
+
+        # root's job as slurmctld has it: pending, 1 GPU on t4, its limit: its worst case
+        state, gres = slurm.cmd("squeue", "-h", "-j", str(theirs), "-o", "%T|%b").stdout.strip().split("|")
+        assert state == "PENDING" and gres.endswith("gpu:t4:1")
+        worst = limit_of(slurm, theirs) * 1 * T4
+        assert worst == 20 * 60 * T4
+        minutes = (balance - ran * T4 - worst) // (60 * T4)
+        alone = (balance - ran * T4) // (60 * T4)  # what the balance alone would have given
+        assert LIMIT // 60 < minutes < alone
+        got = poll("the requeued job's new limit", lambda: (n := limit_of(slurm, job)) != LIMIT and n, 120)
+        assert got == minutes * 60
+        if slurm.config().ledger.backend == "mariadb":  # the other clusters' admissions count it from now on
+            with slurm.ledger() as lg:
+                counted = [r["tokens"] for r in lg.commitments(slurm.name) if r["account"] == "vision"]
+            assert counted == [worst + minutes * 60 * T4]
+
+        skip_requeue_delay(job, slurm)
+        held = poll("the second run held", lambda: [r for r in slurm.runs(job) if r["state"] == "held"], 120)[0]
+        assert held["hold"] == minutes * 60 * T4
+        slurm.cmd("scontrol", "update", f"jobid={theirs}", "starttime=now")
+        theirs_held = poll("root's run held", lambda: [r for r in slurm.runs(theirs) if r["state"] == "held"], 120)
+        assert theirs_held[0]["hold"] == worst
+        with slurm.ledger() as lg:
+            left = lg.account("vision")["balance"]
+        assert left == balance - ran * T4 - minutes * 60 * T4 - worst and left >= 0
+        time.sleep(3)  # a prolog's over-budget cancel comes 2 s after its hold (hooks.CANCEL_AFTER): none came
+        assert slurm.cmd("squeue", "-h", "-j", str(theirs), "-o", "%T").stdout.strip() == "RUNNING"
+
+        second = slurm.settled(job, 2, timeout=180)[1]
+        again = int(slurm.ended(job, 2)[1]["ElapsedRaw"])
+        assert (second["end_state"], second["hold"], second["charge"]) == (
+            "COMPLETED",
+            minutes * 60 * T4,
+            again * T4,
+        )
+        slurm.cmd("scancel", str(theirs))
+        mine = slurm.settled(theirs, 1, timeout=120)[0]
+        spent = int(slurm.ended(theirs)[0]["ElapsedRaw"])
+        assert (mine["hold"], mine["charge"]) == (worst, spent * T4)
+        with slurm.ledger() as lg:
+            assert lg.account("vision")["balance"] == balance - (ran + again + spent) * T4
+            assert lg.check() == []
+    finally:
+        slurm.cmd("scancel", str(job), str(theirs), check=False)
         fund(slurm, ("vision",), 10**15)
