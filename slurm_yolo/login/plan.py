@@ -211,8 +211,11 @@ def _plan(
     mem_mb, mem_why = (
         sizing.memory_mb(w, cpus_per_gpu, gpus, req.cache, part, share) if card.type is not None else (0, "")
     )
-    predicted = predict_seconds(w, tm, gpus, part.ddp_efficiency, ref, cores * gpus)
-    train = predict_train_seconds(w, tm, gpus, part.ddp_efficiency, ref, cores * gpus)
+    # A shard of a known card computes at its share while the card's other shards train too (Slurm's
+    # shards time-slice one GPU): planned at that share, as its CPUs are (device-node GPUs train on CPUs)
+    timed = replace(tm, k=tm.k / share) if share and card.type is not None else tm
+    predicted = predict_seconds(w, timed, gpus, part.ddp_efficiency, ref, cores * gpus)
+    train = predict_train_seconds(w, timed, gpus, part.ddp_efficiency, ref, cores * gpus)
     widening = range_widening(tm, w)
     buf = buffer_for(tm, config.estimate.buffer, predicted, widening)
     limit = time_limit(predicted, buf.value)
