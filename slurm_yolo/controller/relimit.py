@@ -116,11 +116,16 @@ def _room(lg: ledger.Ledger, rec: JobRecord, row: store.Row, config: Config) -> 
     cluster, at = str(row["cluster"]), time.time()
     here = committed_here(lg, jobs, config, cluster, at)
     others = committed_here(lg, [j for j in jobs if j.job_id != rec.job_id], config, cluster, at)
+    # Priced as it waits now: sacct's record of the run names the partition it ran on, but the
+    # requeued job pends on every partition it asked for and may start on the dearest (a hostile
+    # review's -p t4,a100 job, relimited at t4's price, then held 3x on an a100)
+    pending = next((j for j in jobs if j.job_id == rec.job_id), None)
+    priced = rec._replace(partition=pending.partition) if pending is not None and pending.partition else rec
     return Room(
         lg.balance(rec.account),
         others.get(rec.account, 0),
         committed_elsewhere(lg, rec.account, cluster),
-        _per_minute(lg, rec, row, config, cluster, at),
+        _per_minute(lg, priced, row, config, cluster, at),
         here,
         lg.version() is not None,
     )

@@ -146,6 +146,26 @@ def test_the_new_limit_is_what_admission_would_admit_beside_a_co_members_pending
     assert event["result"] == f"raised to {minutes} min (capped by the account's balance less its commitments)"
 
 
+def test_a_job_pending_on_several_partitions_is_priced_at_the_dearest(
+    cfg: Config, requeued: tuple[JobRecord, store.Row], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hostile review's case: a -p t4,a100 job ran on t4 (sacct's record of the run), then pends on
+    both. Beside a co-member's 60-minute t4 job (3,600,000), its next limit is priced at a100's 3,000 a
+    GPU-second: (9,850,000 - 3,600,000) // 180,000 = 34 minutes, so its next run, wherever it starts,
+    and the co-member's job fit the balance together (t4's price would have given 104 minutes)."""
+    rec, row = requeued
+    with ledger.writer(cfg) as lg:
+        lg.set_price("a100", 3 * T4, 0, "test")
+    jobs = [record(JOB, "PENDING", LIMIT, user="alice", partition="t4,a100"), record(50, "PENDING", 3600)]
+    Slurm(monkeypatch, jobs, maxtime=None)
+    balance = FUNDED - RAN * T4
+    minutes = (balance - 3600 * T4) // (60 * 3 * T4)
+    assert minutes == 34
+    assert relimit.relimit(cfg, rec, row, summary()) == minutes * 60
+    assert minutes * 60 * 3 * T4 + 3600 * T4 <= balance
+    assert events(cfg)[-1]["per_minute"] == 60 * 3 * T4
+
+
 def test_without_commitments_the_balance_alone_caps_it_and_maxtime_below_that_wins(
     cfg: Config, requeued: tuple[JobRecord, store.Row], monkeypatch: pytest.MonkeyPatch
 ) -> None:
