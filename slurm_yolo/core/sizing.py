@@ -43,9 +43,9 @@ def shape_text(part: Partition, source: str) -> str:
             f"the nodes' shape is not known (Slurm did not say, and no partitions.{part.name}.node_cpus_per_gpu):"
             f" at most {UNKNOWN_CPUS_PER_GPU} CPUs per GPU assumed"
         )
-    memory = f", {part.node_memory_gb_per_gpu:g} GB" if part.node_memory_gb_per_gpu else ""
-    threads = f", {part.threads_per_core} threads per core" if part.threads_per_core > 1 else ""
-    return f"its nodes have {part.node_cpus_per_gpu} CPUs{memory} per GPU{threads} ({source})"
+    memory = f" and {part.node_memory_gb_per_gpu:g} GB" if part.node_memory_gb_per_gpu else ""
+    threads = f"; {part.threads_per_core} Slurm CPUs to a core" if part.threads_per_core > 1 else ""
+    return f"per GPU, its nodes have {part.node_cpus_per_gpu} CPUs{memory}{threads} ({source})"
 
 
 def check_cpus_per_gpu(asked: int, part: Partition) -> None:
@@ -133,13 +133,15 @@ def memory_mb(w: Workload, workers: int, gpus: int, cache: str, part: Partition,
         why += f", x {ranks} GPUs"
     node = part.node_memory_gb_per_gpu * (share or gpus)
     if node and want > node:
-        want = node
         why += f"; capped at the node's {node:g} GB" + (
             " (cache=ram will not fit: ultralytics caches only what its check of the node's free memory allows,"
             " and the job may run out of memory: cache=disk or cache=False)"
             if cached
             else ""
         )
+        if not cached:
+            why += " (less than training usually takes: the job may run out of memory)"
+        return max(1, math.floor(node * 1024)), why  # never past what the node has: Slurm would refuse it
     return max(256, math.ceil(want * 1024 / 256) * 256), why
 
 

@@ -186,8 +186,9 @@ def parse(words: list[str] | tuple[str, ...]) -> TrainSpec:
             raise UsageError(f"argument '{word[:40]}...' is longer than {MAX_VALUE_LEN} characters")
         if word.startswith("-") and word.partition("=")[0].strip("-") not in known["defaults"]:
             raise UsageError(
-                f"'{word}' is not a training key: yolo-sbatch's options go before the training words"
-                f" (yolo-sbatch {word} ... train key=value ...)"
+                f"'{word}' is not a training key: yolo-sbatch's own options (yolo-sbatch --help) go before the"
+                f" training words (yolo-sbatch {word} ... train key=value ...), and sbatch's others pass as"
+                f" --sbatch-arg={word if '=' in word else word + '=VALUE'}"
             )
         if word == "yolo" and task is None and mode is None:
             raise UsageError(

@@ -202,7 +202,8 @@ def _plan(
         and _fits_share(w, card, light.gpu_share, part.shards_per_gpu, ref)
     )
     share = max(1, math.ceil(light.gpu_share * part.shards_per_gpu)) / part.shards_per_gpu if shard else 0.0
-    if shard and not sizing.fits_shard(w, tm, part, req.cpus_per_gpu, share, ref):
+    whole_for_cpus = shard and not sizing.fits_shard(w, tm, part, req.cpus_per_gpu, share, ref)
+    if whole_for_cpus:
         shard, share = False, 0.0  # its loader needs more CPUs than a shard's share of the node: a whole GPU
     cpus_per_gpu, cores, cpus_why = sizing.cpus(
         w, tm, part, gpus, req.cpus_per_gpu, config.job.cpus_per_gpu, ref, share
@@ -249,10 +250,7 @@ def _plan(
     qos = qos_cfg.short if short else qos_cfg.of(req.priority)
 
     feed = _feed_line(w, tm, part, gpus, cpus_per_gpu, cores, ref, share) if card.type is not None else ""
-    configured = config.partitions.get(part.name)
-    shape = sizing.shape_text(
-        part, "the config" if configured and configured.node_cpus_per_gpu else "Slurm's node records"
-    )
+    shape = sizing.shape_text(part, _shape_source(config.partitions.get(part.name)))
     mf = model_factor(w.gflops, ref)
     ff = tm.compute_factor(w.model, w.family)
     tok = tokens(w, tm.val_weight)
@@ -277,7 +275,13 @@ def _plan(
         *memory_lines,
         f"buffer: {buf.value:.2f} ({buf.reason}) -> time limit {limit // 60} min"
         + (f", promised to cover {buf.coverage:.0%} of runs like the {tm.n} behind the model" if buf.coverage else ""),
-        f"gres: {gres}" + (" (light job: shares a GPU)" if shard else ""),
+        f"gres: {gres}"
+        + (" (light job: shares a GPU)" if shard else "")
+        + (
+            " (a light job, but its CPUs are more than a shard's share of the node: a whole GPU)"
+            if whole_for_cpus
+            else ""
+        ),
         f"cpus: {cpus}" + (f" ({cores * gpus} cores)" if cores * gpus != cpus else "") + f" [{cpus_why}]; {shape}",
         *([f"memory: {mem_mb / 1024:.1f} GB [{mem_why}]"] if mem_mb else []),
         f"qos: {qos} ("
@@ -322,6 +326,14 @@ def _plan(
     )
 
 
+def _shape_source(configured: Partition | None) -> str:
+    """Where the plan's node shape comes from, for --explain."""
+    keys = [k for k in ("node_cpus_per_gpu", "node_memory_gb_per_gpu") if configured and getattr(configured, k)]
+    if len(keys) == 2:
+        return "the config"
+    return "Slurm's node records" + (f", {keys[0].split('_')[1]} per GPU as the config states" if keys else "")
+
+
 def _own_limit(tm: TimeModel, seconds: float, predicted: float, widening: float) -> tuple[Buffer, int, str]:
     """The user's own limit (-t) in Slurm's whole minutes, its buffer with what it covers by the
     partition's measured errors, and a warning when it is likely too short (the user's call: no refusal)."""
@@ -360,7 +372,7 @@ def _check_memory(
     """The predicted GPU memory against the card's: (explain lines, a warning). Past the card, a plan
     is refused (with a batch that fits) only when even the memory model's measured low end
     (``memory.low_ratio``: the least a published run used of its prediction) is past it; in between, a
-    warning names the batch that surely fits: a job that does not fit fails in its first minute, while
+    warning names the largest batch that fits the prediction: a job that does not fit fails in its first minute, while
     a false refusal leaves no way round it. A batch AutoBatch picks is ultralytics' choice: said."""
     priors = gpu_priors.shipped()
     need = gpu_priors.memory_gb(w, gpus, ref, priors)
@@ -381,8 +393,8 @@ def _check_memory(
         warning = (
             f"batch={w.batch} at imgsz {w.imgsz} may not fit partition {part.name}'s {label}: about {need:.0f} GB"
             f" of GPU memory per GPU predicted ({w.model}), though runs like it have used as little as"
-            f" {need * low:.0f} GB; {hint.replace('would fit', 'surely fits')} (a job that does not fit fails"
-            " in its first minute)"
+            f" {need * low:.0f} GB; {hint.replace('would fit', 'fits the prediction')} (a job that does not fit"
+            " fails in its first minute)"
         )
         return [f"{line}: over the card, within the memory model's measured error (x{low:.2f} at its low end)"], warning
     raise UsageError(
@@ -422,16 +434,22 @@ def _feed_line(
     tpc = max(1, part.threads_per_core)
     need = math.ceil(cores_per_gpu * c.loader / c.compute) * tpc
     node = part.node_cpus_per_gpu
-    if node and need > node:
+    if share and need > sizing.shard_cap(part, share):
+        fix = (
+            f"a shard has at most {sizing.shard_cap(part, share)} of the node's CPUs (more take a whole GPU,"
+            " which they would feed less well): a smaller imgsz, or a bigger batch, uses it better"
+        )
+    elif node and need > node:
         fix = f"its nodes have {node} CPUs per GPU: a smaller imgsz, or a bigger model or batch, uses the GPU better"
     elif need <= MAX_CPUS_PER_GPU:
         fix = f"--cpus-per-gpu {need} would keep up"
     else:
         fix = f"not even --cpus-per-gpu {MAX_CPUS_PER_GPU} would: a smaller imgsz, or a bigger model or batch, uses it"
     threads = f" ({cores_per_gpu * gpus} cores)" if tpc > 1 else ""
+    held = f"its share of a GPU ({share:g})" if share else f"its {gpus} GPU(s)"
     return (
         f"data loading bounds this run: {cpus_per_gpu * gpus} CPU(s){threads} load about {rate:.0f} images/s, which"
-        f" keeps its {gpus} GPU(s) about {c.compute / c.loader:.0%} busy; {fix}"
+        f" keeps {held} about {c.compute / c.loader:.0%} busy; {fix}"
     )
 
 

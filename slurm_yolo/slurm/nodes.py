@@ -26,7 +26,8 @@ def slurm_shapes(config: Config) -> dict[str, NodeShape]:
 
 
 def shaped(config: Config, names: list[str]) -> dict[str, Partition]:
-    """Each named partition with its node shape: the config's keys, else Slurm's records."""
+    """Each named partition with its node shape: the config's keys, else Slurm's records; never more
+    than Slurm's records say a node has (a job asking more pends for ever: PartitionConfig)."""
     parts = {name: config.partition(name) for name in names}
     if all(p.node_cpus_per_gpu and p.node_memory_gb_per_gpu and p.threads_per_core for p in parts.values()):
         return parts
@@ -35,9 +36,11 @@ def shaped(config: Config, names: list[str]) -> dict[str, Partition]:
     for name, p in parts.items():
         s = shapes.get(name)
         if s is not None:
-            p = p._replace(
-                node_cpus_per_gpu=p.node_cpus_per_gpu or s.cpus_per_gpu,
-                node_memory_gb_per_gpu=p.node_memory_gb_per_gpu or s.memory_gb_per_gpu,
+            p = p._replace(  # the config may state less than Slurm has (to keep some back), never more
+                node_cpus_per_gpu=min(p.node_cpus_per_gpu or s.cpus_per_gpu, s.cpus_per_gpu),
+                node_memory_gb_per_gpu=min(p.node_memory_gb_per_gpu or s.memory_gb_per_gpu, s.memory_gb_per_gpu)
+                if s.memory_gb_per_gpu > 0
+                else p.node_memory_gb_per_gpu,
                 threads_per_core=p.threads_per_core or s.threads_per_core,
             )
         out[name] = p

@@ -4,6 +4,7 @@ real cluster). The money path reads ``records`` instead: ``scontrol show job`` p
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from typing import NamedTuple
@@ -295,7 +296,7 @@ def node_shapes(text: str) -> dict[str, NodeShape]:
         if gpus <= 0 or n_cpus <= 0:
             continue
         tpc = int(threads) if threads.isdigit() and int(threads) > 0 else 1
-        shape = NodeShape(n_cpus // gpus, round(mem_mb / 1024 / gpus, 2), tpc, n_cpus, gpus)
+        shape = NodeShape(n_cpus // gpus, math.floor(mem_mb / 1024 / gpus * 100) / 100, tpc, n_cpus, gpus)  # never more
         nodes.setdefault(partition.rstrip("*"), []).append(shape)
     return {
         name: min(shapes, key=lambda n: (n.cpus_per_gpu, n.memory_gb_per_gpu))._replace(

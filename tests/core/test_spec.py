@@ -49,8 +49,9 @@ def test_auto_batch_counts_as_ultralytics_cpu_default(batch: str, used: int) -> 
         (["trian", "data=d.yaml"], "unexpected argument 'trian' (did you mean 'train'?)"),
         (
             ["train", "data=d.yaml", "--priority", "prod"],
-            "'--priority' is not a training key: yolo-sbatch's options go"
-            " before the training words (yolo-sbatch --priority ... train key=value ...)",
+            "'--priority' is not a training key: yolo-sbatch's own options (yolo-sbatch --help) go"
+            " before the training words (yolo-sbatch --priority ... train key=value ...), and sbatch's"
+            " others pass as --sbatch-arg=--priority=VALUE",
         ),
         (["train", "data=d.yaml", "--wait"], "yolo-sbatch --wait ... train key=value ..."),
         (["yolo", "train", "data=d.yaml"], "drop 'yolo': yolo-sbatch takes the words that follow it"),

@@ -88,7 +88,7 @@ def test_a_plan_that_cannot_fit_its_card_is_refused_with_a_batch_that_fits(gpu_s
     code, out = run(
         ["--dry-run", "-p", "t4", "train", "model=yolov8x.yaml", "data=coco.yaml", "imgsz=1280", f"batch={fits + 1}"]
     )
-    assert code == 0 and f"batch={fits} surely fits" in out, out  # past the prediction, within its error: said
+    assert code == 0 and f"batch={fits} fits the prediction" in out, out  # past the prediction, within its error: said
 
 
 def test_autobatch_is_planned_at_the_batch_it_would_pick_on_that_card(gpu_site: Path) -> None:
@@ -237,7 +237,7 @@ def test_memory_follows_the_loader_and_a_ram_cache(gpu_site: Path, site_config: 
 
 def test_a_batch_past_the_card_within_the_memory_models_error_is_a_warning(gpu_site: Path) -> None:
     """Between the prediction and its measured low end (memory.low_ratio) the job is planned with a
-    warning naming the batch that surely fits; only past the low end is it refused."""
+    warning naming the largest batch that fits its prediction; only past the low end is it refused."""
     priors = gpu_priors.shipped()
     low = priors["memory"]["low_ratio"]
     assert 0 < low < 1
@@ -251,7 +251,9 @@ def test_a_batch_past_the_card_within_the_memory_models_error_is_a_warning(gpu_s
     warned = next(b for b in range(1, 200) if need(b) > 16 and need(b) * low <= 16)
     res = CliRunner().invoke(yolo_sbatch, ["--dry-run", "-p", "t4", *base, f"batch={warned}"])
     assert res.exit_code == 0, res.output
-    assert f"batch={warned} at imgsz 1280 may not fit partition t4's" in res.output and "surely fits" in res.output
+    assert (
+        f"batch={warned} at imgsz 1280 may not fit partition t4's" in res.output and "fits the prediction" in res.output
+    )
     refused = next(b for b in range(1, 400) if need(b) * low > 16)
     code, out = run(["--dry-run", "-p", "t4", *base, f"batch={refused}"])
     assert code != 0 and out.startswith(f"Error: batch={refused} at imgsz 1280 needs about"), out
