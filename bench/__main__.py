@@ -5,7 +5,8 @@
 ``python -m bench gpu [--cpu]`` measures training on this machine's GPU (a lent one: about 8 minutes).
 ``python -m bench corpus [options]`` (re)generates the accuracy corpus: an hour of training, never
 part of ``all``; nor is ``python -m bench array`` (a 1000-task GPU array with and without the hooks on
-the bundled cluster: about 20 minutes)."""
+the bundled cluster: about 20 minutes). ``python -m bench site SCENARIO`` replays a workload of YOLO jobs on
+Slurm's own scheduler once per arm (habits, slurm-yolo, its day one, an oracle): ``site seed`` about 20 minutes."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from bench import (
     ledger,
     priors,
     report,
+    site,
 )
 
 BENCHES: dict[str, Callable[[], object]] = {
@@ -46,6 +48,7 @@ COMMANDS: dict[str, Callable[[list[str]], object]] = {
     "priors": priors.main,
     "gpu": gpu.main,
     "gpu-priors": gpu_priors.main,
+    "site": site.main,
 }
 
 if __name__ == "__main__":

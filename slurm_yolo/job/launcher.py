@@ -33,6 +33,7 @@ import ctypes
 import json
 import logging
 import os
+import re
 import select
 import signal
 import subprocess
@@ -57,7 +58,15 @@ POLL_SECONDS = 1.0  # how often the run folder is read: an epoch's record is at 
 REQUEUE_POLL_SECONDS = 0.1  # once USR2 asked: a look must fall between a saved last.pt and the next row
 STOP_GRACE_SECONDS = 10.0  # SIGTERM to the training's processes, then SIGKILL
 BEACON_SECONDS = 60.0  # the least time between two summaries in the Comment: each is an RPC to slurmctld
-TRAINER = [sys.executable, "-m", "slurm_yolo.job.trainer"]  # + the plan (JSON) and the report's file descriptor
+# + the plan (JSON) and the report's file descriptor. SLURM_YOLO_TRAINER names another module with the
+# same interface: the site replay's stand-in (bench/site_standin.py), which sleeps a job's true time.
+# It is the user's own job: a module she names runs as her, as anything in her script does.
+_TRAINER_MODULE = os.environ.get("SLURM_YOLO_TRAINER", "")
+TRAINER = [
+    sys.executable,
+    "-m",
+    _TRAINER_MODULE if re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*", _TRAINER_MODULE) else "slurm_yolo.job.trainer",
+]
 
 
 def _cpus() -> int:

@@ -1,0 +1,499 @@
+"""``python -m bench site SCENARIO [--json] [--arms A,B] [--png PATH] [--keep]``: a workload of YOLO
+training jobs replayed on Slurm's own scheduler, once per arm, each arm on a replay cluster of its
+own (``deploy/replaycluster``: a real slurmctld and slurmd, the scenario's nodes), all arms at once.
+
+Arms (docs/benchmarks.md, "The site replay"):
+- ``habits``: what users do without the product: a plain sbatch, whole GPUs, the partition they name,
+  the scenario's CPUs, ``--time`` the partition's maximum; the job sleeps its true time (no checkpoint);
+- ``slurm-yolo``: every job through ``yolo-sbatch`` as a user calls it (``-p auto``: its plans, limits,
+  shards, partition choice, CPUs, memory, QOS) on a calibrated site: each partition's model fitted by
+  the product's own fit on a history of runs drawn from the same mix (true times, never the replay's);
+  the job runs the real launcher with a stand-in trainer (``site_standin``) that sleeps its true time
+  and writes ultralytics' progress, so USR2 checkpoints and requeues run as in production;
+- ``slurm-yolo-day-one``: the same on the GPU-type priors alone (nothing calibrated: limits doubled);
+- ``oracle``: the same sizing and partition choice, the limit its true run time: what no predictor beats.
+
+Time: the scenario's ``scale`` simulated seconds pass per real second (jobs sleep true / scale); Slurm
+limits are whole real minutes, so a limit is rounded up to ``scale`` simulated minutes, and a limit
+under 3 real minutes gets no USR2 (Slurm checks signal times about once a minute). Every figure is
+in simulated time. The slurm-yolo hooks do not run here (no holds, settlements or feedback): tokens
+are what the ledger's rule charges (elapsed x GPUs x price) on sacct's records.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from bench import site_metrics, site_standin, site_workload
+from bench.site_workload import Job, Scenario
+from slurm_yolo.core.limits import SIGNAL_EARLY, SIGNAL_MIN_LEAD, SIGNAL_MIN_LIMIT, usr2_lead
+from slurm_yolo.core.model.estimate import fmt_tokens
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = Path(os.environ.get("SLURM_YOLO_VENV", "/opt/slurm-yolo/venv"))
+WORK = Path("/tmp/slurm-yolo-replay")  # job folders, datasets, the stand-in's copy: every user reads them
+STATE = Path("/var/lib/slurm-yolo-cluster")
+ARMS = ("habits", "slurm-yolo", "slurm-yolo-day-one", "oracle")
+CLUSTER_NAMES = {"habits": "rhabits", "slurm-yolo": "ryolo", "slurm-yolo-day-one": "ryolo1", "oracle": "roracle"}
+STARTUP_MARGIN = 5.0  # real seconds the oracle's limit allows past the true time: the launcher's own start
+METRIC_KEYS = (
+    "mean_wait_s",
+    "p95_wait_s",
+    "mean_jct_s",
+    "mean_bounded_slowdown",
+    "makespan_s",
+    "gpu_hours_allocated",
+    "gpu_hours_busy",
+    "utilisation",
+    "killed",
+    "requeued",
+    "gpu_hours_lost",
+    "tokens_charged",
+    "jobs",
+)
+
+
+class Cluster:
+    """One arm's replay cluster (``deploy/replaycluster``, its own state folder and ports)."""
+
+    def __init__(self, arm: str, index: int, sc: Scenario) -> None:
+        self.arm, self.name = arm, CLUSTER_NAMES.get(arm, f"r{index}")
+        self.state = STATE / f"replay-{self.name}"
+        self.env = {
+            **os.environ,
+            "REPLAYCLUSTER_STATE": str(self.state),
+            "REPLAYCLUSTER_PORT": str(6901 + 2 * index),
+            "REPLAYCLUSTER_NODE_PORT": str(17201 + 20 * index),
+        }
+        partitions = [
+            {
+                **{k: p[k] for k in ("name", "gpu_type", "nodes", "gpus_per_node", "cpus_per_node", "memory_mb")},
+                "max_time": int(p.get("max_time_minutes", 2880)),
+            }
+            for p in sc.cluster["partitions"]
+        ]
+        accounts: dict[str, list[str]] = {u: [v["account"]] for u, v in sc.users.items()}
+        self.spec = {
+            "name": self.name,
+            "partitions": partitions,
+            "users": accounts,
+            "slurm_conf": list(sc.cluster.get("slurm_conf", [])),
+        }
+        self.bin_dir = self.state / "bin"
+
+    def up(self) -> None:
+        spec = WORK / f"{self.name}.json"
+        spec.write_text(json.dumps(self.spec))
+        subprocess.run([str(ROOT / "deploy" / "replaycluster"), "up", str(spec)], env=self.env, check=True)
+
+    def down(self) -> None:
+        subprocess.run([str(ROOT / "deploy" / "replaycluster"), "down"], env=self.env, check=False)
+
+    def slurm(self, *argv: str, user: str = "", extra: dict[str, str] | None = None) -> str:
+        env = {**self.env, **(extra or {}), "SLURM_TIME_FORMAT": "%s"}
+        if user:
+            env["MINICLUSTER_USER"] = user
+        res = subprocess.run([str(self.bin_dir / argv[0]), *argv[1:]], env=env, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise RuntimeError(f"{self.name}: {' '.join(argv)}: {res.stderr.strip()[-300:]}")
+        return res.stdout
+
+    def idle(self) -> bool:
+        return not self.slurm("squeue", "-h", "-o", "%i").strip()
+
+
+def ensure_users(sc: Scenario) -> None:
+    """The scenario's users as unix users (the replay submits as each of them)."""
+    for user in sc.users:
+        if subprocess.run(["id", "-u", user], capture_output=True).returncode != 0:
+            subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", user], check=True)
+
+
+def datasets(jobs: list[Job]) -> dict[tuple[int, int], Path]:
+    """A data yaml per dataset size: image lists of that many names (the stand-in reads no image)."""
+    out = {}
+    for train, val in sorted({j.dataset for j in jobs}):
+        folder = WORK / "data" / f"ds-{train}-{val}"
+        yaml = folder / "data.yaml"
+        if not yaml.is_file():
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "train.txt").write_text("".join(f"./images/train/{i:08d}.jpg\n" for i in range(train)))
+            (folder / "val.txt").write_text("".join(f"./images/val/{i:08d}.jpg\n" for i in range(val)))
+            yaml.write_text(f"path: {folder}\ntrain: train.txt\nval: val.txt\nnames:\n  0: object\n")
+        out[(train, val)] = yaml
+    return out
+
+
+def standin_path() -> Path:
+    """The stand-in, where every user's job can import it (``PYTHONPATH``)."""
+    target = WORK / "py" / "bench"
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "bench" / "__init__.py", target / "__init__.py")
+    shutil.copy(ROOT / "bench" / "site_standin.py", target / "site_standin.py")
+    return WORK / "py"
+
+
+def arm_config(arm: str, cluster: Cluster, sc: Scenario) -> Path:
+    """The slurm-yolo config of a product arm: the replay's partitions (real cards, nodes from Slurm),
+    its own state, and the partitions' models in simulated time over ``scale`` (the plans' seconds are
+    the replay's real ones)."""
+    from slurm_yolo.core import config as config_mod
+    from slurm_yolo.state import calibration
+
+    home = WORK / arm / "state"
+    shutil.rmtree(WORK / arm / "state", ignore_errors=True)
+    home.mkdir(parents=True)
+    shutil.chown(home, "slurm", "slurm")
+    parts = "".join(
+        f'\n[partitions.{p["name"]}]\ngpu_type = "{p["gpu_type"]}"\ngpus_per_node = {p["gpus_per_node"]}\n'
+        f"shards_per_gpu = 4\ncost_per_gpu_hour = {sc.prices.get(p['name'], 0) / 1000:g}\n"
+        for p in sc.cluster["partitions"]
+    )
+    path = WORK / arm / "config.toml"
+    path.write_text(
+        f'[job]\npython = "{VENV / "bin" / "python"}"\ncpus_per_gpu = 1\nsignal_seconds = 60\n'
+        f'[slurm]\nbin_dir = "{cluster.bin_dir}"\n[paths]\nstate_dir = "{home}"\nowner = "slurm"\n'
+        '[estimate]\nbuffer = 0.20\n[qos]\nshort = "yolo-short"\nshort_max_minutes = 60\nprod = "yolo-prod"\n'
+        'dev = "yolo-dev"\nexplore = "yolo-explore"\n' + parts
+    )
+    path.chmod(0o644)
+    config = config_mod.load(path)
+    with calibration.Store(config) as store:
+        for p in sc.cluster["partitions"]:
+            prior = scaled(calibration.prior(config, p["name"]), sc.scale)
+            model = prior if arm == "slurm-yolo-day-one" else fitted(prior, p, sc, config)
+            store.save(p["name"], model, f"replay {arm}")
+        store.publish()
+    return path
+
+
+SECONDS_TERMS = (
+    "k",
+    "overhead_seconds",
+    "iteration_seconds",
+    "startup_seconds",
+    "epoch_seconds",
+    "val_pass_seconds",
+    "loader_seconds",
+    "image_seconds",
+    "val_image_seconds",
+)
+
+
+def scaled(tm: Any, scale: float) -> Any:
+    """A time model whose every seconds term runs ``scale`` times faster."""
+    return replace(tm, **{k: getattr(tm, k) / scale for k in SECONDS_TERMS})
+
+
+def fitted(prior: Any, part: dict[str, Any], sc: Scenario, config: Any) -> Any:
+    """The partition's model fitted by the product's own fit on the scenario's history: each history
+    job run once on this card at the plan's CPUs, its true (scaled) time as its sample."""
+    from slurm_yolo.core import sizing
+    from slurm_yolo.core.config import Partition
+    from slurm_yolo.core.model import fitting
+    from slurm_yolo.core.model.estimate import Workload
+    from slurm_yolo.core.model.timemodel import Sample
+
+    shape = Partition(
+        part["name"],
+        gpu_type=part["gpu_type"],
+        gpus_per_node=part["gpus_per_node"],
+        node_cpus_per_gpu=part["cpus_per_node"] // part["gpus_per_node"],
+    )
+    ref = config.estimate.reference_gflops
+    samples = []
+    for j in sc.history:
+        w = Workload(**j.workload())
+        _, cores, _ = sizing.cpus(w, prior, shape, 1, 0, config.job.cpus_per_gpu, ref)
+        total = j.true_seconds(part["gpu_type"], 1, cores) / sc.scale
+        samples.append(Sample(w, 1, total * (1 - site_standin.STARTUP_SHARE), j.name, total, cores))
+    return fitting.fit(samples, prior, shape.ddp_efficiency, ref, config.estimate.coverage)
+
+
+class Replay:
+    """One arm's submissions and what they were."""
+
+    def __init__(self, arm: str, cluster: Cluster, sc: Scenario, yamls: dict[tuple[int, int], Path], py: Path) -> None:
+        self.arm, self.cluster, self.sc, self.yamls, self.py = arm, cluster, sc, yamls, py
+        self.dir = WORK / arm
+        self.clock = self.dir / "clock"
+        self.config = arm_config(arm, cluster, sc) if arm != "habits" else None
+        self.submitted: dict[str, float] = {}
+        self.errors: list[str] = []
+
+    def prepare(self) -> None:
+        shutil.rmtree(self.clock, ignore_errors=True)
+        self.clock.mkdir(parents=True)
+        self.clock.chmod(0o1777)
+        for user in self.sc.users:
+            folder = self.dir / "jobs" / user
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            shutil.chown(folder, user)
+        for line in self.cluster.slurm("squeue", "-h", "-o", "%i").split():
+            self.cluster.slurm("scancel", line)
+
+    def env(self, job: Job) -> dict[str, str]:
+        told = {
+            "workload": job.workload(),
+            "ratio": job.ratio,
+            "scale": self.sc.scale,
+            "gpu_types": self.sc.gpu_types,
+            "log_dir": str(self.clock),
+        }
+        return {
+            "PYTHONPATH": str(self.py),
+            "SLURM_YOLO_STANDIN": json.dumps(told),
+            "SLURM_YOLO_TRAINER": "bench.site_standin",
+        }
+
+    def words(self, job: Job) -> list[str]:
+        yaml = self.yamls[job.dataset]
+        return [w if not w.startswith("data=") else f"data={yaml}" for w in job.words]
+
+    def as_user(self, job: Job, argv: list[str], extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        env = [f"{k}={v}" for k, v in extra.items()]
+        path = f"PATH={self.cluster.bin_dir}:{VENV / 'bin'}:/usr/local/bin:/usr/bin:/bin"
+        return subprocess.run(  # a clean environment: the user's, not this process's (SLURM_YOLO_HOME, ...)
+            ["runuser", "-u", job.user, "--", "env", "-i", path, "LANG=C.UTF-8", *env, *argv],
+            cwd=self.dir / "jobs" / job.user,
+            capture_output=True,
+            text=True,
+        )
+
+    def submit(self, job: Job) -> None:
+        res = self.habits(job) if self.arm == "habits" else self.through_product(job)
+        if res.returncode != 0:
+            self.errors.append(f"{job.name}: {(res.stderr or res.stdout).strip()[-300:]}")
+            return
+        self.submitted[job.name] = time.time()
+
+    def habits(self, job: Job) -> subprocess.CompletedProcess[str]:
+        part = job.habit_partition
+        gtype = self.sc.gpu_types[part]
+        limit = next(int(p.get("max_time_minutes", 2880)) for p in self.sc.cluster["partitions"] if p["name"] == part)
+        script = (
+            "#!/bin/bash\n"
+            f"#SBATCH --job-name={job.name}\n#SBATCH --partition={part}\n#SBATCH --gres=gpu:{gtype}:{job.habit_gpus}\n"
+            f"#SBATCH --cpus-per-task={int(self.sc.habits.get('cpus_per_task', 4))}\n"
+            f"#SBATCH --time={max(1, math.ceil(limit / self.sc.scale))}\n#SBATCH --account={job.account}\n"
+            f"#SBATCH --output=%x-%j.out\nexec {VENV / 'bin' / 'python'} -m bench.site_standin --plain\n"
+        )
+        path = self.dir / "jobs" / job.user / f"{job.name}.sbatch"
+        path.write_text(script)
+        shutil.chown(path, job.user)
+        return self.as_user(
+            job, ["sbatch", str(path)], {**self.env(job), "SLURM_CONF": str(self.cluster.state / "etc" / "slurm.conf")}
+        )
+
+    def through_product(self, job: Job) -> subprocess.CompletedProcess[str]:
+        assert self.config is not None
+        extra = {
+            **self.env(job),
+            "SLURM_YOLO_CONFIG": str(self.config),
+            "SLURM_CONF": str(self.cluster.state / "etc" / "slurm.conf"),
+        }
+        argv = ["yolo-sbatch", "-A", job.account, "-J", job.name]
+        if self.arm == "oracle":
+            dry = self.as_user(job, [*argv, "--dry-run", "--json", *self.words(job)], extra)
+            if dry.returncode != 0:
+                return dry
+            plan = json.loads(dry.stdout)
+            cores = max(1, plan["cpus"] // max(1, plan["gpus"]))
+            true = job.true_seconds(self.sc.gpu_types[plan["partition"]], plan["gpus"], cores, plan["shard_share"])
+            # the true time, and the USR2 lead (which Slurm may send a minute early) past it: at its USR2 the
+            # launcher would checkpoint and requeue a run that was about to finish
+            need = true / self.sc.scale + STARTUP_MARGIN
+            limit = math.ceil(need / 60)
+            if limit * 60 >= SIGNAL_MIN_LIMIT:
+                lead = usr2_lead(math.ceil((need + SIGNAL_MIN_LEAD + SIGNAL_EARLY) / 60) * 60, 60)
+                limit = math.ceil((need + lead + SIGNAL_EARLY) / 60)
+            argv += ["-p", plan["partition"], "-t", f"{limit}m"]
+        return self.as_user(job, [*argv, *self.words(job)], extra)
+
+    def run(self, t0: float) -> None:
+        """Submit each job at its time (each from a thread of its own: users of a burst submit at
+        once, and a yolo-sbatch plans for a second or two), then wait until every one has ended."""
+
+        def at(job: Job) -> None:
+            delay = t0 + job.submit / self.sc.scale - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            self.submit(job)
+
+        threads = [threading.Thread(target=at, args=(job,)) for job in self.sc.jobs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        while not self.cluster.idle():
+            time.sleep(5)
+
+    def metrics(self, t0: float) -> dict[str, Any]:
+        text = self.cluster.slurm(
+            "sacct",
+            "-M",
+            self.cluster.name,
+            "-X",
+            "-D",
+            "-n",
+            "-P",
+            "-S",
+            time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t0 - 5)),
+            "-o",
+            ",".join(site_metrics.FIELDS),
+        )
+        runs = site_metrics.parse_runs(text)
+        out = site_metrics.arm_metrics(
+            runs, self.submitted, site_metrics.clock(self.clock), self.sc.scale, self.sc.capacity, self.sc.prices
+        )
+        out["errors"] = self.errors
+        return out
+
+
+def table(results: dict[str, dict[str, Any]]) -> str:
+    rows: list[tuple[str, str, Callable[[Any], str]]] = [
+        ("mean wait", "mean_wait_s", lambda v: f"{v / 60:.0f} min"),
+        ("median wait", "median_wait_s", lambda v: f"{v / 60:.0f} min"),
+        ("p95 wait", "p95_wait_s", lambda v: f"{v / 60:.0f} min"),
+        ("mean JCT", "mean_jct_s", lambda v: f"{v / 3600:.2f} h"),
+        ("mean bounded slowdown", "mean_bounded_slowdown", lambda v: f"{v:.2f}"),
+        ("makespan", "makespan_s", lambda v: f"{v / 3600:.2f} h"),
+        ("GPU-h allocated", "gpu_hours_allocated", lambda v: f"{v:.1f}"),
+        ("GPU-h busy", "gpu_hours_busy", lambda v: f"{v:.1f}"),
+        ("utilisation (burst)", "utilisation", lambda v: f"{v:.0%}"),
+        ("burst", "burst_s", lambda v: f"{v / 3600:.2f} h"),
+        ("utilisation (makespan)", "utilisation_makespan", lambda v: f"{v:.0%}"),
+        ("killed at limit", "killed", str),
+        ("requeued", "requeued", str),
+        ("GPU-h lost", "gpu_hours_lost", lambda v: f"{v:.2f}"),
+        ("tokens charged", "tokens_charged", lambda v: fmt_tokens(v)),
+        ("jobs ended", "jobs", str),
+    ]
+    arms = list(results)
+    width = max(12, *(len(a) for a in arms))
+    lines = [f"{'':24}" + "".join(f"{a:>{width + 2}}" for a in arms)]
+    for label, key, fmt in rows:
+        lines.append(f"{label:24}" + "".join(f"{fmt(results[a][key]):>{width + 2}}" for a in arms))
+    return "\n".join(lines)
+
+
+def png(
+    results: dict[str, dict[str, Any]], busy: dict[str, tuple[list[float], list[float]]], capacity: float, path: Path
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for arm, r in results.items():
+        waits = [w / 60 for w in r["waits_s"]]
+        if waits:
+            left.step(sorted(waits), [(i + 1) / len(waits) for i in range(len(waits))], where="post", label=arm)
+        xs, ys = busy[arm]
+        right.step(xs, ys, where="post", label=arm)
+    left.set(xlabel="wait (simulated minutes)", ylabel="share of jobs waiting at most", title="Queue waits")
+    right.axhline(capacity, color="grey", linestyle=":")
+    right.set(xlabel="simulated hours", ylabel="GPUs training", title="GPUs busy")
+    left.legend()
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def replay(scenario: str, arms: list[str], out_png: Path, keep: bool = False) -> dict[str, Any]:
+    """Replay ``scenario`` once per arm, every arm at once on its own replay cluster; the report
+    (``--json``'s object; ``figures``: every arm's, waits included). ``keep``: leave the clusters up."""
+    started = time.time()
+    sc = site_workload.load(scenario)
+    WORK.mkdir(parents=True, exist_ok=True)
+    WORK.chmod(0o755)
+    ensure_users(sc)
+    yamls = datasets(sc.jobs)
+    py = standin_path()
+    clusters = [Cluster(arm, i, sc) for i, arm in enumerate(arms)]
+    for c in clusters:
+        c.up()
+    replays = [Replay(arm, c, sc, yamls, py) for arm, c in zip(arms, clusters, strict=True)]
+    for r in replays:
+        r.prepare()
+    t0 = time.time() + 5
+    threads = [threading.Thread(target=r.run, args=(t0,)) for r in replays]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    results = {r.arm: r.metrics(t0) for r in replays}
+    busy = {r.arm: site_metrics.busy_over_time(site_metrics.clock(r.clock), t0, sc.scale) for r in replays}
+    if not keep:
+        for c in clusters:
+            c.down()
+    png(results, busy, sc.capacity, out_png)
+    return {
+        "scenario": sc.name,
+        "scale": sc.scale,
+        "jobs": len(sc.jobs),
+        "gpus": sc.capacity,
+        "wall_seconds": round(time.time() - started),
+        "t0": t0,
+        "clusters": {c.arm: c.name for c in clusters},
+        "arms": {
+            a: {k: r[k] for k in (*METRIC_KEYS, "median_wait_s", "burst_s", "utilisation_makespan", "errors")}
+            for a, r in results.items()
+        },
+        "figures": results,
+        "claims": sc.claims,
+        "notes": sc.notes,
+        "png": str(out_png),
+    }
+
+
+def main(argv: list[str]) -> None:
+    args = list(argv)
+    as_json = "--json" in args
+    keep = "--keep" in args
+    arms = list(ARMS)
+    out_png = Path("site-replay.png")
+    for flag in ("--arms", "--png"):
+        if flag in args:
+            i = args.index(flag)
+            if flag == "--arms":
+                arms = args[i + 1].split(",")
+            else:
+                out_png = Path(args[i + 1])
+            del args[i : i + 2]
+    names = [a for a in args if not a.startswith("--")]
+    if len(names) != 1 or any(a not in ARMS for a in arms):
+        sys.exit(
+            f"usage: python -m bench site SCENARIO|PATH.json [--json] [--arms {','.join(ARMS)}] [--png PATH] [--keep]"
+        )
+    if os.geteuid() != 0:
+        sys.exit("bench site: must run as root (it starts replay clusters and submits as the scenario's users)")
+    report = replay(names[0], arms, out_png, keep)
+    if as_json:
+        print(json.dumps({k: v for k, v in report.items() if k != "figures"}, indent=1))
+        return
+    results, sc_name, wall = report["figures"], report["scenario"], report["wall_seconds"]
+    print(
+        f"site replay {sc_name}: {report['jobs']} jobs on {report['gpus']:g} GPUs, x{report['scale']:g} time,"
+        f" {wall / 60:.1f} min here"
+    )
+    print(table(results))
+    for a, figures in results.items():
+        for e in figures["errors"]:
+            print(f"  {a}: not submitted: {e}")
+    for line in [*report["notes"], *report["claims"]]:
+        print(f"  {line}")
+    print(f"  the PNG: {report['png']}")
