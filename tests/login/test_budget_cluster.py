@@ -696,6 +696,7 @@ def test_auto_partition_trials_are_no_claim_on_the_budget(lean: Slurm) -> None:
         assert _refusal_alerts(lean, "vision") == alerts
     finally:
         lean.cmd("scancel", "-A", "vision", check=False)
+        lean.cli("ledger", "tiers", "yolo-dev", "--remove", check=False)  # the ledger may be the clusters' shared one
         shutil.rmtree(work, ignore_errors=True)
 
 
