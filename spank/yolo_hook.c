@@ -35,7 +35,7 @@
 #endif
 #define REPLY_TIMEOUT_MS 30000
 #define ADMIT_TIMEOUT_MS 8000 /* slurmctld waits on it, its job lock held; hookd answers within 5 s */
-#define MAX_REQUEST (1 << 20)
+#define MAX_REQUEST      (1 << 20)
 
 extern char **environ;
 
@@ -44,8 +44,10 @@ static const char *event_of(int argc, char **argv)
 	const char *ctx = getenv("SLURM_SCRIPT_CONTEXT");
 	const char *ev = argc > 1 ? argv[1] : NULL;
 
-	if (!ev && ctx)
-		ev = !strcmp(ctx, "prolog_slurmctld") ? "prolog" : !strcmp(ctx, "epilog_slurmctld") ? "epilog" : NULL;
+	if (!ev && ctx && !strcmp(ctx, "prolog_slurmctld"))
+		ev = "prolog";
+	else if (!ev && ctx && !strcmp(ctx, "epilog_slurmctld"))
+		ev = "epilog";
 	if (ev && (!strcmp(ev, "prolog") || !strcmp(ev, "epilog")))
 		return ev;
 	return NULL;
@@ -104,7 +106,8 @@ static ssize_t ask(const char *req, size_t len, char *reply, size_t cap, int tim
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -1;
-	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) || send_all(fd, req, len) || shutdown(fd, SHUT_WR))
+	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) || send_all(fd, req, len) ||
+	    shutdown(fd, SHUT_WR))
 		goto out;
 	pfd.fd = fd;
 	pfd.events = POLLIN;
@@ -190,7 +193,8 @@ int main(int argc, char **argv)
 	ev = event_of(argc, argv);
 
 	if (!ev) {
-		fprintf(stderr, "slurm-yolo-hook: cannot tell prolog from epilog (no SLURM_SCRIPT_CONTEXT, no argument)\n");
+		fprintf(stderr, "slurm-yolo-hook: cannot tell prolog from epilog (no SLURM_SCRIPT_CONTEXT, "
+				"no argument)\n");
 		return 0;
 	}
 	if (!forward(ev))
