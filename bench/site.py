@@ -16,8 +16,11 @@ Arms (docs/benchmarks.md, "The site replay"):
 Time: the scenario's ``scale`` simulated seconds pass per real second (jobs sleep true / scale); Slurm
 limits are whole real minutes, so a limit is rounded up to ``scale`` simulated minutes, and a limit
 under 3 real minutes gets no USR2 (Slurm checks signal times about once a minute). Every figure is
-in simulated time. The slurm-yolo hooks do not run here (no holds, settlements or feedback): tokens
-are what the ledger's rule charges (elapsed x GPUs x price) on sacct's records.
+in simulated time. A product arm's cluster runs the slurm-yolo hooks on books of its own (holds,
+settlements, feedback into its time models, admission): its tokens are what its ledger charged, at
+each partition's price per simulated GPU-second (``tokens_by_rule``: the same rule on sacct's records,
+``ledger_check`` and ``ledger_audit``: the books' proof and sacct against them); the habits arm's
+are the rule's on sacct's records.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ WORK = Path("/tmp/slurm-yolo-replay")  # job folders, datasets, the stand-in's c
 STATE = Path("/var/lib/slurm-yolo-cluster")
 ARMS = ("habits", "slurm-yolo", "slurm-yolo-day-one", "oracle")
 CLUSTER_NAMES = {"habits": "rhabits", "slurm-yolo": "ryolo", "slurm-yolo-day-one": "ryolo1", "oracle": "roracle"}
+LEDGER_KEYS = ("tokens_by_rule", "ledger_charged", "ledger_held", "ledger_check", "ledger_audit")
+SETTLE_WAIT = 60.0  # seconds the books may take to settle the last runs after squeue is empty
+FUNDS = "1000T"  # each account of a product arm: past any hold a replay makes
 STARTUP_MARGIN = 5.0  # real seconds the oracle's limit allows past the true time: the launcher's own start
 METRIC_KEYS = (
     "mean_wait_s",
@@ -231,6 +237,81 @@ class Replay:
         self.config = arm_config(arm, cluster, sc) if arm != "habits" else None
         self.submitted: dict[str, float] = {}
         self.errors: list[str] = []
+
+    def install_hooks(self) -> None:
+        """A product arm's cluster runs the slurm-yolo hooks against the arm's own books, as a site's
+        does: PrologSlurmctld and EpilogSlurmctld through wrappers naming the arm's config (as
+        deploy/minicluster's), and the admission job_submit.lua of ``ledger admission-script``. The
+        hook client's hookd is left out: each hook is the Python one, which does the whole work."""
+        if self.config is None:
+            return
+        etc = self.cluster.state / "etc"
+        etc.mkdir(parents=True, exist_ok=True)
+        lines = []
+        for event in ("prolog", "epilog"):
+            wrapper = self.dir / event
+            wrapper.write_text(
+                f"#!/bin/sh\n# {event.capitalize()}Slurmctld of the replay arm {self.arm}: its own slurm-yolo config\n"
+                f"unset SLURM_YOLO_HOME\nSLURM_YOLO_CONFIG={self.config}\nexport SLURM_YOLO_CONFIG\n"
+                f'exec {VENV / "bin" / f"slurm-yolo-{event}"} "$@"\n'
+            )
+            wrapper.chmod(0o755)
+            lines.append(f"{event.capitalize()}Slurmctld={wrapper}")
+        lua = self.yolo("ledger", "admission-script", "--cluster", self.cluster.name)
+        (etc / "job_submit.lua").write_text(lua)
+        (etc / "job_submit.lua").chmod(0o644)
+        self.cluster.spec["slurm_conf"] = [*self.cluster.spec["slurm_conf"], *lines, "JobSubmitPlugins=lua"]
+
+    def fund(self) -> None:
+        """The arm's books: each account funded past any hold the replay could make (it measures the
+        schedule, not budgets), and each partition's price per real GPU-second: the scenario's per
+        simulated one times the scale, so a run pays what its simulated time costs."""
+        if self.config is None:
+            return
+        for account in sorted({u["account"] for u in self.sc.users.values()}):
+            self.yolo("ledger", "deposit", account, FUNDS)
+        for part, price in self.sc.prices.items():
+            self.yolo("ledger", "price", "set", part, f"{price * self.sc.scale:.0f}", "--reason", "site replay")
+        self.yolo("ledger", "publish")
+
+    def yolo_run(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        """A slurm-yolo admin command on the arm's config (and nothing of this process's), as root."""
+        assert self.config is not None
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_YOLO_")}
+        env["SLURM_YOLO_CONFIG"] = str(self.config)
+        return subprocess.run([str(VENV / "bin" / "slurm-yolo"), *argv], env=env, capture_output=True, text=True)
+
+    def yolo(self, *argv: str) -> str:
+        """``yolo_run``'s output; its error raised."""
+        res = self.yolo_run(*argv)
+        if res.returncode != 0:
+            raise RuntimeError(f"{self.arm}: slurm-yolo {' '.join(argv)}: {(res.stderr or res.stdout).strip()[-300:]}")
+        return res.stdout
+
+    def ledger_figures(self) -> dict[str, Any]:
+        """What the arm's books say once every run ended: tokens charged and still held over its
+        accounts, the books' proof (``ledger check``) and sacct against the ledger (``ledger audit``:
+        every run held and settled once, at what its record costs)."""
+        if self.config is None:
+            return {}
+        deadline = time.time() + SETTLE_WAIT
+        while True:  # the last epilogs may still be settling when squeue is empty
+            balances = json.loads(self.yolo("ledger", "balance", "--json"))
+            rows = balances if isinstance(balances, list) else balances.get("accounts", [balances])
+            charged = sum(int(r.get("charged", 0)) for r in rows)
+            held = sum(int(r.get("held", 0)) for r in rows)
+            if held == 0 or time.time() > deadline:
+                break
+            time.sleep(2)
+        check = self.yolo_run("ledger", "check")
+        audit = self.yolo_run("ledger", "audit", "--since", "now-1days", "--min-age", "0", "--json")
+        return {
+            "tokens_by_rule": None,  # set by replay(): sacct's records at the partitions' prices
+            "ledger_charged": charged,
+            "ledger_held": held,
+            "ledger_check": check.returncode == 0 or (check.stdout + check.stderr).strip(),
+            "ledger_audit": audit.stdout.strip() if audit.returncode != 0 else "",
+        }
 
     def prepare(self) -> None:
         shutil.rmtree(self.clock, ignore_errors=True)
@@ -424,10 +505,11 @@ def replay(scenario: str, arms: list[str], out_png: Path, keep: bool = False) ->
     yamls = datasets(sc.jobs)
     py = standin_path()
     clusters = [Cluster(arm, i, sc) for i, arm in enumerate(arms)]
-    for c in clusters:
-        c.up()
     replays = [Replay(arm, c, sc, yamls, py) for arm, c in zip(arms, clusters, strict=True)]
     for r in replays:
+        r.install_hooks()
+        r.cluster.up()
+        r.fund()
         r.prepare()
     t0 = time.time() + 5
     threads = [threading.Thread(target=r.run, args=(t0,)) for r in replays]
@@ -435,7 +517,12 @@ def replay(scenario: str, arms: list[str], out_png: Path, keep: bool = False) ->
         t.start()
     for t in threads:
         t.join()
-    results = {r.arm: r.metrics(t0) for r in replays}
+    results = {}
+    for r in replays:
+        results[r.arm] = {**r.metrics(t0), **r.ledger_figures()}
+        if "ledger_charged" in results[r.arm]:  # a product arm's charge is its books'
+            results[r.arm]["tokens_by_rule"] = results[r.arm]["tokens_charged"]
+            results[r.arm]["tokens_charged"] = results[r.arm]["ledger_charged"]
     busy = {r.arm: site_metrics.busy_over_time(site_metrics.clock(r.clock), t0, sc.scale) for r in replays}
     if not keep:
         for c in clusters:
@@ -450,7 +537,11 @@ def replay(scenario: str, arms: list[str], out_png: Path, keep: bool = False) ->
         "t0": t0,
         "clusters": {c.arm: c.name for c in clusters},
         "arms": {
-            a: {k: r[k] for k in (*METRIC_KEYS, "median_wait_s", "burst_s", "utilisation_makespan", "errors")}
+            a: {
+                k: r[k]
+                for k in (*METRIC_KEYS, "median_wait_s", "burst_s", "utilisation_makespan", "errors", *LEDGER_KEYS)
+                if k in r
+            }
             for a, r in results.items()
         },
         "figures": results,
