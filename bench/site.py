@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -48,6 +49,17 @@ VENV = Path(os.environ.get("SLURM_YOLO_VENV", "/opt/slurm-yolo/venv"))
 WORK = Path("/tmp/slurm-yolo-replay")  # job folders, datasets, the stand-in's copy: every user reads them
 STATE = Path("/var/lib/slurm-yolo-cluster")
 ARMS = ("habits", "slurm-yolo", "slurm-yolo-day-one", "oracle")
+# Policy variants of the calibrated slurm-yolo arm (``--arms``; docs/benchmarks.md has their table):
+# [estimate] settings of the arm's config, and "time_min": the plan's limit L becomes the job's
+# --time-min and its --time is TIME_MIN_STRETCH x L (Slurm's backfill may start it with any limit
+# between: a plan that schedules by the prediction and kills late), set by root before its release
+VARIANTS: dict[str, dict[str, Any]] = {
+    "slurm-yolo-tight": {"estimate": {"buffer": 0.05, "coverage": 0.8}},
+    "slurm-yolo-loose": {"estimate": {"buffer": 0.5, "coverage": 0.999}},
+    "slurm-yolo-time-min": {"time_min": True},
+}
+ALL_ARMS = (*ARMS, *VARIANTS)
+TIME_MIN_STRETCH = 3.0
 CLUSTER_NAMES = {"habits": "rhabits", "slurm-yolo": "ryolo", "slurm-yolo-day-one": "ryolo1", "oracle": "roracle"}
 LEDGER_KEYS = ("tokens_by_rule", "ledger_charged", "ledger_held", "ledger_check", "ledger_audit")
 SETTLE_WAIT = 60.0  # seconds the books may take to settle the last runs after squeue is empty
@@ -119,6 +131,16 @@ class Cluster:
         return not self.slurm("squeue", "-h", "-o", "%i").strip()
 
 
+def _minutes(text: str) -> int:
+    """Slurm's [D-]HH:MM:SS (or MM:SS, or MM) as whole minutes, rounded up."""
+    days, _, rest = text.rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    seconds = {1: lambda p: p[0] * 60, 2: lambda p: p[0] * 60 + p[1], 3: lambda p: p[0] * 3600 + p[1] * 60 + p[2]}[
+        len(parts)
+    ](parts)
+    return math.ceil((int(days or 0) * 86400 + seconds) / 60)
+
+
 def ensure_users(sc: Scenario) -> None:
     """The scenario's users as unix users (the replay submits as each of them)."""
     for user in sc.users:
@@ -166,12 +188,13 @@ def arm_config(arm: str, cluster: Cluster, sc: Scenario) -> Path:
         f"shards_per_gpu = 4\ncost_per_gpu_hour = {sc.prices.get(p['name'], 0) / 1000:g}\n"
         for p in sc.cluster["partitions"]
     )
+    estimate = {"buffer": 0.20, **VARIANTS.get(arm, {}).get("estimate", {})}
     path = WORK / arm / "config.toml"
     path.write_text(
         f'[job]\npython = "{VENV / "bin" / "python"}"\ncpus_per_gpu = 1\nsignal_seconds = 60\n'
         f'[slurm]\nbin_dir = "{cluster.bin_dir}"\n[paths]\nstate_dir = "{home}"\nowner = "slurm"\n'
-        '[estimate]\nbuffer = 0.20\n[qos]\nshort = "yolo-short"\nshort_max_minutes = 60\nprod = "yolo-prod"\n'
-        'dev = "yolo-dev"\nexplore = "yolo-explore"\n' + parts
+        "[estimate]\n" + "".join(f"{k} = {v}\n" for k, v in estimate.items()) + '[qos]\nshort = "yolo-short"\n'
+        'short_max_minutes = 60\nprod = "yolo-prod"\ndev = "yolo-dev"\nexplore = "yolo-explore"\n' + parts
     )
     path.chmod(0o644)
     config = config_mod.load(path)
@@ -401,7 +424,26 @@ class Replay:
                 lead = usr2_lead(math.ceil((need + SIGNAL_MIN_LEAD + SIGNAL_EARLY) / 60) * 60, 60)
                 limit = math.ceil((need + lead + SIGNAL_EARLY) / 60)
             argv += ["-p", plan["partition"], "-t", f"{limit}m"]
+        if VARIANTS.get(self.arm, {}).get("time_min"):
+            return self.time_min(job, [*argv, "--sbatch-arg=--hold", *self.words(job)], extra)
         return self.as_user(job, [*argv, *self.words(job)], extra)
+
+    def time_min(self, job: Job, argv: list[str], extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        """The time-min variant: submitted held, its limit L made --time-min and its --time
+        ``TIME_MIN_STRETCH`` x L by root (a user may only lower a limit), then released."""
+        res = self.as_user(job, argv, extra)
+        if res.returncode != 0:
+            return res
+        found = re.search(r"Submitted batch job ([0-9]+)", res.stdout)
+        if not found:
+            raise RuntimeError(f"{self.arm}: {job.name}: no job id in {res.stdout!r}")
+        job_id = found.group(1)
+        shown = self.cluster.slurm("scontrol", "show", "job", job_id).split()
+        minutes = next(_minutes(w.split("=", 1)[1]) for w in shown if w.startswith("TimeLimit="))
+        stretched = math.ceil(minutes * TIME_MIN_STRETCH)
+        self.cluster.slurm("scontrol", "update", f"JobId={job_id}", f"TimeLimit={stretched}", f"TimeMin={minutes}")
+        self.cluster.slurm("scontrol", "release", job_id)
+        return res
 
     def run(self, t0: float) -> None:
         """Submit each job at its time (each from a thread of its own: users of a burst submit at
@@ -566,9 +608,9 @@ def main(argv: list[str]) -> None:
                 out_png = Path(args[i + 1])
             del args[i : i + 2]
     names = [a for a in args if not a.startswith("--")]
-    if len(names) != 1 or any(a not in ARMS for a in arms):
+    if len(names) != 1 or any(a not in ALL_ARMS for a in arms):
         sys.exit(
-            f"usage: python -m bench site SCENARIO|PATH.json [--json] [--arms {','.join(ARMS)}] [--png PATH] [--keep]"
+            f"usage: python -m bench site SCENARIO|PATH.json [--json] [--arms {','.join(ALL_ARMS)}] [--png PATH] [--keep]"
         )
     if os.geteuid() != 0:
         sys.exit("bench site: must run as root (it starts replay clusters and submits as the scenario's users)")
