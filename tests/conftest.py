@@ -70,6 +70,18 @@ def site_config(home: Path) -> Path:
     return target
 
 
+@pytest.fixture
+def training_site(site_config: Path, yolo_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The bundled cluster's config whose jobs train with the tests' ultralytics settings (offline, a
+    font), run from the test's own folder (readable by the job): for tests that train real jobs."""
+    site_config.write_text(
+        site_config.read_text().replace("[job]\n", f'[job]\nyolo_config_dir = "{yolo_env["YOLO_CONFIG_DIR"]}"\n')
+    )
+    tmp_path.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    return site_config
+
+
 def mysql(statement: str) -> None:
     """A statement as MariaDB's root on the bundled 22.05 cluster's server (the one its slurmdbd uses)."""
     subprocess.run(["mysql", "--protocol=socket", "-e", statement], check=True, capture_output=True, timeout=60)
@@ -513,10 +525,10 @@ def records(seconds: list[float], imgsz: int = 320, images: int = 40) -> str:
 
 
 def run_reporting(
-    slurm: Slurm, work: Path, seconds: list[float], sleep: int, imgsz: int = 320, images: int = 40
+    slurm: Slurm, work: Path, seconds: list[float], sleep: int, imgsz: int = 320, images: int = 40, user: str = "alice"
 ) -> int:
-    """alice's job: its usage records (``records``), the launcher's reporter, then ``sleep`` seconds
-    more; its id."""
+    """``user``'s job (alice's by default): its usage records (``records``), the launcher's reporter,
+    then ``sleep`` seconds more; its id."""
     # the installed package (deploy/install), or in the 24.11 root this source tree with its own Python
     python = "/opt/slurm-yolo/venv/bin/python" if slurm.root == Path("/") else "PYTHONPATH=/opt/slurm-yolo/src python3"
     script = (
@@ -533,7 +545,7 @@ def run_reporting(
         str(work),
         "--comment=yolo:eff=1,pred_s=9",
         script=script,
-        user="alice",
+        user=user,
     )
 
 
@@ -576,3 +588,19 @@ def report_private_data(home: Path, private: str) -> None:
     )
     (fake / "scontrol").chmod(0o755)
     (home / "config.toml").write_text(f'[slurm]\nbin_dir = "{fake}"\n')
+
+
+def calibration_rows(config: config_mod.Config) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]], int]:
+    """(history, params, number of samples) of a calibration.db: what a calibrate that saves nothing
+    (``--dry-run``, a refused fit) leaves as it was."""
+    import sqlite3
+
+    conn = sqlite3.connect(calibration.db_path(config))
+    try:
+        return (
+            [tuple(r) for r in conn.execute("SELECT * FROM history ORDER BY id")],
+            [tuple(r) for r in conn.execute("SELECT * FROM params ORDER BY partition")],
+            conn.execute("SELECT COUNT(*) FROM samples").fetchone()[0],
+        )
+    finally:
+        conn.close()

@@ -11,6 +11,7 @@ anyway: no link, FIFO or device, only its owner's or root's, its tail alone.
 from __future__ import annotations
 
 import errno
+import itertools
 import pwd
 import re
 import time
@@ -38,6 +39,17 @@ class Alert:
     kind: str
     subject: str
     message: str
+
+
+class Prediction(NamedTuple):
+    """A recent job's prediction against its run: a requeued job's runs together."""
+
+    job: int
+    partition: str
+    predicted: float  # seconds
+    actual: float  # seconds, every run together
+    missed: bool  # hit its limit: a TIMEOUT or a requeue for time
+    limit: float | None = None  # its first run's limit, seconds (None: unknown)
 
 
 class Refusal(NamedTuple):
@@ -109,12 +121,11 @@ def check(
     refusals: int = 3,
     drift: float = 0.3,
     error_bound: float = 0.5,
-    predictions: list[tuple[int, str, float, float, bool]] | None = None,
+    predictions: Iterable[tuple[int, str, float, float, bool] | Prediction] | None = None,
     unreached: str = "",
     spend_per_week: float = 0.0,
 ) -> list[Alert]:
-    """All current alerts. ``predictions`` are recent (job, partition, predicted s, actual s, hit its
-    limit: a TIMEOUT or a requeue for time), a requeued job's runs together;
+    """All current alerts. ``predictions`` are recent ``Prediction``s (a 5-tuple: no limit known);
     ``unreached``: why sacct gave none (slurmdbd down), itself an alert; ``spend_per_week``: the
     money (the partitions' cost_per_gpu_hour) an account's runs of the last 7 days may cost before
     it is an alert (0: no money alert)."""
@@ -174,28 +185,73 @@ def check(
     for account, n in refusal_streaks(found, last_charge, time.time() - 7 * 86400).items():
         if n >= refusals:
             alerts.append(Alert("refusals", account, f"{n} submissions refused in a row for lack of tokens"))
-    week = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 7 * 86400))
-    by_partition: dict[str, list[calibration.HistoryEntry]] = {}
-    for h in calibration.history(config):
-        by_partition.setdefault(h.partition, []).append(h)
-    for part, entries in by_partition.items():
-        old = [h for h in entries if h.at <= week] or entries[:1]
-        k0, k1 = old[-1].model.k, entries[-1].model.k
-        if k0 > 0 and abs(k1 / k0 - 1) > drift:
-            alerts.append(Alert("k-drift", part, f"k moved {k1 / k0 - 1:+.0%} in a week ({k0:.4g} -> {k1:.4g})"))
-    for job, part, pred, actual, missed in predictions or []:
-        if missed:
+    alerts += drift_alerts(calibration.history(config), drift, time.time())
+    for p in (Prediction(*t) for t in predictions or []):
+        if p.missed:
+            alerts.append(Alert("limit", f"job {p.job}", f"on {p.partition}: {_limit_line(p)}"))
+        elif p.predicted > 0 and abs(p.actual - p.predicted) / p.predicted > error_bound:
             alerts.append(
                 Alert(
-                    "limit",
-                    f"job {job}",
-                    f"on {part}: hit its time limit (a TIMEOUT or a requeue for"
-                    f" time); predicted {pred:.0f} s, ran {actual:.0f} s in all",
+                    "prediction",
+                    f"job {p.job}",
+                    f"on {p.partition}: predicted {p.predicted:.0f} s, ran {p.actual:.0f} s",
                 )
             )
-        elif pred > 0 and abs(actual - pred) / pred > error_bound:
-            alerts.append(Alert("prediction", f"job {job}", f"on {part}: predicted {pred:.0f} s, ran {actual:.0f} s"))
     return alerts
+
+
+def _limit_line(p: Prediction) -> str:
+    """Why a job hit its limit, in words: a limit its user set below the prediction is hers, not the
+    model's miss."""
+    line = f"hit its time limit (a TIMEOUT or a requeue for time); predicted {p.predicted:.0f} s, ran {p.actual:.0f} s in all"
+    if p.limit is not None and 0 < p.limit < p.predicted:
+        line += (
+            f"; its user set its limit (-t {p.limit / 60:.0f} min) below the {p.predicted / 60:.0f} min predicted:"
+            " the limit was hers, not the time model's"
+        )
+    return line
+
+
+def _is_feedback(source: str) -> bool:
+    """A save by a job's feedback (``job N``; a published copy says "a job's feedback")."""
+    return source.startswith("job ") or source == "a job's feedback"
+
+
+def drift_causes(entries: list[calibration.HistoryEntry]) -> str:
+    """What moved k over ``entries`` (a partition's history, oldest first, the first one the model
+    before): each admin save (calibrate, recalibrate) with its own move, then the jobs' feedback
+    together, the jobs named."""
+    saves, jobs, fed = [], [], 1.0
+    for before, h in itertools.pairwise(entries):
+        k0, k1 = before.model.k, h.model.k
+        factor = k1 / k0 if k0 > 0 else 1.0
+        if _is_feedback(h.source):
+            fed *= factor
+            jobs.append(h.source.removeprefix("job "))
+        elif factor != 1.0:
+            saves.append(f"{h.source} at {h.at} (k {k0:.4g} -> {k1:.4g})")
+    if jobs and fed != 1.0:
+        named = [j for j in jobs if j.isdigit()]
+        which = f"jobs {', '.join(named[:8])}{', ...' if len(named) > 8 else ''}" if named else f"{len(jobs)} jobs"
+        saves.append(f"the feedback of {which} (k x{fed:.3f} together)")
+    return "; ".join(saves) or "no save in the window changed k"
+
+
+def drift_alerts(history: list[calibration.HistoryEntry], drift: float, now: float) -> list[Alert]:
+    """A partition whose k moved by more than ``drift`` in the last 7 days, with what moved it."""
+    week = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now - 7 * 86400))
+    by_partition: dict[str, list[calibration.HistoryEntry]] = {}
+    for h in history:
+        by_partition.setdefault(h.partition, []).append(h)
+    out = []
+    for part, entries in by_partition.items():
+        old = [i for i, h in enumerate(entries) if h.at <= week]
+        start = old[-1] if old else 0
+        k0, k1 = entries[start].model.k, entries[-1].model.k
+        if k0 > 0 and abs(k1 / k0 - 1) > drift:
+            why = drift_causes(entries[start:])
+            out.append(Alert("k-drift", part, f"k moved {k1 / k0 - 1:+.0%} in a week ({k0:.4g} -> {k1:.4g}): by {why}"))
+    return out
 
 
 def gpu_alerts(config: Config, now: float | None = None) -> list[Alert]:

@@ -18,6 +18,7 @@ import os
 import pwd
 import re
 import socket
+import sqlite3
 import stat
 import subprocess
 import time
@@ -29,7 +30,7 @@ from slurm_yolo.core import gputypes, sizing
 from slurm_yolo.core.config import Config, config_path
 from slurm_yolo.core.errors import SlurmError, SlurmYoloError
 from slurm_yolo.core.model.estimate import Workload
-from slurm_yolo.core.model.timemodel import components
+from slurm_yolo.core.model.timemodel import TimeModel, components
 from slurm_yolo.slurm import commands, nodes
 from slurm_yolo.slurm.parsers import ControllerConfig
 from slurm_yolo.state import availability, books, calibration, db, ledger
@@ -104,6 +105,7 @@ def check(config: Config, role: str = "auto") -> Report:
         problems += _slurm(cc, release, notes, (asked, answered))
     if role == "controller" and cc is not None:
         problems += _hooks(config, cc) + _client(config) + _admission(config, cc) + _qos(config) + _books(config, cc)
+        problems += _qos_grants(config, cc.values.get("ClusterName", ""))
         problems += _hookd(config)
         problems += _published(config, notes)
     elif role == "login":
@@ -115,28 +117,103 @@ def check(config: Config, role: str = "auto") -> Report:
     return Report(role, release, problems, notes)
 
 
+def probe_account(config: Config) -> str:
+    """The account a suggested probe job is billed to, so that the line runs as printed: the doctor's
+    user's default account, else the first account with a budget; "ACCOUNT" when neither is known."""
+    with contextlib.suppress(SlurmError, KeyError):
+        mine = commands.default_account(pwd.getpwuid(os.getuid()).pw_name, config.bin_dir)
+        if mine:
+            return mine
+    with contextlib.suppress(SlurmYoloError):
+        lg = ledger.reader(config)
+        if lg is not None:
+            with lg:
+                funded = [str(a["name"]) for a in lg.accounts() if a["credited"] > 0 or a["rate_per_day"] > 0]
+            if funded:
+                return funded[0]
+    return "ACCOUNT"
+
+
 def _time_models(config: Config, notes: list[str]) -> list[Problem]:
-    """A partition whose card the time model does not know is a problem (its limits would be a CPU's);
-    one still on its priors is a note that names it, with the first-day step."""
+    """A partition whose card the time model does not know is a problem (its limits would be a CPU's),
+    and so is one whose model's cross-validated error is over ``estimate.doctor_cv_error`` (with its
+    likely cause); one nobody has calibrated yet is a note with the first-day step."""
     out = []
+    account = ""
     for name, part in sorted(config.partitions.items()):
         unknown = gputypes.unknown_line(part)
         if unknown:
             out.append(Problem(unknown, f"set partitions.{name}.gpu_like (docs/admins.md: GPU types)"))
         cal = calibration.load(config, name)
+        tm = cal.model
+        if not (cal.stale or tm.n == 0 or (tm.cv_median or 0.0) > config.estimate.doctor_cv_error):
+            continue
+        account = account or probe_account(config)
+        probe = f"`slurm-yolo calibrate --probe {name} -A {account}`"
         if cal.stale:
             out.append(
                 Problem(
-                    f"{cal.stale}: its jobs plan with the GPU-type priors",
-                    f"calibrate it again on this card: `slurm-yolo calibrate --probe {name} -A ACCOUNT`",
+                    f"{cal.stale}: its jobs plan with the GPU-type priors", f"calibrate it again on this card: {probe}"
                 )
             )
-        elif cal.model.n == 0:
+        elif tm.n == 0:
             notes.append(
-                f"partition {name} plans with {cal.source}: run `slurm-yolo calibrate --probe {name}`"
-                " (one short real job) or calibrate from run folders"
+                f"partition {name} is not calibrated: its jobs plan with {_uncalibrated(config, name, cal.source)};"
+                f" run {probe} (one short real job, billed to {account}) or"
+                f" `slurm-yolo calibrate --partition {name} RUN_FOLDERS` (runs trained on its card)"
             )
+        else:
+            out.append(_poor_fit(config, name, tm, probe))
     return out + _starved(config)
+
+
+def _uncalibrated(config: Config, name: str, source: str) -> str:
+    """Where an uncalibrated partition's model comes from, in words: its priors, and whether its jobs'
+    feedback has moved them (``load``'s source then names the last job, "job 24 2026-...")."""
+    prior = calibration.prior_name(config, name).split(" (")[0]
+    if source.startswith(("job ", "a job's feedback")):
+        last, _, at = source.split(" (")[0].rpartition(" ")
+        return f"{prior}, as its jobs' feedback moved them (last: {last} at {at}), with no run of its own fitted"
+    return prior
+
+
+FEW_RUNS = 10  # fewer runs behind a fit than this: its cross-validated error is itself a guess
+
+
+def fit_causes(tm: TimeModel, sources: dict[str, int]) -> list[str]:
+    """The likely causes of a poor fit, each with what to do: few runs, run folders trained elsewhere
+    mixed in, runs on more than one GPU (DDP), and ``sources`` (``Store.sample_sources``) counted."""
+    out = []
+    if tm.n < FEW_RUNS:
+        out.append(f"few samples: {tm.n} runs behind it (a probe job adds a few measured on this partition)")
+    folders, jobs = sources.get("run-dir", 0), sources.get("job", 0)
+    if folders and jobs:
+        out.append(
+            f"mixed evidence: {folders} run folders (trained wherever they were, maybe on another card or a"
+            f" contended node) with {jobs} of this partition's jobs"
+        )
+    gpus = tm.covered.get("gpus")
+    if gpus and gpus[1] > 1:
+        out.append(
+            f"more than one card: its runs used {gpus[0]:g}-{gpus[1]:g} GPUs, and DDP's efficiency"
+            " (partitions.NAME.ddp_efficiency) is the config's guess"
+        )
+    return out or ["noisy runs: contended nodes (other jobs sharing their CPUs) or mixed workloads"]
+
+
+def _poor_fit(config: Config, name: str, tm: TimeModel, probe: str) -> Problem:
+    """A partition whose model predicts its own runs poorly (cross-validated), with its likely cause."""
+    sources: dict[str, int] = {}
+    with contextlib.suppress(SlurmYoloError, OSError, sqlite3.Error):
+        sources = calibration.sample_sources(config, name)
+    causes = fit_causes(tm, sources)
+    return Problem(
+        f"partition {name}: its time model misses its own runs by {tm.cv_median or 0:.0%} (median, cross-validated;"
+        f" p90 {tm.cv_p90 or 0:.0%}, bias {tm.cv_bias or 0:+.0%}), over the site's {config.estimate.doctor_cv_error:.0%}"
+        f" (estimate.doctor_cv_error): its limits are padded to cover that; likely cause: {'; '.join(causes)}",
+        f"calibrate it from runs measured alone on its card: {probe}, then check the fit with"
+        f" `slurm-yolo recalibrate -p {name} --dry-run`",
+    )
 
 
 def _starved(config: Config) -> list[Problem]:
@@ -340,6 +417,53 @@ def _qos(config: Config) -> list[Problem]:
                     f"sacctmgr -i add qos {name} (docs/site-install.md), and give it to the accounts",
                 )
             )
+    return out
+
+
+def _funded(config: Config) -> list[str]:
+    """The ledger's accounts with a budget (tokens credited, or a quota that refills), but the exempt."""
+    with contextlib.suppress(SlurmYoloError):
+        lg = ledger.reader(config)
+        if lg is not None:
+            with lg:
+                rows = lg.accounts()
+            exempt = set(config.ledger.exempt_accounts)
+            return [
+                str(a["name"]) for a in rows if (a["credited"] > 0 or a["rate_per_day"] > 0) and a["name"] not in exempt
+            ]
+    return []
+
+
+def _qos_grants(config: Config, cluster: str) -> list[Problem]:
+    """Each account with a budget may use every QOS tier the plans submit with (its associations'
+    QOS, which its users inherit): sbatch refuses a tier an association lacks ("Invalid qos
+    specification"), so a funded account without them cannot run those jobs. A tier Slurm lacks
+    altogether is ``_qos``'s line; an account with no association on this cluster is another
+    cluster's of a shared ledger."""
+    accounts = _funded(config)
+    if not accounts or not cluster:
+        return []
+    try:
+        known = set(commands.qos_names(config.bin_dir))
+        assocs = commands.association_qos(cluster, config.bin_dir)
+    except SlurmYoloError as e:
+        return [Problem(f"sacctmgr cannot list the associations' QOS ({e})", "check that slurmdbd runs")]
+    tiers = sorted({name for name in asdict(config.qos).values() if isinstance(name, str) and name in known})
+    out = []
+    for account in accounts:
+        mine = {user: qos for (acct, user), qos in assocs.items() if acct.lower() == account.lower()}
+        lacking = sorted({t for qos in mine.values() for t in tiers if t not in qos})
+        if not lacking:
+            continue
+        who = sorted(u for u, qos in mine.items() if u and set(lacking) - qos)
+        out.append(
+            Problem(
+                f"account {account} has a budget but may not use QOS {', '.join(lacking)} on {cluster}"
+                f" ({'its users ' + ', '.join(who) if who else 'its association'}): yolo-sbatch plans jobs in"
+                " those tiers, and Slurm refuses them (Invalid qos specification)",
+                f"sacctmgr -i modify account {account} where cluster={cluster} set QOS+={','.join(lacking)}",
+            )
+        )
     return out
 
 

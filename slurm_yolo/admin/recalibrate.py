@@ -9,7 +9,10 @@ one typical user's runs, which Huber then discounts as outliers of the rest; wit
 few, nothing tells her runs from the truth, and k still moves at most ``max_step`` a refit. A saved
 refit opens a new window for the users' feedback budgets (``feedback``). It also reports the time-limit buffer its cross-validation justifies, and the
 price that would bill each partition at its measured throughput, for an admin to apply or not: a
-refit never changes what a run costs.
+refit never changes what a run costs. A refit whose cross-validated error on the runs recorded since
+the partition's last fit is worse than the current model's is not applied (``calibration.judge``,
+as ``calibrate`` refuses it without ``--force``); the history names every applied one
+"recalibrate: N runs of D days".
 """
 
 from __future__ import annotations
@@ -52,8 +55,10 @@ def refit_partition(
 ) -> Refit:
     config = store.config
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - window_days * 86400))
-    samples = store.samples(partition, since=since)
-    old = calibration.load(config, partition).model
+    rows = store.sample_rows(partition, since=since)
+    samples = [r.sample for r in rows]
+    current = calibration.load(config, partition)
+    old = current.model
     base = config.estimate.buffer
     if len(samples) < min_samples:
         return Refit(
@@ -66,15 +71,19 @@ def refit_partition(
             buffer_for(old, 0.0, HOUR).value,
             base,
         )
-    new = calibration.fit_partition(config, partition, samples, old)
+    new, cv = calibration.fit_partition_cv(config, partition, samples, old)
+    verdict = calibration.judge(store, partition, rows, set(), current, cv)
     reason = f"refit on {len(samples)} runs"
+    if verdict.worse:  # as calibrate refuses it without --force: a cron has no one to force it
+        reason = f"{verdict.worse} (judged on {verdict.on}): kept the current model"
+        return Refit(partition, len(samples), old, new, False, reason, buffer_for(old, 0.0, HOUR).value, base)
     if old.n and old.k > 0:
         lo, hi = old.k / (1 + max_step), old.k * (1 + max_step)
         if not lo <= new.k <= hi:
             reason += f"; k step limited to {max_step:.0%} (fit says {new.k:.4g})"
             new = replace(new, k=min(max(new.k, lo), hi))
     if not dry_run:
-        store.save(partition, new, "recalibrate")
+        store.save(partition, new, f"recalibrate: {len(samples)} runs of {window_days:g} days")
     return Refit(partition, len(samples), old, new, not dry_run, reason, buffer_for(new, 0.0, HOUR).value, base)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -14,7 +15,9 @@ from slurm_yolo.cli import OneLineGroup, echo_json, library_errors, load_config
 from slurm_yolo.cli.job import COMMANDS as JOB_COMMANDS
 from slurm_yolo.cli.ledger import ledger_group
 from slurm_yolo.cli.report import COMMANDS as REPORT_COMMANDS
+from slurm_yolo.cli.stage import stage
 from slurm_yolo.core import logs
+from slurm_yolo.core.durations import fmt_minutes
 from slurm_yolo.core.errors import UsageError
 from slurm_yolo.core.model.timemodel import describe, startup_note
 from slurm_yolo.state import calibration
@@ -29,6 +32,7 @@ def main(debug: bool) -> None:
 
 
 main.add_command(ledger_group)
+main.add_command(stage)
 for _command in (*JOB_COMMANDS, *REPORT_COMMANDS):
     main.add_command(_command)
 
@@ -76,6 +80,23 @@ def config_show(as_json: bool) -> None:
     help="With --probe: the folder its own new folder is made in (default: here); the nodes must see it,"
     " and it must be yours or root's alone.",
 )
+@click.option("--dry-run", is_flag=True, help="Show the fit beside the current model; save nothing.")
+@click.option("--force", is_flag=True, help="Save a fit whose cross-validated error is worse than the current model's.")
+@click.option(
+    "--exclude-user",
+    "exclude_users",
+    multiple=True,
+    metavar="USER",
+    help="Leave this user's runs (her jobs, her run folders) out of this and later fits (repeatable).",
+)
+@click.option(
+    "--exclude-job",
+    "exclude_jobs",
+    multiple=True,
+    type=int,
+    metavar="ID",
+    help="Leave this job's run out of this and later fits (repeatable).",
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.argument("run_dirs", nargs=-1, type=click.Path(path_type=Path))
 @library_errors
@@ -84,39 +105,86 @@ def calibrate(
     probe: str | None,
     account: str | None,
     folder: Path,
+    dry_run: bool,
+    force: bool,
+    exclude_users: tuple[str, ...],
+    exclude_jobs: tuple[int, ...],
     as_json: bool,
     run_dirs: tuple[Path, ...],
 ) -> None:
     """Fit k (and the other terms the data supports) from ultralytics run folders, or from a probe job.
 
+    Shows the samples, the fit beside the current model on the same runs and a few reference jobs'
+    predictions before saving; a fit that cross-validates worse is not saved without --force.
+
     \b
-    slurm-yolo calibrate -p t4 /scratch/runs/detect/train*
+    slurm-yolo calibrate -p t4 --dry-run /scratch/runs/detect/train*
     slurm-yolo calibrate --probe a100 -A admin
+    slurm-yolo calibrate -p t4 --exclude-user mallory
     """
     config = load_config()
+    options = calibration.CalibrateOptions(
+        dry_run, force, calibration.uids(exclude_users), tuple(calibration.job_ids(exclude_jobs))
+    )
     if probe is not None:
         if partition or run_dirs:
             raise UsageError("--probe calibrates from its own job: give no --partition and no run folders")
         from slurm_yolo.login import probe as probe_mod
 
-        done = probe_mod.run(config, probe, account, folder, say=lambda line: click.echo(line, err=True))
+        say = functools.partial(click.echo, err=True)
+        done = probe_mod.run(config, probe, account, folder, say=say, options=options)
         click.echo(f"probe job {done.job_id} on {probe} completed; its runs are in {done.folder}/runs", err=as_json)
         result = done.result
-    elif not partition or not run_dirs:
+    elif not partition or not (run_dirs or exclude_users or exclude_jobs):
         raise UsageError("give --partition and run folders, or --probe PARTITION")
     else:
-        result = calibration.calibrate_runs(config, partition, list(run_dirs))
+        result = calibration.calibrate_runs(config, partition, list(run_dirs), options)
     if as_json:
         echo_json(result.to_dict())
-        return
-    tm = result.model
-    assert tm is not None
+    else:
+        _show_calibration(result, dry_run)
+    if result.worse and not result.saved and not dry_run:
+        raise UsageError(result.worse)
+
+
+def _percent(value: float | None, signed: bool = False) -> str:
+    return "-" if value is None else f"{value:+.1%}" if signed else f"{value:.1%}"
+
+
+def _show_calibration(result: calibration.CalibrationResult, dry_run: bool) -> None:
+    """A calibration's samples, its comparison with the current model, and what was saved."""
     for reason in result.skipped:
         click.echo(f"skipped: {reason}", err=True)
+    for note in result.notes:
+        click.echo(f"note: {note}", err=True)
     click.echo(calibration.calibrate_summary(result))
-    for line in describe(tm):
-        click.echo(line)
-    click.echo(startup_note(tm))
+    left_out = sum(1 for s in result.samples if s.excluded)
+    click.echo(f"samples ({len(result.samples) - left_out} in the fit, {left_out} left out):")
+    for s in result.samples:
+        what = f"job {s.job}" if s.job is not None else f"run folder {s.key}"
+        words = [what, f"user {s.user or '?'}"] + ["new"] * s.new
+        if s.excluded:
+            words.append(f"left out: {s.excluded}")
+        elif s.shared_with:
+            shown = ", ".join(map(str, s.shared_with[:5])) + (", ..." if len(s.shared_with) > 5 else "")
+            words.append(f"shared its node with {len(s.shared_with)} job(s) ({shown}): weight {s.weight:.2g}")
+        click.echo("  " + "; ".join(words))
+    click.echo(f"compared on {result.judged_on}:")
+    click.echo(f"  {'':<14} {'runs':>5} {'median':>8} {'p90':>8} {'bias':>8}")
+    for name, e in (("current model", result.current_errors), ("new fit", result.new_errors)):
+        cells = (_percent(e.median), _percent(e.p90), _percent(e.bias, signed=True))
+        click.echo(f"  {name:<14} {e.runs:>5} {cells[0]:>8} {cells[1]:>8} {cells[2]:>8}")
+    click.echo("reference jobs (1 GPU), predicted: current model -> new fit")
+    for job, before, after in result.references:
+        click.echo(f"  {job}: {fmt_minutes(before)} -> {fmt_minutes(after)} ({after / before - 1:+.0%})")
+    if result.saved:
+        assert result.model is not None
+        for line in describe(result.model):
+            click.echo(line)
+        click.echo(startup_note(result.model))
+        click.echo(f"saved; the history names it: {result.source}")
+    elif dry_run:
+        click.echo("dry run: nothing saved" + (f"; without it: {result.worse}" if result.worse else ""))
 
 
 @main.command()
@@ -167,11 +235,17 @@ def hookd() -> None:
 
 
 @main.command("k")
-@click.option("--partition", "-p", required=True)
+@click.argument("name", required=False, metavar="[PARTITION]")
+@click.option("--partition", "-p", default=None, help="The partition (or give it as the argument).")
 @click.option("--json", "as_json", is_flag=True)
 @library_errors
-def show_k(partition: str, as_json: bool) -> None:
-    """The partition's current time model (readable by every user)."""
+def show_k(name: str | None, partition: str | None, as_json: bool) -> None:
+    """The partition's current time model (readable by every user): slurm-yolo k t4, or -p t4."""
+    if name and partition and name != partition:
+        raise UsageError(f"two partitions given ({name} and -p {partition}): give one")
+    partition = name or partition
+    if not partition:
+        raise UsageError("give the partition: slurm-yolo k PARTITION (or -p PARTITION)")
     cal = calibration.load(load_config(), partition)
     if as_json:
         echo_json({"partition": partition, "source": cal.source, "model": asdict(cal.model)})

@@ -323,6 +323,12 @@ def price_show(as_json: bool) -> None:
             label = f"since {since}" if r in current else f"from {since}"
             why = f"{r['actor']}: {r['reason']}" if r["reason"] else f"set by {r['actor']}, no reason given"
             click.echo(f"{partition}{where}: {int(str(r['price'])):,} tokens per GPU-second {label} ({why})")
+    priced = {str(r["partition"]) for r in rows if float(str(r["effective_at"])) <= now}
+    for partition in sorted(set(config.partitions) - priced - set(led.exempt_partitions)):
+        click.echo(
+            f"{partition}: {led.default_price:,} tokens per GPU-second, the default (no price set:"
+            f" slurm-yolo ledger price set {partition} TOKENS_PER_GPU_SECOND)"
+        )
 
 
 @ledger_group.command()

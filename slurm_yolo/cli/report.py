@@ -236,18 +236,22 @@ def alerts(
 @click.option(
     "--textfile",
     "directory",
-    required=True,
+    default=None,
     type=click.Path(path_type=Path),
-    help="node_exporter's textfile-collector directory.",
+    help="node_exporter's textfile-collector directory: write slurm_yolo.prom there (default: print them).",
 )
 @library_errors
-def metrics(directory: Path) -> None:
-    """Write Prometheus metrics (balances, holds, burn, k, prediction error, waits) for node_exporter."""
-    from slurm_yolo.admin.report.metrics import write_textfile
+def metrics(directory: Path | None) -> None:
+    """Prometheus metrics (balances, holds, burn, k, prediction error, waits): printed, or written for
+    node_exporter's textfile collector (--textfile, as cron does)."""
+    from slurm_yolo.admin.report import metrics as metrics_mod
 
     config = load_config()
     visibility.require_admin(visibility.viewer(config), "slurm-yolo metrics")
-    click.echo(f"wrote {write_textfile(config, directory)}")
+    if directory is None:
+        click.echo(metrics_mod.text(config), nl=False)
+    else:
+        click.echo(f"wrote {metrics_mod.write_textfile(config, directory)}")
 
 
 COMMANDS = (report, job, recalibrate, alerts, metrics)

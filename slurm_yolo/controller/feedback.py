@@ -20,6 +20,11 @@ The summary is the user's own, so it is checked against Slurm and what it can mo
   whole: a prediction is a sum (and a max) of these terms, each times a workload's counts, so
   however a user's summaries mix them (k down with a compute-heavy job, everything up with a
   fixed-cost one, over and over), no prediction moves by more than 1 + USER_STEP either way.
+- Every user's jobs together, in the same window, move each term by a product within
+  [1/(1 + PARTITION_STEP), 1 + PARTITION_STEP]: without it, N colluding users (or N accounts of one
+  person) would move a partition x(1 + USER_STEP)^N. Once the partition's moves of a term reach the
+  bound, jobs can only move it back until an admin's save (the nightly ``recalibrate``, which weighs
+  every stored sample, each user's as a few runs) opens a new window.
 
 - No job changes ``n``, the number of runs the partition's model was fitted on: it sets the limit's
   buffer (an uncalibrated partition's limit is doubled) and when outliers are refused, so only an
@@ -54,6 +59,7 @@ ESTABLISHED = 5  # runs behind a model before outliers are rejected: until then 
 COMPUTE_SHARE = 0.25  # below this share of a run's predicted time, compute cannot be told from fixed costs
 JOB_STEP = 0.10  # one job moves a term by a factor within [1/(1 + JOB_STEP), 1 + JOB_STEP]
 USER_STEP = 0.10  # one user's jobs together, per admin save, within [1/(1 + USER_STEP), 1 + USER_STEP]
+PARTITION_STEP = 0.15  # every user's jobs together, per admin save, within [1/(1 + it), 1 + it]
 # The fixed time terms: feedback moves them all by one factor (k's, where fixed costs dominate a run).
 FIXED_TERMS = (
     "overhead_seconds",
@@ -155,11 +161,12 @@ class Move(NamedTuple):
     startup: float = 1.0
 
 
-def allowed(used: float) -> tuple[float, float]:
+def allowed(used: float, everyone: float = 1.0) -> tuple[float, float]:
     """The factors one job may move a term by, when its user's moves of it this window multiply to
-    ``used``: within one job's step, and keeping the user's product within their bound."""
-    lo = max(1 / (1 + JOB_STEP), 1 / ((1 + USER_STEP) * used))
-    hi = min(1 + JOB_STEP, (1 + USER_STEP) / used)
+    ``used`` and every user's to ``everyone``: within one job's step, keeping the user's product
+    within their bound and the partition's within its own."""
+    lo = max(1 / (1 + JOB_STEP), 1 / ((1 + USER_STEP) * used), 1 / ((1 + PARTITION_STEP) * everyone))
+    hi = min(1 + JOB_STEP, (1 + USER_STEP) / used, (1 + PARTITION_STEP) / everyone)
     return min(lo, 1.0), max(hi, 1.0)  # never away from 1 in the other direction (rounding at the bound)
 
 
@@ -167,8 +174,8 @@ def _factor(before: float, after: float) -> float:
     return after / before if before > 0 else 1.0  # a term at 0 is the refit's to move
 
 
-def _clamp(factor: float, used: float) -> float:
-    lo, hi = allowed(used)
+def _clamp(factor: float, used: float, everyone: float) -> float:
+    lo, hi = allowed(used, everyone)
     return min(max(factor, lo), hi)
 
 
@@ -179,15 +186,16 @@ def _fixed_factor(current: TimeModel, wanted: TimeModel) -> float:
     return max(factors, key=lambda f: abs(math.log(f)) if f > 0 else math.inf)
 
 
-def bound(current: TimeModel, wanted: TimeModel, used: Move) -> tuple[TimeModel, Move, Move]:
-    """``wanted`` as far as one job and its user may still move ``current`` (the rules in the module
-    docstring): the model, the factors asked and the factors applied."""
+def bound(current: TimeModel, wanted: TimeModel, used: Move, everyone: Move) -> tuple[TimeModel, Move, Move]:
+    """``wanted`` as far as one job, its user (``used``: her moves this window) and the partition
+    (``everyone``: every user's) may still move ``current`` (the rules in the module docstring): the
+    model, the factors asked and the factors applied."""
     asked = Move(
         _factor(current.k, wanted.k),
         _fixed_factor(current, wanted),
         _factor(current.startup_seconds, wanted.startup_seconds),
     )
-    applied = Move(*(_clamp(a, u) for a, u in zip(asked, used, strict=True)))
+    applied = Move(*(_clamp(a, u, e) for a, u, e in zip(asked, used, everyone, strict=True)))
     fixed = {t: getattr(current, t) * applied.fixed for t in FIXED_TERMS}
     tm = replace(wanted, k=current.k * applied.k, startup_seconds=current.startup_seconds * applied.startup, **fixed)
     return tm, asked, applied
@@ -221,14 +229,15 @@ def job_feedback(
         if not store.add_sample(partition, sample, "job", owner):
             return Feedback(partition, job_id, False, "already recorded", current.k, current.k)
         wanted, ratio, why = nudge(current, sample, part.ddp_efficiency, ref)
-        tm, asked, applied = bound(current, wanted, Move(*store.moved_by(partition, owner)))
+        everyone = Move(*store.moved_by(partition, None))
+        tm, asked, applied = bound(current, wanted, Move(*store.moved_by(partition, owner)), everyone)
         store.add_move(partition, sample.key, owner, asked, applied)
         if asked != applied:
             why += (
                 f"; limited to k x{applied.k:.3f}, fixed costs x{applied.fixed:.3f}, start-up"
                 f" x{applied.startup:.3f} (asked x{asked.k:.3g}, x{asked.fixed:.3g}, x{asked.startup:.3g}:"
-                f" one job {JOB_STEP:.0%}, one user {USER_STEP:.0%} per recalibrate); the rest waits for"
-                " recalibrate"
+                f" one job {JOB_STEP:.0%}, one user {USER_STEP:.0%}, every user {PARTITION_STEP:.0%} per"
+                f" recalibrate; every user's moved k x{everyone.k:.3f} so far); the rest waits for recalibrate"
             )
         moved = applied != Move()
         if moved:

@@ -10,6 +10,7 @@ dataset on the node and trains a few tiny runs of different model sizes, image s
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import stat
@@ -113,9 +114,10 @@ def run(
     where: Path,
     timeout: float = 3600.0,
     say: Callable[[str], object] = print,
+    options: calibration.CalibrateOptions | None = None,
 ) -> Probe:
     """Submit the probe (its folder made in ``where``), wait for its end (``say`` tells the caller
-    while it waits), calibrate the partition from its runs."""
+    while it waits), calibrate the partition from its runs (``options``: calibrate's, the job named)."""
     if not partition or not commands.PLAIN_NAME.fullmatch(partition):
         raise UsageError(f"--probe {partition!r}: a partition's plain name")
     where = where.absolute()
@@ -144,4 +146,5 @@ def run(
             f" its log is {folder}/probe-{job_id}.log; nothing calibrated"
         )
     runs = sorted((folder / "runs").iterdir()) if (folder / "runs").is_dir() else []
-    return Probe(job_id, folder, calibration.calibrate_runs(config, partition, runs))
+    options = dataclasses.replace(options or calibration.CalibrateOptions(), probe_job=job_id)
+    return Probe(job_id, folder, calibration.calibrate_runs(config, partition, runs, options))

@@ -594,6 +594,21 @@ def accounts_of(user: str, bin_dir: Path | None = None) -> list[str]:
     return sorted({line.strip() for line in res.stdout.splitlines() if line.strip()})
 
 
+def association_qos(cluster: str, bin_dir: Path | None = None) -> dict[tuple[str, str], set[str]]:
+    """The QOS each association of ``cluster`` may use: (account, user) -> names; the account's own
+    association has user "" (its users inherit what it is granted)."""
+    res = run(
+        ["sacctmgr", "-n", "-P", "show", "assoc", f"cluster={plain_name(cluster)}", "format=account,user,qos"],
+        bin_dir=bin_dir,
+    )
+    out: dict[tuple[str, str], set[str]] = {}
+    for line in res.stdout.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 3 and parts[0]:
+            out[(parts[0], parts[1])] = {q for q in parts[2].split(",") if q}
+    return out
+
+
 def controller_config(bin_dir: Path | None = None, timeout: float = 30.0) -> parsers.ControllerConfig:
     """The controller's configuration and its clock at the answer (``scontrol show config``)."""
     return parsers.controller_config(run(["scontrol", "show", "config"], bin_dir=bin_dir, timeout=timeout).stdout)

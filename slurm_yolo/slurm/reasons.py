@@ -40,3 +40,27 @@ def in_words(reason: str) -> str:
         return ""
     words = REASONS.get(reason)
     return f"{reason}: {words}" if words else reason
+
+
+def refused_qos(error: str) -> bool:
+    """Whether Slurm refused a submission for its QOS: the account's associations lack it, or Slurm
+    has no such QOS at all (sbatch says "Invalid qos specification" for both, 22.05 to 26.05)."""
+    return "invalid qos specification" in error.lower()
+
+
+def missing_qos(qos: list[str], account: str, known: list[str] | None) -> str:
+    """What an admin runs so that ``account`` may use the QOS tiers ``qos`` (``known``: the QOS Slurm
+    has, None when it could not be asked): an add for a QOS Slurm lacks, then the grant."""
+    names = ",".join(qos)
+    absent = [q for q in qos if known is not None and q not in known]
+    add = "".join(f"sacctmgr -i add qos {q}; " for q in absent)
+    what = (
+        f"Slurm has no QOS {', '.join(absent)}"
+        if absent
+        else f"account {account or '(your default)'} may not use QOS {names}"
+    )
+    return (
+        f"{what}: the plan's tier (yolo-sbatch picks it by --priority and the limit); an admin grants it with"
+        f" `{add}sacctmgr -i modify account {account or 'ACCOUNT'} set QOS+={names}`"
+        " (or give --priority another tier)"
+    )

@@ -14,7 +14,7 @@ import re
 import sqlite3
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -25,7 +25,7 @@ from slurm_yolo.core.config import Config
 from slurm_yolo.core.errors import UsageError
 from slurm_yolo.core.model import gpu_priors, priors
 from slurm_yolo.core.model.estimate import Workload
-from slurm_yolo.core.model.timemodel import RECORDED_OPTIONS, Sample, TimeModel
+from slurm_yolo.core.model.timemodel import RECORDED_OPTIONS, Sample, TimeModel, median, quantile
 from slurm_yolo.slurm import visibility
 from slurm_yolo.state import db
 
@@ -92,6 +92,12 @@ CREATE INDEX moves_user ON moves (partition, uid, window_id)
 ALTER TABLE moves ADD COLUMN fixed_asked REAL NOT NULL DEFAULT 1.0;
 ALTER TABLE moves ADD COLUMN fixed_applied REAL NOT NULL DEFAULT 1.0
 """,
+    # A sample an admin's calibrate left out (``--exclude-user``, ``--exclude-job``): why, empty when
+    # not. Saved with the fit, so the cron's refits leave it out too.
+    "ALTER TABLE samples ADD COLUMN excluded TEXT NOT NULL DEFAULT ''",
+    # The newest sample of the partition when an admin's fit was saved: the later ones are runs that
+    # fit never saw, which calibrate judges a new fit on (NULL: saved before this column).
+    "ALTER TABLE history ADD COLUMN samples_upto INTEGER",
 )
 
 WINDOW = 500  # most recent samples a refit reads
@@ -233,6 +239,21 @@ def history(config: Config, partition: str | None = None) -> list[HistoryEntry]:
     return [HistoryEntry(r["partition"], r["at"], r["source"], _model_from_json(r["model"])) for r in rows]
 
 
+def sample_sources(config: Config, partition: str) -> dict[str, int]:
+    """How many of a partition's stored samples came from each source (jobs' feedback, run folders,
+    probes): doctor's evidence for a poor fit's cause (read-only; {} without a store)."""
+    conn = db.connect_read(db_path(config), config.public_dir)
+    if conn is None:
+        return {}
+    try:
+        rows = conn.execute(
+            "SELECT source, COUNT(*) FROM samples WHERE partition = ? GROUP BY source", (partition,)
+        ).fetchall()
+    finally:
+        conn.close()
+    return {str(r[0]): int(r[1]) for r in rows}
+
+
 def publish(config: Config) -> None:
     """Write calibration.db's published copy again, changed or not (``ledger publish``: a new public
     folder has the time models before their next save)."""
@@ -340,13 +361,13 @@ class Store:
         ).fetchone()
         return int(row[0])
 
-    def moved_by(self, partition: str, uid: int) -> tuple[float, float, float]:
-        """(k, fixed terms, start-up): the factors one user's jobs have moved the partition by in this
-        window."""
+    def moved_by(self, partition: str, uid: int | None) -> tuple[float, float, float]:
+        """(k, fixed terms, start-up): the factors one user's jobs (``uid``; None: every user's
+        together) have moved the partition by in this window."""
         rows = self.conn.execute(
             "SELECT k_applied, fixed_applied, startup_applied FROM moves"
-            " WHERE partition = ? AND uid = ? AND window_id = ?",
-            (partition, uid, self.window(partition)),
+            " WHERE partition = ? AND (? IS NULL OR uid = ?) AND window_id = ?",
+            (partition, uid, uid, self.window(partition)),
         ).fetchall()
         k, fixed, startup = (math.prod(r[i] for r in rows) for i in range(3))
         return k, fixed, startup
@@ -363,24 +384,52 @@ class Store:
         )
 
     def samples(self, partition: str, limit: int = WINDOW, since: str = "") -> list[Sample]:
-        """The newest samples of a partition (recorded at or after ``since``, an ISO time)."""
+        """The newest samples of a partition (recorded at or after ``since``, an ISO time), but those
+        an admin's calibrate excluded."""
+        return [r.sample for r in self.sample_rows(partition, limit, since)]
+
+    def sample_rows(self, partition: str, limit: int = WINDOW, since: str = "") -> list[SampleRow]:
+        """``samples`` with what ``calibrate`` lists of each: whose, which job, when recorded."""
         rows = self.conn.execute(
-            "SELECT * FROM samples WHERE partition = ? AND recorded_at >= ? ORDER BY id DESC LIMIT ?",
+            "SELECT * FROM samples WHERE partition = ? AND recorded_at >= ? AND excluded = '' ORDER BY id DESC LIMIT ?",
             (partition, since, limit),
         ).fetchall()
         return [
-            Sample(
-                Workload(**json.loads(r["workload"])),
-                r["gpus"],
-                r["train_seconds"],
-                r["key"],
-                r["total_seconds"],
-                r["cpus"],
-                json.loads(r["options"]) or None,
-                r["uid"] if r["source"] == "job" else None,  # a job's summary: its user wrote it
+            SampleRow(
+                r["id"],
+                Sample(
+                    Workload(**json.loads(r["workload"])),
+                    r["gpus"],
+                    r["train_seconds"],
+                    r["key"],
+                    r["total_seconds"],
+                    r["cpus"],
+                    json.loads(r["options"]) or None,
+                    r["uid"] if r["source"] == "job" else None,  # a job's summary: its user wrote it
+                ),
+                r["source"],
+                r["uid"],
+                r["recorded_at"],
             )
             for r in rows
         ]
+
+    def exclude(self, partition: str, keys: dict[str, str]) -> None:
+        """Leave these samples (key: why) out of every later fit of the partition."""
+        self.conn.executemany(
+            "UPDATE samples SET excluded = ? WHERE partition = ? AND key = ?",
+            [(why, partition, key) for key, why in keys.items()],
+        )
+
+    def last_admin_save(self, partition: str) -> tuple[str, int | None]:
+        """When an admin's fit (calibrate, recalibrate: a save without a uid) last saved the partition's
+        model ("" never), and the newest sample id it could have seen (None: not recorded): the samples
+        after it are runs that model was not fitted on."""
+        row = self.conn.execute(
+            "SELECT at, samples_upto FROM history WHERE partition = ? AND uid IS NULL ORDER BY id DESC LIMIT 1",
+            (partition,),
+        ).fetchone()
+        return (str(row[0]), row[1]) if row else ("", None)
 
     def save(self, partition: str, tm: TimeModel, source: str, uid: int | None = None) -> None:
         """Make ``tm`` the partition's model and append it to the history, in one transaction.
@@ -396,12 +445,23 @@ class Store:
                 (partition, text, at, source),
             )
             self.conn.execute(
-                "INSERT INTO history (partition, at, model, source, uid) VALUES (?, ?, ?, ?, ?)",
-                (partition, at, text, source, uid),
+                "INSERT INTO history (partition, at, model, source, uid, samples_upto) VALUES (?, ?, ?, ?, ?,"
+                " CASE WHEN ? IS NULL THEN (SELECT COALESCE(MAX(id), 0) FROM samples WHERE partition = ?) END)",
+                (partition, at, text, source, uid, uid, partition),
             )
 
     def partitions(self) -> list[str]:
         return [r[0] for r in self.conn.execute("SELECT DISTINCT partition FROM samples ORDER BY partition")]
+
+
+class SampleRow(NamedTuple):
+    """A stored sample with whose it is and when it was recorded."""
+
+    id: int  # 0: not stored (yet)
+    sample: Sample
+    source: str  # "run-dir" (a calibrate's) or "job" (a finished job's feedback)
+    uid: int | None  # the job's user, or the run folder's owner (None: not recorded)
+    recorded_at: str
 
 
 def run_data(run: Path, data: str) -> str | None:
@@ -587,9 +647,71 @@ def run_options(s: TrainSpec) -> dict[str, bool | int | str]:
     return out
 
 
+# The comparison calibrate makes before any save (docs/time-model.md, "Calibrating"): a new fit whose
+# cross-validated median error on the runs the current model was not fitted on exceeds the current
+# model's on the same runs by more than TOLERANCE is not saved without --force; with fewer than
+# MIN_JUDGED such runs there is nothing to judge by, and it is saved as before.
+TOLERANCE = 0.005
+MIN_JUDGED = 2
+# Reference jobs whose predictions calibrate shows before and after (one GPU, the site's CPUs per
+# GPU): (model, imgsz, dataset, train images, val images, epochs). A small dataset's long run (fixed
+# costs weigh) and one COCO epoch of two model sizes (compute weighs).
+REFERENCES = (
+    ("yolov8n", 640, "coco128", 128, 128, 100),
+    ("yolov8s", 640, "COCO", 118_287, 5_000, 1),
+    ("yolov8m", 640, "COCO", 118_287, 5_000, 1),
+)
+
+
+@dataclass(frozen=True)
+class CalibrateOptions:
+    """How ``calibrate`` saves: a preview only, over a worse fit, without some users' or jobs' runs."""
+
+    dry_run: bool = False
+    force: bool = False
+    exclude_users: tuple[int, ...] = ()  # uids
+    exclude_jobs: tuple[int, ...] = ()
+    probe_job: int | None = None  # the probe job whose runs these are (the history's source names it)
+
+
+class ErrorStats(NamedTuple):
+    """A model's relative errors (predicted - actual) / actual on some runs."""
+
+    runs: int
+    median: float | None  # of |error|
+    p90: float | None
+    bias: float | None  # mean error: < 0 predicts short
+
+    @classmethod
+    def of(cls, pairs: list[tuple[float, float]]) -> ErrorStats:
+        errors = [(pred - actual) / actual for pred, actual in pairs if actual > 0]
+        if not errors:
+            return cls(0, None, None, None)
+        absolute = sorted(abs(e) for e in errors)
+        return cls(len(errors), median(absolute), quantile(absolute, 0.9), sum(errors) / len(errors))
+
+
+NO_ERRORS = ErrorStats(0, None, None, None)
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One sample as calibrate lists it."""
+
+    key: str  # the run folder, or job:CLUSTER:ID
+    source: str  # "run-dir" or "job"
+    user: str  # the job's user or the run folder's owner ("" not recorded)
+    job: int | None
+    new: bool  # read by this calibrate
+    judged: bool  # a run the current model was not fitted on: scored in the comparison
+    shared_with: list[int] | None  # the other jobs on its node while it ran (None: not known)
+    weight: float  # in the fit: 1 / (1 + jobs it shared its node with)
+    excluded: str = ""  # why it is left out ("": in the fit)
+
+
 @dataclass
 class CalibrationResult:
-    """What ``slurm-yolo calibrate`` did."""
+    """What ``slurm-yolo calibrate`` did, or would do (``--dry-run``)."""
 
     partition: str
     added: int
@@ -597,6 +719,16 @@ class CalibrationResult:
     sources: dict[str, int] = field(default_factory=dict)  # the samples the fit used, per source
     model: TimeModel | None = None
     previous: TimeModel | None = None
+    previous_source: str = ""
+    samples: list[Listed] = field(default_factory=list)
+    current_errors: ErrorStats = NO_ERRORS
+    new_errors: ErrorStats = NO_ERRORS
+    judged_on: str = ""  # which runs the two were compared on, in words
+    references: list[tuple[str, float, float]] = field(default_factory=list)  # (job, before, after) seconds
+    worse: str = ""  # why the fit is worse than the current model ("": it is not, or no verdict)
+    saved: bool = False
+    source: str = ""  # what the history names as the change's cause
+    notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -606,6 +738,18 @@ class CalibrationResult:
             "sources": self.sources,
             "model": asdict(self.model) if self.model else None,
             "previous": asdict(self.previous) if self.previous else None,
+            "previous_source": self.previous_source,
+            "samples": [asdict(s) for s in self.samples],
+            "comparison": {
+                "judged_on": self.judged_on,
+                "current": self.current_errors._asdict(),
+                "new": self.new_errors._asdict(),
+                "worse": self.worse,
+            },
+            "references": [{"job": n, "current_s": b, "new_s": a} for n, b, a in self.references],
+            "saved": self.saved,
+            "source": self.source,
+            "notes": self.notes,
         }
 
 
@@ -629,15 +773,28 @@ def partition_prior(config: Config, current: TimeModel, partition: str = "") -> 
     return p
 
 
-def fit_partition(config: Config, partition: str, samples: list[Sample], current: TimeModel) -> TimeModel:
-    """The partition's model fitted to ``samples`` (with cross-validation and its coverage)."""
+def fit_partition_cv(
+    config: Config, partition: str, samples: list[Sample], current: TimeModel, weights: list[float] | None = None
+) -> tuple[TimeModel, list[tuple[Sample, float, float]]]:
+    """The partition's model fitted to ``samples`` (with cross-validation and its coverage), and each
+    run's cross-validated (run, predicted, actual) seconds."""
     from slurm_yolo.core.model import fitting  # numpy: admin and cron path only, and the hooks import this module
 
     e = config.estimate
     part = config.partition(partition)
-    return fitting.fit(
-        samples, partition_prior(config, current, partition), part.ddp_efficiency, e.reference_gflops, e.coverage
+    return fitting.fit_cv(
+        samples,
+        partition_prior(config, current, partition),
+        part.ddp_efficiency,
+        e.reference_gflops,
+        e.coverage,
+        weights,
     )
+
+
+def fit_partition(config: Config, partition: str, samples: list[Sample], current: TimeModel) -> TimeModel:
+    """The partition's model fitted to ``samples`` (with cross-validation and its coverage)."""
+    return fit_partition_cv(config, partition, samples, current)[0]
 
 
 def refit(store: Store, partition: str, source: str) -> TimeModel:
@@ -647,25 +804,268 @@ def refit(store: Store, partition: str, source: str) -> TimeModel:
     return tm
 
 
-def calibrate_runs(config: Config, partition: str, paths: list[Path]) -> CalibrationResult:
-    """Add ultralytics run folders as samples of ``partition`` and refit its model."""
+def job_of(key: str) -> tuple[str, int] | None:
+    """(cluster, job id) of a finished job's sample key (``job:CLUSTER:ID``), None for a run folder."""
+    parts = key.split(":")
+    if len(parts) == 3 and parts[0] == "job" and parts[2].isdigit():
+        return parts[1], int(parts[2])
+    return None
+
+
+def user_name(uid: int | None) -> str:
+    import pwd
+
+    if uid is None:
+        return ""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def shared_nodes(
+    config: Config, keys: list[str], probe: list[str], probe_job: int | None
+) -> tuple[dict[str, list[int]], str]:
+    """For each finished job's sample of this cluster, and each of the probe job's runs (``probe``):
+    the other jobs that ran on its node while it ran (Slurm's accounting), and a note when Slurm
+    could not say."""
+    jobs = {key: found for key in keys if (found := job_of(key))}
+    if not jobs and probe_job is None:
+        return {}, ""
+    from slurm_yolo.core.errors import SlurmYoloError
+    from slurm_yolo.slurm import commands, occupancy
+
+    try:
+        cluster = commands.cluster_name(config.bin_dir)
+        mine = {key: job for key, (c, job) in jobs.items() if c == cluster}
+        mine |= {key: probe_job for key in probe if probe_job is not None}
+        others = occupancy.shared(sorted(set(mine.values())), config.bin_dir, config.slurm.timeout_seconds)
+    except (SlurmYoloError, ValueError) as e:
+        return {}, f"whether the jobs shared their nodes is unknown (Slurm: {e}); each weighs 1"
+    return {key: others[job] for key, job in mine.items() if job in others}, ""
+
+
+def uids(users: Sequence[str]) -> tuple[int, ...]:
+    """``--exclude-user`` names (or uids) as uids; a name this host does not know is refused."""
+    import pwd
+
+    out = []
+    for user in users:
+        try:
+            out.append(int(user) if user.isdigit() else pwd.getpwnam(user).pw_uid)
+        except KeyError:
+            raise UsageError(f"--exclude-user {user!r}: no such user here") from None
+    return tuple(out)
+
+
+def job_ids(jobs: Sequence[int]) -> tuple[int, ...]:
+    """``--exclude-job`` ids, each a job's number."""
+    for job in jobs:
+        if job <= 0:
+            raise UsageError(f"--exclude-job {job}: a job id is a positive number")
+    return tuple(jobs)
+
+
+def _exclusion(row: SampleRow, options: CalibrateOptions) -> str:
+    found = job_of(row.sample.key)
+    if row.uid is not None and row.uid in options.exclude_users:
+        return f"--exclude-user {user_name(row.uid)}"
+    if found and found[1] in options.exclude_jobs:
+        return f"--exclude-job {found[1]}"
+    return ""
+
+
+def reference_predictions(
+    config: Config, partition: str, before: TimeModel, after: TimeModel
+) -> list[tuple[str, float, float]]:
+    """(job, seconds before, seconds after) of each of ``REFERENCES`` on one GPU of the partition."""
+    from slurm_yolo.core import spec
+    from slurm_yolo.core.model import estimate
+    from slurm_yolo.core.model.timemodel import predict_seconds
+
+    part, e = config.partition(partition), config.estimate
+    out = []
+    for name, imgsz, data, train, val, epochs in REFERENCES:
+        info = estimate.lookup_model(name)
+        assert info is not None  # the tables have them
+        words = ["train", f"model={name}.pt", f"data={data}.yaml", f"epochs={epochs}", f"imgsz={imgsz}"]
+        w = estimate.workload(spec.parse(words), train, val, info)
+        was, will = (
+            predict_seconds(w, tm, 1, part.ddp_efficiency, e.reference_gflops, config.job.cpus_per_gpu)
+            for tm in (before, after)
+        )
+        out.append((f"{name} {imgsz} px, {data} ({train} images) x{epochs} epoch{'s' * (epochs > 1)}", was, will))
+    return out
+
+
+class Judgement(NamedTuple):
+    """A new fit beside the current model on the runs the current model was not fitted on."""
+
+    judged: frozenset[str]  # the keys of those runs
+    current: ErrorStats  # the current model's predictions of them
+    new: ErrorStats  # the new fit's cross-validated ones
+    on: str  # which runs, in words
+    worse: str  # "the new fit's ... is worse ..." ("": it is not, or too few runs to judge by)
+
+
+def judge(
+    store: Store,
+    partition: str,
+    rows: list[SampleRow],
+    fresh: set[str],
+    current: Calibrated,
+    cv: list[tuple[Sample, float, float]],
+) -> Judgement:
+    """Compare a fit (``cv``: its cross-validated predictions of ``rows``) with the current model on
+    the rows it was not fitted on: ``fresh`` (not stored yet) and those stored after its last admin
+    fit; every row when it is the prior. Both are then predictions of runs neither saw."""
+    from slurm_yolo.core.model import fitting
+
+    config = store.config
+    fitted_on_none = (
+        current.stale or not store.conn.execute("SELECT 1 FROM params WHERE partition = ?", (partition,)).fetchone()
+    )
+    since, upto = ("", None) if fitted_on_none else store.last_admin_save(partition)
+    keys = frozenset(
+        r.sample.key
+        for r in rows
+        if r.sample.key in fresh or (r.id > upto if upto is not None else r.recorded_at > since)
+    )
+    part, e = config.partition(partition), config.estimate
+    new = ErrorStats.of([(pred, actual) for s, pred, actual in cv if s.key in keys])
+    now_errors = ErrorStats.of(
+        [
+            fitting.scored(r.sample, current.model, part.ddp_efficiency, e.reference_gflops)
+            for r in rows
+            if r.sample.key in keys
+        ]
+    )
+    if fitted_on_none:
+        on = f"all {len(keys)} runs in the fit (the current model, {current.source}, was fitted on none)"
+    else:
+        on = f"the {len(keys)} runs recorded since {partition}'s model was last fitted ({since or 'never'})"
+    worse = ""
+    if new.runs < MIN_JUDGED:
+        on += f": too few to judge the fit by (fewer than {MIN_JUDGED})"
+    elif (new.median or 0.0) > (now_errors.median or 0.0) + TOLERANCE:
+        worse = (
+            f"the new fit's cross-validated error (median {new.median:.1%}) is worse than the current model's"
+            f" ({now_errors.median:.1%}) on the same {new.runs} runs"
+        )
+    return Judgement(keys, now_errors, new, on, worse)
+
+
+def preview(
+    store: Store, partition: str, new: list[tuple[Sample, int | None]], options: CalibrateOptions
+) -> CalibrationResult:
+    """The fit calibrate would save, compared with the partition's current model on the same runs;
+    changes nothing. ``new``: the run folders read (sample, owner's uid)."""
+    config = store.config
+    current = load(config, partition)
+    stored = dict(store.conn.execute("SELECT key, excluded FROM samples WHERE partition = ?", (partition,)).fetchall())
+    fresh: dict[str, tuple[Sample, int | None]] = {}
+    for s, uid in new:
+        if s.key not in stored:
+            fresh.setdefault(s.key, (s, uid))
+    stamp = now()
+    rows = [SampleRow(0, s, "run-dir", uid, stamp) for s, uid in fresh.values()]
+    rows = (rows + store.sample_rows(partition))[:WINDOW]
+    excluded = {r.sample.key: why for r in rows if (why := _exclusion(r, options))}
+    kept = [r for r in rows if r.sample.key not in excluded]
+    if not kept:
+        raise UsageError(f"partition {partition}: every sample is excluded: nothing to fit")
+    shared, note = shared_nodes(
+        config, [r.sample.key for r in kept], [k for k in fresh if k not in excluded], options.probe_job
+    )
+    weights = [1.0 / (1 + len(shared.get(r.sample.key, []))) for r in kept]
+    tm, cv = fit_partition_cv(config, partition, [r.sample for r in kept], current.model, weights)
+    verdict = judge(store, partition, kept, set(fresh), current, cv)
+    listed = []
+    for r in rows:
+        job = job_of(r.sample.key)
+        others = shared.get(r.sample.key)
+        listed.append(
+            Listed(
+                r.sample.key,
+                r.source,
+                user_name(r.uid),
+                job[1] if job else None,
+                r.sample.key in fresh,
+                r.sample.key in verdict.judged,
+                others,
+                1.0 / (1 + len(others or [])) if r.sample.key not in excluded else 0.0,
+                excluded.get(r.sample.key, ""),
+            )
+        )
+    counts: dict[str, int] = {}
+    for r in kept:
+        counts[r.source] = counts.get(r.source, 0) + 1
+    source = f"calibrate by {user_name(os.getuid())}: " + (
+        f"probe job {options.probe_job}, " if options.probe_job is not None else ""
+    )
+    source += f"{len(kept)} runs" + (f", {len(excluded)} excluded" if excluded else "")
+    if verdict.worse:
+        source += (
+            f" (forced over a worse cross-validated error: {verdict.new.median:.1%} > {verdict.current.median:.1%})"
+        )
+    return CalibrationResult(
+        partition=partition,
+        added=len(fresh),
+        sources=dict(sorted(counts.items())),
+        model=tm,
+        previous=current.model,
+        previous_source=current.source,
+        samples=listed,
+        current_errors=verdict.current,
+        new_errors=verdict.new,
+        judged_on=verdict.on,
+        references=reference_predictions(config, partition, current.model, tm),
+        worse=f"partition {partition}: {verdict.worse}: not saved (--force saves it)" if verdict.worse else "",
+        source=source,
+        notes=[note] if note else [],
+    )
+
+
+def _folder_owner(path: Path) -> int | None:
+    """Whose run folder this is (``named_owner`` as root; else its owner)."""
+    try:
+        return named_owner(path) if os.geteuid() == 0 else path.stat().st_uid
+    except (UsageError, OSError):
+        return None
+
+
+def calibrate_runs(
+    config: Config, partition: str, paths: list[Path], options: CalibrateOptions | None = None
+) -> CalibrationResult:
+    """Add ultralytics run folders as samples of ``partition`` and refit its model, unless the fit
+    is worse than the current model (``result.worse``: nothing saved without ``force``) or this is a
+    dry run; the caller raises on ``worse`` after showing the comparison."""
+    options = options or CalibrateOptions()
     if not partition or any(ch in partition for ch in "\n\r\x00"):
         raise UsageError("--partition must be a plain name")
-    result = CalibrationResult(partition=partition, added=0, previous=load(config, partition).model)
     Store(config).close()  # refuse a user without write access before reading any run
-    samples = []  # read as ourselves, not as the state's owner: a custom model's child drops to its owner
+    skipped: list[str] = []
+    new: list[
+        tuple[Sample, int | None]
+    ] = []  # read as ourselves, not as the state's owner: a custom model's child drops to its owner
     for path in paths:
         try:
-            samples.append(sample_from_run_dir(path, config))
+            new.append((sample_from_run_dir(path, config), _folder_owner(path)))
         except UsageError as e:
-            result.skipped.append(str(e))
-    if not samples:
-        raise UsageError(f"no usable run among {len(paths)} given: " + (result.skipped[0] if result.skipped else ""))
+            skipped.append(str(e))
+    if not new and not (options.exclude_users or options.exclude_jobs):  # a refit alone only leaves runs out
+        raise UsageError(f"no usable run among {len(paths)} given: " + (skipped[0] if skipped else ""))
     with Store(config) as store:
-        for s in samples:
-            result.added += store.add_sample(partition, s, "run-dir")
-        result.model = refit(store, partition, "calibrate")
-        result.sources = store.sample_sources(partition)
+        result = preview(store, partition, new, options)
+        result.skipped = skipped
+        if options.dry_run or (result.worse and not options.force):
+            return result
+        assert result.model is not None
+        with store.transaction():
+            result.added = sum(store.add_sample(partition, s, "run-dir", uid) for s, uid in new)
+            store.exclude(partition, {s.key: s.excluded for s in result.samples if s.excluded})
+            store.save(partition, result.model, result.source)
+        result.saved = True
     return result
 
 
@@ -679,7 +1079,8 @@ def calibrate_summary(result: CalibrationResult) -> str:
     where = ", ".join(f"{n} from {names.get(src, src)}" for src, n in result.sources.items())
     before = result.previous.k if result.previous else None
     moved = f"; k {before:.4g} -> {tm.k:.4g} s/Mpx" if before is not None else f"; k {tm.k:.4g} s/Mpx"
+    added = "added" if result.saved else "read, not added"
     return (
-        f"partition {result.partition}: {result.added} new run(s) added; its samples, all in the fit: {where}"
+        f"partition {result.partition}: {result.added} new run(s) {added}; its samples, all in the fit: {where}"
         f" ({tm.n} in all){moved}"
     )

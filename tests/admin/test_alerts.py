@@ -170,3 +170,79 @@ def test_a_job_that_hit_its_limit_is_an_alert_of_its_own(home: Path) -> None:
     assert next(a for a in found if a.kind == "limit").message == (
         "on t4: hit its time limit (a TIMEOUT or a requeue for time); predicted 63 s, ran 1050 s in all"
     )
+
+
+def test_a_limit_its_user_set_below_the_prediction_is_named_as_hers(home: Path) -> None:
+    """A job whose user gave -t 5 (min) for a run predicted at 20 minutes hit its limit: the alert says
+    the limit was hers, not the model's miss; one whose limit was the plan's says nothing of it."""
+    found = alerts.check(
+        config_mod.load(),
+        predictions=[
+            alerts.Prediction(11, "t4", 1200.0, 300.0, True, 300.0),
+            alerts.Prediction(12, "t4", 1200.0, 1500.0, True, 1500.0),
+        ],
+    )
+    limits = {a.subject: a.message for a in found if a.kind == "limit"}
+    assert limits["job 11"] == (
+        "on t4: hit its time limit (a TIMEOUT or a requeue for time); predicted 1200 s, ran 300 s in all; its user"
+        " set its limit (-t 5 min) below the 20 min predicted: the limit was hers, not the time model's"
+    )
+    assert limits["job 12"].endswith("predicted 1200 s, ran 1500 s in all")
+
+
+def _save(config: config_mod.Config, k: float, source: str, uid: int | None = None) -> None:
+    from dataclasses import replace
+
+    from slurm_yolo.state import calibration
+
+    with calibration.Store(config) as store:
+        store.save("t4", replace(calibration.prior(config, "t4"), k=k), source, uid)
+
+
+def test_k_drift_names_the_calibrate_that_moved_k(home: Path) -> None:
+    """The issue's "[k-drift] t4: k moved -52% in a week (0.9636 -> 0.4596)" did not say that the
+    admin's own calibrate did it."""
+    config = config_mod.load()
+    _save(config, 0.9636, "recalibrate")
+    _save(config, 0.4596, "calibrate")
+    (drift,) = [a for a in alerts.check(config) if a.kind == "k-drift"]
+    assert drift.subject == "t4"
+    assert drift.message.startswith("k moved -52% in a week (0.9636 -> 0.4596): by calibrate at 20")
+    assert drift.message.endswith("(k 0.9636 -> 0.4596)")
+
+
+def test_k_drift_names_the_jobs_whose_feedback_moved_k(home: Path) -> None:
+    config = config_mod.load()
+    _save(config, 1.0, "calibrate")
+    for job, k in ((41, 1.1), (42, 1.21), (43, 1.331), (44, 1.4641)):
+        _save(config, k, f"job {job}", uid=1000)
+    (drift,) = [a for a in alerts.check(config) if a.kind == "k-drift"]
+    assert drift.message == (
+        "k moved +46% in a week (1 -> 1.464): by the feedback of jobs 41, 42, 43, 44 (k x1.464 together)"
+    )
+
+
+def test_k_drift_over_a_week_names_the_saves_inside_it_alone() -> None:
+    """Entries older than the week are the baseline, not a cause: a recalibrate a month ago is not
+    named, the week's calibrate and jobs are, each with its own move."""
+    from dataclasses import replace
+
+    from slurm_yolo.core.model.timemodel import TimeModel
+    from slurm_yolo.state import calibration
+
+    now = time.time()
+
+    def at(days: float) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(now - days * 86400))
+
+    tm = TimeModel(k=1.0, overhead_seconds=5.0, val_weight=0.5, iteration_seconds=0.02, startup_seconds=20.0)
+    history = [
+        calibration.HistoryEntry("a100", at(30), "recalibrate", replace(tm, k=2.0)),
+        calibration.HistoryEntry("a100", at(3), "calibrate", replace(tm, k=1.0)),
+        calibration.HistoryEntry("a100", at(2), "job 7", replace(tm, k=1.1)),
+    ]
+    (drift,) = alerts.drift_alerts(history, 0.3, now)
+    assert drift.message == (
+        f"k moved -45% in a week (2 -> 1.1): by calibrate at {at(3)} (k 2 -> 1); the feedback of jobs 7 (k x1.100"
+        " together)"
+    )

@@ -469,9 +469,10 @@ def test_each_run_of_a_requeued_job_takes_its_own_admin_comment_entry() -> None:
     assert stale["charge"].isna().all()
 
 
-def test_a_report_of_some_jobs_shows_their_budgets_and_their_partitions_k(site_config: Path) -> None:
-    """`report -j`: the budgets those jobs drew on and the k history of their partitions, not every
-    account's and every partition's (sacct -j gives only their runs)."""
+def test_a_report_of_some_jobs_shows_their_budgets_and_the_k_entries_they_concern(site_config: Path) -> None:
+    """`report -j`: the budgets those jobs drew on and, of k's history, the model each job planned
+    with and what its own feedback moved, not every account's and every partition's whole history
+    (sacct -j gives only their runs; job 448 was submitted 2026-11-30 16:41:45 local time)."""
     from slurm_yolo.core import config as config_mod
     from slurm_yolo.state import calibration
 
@@ -480,11 +481,24 @@ def test_a_report_of_some_jobs_shows_their_budgets_and_their_partitions_k(site_c
     with calibration.Store(cfg) as store:
         for partition in ("t4", "a100"):
             store.save(partition, replace(calibration.load(cfg, partition).model, k=2.0), "test")
+        for k, source, when in (
+            (1.5, "calibrate", datetime(2026, 11, 29, 12, 0)),  # an older model: not the one 448 planned with
+            (1.7, "recalibrate", datetime(2026, 11, 30, 3, 17)),  # the one it planned with
+            (1.8, "job 448", datetime(2026, 11, 30, 16, 41, 50)),  # its own feedback
+            (1.9, "job 449", datetime(2026, 11, 30, 16, 41, 51)),  # another job's
+        ):
+            model = json.loads(store.conn.execute("SELECT model FROM params WHERE partition = 't4'").fetchone()[0])
+            store.conn.execute(
+                "INSERT INTO history (partition, at, model, source) VALUES ('t4', ?, ?, ?)",
+                (when.astimezone().isoformat(), json.dumps({**model, "k": k}), source),
+            )
+        store.conn.commit()
     rows = report.read_saved((REC / "24.11" / "sacct_report.txt").read_text(), DELIMITER)
     runs = report.jobs(cfg, report.Filters(), rows)
     mine = runs[runs["job_id"] == 448]  # what `sacct -j 448` gives
     assert set(mine["Account"]) == {"vision"} and set(mine["Partition"]) == {"t4"}
     views = report.build(cfg, report.Filters(jobs=(448,)), views=("budgets", "k"), df=mine)
-    assert set(views["budgets"]["account"]) == {"vision"} and set(views["k"]["partition"]) == {"t4"}
+    assert set(views["budgets"]["account"]) == {"vision"}
+    assert list(views["k"]["source"]) == ["recalibrate", "job 448"] and list(views["k"]["k"]) == [1.7, 1.8]
     every = report.build(cfg, report.Filters(), views=("budgets", "k"), df=runs)
     assert set(every["budgets"]["account"]) == {"vision", "lab"} and set(every["k"]["partition"]) == {"t4", "a100"}

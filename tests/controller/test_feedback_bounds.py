@@ -1,7 +1,7 @@
 """Hostile summaries (a job's Comment, from usage records it wrote itself) against the real calibration store: what one job and one user can move.
 
 Expected values are the bound's numbers written out (one job: x1.1 or /1.1; one user per admin save:
-the same), not the feedback module's formulas.
+the same; every user together per admin save: x1.15 or /1.15), not the feedback module's formulas.
 """
 
 from __future__ import annotations
@@ -60,6 +60,12 @@ def model(cfg: config_mod.Config) -> calibration.TimeModel:
     return calibration.load(cfg, PART).model
 
 
+def predictions(cfg: config_mod.Config) -> list[float]:
+    """The partition's predictions of the reference workloads (conftest's)."""
+    tm, ref = model(cfg), cfg.estimate.reference_gflops
+    return [timemodel.predict_seconds(w, tm, 1, 0.9, ref) for w in reference_workloads()]
+
+
 def test_a_record_claiming_no_training_on_a_new_partition_moves_k_by_one_step(tmp_path: Path) -> None:
     cfg = config_mod.load()
     before = model(cfg)
@@ -107,17 +113,11 @@ def test_thirty_alternating_forged_pairs_move_no_prediction_beyond_one_users_bou
     fixed-cost-heavy one claiming a slow run moves every term up; k's net move is 1, so a budget on k
     alone never filled while the fixed terms grew x1.1 a pair (30 pairs: a coco8 run's limit x3)."""
     cfg = config_mod.load()
-    ref = cfg.estimate.reference_gflops
-
-    def predictions() -> list[float]:
-        tm = model(cfg)
-        return [timemodel.predict_seconds(w, tm, 1, 0.9, ref) for w in reference_workloads()]
-
-    before = predictions()
+    before = predictions(cfg)
     for pair in range(30):
         feed(cfg, tmp_path, 2 * pair + 1, 10.0, elapsed=100)  # predicted ~22 s: k down
         feed(cfg, tmp_path, 2 * pair + 2, 5.0, elapsed=100, imgsz=32, images=8)  # predicted ~0.5 s: all up
-    after = predictions()
+    after = predictions(cfg)
     assert model(cfg).overhead_seconds == pytest.approx(OVERHEAD * 1.1, rel=1e-9)  # the attack used the bound
     for b, a in zip(before, after, strict=True):
         assert 1 / 1.1 - 1e-9 <= a / b <= 1.1 + 1e-9, (b, a)
@@ -133,11 +133,47 @@ def test_an_admin_save_opens_a_new_window_for_each_user(tmp_path: Path) -> None:
     assert model(cfg).k == pytest.approx(1.0 / 1.1**2, rel=1e-12)
 
 
-def test_each_user_has_their_own_bound(tmp_path: Path) -> None:
+def test_each_user_has_their_own_bound_within_the_partitions(tmp_path: Path) -> None:
+    """Two users' steps would make x1.21: the second user's stops at the partition's x1.15, and a
+    third user's moves nothing further that way (feedback.PARTITION_STEP)."""
     cfg = config_mod.load()
     for job, uid in ((1, 4001), (2, 4001), (3, 4002), (4, 4002), (5, 4003)):
         feed(cfg, tmp_path, job, 1e-6, elapsed=4, uid=uid)
-    assert model(cfg).k == pytest.approx(1.0 / 1.1**3, rel=1e-12)  # three users, one step each
+    assert model(cfg).k == pytest.approx(1.0 / 1.15, rel=1e-12)
+    with calibration.Store(cfg) as store:
+        assert store.moved_by(PART, 4001)[0] == pytest.approx(1 / 1.1)
+        assert store.moved_by(PART, 4002)[0] == pytest.approx(1.1 / 1.15)
+        assert store.moved_by(PART, 4003) == pytest.approx((1.0, 1.0, 1.0))
+        assert store.moved_by(PART, None) == pytest.approx((1 / 1.15, 1 / 1.15, 1 / 1.15))
+    fb = feed(cfg, tmp_path, 6, 100_000.0, elapsed=200_000, uid=4003)  # the third user may move it back
+    assert fb is not None and fb.applied and model(cfg).k == pytest.approx(1.1 / 1.15, rel=1e-12)
+
+
+def test_three_colluding_users_move_no_reference_prediction_beyond_the_partitions_bound(tmp_path: Path) -> None:
+    """The issue's finding: two colluding users moved a100's reference prediction x1.21, and N users
+    would move it x1.1^N. Three users each send forged summaries, alternating k down and every term up
+    (the one-user attack above) and then all slow: no reference prediction moves beyond x1.15 either
+    way in the window, the bound the partition states (docs/time-model.md)."""
+    cfg = config_mod.load()
+    before = predictions(cfg)
+    job = 0
+    for uid in (4001, 4002, 4003):
+        for _ in range(6):
+            job += 2
+            feed(cfg, tmp_path, job, 10.0, elapsed=100, uid=uid)  # k down
+            feed(cfg, tmp_path, job + 1, 5.0, elapsed=100, uid=uid, imgsz=32, images=8)  # all up
+        for _ in range(3):
+            job += 2
+            feed(cfg, tmp_path, job, 100_000.0, elapsed=200_000, uid=uid)  # k up
+    after = predictions(cfg)
+    assert model(cfg).overhead_seconds == pytest.approx(OVERHEAD * 1.15, rel=1e-9)  # the attack met the bound
+    assert model(cfg).k == pytest.approx(1.15, rel=1e-9)
+    for b, a in zip(before, after, strict=True):
+        assert 1 / 1.15 - 1e-9 <= a / b <= 1.15 + 1e-9, (before, after)
+    with calibration.Store(cfg) as store, store.transaction():
+        store.save(PART, model(cfg), "recalibrate")  # an admin's save: a new window, for everyone
+    feed(cfg, tmp_path, job + 2, 100_000.0, elapsed=200_000, uid=4001)
+    assert model(cfg).k == pytest.approx(1.15 * 1.1, rel=1e-9)
 
 
 def test_training_beyond_slurms_elapsed_is_capped(tmp_path: Path) -> None:

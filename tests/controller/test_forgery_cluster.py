@@ -40,6 +40,15 @@ def predictions(slurm: Slurm) -> list[float]:
     return [timemodel.predict_seconds(w, tm, 1, 0.9, ref) for w in reference_workloads()]
 
 
+def restore(slurm: Slurm, jobs: list[int], kept: timemodel.TimeModel, whose: str) -> None:
+    """t4's model back, and the forged runs out of the samples an admin's refit would read."""
+    with calibration.Store(slurm.config()) as store, store.transaction():
+        keys = sample_keys(slurm, jobs)
+        for table in ("samples", "moves"):
+            store.conn.execute(f"DELETE FROM {table} WHERE key IN ({','.join('?' * len(keys))})", keys)
+        store.save("t4", kept, f"test: t4's model back after {whose} forged summaries")
+
+
 def test_thirty_alternating_forged_pairs_move_no_prediction_beyond_one_users_bound(priced: Slurm, work: Path) -> None:
     cfg = priced.config()
     kept = calibration.load(cfg, "t4").model
@@ -68,9 +77,34 @@ def test_thirty_alternating_forged_pairs_move_no_prediction_beyond_one_users_bou
         assert min(r[0] for r in applied) < 1.0 < max(r[1] for r in applied)  # it alternated: k down, fixed costs up
         for b, a in zip(before, after, strict=True):
             assert 1 / BOUND - 1e-9 <= a / b <= BOUND + 1e-9, (before, after, moved)
-    finally:  # the model back, and the forged runs out of the samples an admin's refit would read
-        with calibration.Store(cfg) as store, store.transaction():
-            keys = sample_keys(priced, jobs)
-            for table in ("samples", "moves"):
-                store.conn.execute(f"DELETE FROM {table} WHERE key IN ({','.join('?' * len(keys))})", keys)
-            store.save("t4", kept, "test: t4's model back after alice's forged summaries")
+    finally:
+        restore(priced, jobs, kept, "alice's")
+
+
+PARTITION_BOUND = 1.15  # every user's moves per window, either way (feedback.PARTITION_STEP), written out
+
+
+def test_three_users_forged_summaries_move_no_prediction_beyond_the_partitions_bound(priced: Slurm, work: Path) -> None:
+    """The issue's finding: colluding users moved a partition x1.1 each (two: x1.21). alice, bob and
+    root each run two jobs whose summaries claim a fast run (k down), settled by the clusters' own
+    epilogs: alice's first moves k /1.1, bob's first only to /1.15 (the partition's bound), and no
+    other job moves it further; no reference prediction moves beyond x1.15."""
+    cfg = priced.config()
+    kept = calibration.load(cfg, "t4").model
+    jobs: list[int] = []
+    with calibration.Store(cfg) as store:
+        store.save("t4", replace(kept, n=0), "test: a window of its own for three users' forged summaries")
+    try:
+        before = predictions(priced)
+        for user in ("alice", "bob", "root"):
+            for _ in range(2):
+                jobs.append(run_reporting(priced, work, [0.1] * 5, sleep=1, imgsz=320, images=200, user=user))
+        for job in jobs:
+            assert priced.ended(job, timeout=300)[0]["State"] == "COMPLETED"
+        poll("every forged job's sample", lambda: all(sample_of(priced, j) for j in jobs), timeout=120)
+        after = predictions(priced)
+        assert calibration.load(cfg, "t4").model.k == pytest.approx(kept.k / PARTITION_BOUND, rel=1e-9)
+        for b, a in zip(before, after, strict=True):
+            assert 1 / PARTITION_BOUND - 1e-9 <= a / b <= PARTITION_BOUND + 1e-9, (before, after)
+    finally:
+        restore(priced, jobs, kept, "three users'")

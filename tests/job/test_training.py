@@ -56,7 +56,9 @@ def test_runs_write_what_calibration_reads(run_dirs: dict[str, Path]) -> None:
 
 def test_calibrate_then_predict_held_out_runs(run_dirs: dict[str, Path]) -> None:
     fit_dirs = [str(p) for n, p in run_dirs.items() if n not in HELD_OUT]
-    res = CliRunner().invoke(admin, ["calibrate", "--partition", "cpu-test", "--json", *fit_dirs])
+    # --force: six tiny runs timed on a loaded machine may cross-validate worse than the prior predicts
+    # them (issue 47's comparison); what this test asks is how the fit predicts the held-out runs
+    res = CliRunner().invoke(admin, ["calibrate", "--partition", "cpu-test", "--force", "--json", *fit_dirs])
     assert res.exit_code == 0, res.output
     fit = json.loads(res.output)
     assert fit["added"] == 6 and fit["model"]["n"] == 6 and fit["model"]["k"] > 0
@@ -146,7 +148,7 @@ def test_recalibrate_moves_a_wrong_k_toward_the_truth(run_dirs: dict[str, Path])
     from slurm_yolo.state import calibration
 
     fit_dirs = [str(p) for n, p in run_dirs.items() if n not in HELD_OUT]
-    assert CliRunner().invoke(admin, ["calibrate", "--partition", "recal", *fit_dirs]).exit_code == 0
+    assert CliRunner().invoke(admin, ["calibrate", "--partition", "recal", "--force", *fit_dirs]).exit_code == 0
     cfg = config.load()
     good = calibration.load(cfg, "recal").model
     with calibration.Store(cfg) as store:

@@ -130,7 +130,9 @@ def test_an_unknown_card_says_so_and_device_nodes_keep_the_cpu_priors(gpu_site: 
     res = CliRunner().invoke(admin, ["doctor", "--role", "login", "--json"])
     report = json.loads(res.output)
     assert any("mi250 is not known" in p["what"] for p in report["problems"])
-    assert any(n.startswith("partition a100 plans with GPU-type priors") for n in report["notes"])
+    assert any(
+        n.startswith("partition a100 is not calibrated: its jobs plan with GPU-type priors") for n in report["notes"]
+    )
     site_config.write_text(site_config.read_text() + '\n[partitions.fake]\ngpu_type = "a100"\ngpu_like = "cpu"\n')
     code, out = run(["--dry-run", "--explain", "-p", "fake", "train", "model=yolov8n.yaml", "data=coco8.yaml"])
     assert code == 0 and "time model: shipped priors (the corpus' shape" in out, out

@@ -19,6 +19,7 @@ from datetime import datetime
 import pandas as pd
 
 from slurm_yolo.admin import efficiency as eff
+from slurm_yolo.admin.alerts import Prediction
 from slurm_yolo.core import durations, limits
 from slurm_yolo.core.billing import bucket, policy
 from slurm_yolo.core.billing import comment as admin_comment
@@ -336,6 +337,23 @@ def k_history(config: Config) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["partition", "at", "k", "n", "source"])
 
 
+def k_of_jobs(k: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """``report -j``: the k entries those jobs concern, not their partitions' whole history: the model
+    each run was planned with (its partition's last entry at or before the run's submission) and the
+    entries its own feedback made (source ``job N``)."""
+    if k.empty or runs.empty:
+        return k.iloc[0:0]
+    at = pd.Series([datetime.fromisoformat(a).astimezone().replace(tzinfo=None) for a in k["at"]], index=k.index)
+    keep: set[int] = set()
+    for run in runs.itertuples():
+        mine = k["partition"] == run.Partition
+        if pd.notna(run.submit):
+            before = k.index[mine & (at <= run.submit)]
+            keep.update(before[-1:])
+        keep.update(k.index[mine & (k["source"] == f"job {run.job_id}")])
+    return k.loc[sorted(keep)].reset_index(drop=True)
+
+
 Records = Callable[[str, int, str], list[dict[str, object]]]  # a job's usage records: parse.records.job_records
 
 
@@ -585,7 +603,7 @@ def build(
 
     def k_view() -> pd.DataFrame:
         k = k_history(config)
-        return k[k["partition"].isin(set(runs["Partition"]))].reset_index(drop=True) if f.jobs else k  # -j: theirs
+        return k_of_jobs(k, runs) if f.jobs else k
 
     makers = {
         "usage": lambda: usage(runs),
@@ -705,11 +723,19 @@ def series(
     return out
 
 
-def recent_predictions(config: Config, since: str = "now-1days") -> list[tuple[int, str, float, float, bool]]:
-    """(job, partition, predicted s, actual s, hit its limit) of yolo jobs that completed or hit their
-    limit recently (``job_totals``: a requeued job's runs together)."""
+def recent_predictions(config: Config, since: str = "now-1days") -> list[Prediction]:
+    """The predictions of yolo jobs that completed or hit their limit recently (``job_totals``: a
+    requeued job's runs together), with each one's first limit."""
     jobs = job_totals(parse_jobs(fetch_sacct(config, Filters(since=since))), config.job.signal_seconds)
     done = jobs[(jobs["state"] == "COMPLETED") | jobs["missed"]]
     return [
-        (int(r.job_id), str(r.Partition), float(r.pred_s), float(r.elapsed), bool(r.missed)) for r in done.itertuples()
+        Prediction(
+            int(r.job_id),
+            str(r.Partition),
+            float(r.pred_s),
+            float(r.elapsed),
+            bool(r.missed),
+            float(r.limit_s) if r.limit_s == r.limit_s else None,  # NaN: an unlimited job
+        )
+        for r in done.itertuples()
     ]

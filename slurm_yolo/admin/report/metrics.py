@@ -99,11 +99,8 @@ def render(
     return generate_latest(_Families(families)).decode()
 
 
-def write_textfile(config: Config, directory: Path) -> Path:
-    """Write ``slurm_yolo.prom`` atomically (node_exporter must never read half a file), through a
-    temporary file of a name nobody can guess or plant first (a link or FIFO there would be written
-    through, or block): not prometheus_client's ``write_to_textfile``, whose temporary name is the
-    target's plus the pid and thread id, opened without O_EXCL."""
+def text(config: Config) -> str:
+    """The metrics in Prometheus' text format (what ``slurm-yolo metrics`` prints without --textfile)."""
     views = build(config, Filters(since="now-1days"), ("budgets", "accuracy", "waits"))
     names = set(config.partitions) | {h.partition for h in calibration.history(config)}
     k = {p: calibration.load(config, p).model.k for p in sorted(names)}
@@ -115,13 +112,22 @@ def write_textfile(config: Config, directory: Path) -> Path:
             queued = lg.unwritten_count()
     audit = books.last(config)
     findings = float(len(audit.findings)) if audit else float("nan")
+    return render(views, k, incidents, queued, findings)
+
+
+def write_textfile(config: Config, directory: Path) -> Path:
+    """Write ``slurm_yolo.prom`` atomically (node_exporter must never read half a file), through a
+    temporary file of a name nobody can guess or plant first (a link or FIFO there would be written
+    through, or block): not prometheus_client's ``write_to_textfile``, whose temporary name is the
+    target's plus the pid and thread id, opened without O_EXCL."""
+    content = text(config)
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / "slurm_yolo.prom"
     fd, tmp = tempfile.mkstemp(prefix=".slurm_yolo.prom.", dir=directory)
     try:
         with os.fdopen(fd, "w") as f:
             os.fchmod(f.fileno(), 0o644)  # node_exporter reads it as its own user
-            f.write(render(views, k, incidents, queued, findings))
+            f.write(content)
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):

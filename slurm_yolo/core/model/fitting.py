@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -312,40 +312,58 @@ def _families(samples: list[Sample]) -> list[str]:
 
 
 def fit_terms(
-    samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, reference_gflops: float = 8.86
+    samples: list[Sample],
+    prior: TimeModel,
+    ddp_eff: float = 0.9,
+    reference_gflops: float = 8.86,
+    weights: Sequence[float] | None = None,
 ) -> TimeModel:
-    """The model these runs support, without cross-validation (``fit`` adds it)."""
+    """The model these runs support, without cross-validation (``fit`` adds it). ``weights``: each
+    run's own (a run that shared its node weighs less: ``calibration``), times the users' cap."""
     if not samples:
         return prior
     families = _families(samples)
     models = sorted({s.workload.model for s in samples})
     jobs = sum(1 for s in samples if s.total_seconds)
     p = _Params(prior, families, models, startup=jobs > 0)
-    tm = p.model(_solve(p, _design(samples, p, ddp_eff, reference_gflops), user_weights(samples)))
+    base = user_weights(samples) * (np.ones(len(samples)) if weights is None else np.asarray(weights, float))
+    tm = p.model(_solve(p, _design(samples, p, ddp_eff, reference_gflops), base))
     return replace(tm, startup_n=jobs or prior.startup_n, n=len(samples), form="map-log")
 
 
 def cross_validated(
-    samples: list[Sample], prior: TimeModel, ddp_eff: float = 0.9, reference_gflops: float = 8.86, folds: int = FOLDS
+    samples: list[Sample],
+    prior: TimeModel,
+    ddp_eff: float = 0.9,
+    reference_gflops: float = 8.86,
+    folds: int = FOLDS,
+    weights: Sequence[float] | None = None,
 ) -> list[tuple[Sample, float, float]]:
     """(run, predicted, actual) seconds, each predicted by a fit that did not see it: leave-one-out up
-    to 2 x ``folds`` runs, else ``folds``-fold (runs dealt round-robin). A job is scored on its whole
-    elapsed; a run folder on its training time alone, which is all it measured: adding the model's
-    assumed start-up and final validation to both sides would hide its error behind them."""
+    to 2 x ``folds`` runs, else ``folds``-fold (runs dealt round-robin), each ``scored``."""
     n = len(samples)
     k = n if n <= 2 * folds else folds
     out = []
     for f in range(k):
-        train = [s for i, s in enumerate(samples) if i % k != f]
-        tm = fit_terms(train, prior, ddp_eff, reference_gflops)
-        for s in samples[f::k]:
-            if s.total_seconds:
-                pred = predict_seconds(s.workload, tm, s.gpus, ddp_eff, reference_gflops, s.cpus)
-                out.append((s, pred, s.total_seconds))
-            else:
-                pred = predict_train_seconds(s.workload, tm, s.gpus, ddp_eff, reference_gflops, s.cpus)
-                out.append((s, pred, s.train_seconds))
+        kept = [i for i in range(n) if i % k != f]
+        tm = fit_terms(
+            [samples[i] for i in kept],
+            prior,
+            ddp_eff,
+            reference_gflops,
+            None if weights is None else [weights[i] for i in kept],
+        )
+        out += [(s, *scored(s, tm, ddp_eff, reference_gflops)) for s in samples[f::k]]
     return out
+
+
+def scored(s: Sample, tm: TimeModel, ddp_eff: float, reference_gflops: float) -> tuple[float, float]:
+    """(predicted, actual) seconds of a run by ``tm``: a job's whole elapsed, a run folder's training
+    time alone, which is all it measured (adding the model's assumed start-up and final validation to
+    both sides would hide its error behind them)."""
+    if s.total_seconds:
+        return predict_seconds(s.workload, tm, s.gpus, ddp_eff, reference_gflops, s.cpus), s.total_seconds
+    return predict_train_seconds(s.workload, tm, s.gpus, ddp_eff, reference_gflops, s.cpus), s.train_seconds
 
 
 def conformal_quantile(scores: list[float], coverage: float) -> tuple[float, float]:
@@ -387,10 +405,23 @@ def fit(
 ) -> TimeModel:
     """The fitted model with its cross-validated error, the error scale of a run by its length, and
     the conformal quantile its limits use (of log errors over that scale: locally adaptive)."""
-    tm = replace(fit_terms(samples, prior, ddp_eff, reference_gflops), covered=calibrated_range(samples))
+    return fit_cv(samples, prior, ddp_eff, reference_gflops, coverage)[0]
+
+
+def fit_cv(
+    samples: list[Sample],
+    prior: TimeModel,
+    ddp_eff: float = 0.9,
+    reference_gflops: float = 8.86,
+    coverage: float = 0.99,
+    weights: Sequence[float] | None = None,
+) -> tuple[TimeModel, list[tuple[Sample, float, float]]]:
+    """``fit``, with each run's cross-validated (run, predicted, actual) seconds: ``calibrate``
+    compares them with the current model's predictions of the same runs."""
+    tm = replace(fit_terms(samples, prior, ddp_eff, reference_gflops, weights), covered=calibrated_range(samples))
     if len(samples) < 2:
-        return tm
-    cv = cross_validated(samples, prior, ddp_eff, reference_gflops)
+        return tm, []
+    cv = cross_validated(samples, prior, ddp_eff, reference_gflops, weights=weights)
     errors = [(pred - actual) / actual for _, pred, actual in cv]
     predicted = [pred for _, pred, _ in cv]
     logs = [math.log(actual / pred) for _, pred, actual in cv]
@@ -399,7 +430,7 @@ def fit(
     scores = [r / scaled.noise(p) for p, r in zip(predicted, logs, strict=True)]
     z, promised = conformal_quantile(scores, coverage)
     absolute = sorted(abs(e) for e in errors)
-    return replace(
+    fitted = replace(
         scaled,
         cv_median=median(absolute),
         cv_p90=quantile(absolute, 0.9),
@@ -408,3 +439,4 @@ def fit(
         coverage_z=z,
         scores=sorted(round(x, 4) for x in scores),
     )
+    return fitted, cv
