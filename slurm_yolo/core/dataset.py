@@ -109,6 +109,54 @@ BUILTIN: dict[str, Builtin] = {
     "hand-keypoints.yaml": Builtin("hand-keypoints", ("images/train",), ("images/val",), 18776, 7992),
     "package-seg.yaml": Builtin("package-seg", ("images/train",), ("images/val",), 1920, 188),
     "tiger-pose.yaml": Builtin("tiger-pose", ("images/train",), ("images/val",), 210, 53),
+    # semantic segmentation and depth (8.4's newer tasks). ade20k.yaml publishes no counts: ADE20K's
+    # SceneParsing release (ADEChallengeData2016) has 20,210 training and 2,000 validation images.
+    "ade20k.yaml": Builtin("ADEChallengeData2016", ("images/training",), ("images/validation",), 20210, 2000),
+    "cityscapes.yaml": Builtin("cityscapes", ("images/train",), ("images/val",), 2975, 500),
+    "cityscapes8.yaml": Builtin("cityscapes8", ("images/train",), ("images/val",), 4, 4),
+    "depth-arkitscenes.yaml": Builtin("depth-arkitscenes", ("images/train",), ("images/val",), 676080, 21559),
+    "depth-diode.yaml": Builtin("depth-diode", ("images/train",), ("images/val",), 25458, 771),
+    "depth-hypersim.yaml": Builtin("depth-hypersim", ("images/train",), ("images/val",), 68242, 6377),
+    "depth-kitti.yaml": Builtin("depth-kitti", ("images/train",), ("images/val",), 55198, 652),
+    "depth-sunrgbd.yaml": Builtin("depth-sunrgbd", ("images/train",), ("images/val",), 9245, 1090),
+    "depth-tartanair.yaml": Builtin("depth-tartanair", ("images/train",), ("images/val",), 55660, 5810),
+    "depth-vkitti2.yaml": Builtin("depth-vkitti2", ("images/train",), ("images/val",), 25780, 16740),
+    "depth8.yaml": Builtin("depth8-png", ("images/train",), ("images/val",), 4, 4),
+    "nyu-depth.yaml": Builtin("nyu-depth-png", ("images/train",), ("images/val",), 795, 654),
+}
+UNPUBLISHED_COUNTS = frozenset({"ade20k.yaml"})  # the sizes come from the dataset's own release, not the yaml
+# ultralytics' yaml of the ImageNet classification folder: its classify trainer reads a folder, data=imagenet
+CLASSIFY_YAMLS = {"ImageNet.yaml": "imagenet"}
+
+
+class Published(NamedTuple):
+    """A classification dataset ultralytics downloads by name (a folder of train/ and val/ or test/ class
+    folders, fetched as ``NAME.zip`` from its assets), and the sizes its docs publish."""
+
+    train_images: int
+    val_images: int
+    source: str
+
+
+# ultralytics 8.4's classification datasets (docs/en/datasets/classify/), by the names its check_cls_dataset
+# downloads: train and val (or test) images as published. Caltech-101/256 come without splits: ultralytics
+# splits them 80/20 (data/split.py) from the 9,146 and 30,607 images Caltech publishes.
+CLASSIFY: dict[str, Published] = {
+    "mnist160": Published(80, 80, "ultralytics' docs: the first 8 images of each digit from MNIST's train and test"),
+    "imagenet10": Published(10, 10, "ultralytics' docs: the first train and val image of ImageNet's first 10 classes"),
+    "imagenette": Published(9469, 3925, "Imagenette's published splits (fast.ai imagenette2)"),
+    "imagenette160": Published(9469, 3925, "Imagenette's published splits (fast.ai imagenette2-160)"),
+    "imagenette320": Published(9469, 3925, "Imagenette's published splits (fast.ai imagenette2-320)"),
+    "imagewoof": Published(9025, 3929, "Imagewoof's published splits (fast.ai imagewoof2)"),
+    "imagewoof160": Published(9025, 3929, "Imagewoof's published splits (fast.ai imagewoof2-160)"),
+    "imagewoof320": Published(9025, 3929, "Imagewoof's published splits (fast.ai imagewoof2-320)"),
+    "cifar10": Published(50000, 10000, "ultralytics' docs: 50,000 train and 10,000 test images"),
+    "cifar100": Published(50000, 10000, "ultralytics' docs: 50,000 train and 10,000 test images"),
+    "fashion-mnist": Published(60000, 10000, "ultralytics' docs: 60,000 train and 10,000 test images"),
+    "mnist": Published(60000, 10000, "ultralytics' docs: 60,000 train and 10,000 test images"),
+    "caltech101": Published(7317, 1829, "9,146 images as Caltech publishes them, split 80/20 by ultralytics"),
+    "caltech256": Published(24486, 6121, "30,607 images as Caltech publishes them, split 80/20 by ultralytics"),
+    "imagenet": Published(1281167, 50000, "ImageNet-1k's published train and val (ultralytics' ImageNet.yaml)"),
 }
 
 
@@ -263,18 +311,29 @@ def settings_file(yolo_config_dir: str = "") -> Path:
     return Path(base).expanduser() / "Ultralytics" / "settings.json"
 
 
-def _datasets_dir(yolo_config_dir: str = "") -> Path | None:
-    """ultralytics' settings datasets_dir, read without importing ultralytics (1.5 s on a login node).
-    Only a small regular file is read: a FIFO left in its place must not block the submission."""
+def ultralytics_settings(yolo_config_dir: str = "") -> dict[str, Any]:
+    """ultralytics' settings.json, read without importing ultralytics (1.5 s on a login node); {} when
+    there is none. Only a small regular file is read: a FIFO left in its place must not block the submission."""
     path = settings_file(yolo_config_dir)
     try:
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode) or st.st_size > 1 << 20:
-            return None
-        value = json.loads(path.read_text(encoding="utf-8"))["datasets_dir"]
-        return Path(value) if isinstance(value, str) and value else None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+            return {}
+        values = json.loads(path.read_text(encoding="utf-8"))
+        return values if isinstance(values, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def ultralytics_folder(key: str, yolo_config_dir: str = "") -> Path | None:
+    """One of ultralytics' settings folders (``datasets_dir``, ``weights_dir``), or None when unset."""
+    value = ultralytics_settings(yolo_config_dir).get(key)
+    return Path(value) if isinstance(value, str) and value else None
+
+
+def _datasets_dir(yolo_config_dir: str = "") -> Path | None:
+    """ultralytics' settings datasets_dir."""
+    return ultralytics_folder("datasets_dir", yolo_config_dir)
 
 
 def _root(data: dict[str, Any], yaml_path: Path, yolo_config_dir: str = "") -> Path:
@@ -454,8 +513,22 @@ def count(data: str | Path, cache_path: Path | None = None, yolo_config_dir: str
             raise UsageError(f"data {folder}: a classification folder needs train/ (of class folders) with images")
         val = counts["val"] or counts["test"]
         return DatasetCounts(str(folder), counts["train"], val, "counted in its train/ and val/ class folders", True)
+    if folder is None and bare and text in CLASSIFY:
+        return _published_folder(text, yolo_config_dir)
     path = _yaml_file(text)
+    if path is None and text in CLASSIFY_YAMLS:
+        name = CLASSIFY_YAMLS[text]
+        raise UsageError(
+            f"data={text} is ultralytics' description of the {name} classification folder, which its classify"
+            f" trainer does not read: give data={name}"
+        )
     where = str(path) if path is not None else builtin_name(text)
+    if where is None and bare and not Path(text).exists():
+        raise UsageError(
+            f"data={text}: no folder {text} in {os.getcwd()} or ultralytics' datasets_dir, and no size is known for"
+            f" a dataset of that name (ultralytics would try to download {text}.zip from its assets when the job"
+            f" starts); the classification datasets planned from published sizes: {', '.join(sorted(CLASSIFY))}"
+        )
     if where is None:
         hint = "" if "/" in text else " (nor is it one of ultralytics' bundled datasets)"
         if not os.path.isabs(text):
@@ -473,6 +546,21 @@ def count(data: str | Path, cache_path: Path | None = None, yolo_config_dir: str
         raise UsageError(f"data {where}: the train split has 0 images")
     keypoints = where in KEYPOINT_DATASETS if path is None else _names_keypoints(path)
     return DatasetCounts(where, counts["train"], counts["val"], source, keypoints=keypoints)
+
+
+def _published_folder(name: str, yolo_config_dir: str) -> DatasetCounts:
+    """A classification dataset not downloaded yet, planned from its published sizes (ultralytics
+    fetches it into its datasets_dir when the job starts, which needs the network)."""
+    from slurm_yolo.core.spec import ultralytics_cfg
+
+    entry = CLASSIFY[name]
+    datasets = _datasets_dir(yolo_config_dir)
+    where = f"no {datasets / name} yet" if datasets else f"no datasets_dir in {settings_file(yolo_config_dir)}"
+    how = (
+        f"ultralytics {ultralytics_cfg()['ultralytics']}'s published sizes ({entry.source}; {where}: ultralytics"
+        " downloads it when the job starts, which needs the network)"
+    )
+    return DatasetCounts(name, entry.train_images, entry.val_images, how, folder=True)
 
 
 KEYPOINT_DATASETS = frozenset(

@@ -17,7 +17,7 @@ from slurm_yolo.core import gputypes, sizing
 from slurm_yolo.core.config import Config, Partition
 from slurm_yolo.core.durations import fmt_minutes, seconds_text
 from slurm_yolo.core.errors import SlurmError, UsageError
-from slurm_yolo.core.limits import MAX_LIMIT_SECONDS
+from slurm_yolo.core.limits import MAX_LIMIT_SECONDS, SIGNAL_MIN_LIMIT
 from slurm_yolo.core.model import gpu_priors
 from slurm_yolo.core.model.estimate import Workload, fmt_pixels, fmt_tokens, images_640, model_factor, tokens
 from slurm_yolo.core.model.timemodel import (
@@ -28,6 +28,7 @@ from slurm_yolo.core.model.timemodel import (
     components,
     ddp_factor,
     describe,
+    final_val_seconds,
     outside_range,
     predict_seconds,
     predict_train_seconds,
@@ -51,6 +52,7 @@ class Request(NamedTuple):
     cpus_per_gpu: int = 0  # --cpus-per-gpu (0: the plan's, from the loader's need, the site's floor, the node)
     cache: str = ""  # ultralytics' cache= as its trainer reads it: "ram", "disk" or ''
     time_limit_seconds: float | None = None  # -t/--time: the user's own limit instead of the plan's
+    train_hours: float | None = None  # ultralytics' time=: it stops training after these hours (None, 0: no cap)
 
 
 @dataclass(frozen=True)
@@ -218,8 +220,15 @@ def _plan(
     predicted = predict_seconds(w, timed, gpus, part.ddp_efficiency, ref, cores * gpus)
     train = predict_train_seconds(w, timed, gpus, part.ddp_efficiency, ref, cores * gpus)
     widening = range_widening(tm, w)
+    capped: list[str] = []
+    cap = (req.train_hours or 0.0) * 3600
+    if cap > 0:
+        predicted, train, capped = _time_capped(w, timed, ref, predicted, train, cap)
     buf = buffer_for(tm, config.estimate.buffer, predicted, widening)
     limit = time_limit(predicted, buf.value)
+    if capped:  # the hours ultralytics trains are certain: the buffer is for start-up and validation alone
+        limit = max(60, math.ceil((cap + (predicted - cap) * (1 + buf.value)) / 60) * 60)
+        buf = Buffer(limit / predicted - 1, f"{buf.reason}, on all but the {fmt_minutes(cap)} time= trains")
     short_limit = ""
     if req.time_limit_seconds is not None:
         buf, limit, short_limit = _own_limit(tm, req.time_limit_seconds, predicted, widening)
@@ -272,8 +281,13 @@ def _plan(
         *([unknown] if (unknown := gputypes.unknown_line(part)) and unknown not in k_source else []),
         f"time: {fmt_minutes(predicted)} predicted ({fmt_minutes(train)} training) on {gpus} GPU(s)"
         f" [{gpus_why}, DDP x{ddp_factor(gpus, part.ddp_efficiency):.2f}]",
+        *capped,
         *memory_lines,
-        f"buffer: {buf.value:.2f} ({buf.reason}) -> time limit {limit // 60} min"
+        (
+            f"time limit: {buf.reason}"  # the user's own: what it covers, not a buffer she never chose
+            if req.time_limit_seconds is not None
+            else f"buffer: {buf.value:.2f} ({buf.reason}) -> time limit {limit // 60} min"
+        )
         + (f", promised to cover {buf.coverage:.0%} of runs like the {tm.n} behind the model" if buf.coverage else ""),
         f"gres: {gres}"
         + (" (light job: shares a GPU)" if shard else "")
@@ -326,6 +340,25 @@ def _plan(
     )
 
 
+def _time_capped(
+    w: Workload, tm: TimeModel, ref: float, predicted: float, train: float, cap: float
+) -> tuple[float, float, list[str]]:
+    """The run under ultralytics' ``time=``: its trainer stops once ``hours`` of training have passed and,
+    after each epoch, re-plans its epochs to fill them (ceil(time / mean epoch time)), so it trains
+    for the hours whatever ``epochs=`` says; the interrupted epoch is validated before it stops.
+    ``cap``: time= in seconds. Returns (predicted, training, the --explain line)."""
+    per_epoch = train / max(1, w.epochs)
+    capped_train = cap + final_val_seconds(w, tm, ref)  # the validation that closes the stopped epoch
+    epochs = cap / per_epoch if per_epoch > 0 else float(w.epochs)
+    fits = f"about {math.ceil(epochs)} epochs" if epochs >= 1 else f"{epochs:.0%} of its first epoch"
+    line = (
+        f"time={cap / 3600:g}: ultralytics trains {fmt_minutes(cap)} and stops, re-planning its epochs to fit:"
+        f" {fits} at the predicted {fmt_minutes(per_epoch)} each, where epochs={w.epochs} would take"
+        f" {fmt_minutes(train)}; predicted and held for that, plus start-up and validation"
+    )
+    return predicted - train + capped_train, capped_train, [line]
+
+
 def _shape_source(configured: Partition | None) -> str:
     """Where the plan's node shape comes from, for --explain."""
     keys = [k for k in ("node_cpus_per_gpu", "node_memory_gb_per_gpu") if configured and getattr(configured, k)]
@@ -349,8 +382,13 @@ def _own_limit(tm: TimeModel, seconds: float, predicted: float, widening: float)
     short = ""
     if limit < predicted or (covered is not None and covered < 0.5):
         short = (
-            f"{said} is under the predicted {fmt_minutes(predicted)}: the job will likely reach it (it checkpoints"
-            " and requeues at the USR2 a limit of 3 min or more gets)"
+            f"{said} is under the predicted {fmt_minutes(predicted)}: the job will likely reach it"
+            + (
+                " (it checkpoints and requeues at the USR2 Slurm sends before it)"
+                if limit >= SIGNAL_MIN_LIMIT
+                else f" (a limit under {SIGNAL_MIN_LIMIT // 60} min gets no USR2 to checkpoint and requeue at: the job"
+                " ends there, and only the epochs it saved are kept)"
+            )
             if limit < predicted
             else f"{said} covers the predicted {fmt_minutes(predicted)} at {covered:.0%} of runs like it"
         )

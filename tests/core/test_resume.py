@@ -68,6 +68,6 @@ def test_bare_boolean_keys_are_true_and_resume_takes_a_path() -> None:
     assert (s.args["cos_lr"], s.args["rect"]) == (True, True)
     with pytest.raises(UsageError, match="must be True or the checkpoint"):
         spec.parse(["train", "resume=5"])
-    with pytest.raises(UsageError, match="unexpected argument 'imgsz'"):
+    with pytest.raises(UsageError, match="'imgsz' needs a value: imgsz=VALUE"):
         spec.parse(["train", "data=d.yaml", "imgsz"])  # not a boolean key: no bare form
     assert resume.checkpoint(spec.parse(["train", "data=d.yaml"])) is None

@@ -209,7 +209,9 @@ def test_her_own_limit_is_the_jobs_with_what_it_covers_by_the_measured_errors(cf
     assert own.predicted_seconds == base.predicted_seconds
     assert own.time_limit_seconds == math.ceil(base.predicted_seconds * ratio / 60) * 60
     assert own.coverage is None  # hers: the plan promises nothing of it
-    assert any(line.startswith("buffer: ") and "cross-validated runs" in line for line in own.explain), own.explain
+    said = [line for line in own.explain if line.startswith("time limit: your limit ")]  # never "buffer: 12.79"
+    assert len(said) == 1 and "cross-validated runs" in said[0], own.explain
+    assert not any(line.startswith("buffer: ") for line in own.explain)
     assert own.short_limit == ""
     hour = plan.plan_partition(
         wl(epochs=50), tm, "t", cfg.partition("t4"), plan.Request("t4", time_limit_seconds=3600), cfg
@@ -222,7 +224,12 @@ def test_a_limit_under_the_prediction_is_a_warning_not_a_refusal(cfg: config_mod
         wl(epochs=300), TM, "t", cfg.partition("t4"), plan.Request("t4", time_limit_seconds=90), cfg
     )
     assert p.time_limit_seconds == 120 and p.predicted_seconds > 120
-    assert p.short_limit.startswith("your limit 2 min is under the predicted") and "USR2" in p.short_limit
+    assert p.short_limit.startswith("your limit 2 min is under the predicted")
+    assert "gets no USR2" in p.short_limit and "requeues at the USR2" not in p.short_limit  # none under 3 min
+    longer = plan.plan_partition(
+        wl(epochs=300), TM, "t", cfg.partition("t4"), plan.Request("t4", time_limit_seconds=300), cfg
+    )
+    assert "checkpoints and requeues at the USR2" in longer.short_limit
     with pytest.raises(UsageError, match=r"--time .*more than a year"):
         plan.plan_partition(wl(), TM, "t", cfg.partition("t4"), plan.Request("t4", time_limit_seconds=400 * 86400), cfg)
 
