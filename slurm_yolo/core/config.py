@@ -63,6 +63,22 @@ class JobSettings:
 
 
 @dataclass(frozen=True)
+class StageSettings:
+    """Where jobs find ultralytics' datasets and weights, and whether their nodes could download them."""
+
+    # Folders on shared storage every node mounts (absolute): the jobs' ultralytics datasets_dir and
+    # weights_dir, which `slurm-yolo stage` fills on a login node. "": each user's own ultralytics settings.
+    datasets_dir: str = ""
+    weights_dir: str = ""
+    # The compute nodes reach the network, so a job may download what it lacks: submissions are not
+    # checked for it. false: a plan whose data or weights need a download is refused with its stage command.
+    nodes_online: bool = False
+    # A base URL that serves what https://github.com/ serves, path for path (a site's mirror or proxy of
+    # ultralytics' release assets): `slurm-yolo stage` fetches from it instead. "": GitHub itself.
+    mirror: str = ""
+
+
+@dataclass(frozen=True)
 class EstimateSettings:
     """The time model's priors and the limit's buffer."""
 
@@ -88,6 +104,9 @@ class EstimateSettings:
     image_seconds: float = 0.001  # prior cost per training image that compute does not hide (decode, augment)
     val_image_seconds: float = 0.001  # prior cost per validated image outside compute (decode, NMS, metrics)
     coverage: float = 0.99  # share of runs the time limit covers (cross-validated), buffer never below "buffer"
+    # `doctor` names a partition whose model's cross-validated median error is over this (with its
+    # likely cause and the command that fixes it): its limits then lean on a wide buffer.
+    doctor_cv_error: float = 0.30
     default_priority: str = "dev"
 
 
@@ -186,6 +205,7 @@ Section = (
     PathsSettings
     | SlurmSettings
     | JobSettings
+    | StageSettings
     | EstimateSettings
     | LightSettings
     | LedgerSettings
@@ -198,6 +218,7 @@ SECTIONS: dict[str, type[Section]] = {
     "paths": PathsSettings,
     "slurm": SlurmSettings,
     "job": JobSettings,
+    "stage": StageSettings,
     "estimate": EstimateSettings,
     "light": LightSettings,
     "ledger": LedgerSettings,
@@ -262,6 +283,7 @@ class Config:
     paths: PathsSettings
     slurm: SlurmSettings
     job: JobSettings
+    stage: StageSettings
     estimate: EstimateSettings
     light: LightSettings
     ledger: LedgerSettings
@@ -406,6 +428,11 @@ def load(path: Path | None = None, env: Mapping[str, str] = os.environ) -> Confi
         raise UsageError("config estimate.priors: must be 'shipped' or 'config'")
     if values["ledger"]["backend"] not in ("sqlite", "mariadb"):
         raise UsageError("config ledger.backend: must be 'sqlite' or 'mariadb'")
+    for key in ("datasets_dir", "weights_dir"):  # the nodes' shared folders: the same path on every host
+        if values["stage"][key] and not os.path.isabs(values["stage"][key]):
+            raise UsageError(f'config stage.{key}: an absolute path on storage every node mounts, or "" (unset)')
+    if values["stage"]["mirror"] and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", values["stage"]["mirror"]):
+        raise UsageError('config stage.mirror: an http:// or https:// base URL, or "" (GitHub itself)')
     if values["estimate"]["default_priority"] not in PRIORITIES:
         raise UsageError(f"config estimate.default_priority: must be one of {', '.join(PRIORITIES)}")
     chosen = {k: env[k] for k in ENV_OVERRIDES if env.get(k)}

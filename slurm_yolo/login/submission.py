@@ -14,15 +14,15 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from slurm_yolo.core import assets, dataset, resume, sizing, spec
 from slurm_yolo.core import config as config_mod
-from slurm_yolo.core import dataset, resume, sizing, spec
 from slurm_yolo.core.billing import comment, policy
 from slurm_yolo.core.config import Config
 from slurm_yolo.core.errors import QuotaError, SlurmError, SlurmYoloError, UnreachableError, UsageError
 from slurm_yolo.core.model import estimate
 from slurm_yolo.core.model.estimate import fmt_tokens
 from slurm_yolo.login import admission, plan, progress, render
-from slurm_yolo.slurm import commands, nodes
+from slurm_yolo.slurm import commands, nodes, reasons
 from slurm_yolo.slurm.visibility import current_user
 from slurm_yolo.state import calibration, cost, db, ledger
 
@@ -128,9 +128,10 @@ def missing_weights(s: spec.TrainSpec, options: render.JobOptions) -> str:
     """A line when ``model=`` names weights (``.pt``) that are not on disk from the job's work dir
     ('' otherwise): the job runs ultralytics offline (``YOLO_OFFLINE=1``), so a download it would try
     fails the job seconds after it starts. Only a warning: they may sit in ultralytics' weights
-    folder on the compute nodes, which a login node cannot see."""
+    folder on the compute nodes, which a login node cannot see. Weights named bare (``yolo11n.pt``)
+    are ``unstaged``'s: staged, or downloaded where the nodes have the network."""
     model = s.get("model")
-    if not isinstance(model, str) or not model.endswith(".pt"):
+    if not isinstance(model, str) or not model.endswith(".pt") or assets.is_weights_name(model):
         return ""
     try:
         if (Path(_chdir(options.extra) or ".") / Path(model).expanduser()).is_file():
@@ -144,6 +145,15 @@ def missing_weights(s: spec.TrainSpec, options: render.JobOptions) -> str:
     )
 
 
+def unstaged(config: Config, s: spec.TrainSpec, options: render.JobOptions) -> list[assets.Unstaged]:
+    """The plan's named dataset and weights that its job would download, on a site whose compute
+    nodes have no network (``stage.nodes_online`` false); none where they have it."""
+    if config.stage.nodes_online:
+        return []
+    workdir = Path(_chdir(options.extra) or ".").absolute()
+    return assets.unstaged(s, assets.places(config.stage, config.job.yolo_config_dir, workdir), workdir)
+
+
 class Prepared(NamedTuple):
     """A decided job: the spec, the dataset's counts, the plan and the script sbatch will get."""
 
@@ -154,6 +164,7 @@ class Prepared(NamedTuple):
     options: render.JobOptions
     quote: cost.Quote  # what its start holds and its predicted run would be charged
     warnings: tuple[str, ...] = ()  # what the user should know before the job runs (stderr, one line each)
+    unstaged: tuple[assets.Unstaged, ...] = ()  # what its offline job would download: refused until staged
 
 
 def job_options(config: Config, **given: object) -> render.JobOptions:
@@ -167,6 +178,7 @@ def job_options(config: Config, **given: object) -> render.JobOptions:
         "signal_seconds": job.signal_seconds,
         "spank_tokens": config.slurm.spank_tokens,
         "yolo_config_dir": job.yolo_config_dir,
+        "environment": assets.job_environment(config.stage),  # the site's datasets and weights folders
     }
     return render.JobOptions(**{**site, **values})
 
@@ -192,7 +204,10 @@ def prepare(
     model = estimate.resolve_model(s.model, reference, config.job.python, config.cache_dir, flops_factor)
     dataset.check_task(estimate.task_of(s.model), s.model, counts, config.job.yolo_config_dir)
     w = estimate.workload(s, counts.train, counts.val, model)
-    request = request._replace(autobatch=s.autobatch, cache=sizing.cache_mode(s.get("cache")))
+    missing = unstaged(config, s, options)
+    request = request._replace(
+        autobatch=s.autobatch, cache=sizing.cache_mode(s.get("cache")), train_hours=s.get("time")
+    )
     if s.devices == 0:
         raise UsageError("device=cpu: yolo-sbatch schedules GPU jobs; drop device= (the job uses its GPUs)")
 
@@ -237,6 +252,8 @@ def prepare(
             SlurmError
         ) as e:  # refused everywhere: an account not hers is the reason to name, not "Invalid account" x N
             require_association(options.account, bin_dir)
+            if reasons.refused_qos(str(e)):
+                raise SlurmError(f"{e}: {qos_hint([p.qos for p in plans], options.account, bin_dir)}") from None
             if refused:  # and the partitions never planned say why too
                 raise SlurmError(f"{e}; not planned: {'; '.join(str(r) for r in refused)}") from None
             raise
@@ -251,6 +268,7 @@ def prepare(
             [
                 config_mod.missing(config),
                 unpublished(config),
+                f"{assets.unstaged_line(missing)} (a submission is refused until then)" if missing else "",
                 missing_weights(s, options),
                 unpriced,
                 chosen.feed,
@@ -280,7 +298,16 @@ def prepare(
             else ""
         ),
     )
-    return Prepared(spec=s, counts=counts, plan=chosen, script=script, options=options, quote=q, warnings=warnings)
+    return Prepared(
+        spec=s,
+        counts=counts,
+        plan=chosen,
+        script=script,
+        options=options,
+        quote=q,
+        warnings=warnings,
+        unstaged=tuple(missing),
+    )
 
 
 def costs(quotes: list[cost.Quote]) -> list[float]:
@@ -358,6 +385,8 @@ def submit(config: Config, prepared: Prepared) -> Submitted:
     unread = config_mod.missing(config)
     if unread:  # a plan on the defaults (whole GPUs, the prior k, the default price) can hold far more than the site's
         raise UsageError(f"job not submitted: {unread} (--dry-run plans on the defaults)")
+    if prepared.unstaged:  # it would fail on the download at its start, after its hold
+        raise UsageError(f"job not submitted: {assets.unstaged_line(list(prepared.unstaged))}")
     bin_dir = config.bin_dir
     try:
         wait = admission.check(config, prepared.plan, prepared.options.account, prepared.quote)
@@ -369,7 +398,10 @@ def submit(config: Config, prepared: Prepared) -> Submitted:
         raise SlurmError(f"job not submitted: {e}") from None
     except SlurmError as e:
         require_association(prepared.options.account, bin_dir)
-        raise SlurmError(f"job not submitted: {e}{_partition_hint(str(e), prepared.plan.partition, bin_dir)}") from None
+        hint = _partition_hint(str(e), prepared.plan.partition, bin_dir)
+        if reasons.refused_qos(str(e)):
+            hint = f": {qos_hint([prepared.plan.qos], prepared.options.account, bin_dir)}"
+        raise SlurmError(f"job not submitted: {e}{hint}") from None
     # its own reckoning (the published balance) or slurmctld's (the account's pending jobs counted too)
     waits = wait > 0 or any("waits for credits" in line for line in told)
     try:
@@ -377,6 +409,21 @@ def submit(config: Config, prepared: Prepared) -> Submitted:
     except SlurmError:
         until = None  # submitted all the same: the time is slurmctld's message's
     return Submitted(job_id, told, until)
+
+
+def qos_hint(qos: list[str], account: str | None, bin_dir: Path) -> str:
+    """For Slurm's "Invalid qos specification": which QOS the plan asked and the ``sacctmgr`` line that
+    grants it to the account (the user's default account where she gave none)."""
+    try:
+        known: list[str] | None = commands.qos_names(bin_dir)
+    except SlurmError:
+        known = None  # slurmdbd not answering: the grant is still the line to run
+    if not account:
+        try:
+            account = commands.default_account(current_user(), bin_dir)
+        except SlurmError:
+            account = ""
+    return reasons.missing_qos(sorted(set(qos)), account or "", known)
 
 
 def _partition_hint(error: str, partition: str, bin_dir: Path) -> str:

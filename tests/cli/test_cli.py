@@ -167,7 +167,7 @@ esac""",
 
 def test_no_partition_and_none_configured_is_slurms_default(home: Path, tmp_path: Path, dataset: Path) -> None:
     fake_slurm(home, tmp_path, f"echo \"$*\" > {tmp_path}/scontrol.log; printf '{PARTITIONS}'")
-    code, out = run(["--dry-run", "--json", "train", f"data={dataset}"])
+    code, out = run(["--dry-run", "--json", "train", f"data={dataset}", "model=yolov8n.yaml"])
     assert code == 0, out
     d = json.loads(out)
     assert d["partition"] == "t4" and "#SBATCH --partition=t4\n" in d["script"] and d["expected_start"] is None
@@ -293,7 +293,7 @@ def test_login_path_imports_no_heavy_modules() -> None:
         ),
         (
             ["train", "data={ds}", "device=$(id)"],
-            "Error: 'device=$(id)' must be cpu, mps, or GPU indices such as 0 or 0,1",
+            "Error: 'device=$(id)' must name GPU indices such as 0 or 0,1",
         ),
         (["train", "data={ds}", "fraction=nan"], "Error: 'fraction=nan' must be in (0, 1]"),
         (["train", "data={ds}", "batch=1e300"], "Error: 'batch=1e+300' is absurd"),
@@ -367,7 +367,9 @@ def test_auto_passes_over_partitions_too_small(
         "will_run",  # Slurm would start any of them now
         lambda scripts, bin_dir=None, timeout=30.0: [parsers.WillRun(int(time.time())) for _ in scripts],
     )
-    code, out = run(["--dry-run", "--json", "-p", "auto", "train", f"data={dataset}", "device=0,1,2"])
+    code, out = run(
+        ["--dry-run", "--json", "-p", "auto", "train", f"data={dataset}", "model=yolov8n.yaml", "device=0,1,2"]
+    )
     assert code == 0, out
     assert (json.loads(out)["partition"], json.loads(out)["gres"]) == ("big", "gpu:h100:3")
     code, out = run(["--dry-run", "--json", "-p", "auto", "train", f"data={dataset}", "device=0,1,2,3,4"])
@@ -385,8 +387,11 @@ def test_bundled_dataset_plans_offline_and_says_where_its_counts_came_from(
         "data: coco8.yaml: 4 train, 4 val images, ultralytics 8.4.190's published sizes"
     )
     assert "images: 4 train x 100 epochs" in out
-    code, out = run(["--dry-run", "--json", "-p", "a100", "train", "model=yolov8n.yaml", "data=coco.yaml"])
-    d = json.loads(out)
+    res = CliRunner().invoke(
+        yolo_sbatch, ["--dry-run", "--json", "-p", "a100", "train", "model=yolov8n.yaml", "data=coco.yaml"]
+    )
+    d = json.loads(res.stdout)
+    assert "`slurm-yolo stage coco.yaml`" in res.stderr  # not downloaded: the offline nodes would need it staged
     assert (d["dataset"]["train"], d["dataset"]["val"], d["workload"]["train_images"]) == (118287, 5000, 118287)
     assert d["explain"][0].startswith("data: coco.yaml: 118287 train, 5000 val images")
 
@@ -470,35 +475,41 @@ def test_every_commands_short_help_is_a_whole_phrase_in_plain_text() -> None:
 def test_a_partition_not_configured_is_planned_with_a_warning(dataset: Path, site_config: Path) -> None:
     """``-p v100`` where the config knows a100 and t4: a typo plans with the defaults, so it says so
     (stderr, and in --explain); ``--json`` stays one JSON object on stdout."""
-    res = CliRunner().invoke(yolo_sbatch, ["--dry-run", "--json", "-p", "v100", "train", f"data={dataset}"])
+    res = CliRunner().invoke(
+        yolo_sbatch, ["--dry-run", "--json", "-p", "v100", "train", f"data={dataset}", "model=yolov8n.yaml"]
+    )
     assert res.exit_code == 0 and json.loads(res.stdout)["partition"] == "v100"
     assert res.stderr == (
         "warning: partition v100 is not one of the configured (a100, t4): planned with the defaults"
         " (whole GPUs, the prior k); Slurm refuses it if it does not exist\n"
     )
     assert res.stderr.removeprefix("warning: ").strip() in json.loads(res.stdout)["explain"]
-    assert CliRunner().invoke(yolo_sbatch, ["--dry-run", "--json", "-p", "t4", "train", f"data={dataset}"]).stderr == ""
+    words = ["--dry-run", "--json", "-p", "t4", "train", f"data={dataset}", "model=yolov8n.yaml"]
+    assert CliRunner().invoke(yolo_sbatch, words).stderr == ""
 
 
 def test_weights_that_are_not_on_disk_are_named_before_the_job_fails_on_them(
     dataset: Path, site_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The job runs ultralytics offline: ``model=yolov8n.pt`` that is not there would fail seconds
-    into the job, so the submission warns (the weights may still be in the compute node's weights
-    folder, which the login node cannot see); weights on disk, and a yaml, plan without a word."""
+    into the job, so a dry run names the folder it is not in and the command that stages it (a
+    submission is refused: tests/login/test_stage.py); on a site whose nodes have the network, not a
+    word (the job downloads them). Weights on disk, and a yaml, plan without a word."""
     monkeypatch.chdir(tmp_path)
     res = CliRunner().invoke(
         yolo_sbatch, ["--dry-run", "--json", "-p", "t4", "train", f"data={dataset}", "model=yolov8n.pt"]
     )
     assert res.exit_code == 0 and json.loads(res.stdout)["partition"] == "t4"
-    assert res.stderr == (
-        "warning: model yolov8n.pt is not on disk from the job's work dir, and the job cannot download it"
-        " (ultralytics runs offline there): it fails unless the weights are in ultralytics' weights folder"
-        " on the compute node; model=yolov8n.yaml trains from scratch\n"
+    assert res.stderr.startswith("warning: yolov8n.pt is not in ") and res.stderr.endswith(
+        ", and the compute nodes have no network to download it: stage it first with `slurm-yolo stage yolov8n.pt`"
+        " (on a login node) (a submission is refused until then)\n"
     )
     words = ["--dry-run", "--explain", "-p", "t4", "train", f"data={dataset}", "model=yolov8n.pt"]
     explained = CliRunner().invoke(yolo_sbatch, words)  # among --explain's lines, and once (a follower saw it twice)
-    assert explained.exit_code == 0 and explained.output.count("yolov8n.pt is not on disk") == 1, explained.output
+    assert explained.exit_code == 0 and explained.output.count("yolov8n.pt is not in") == 1, explained.output
+    site_config.write_text(site_config.read_text() + "\n[stage]\nnodes_online = true\n")
+    online = CliRunner().invoke(yolo_sbatch, ["--dry-run", "-p", "t4", "train", f"data={dataset}", "model=yolov8n.pt"])
+    assert online.exit_code == 0 and online.stderr == ""
     (tmp_path / "yolov8n.pt").write_bytes(b"weights")
     for model in ("yolov8n.pt", "yolov8n.yaml"):
         res = CliRunner().invoke(yolo_sbatch, ["--dry-run", "-p", "t4", "train", f"data={dataset}", f"model={model}"])

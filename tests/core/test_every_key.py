@@ -262,7 +262,8 @@ def test_as_a_user_runs_it(args: list[str], ok: bool, hostile_home: Path, datase
         check=False,
     )
     if ok:
-        assert res.returncode == 0 and res.stderr == "", res.stderr
+        # (coco8.yaml and the default yolo26n.pt are not staged for the offline nodes: a warning says so)
+        assert res.returncode == 0 and all(x.startswith("warning: ") for x in res.stderr.splitlines()), res.stderr
         assert verdict(0, res.stdout, None, words, hostile_home) is None
     else:
         lines = res.stderr.splitlines()

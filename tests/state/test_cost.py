@@ -65,7 +65,8 @@ def test_a_ledger_that_does_not_answer_leaves_the_plan_at_the_default_price(
     """A dry run must not fail because the books are away (here: a MariaDB option file that is not
     there); the cost is at the default price, and stderr says so."""
     (home / "config.toml").write_text(f'[ledger]\nbackend = "mariadb"\nmariadb_options = "{tmp_path / "none.cnf"}"\n')
-    res = CliRunner().invoke(yolo_sbatch, ["--dry-run", "--json", "-p", "t4", "train", f"data={dataset}"])
+    words = ["--dry-run", "--json", "-p", "t4", "train", f"data={dataset}", "model=yolov8n.yaml"]
+    res = CliRunner().invoke(yolo_sbatch, words)
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["price_tokens_per_gpu_second"] == 1_000_000
     assert res.stderr.startswith("warning: the ledger did not answer (") and res.stderr.endswith(
