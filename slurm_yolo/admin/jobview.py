@@ -7,6 +7,7 @@ numbers call for it. Whose job it is decides who may see it: Slurm's PrivateData
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -15,12 +16,17 @@ from slurm_yolo.admin import report
 from slurm_yolo.admin.efficiency import thresholds
 from slurm_yolo.admin.report.output import fmt_duration
 from slurm_yolo.core.config import Config
-from slurm_yolo.core.errors import UsageError
+from slurm_yolo.core.errors import SlurmError, UsageError
 from slurm_yolo.core.model.estimate import fmt_tokens
-from slurm_yolo.slurm import visibility
+from slurm_yolo.parse import joblog
+from slurm_yolo.parse.records import USAGE_NAME
+from slurm_yolo.slurm import commands, visibility
 from slurm_yolo.state import cost, ledger
 
 SHORT_USE = 0.25  # a completed run that used less of its limit than this is told so
+MIN_LIMIT_S = 60  # Slurm's least time limit (a minute): no shorter one to advise
+UNDONE = frozenset({"PENDING", "RUNNING", "REQUEUED", "COMPLETING", "SUSPENDED", "COMPLETED"})  # nothing to explain
+LOG_FIELDS = ["JobIDRaw", "JobName", "ExitCode", "WorkDir", "StdOut"]  # StdOut: sacct of 23.02 on, not 22.05's
 
 
 def may_see(v: visibility.Viewer, user: str, account: str) -> bool:
@@ -52,6 +58,55 @@ def summaries(config: Config, job_ids: list[int], v: visibility.Viewer) -> list[
             )
         gpu = eff[eff["job_id"] == job_id] if len(eff) else eff
         out.append(summary(mine, gpu.iloc[0].to_dict() if len(gpu) else None, config))
+    explain(config, out)
+    return out
+
+
+def explain(config: Config, views: list[dict[str, Any]]) -> None:
+    """Add to each summary of a job that did not complete why (its log's failing line, else Slurm's
+    reason) and the command that resumes it (``joblog.ending``), its files read as its user could."""
+    ended = {s["job_id"]: s for s in views if s["state"] not in UNDONE}
+    facts = _log_facts(config, list(ended))
+    for job_id, s in ended.items():
+        name, exit_code, workdir, pattern = facts.get(job_id, ("", "", "", ""))
+        guess = pattern or ("%x-%j.out" if s["predicted_s"] else "slurm-%j.out")  # yolo-sbatch's, else Slurm's default
+        log = joblog.log_path(guess, workdir, job_id, name, s["user"])
+        usage = Path(workdir) / USAGE_NAME.format(job=job_id) if workdir.startswith("/") else None
+        end = joblog.ending(
+            s["user"],
+            s["state"],
+            exit_code,
+            log,
+            usage,
+            (s["partition"], s["account"]),
+            config.job.signal_seconds,
+            config.estimate.buffer,
+        )
+        s["why"], s["resume"] = end.why, end.resume
+        s["saved_epoch"], s["epochs"] = (end.saved.epoch, end.saved.epochs) if end.saved else (None, None)
+        s["advice"] = advice(s, thresholds(config).low_util_pct, config, end.trained)
+
+
+def _log_facts(config: Config, job_ids: list[int]) -> dict[int, tuple[str, str, str, str]]:
+    """Each job's name, exit code, work dir and log (``--output``) as its last run has them: from sacct,
+    whose 22.05 has no StdOut (then the controller's, while it still knows the job)."""
+    if not job_ids:
+        return {}
+    select, bin_dir = ["-a", "-j", ",".join(map(str, job_ids))], config.bin_dir
+    rows: list[list[str]] = []
+    for fields in (LOG_FIELDS, LOG_FIELDS[:-1]):
+        try:
+            rows = [[*r, ""][: len(LOG_FIELDS)] for r in commands.sacct_rows(select, fields, bin_dir=bin_dir)]
+            break
+        except SlurmError:  # 22.05: no StdOut; slurmdbd down: nothing (the summaries stand without it)
+            continue
+    out = {int(r[0]): (r[1], r[2], r[3], r[4]) for r in rows if r[0].isdigit()}  # the last run's, as sacct lists them
+    for job_id, (name, code, work, pattern) in out.items():
+        if not pattern:
+            try:
+                out[job_id] = (name, code, work, commands.show_job(job_id, bin_dir=bin_dir).get("StdOut", ""))
+            except SlurmError:
+                continue
     return out
 
 
@@ -100,8 +155,10 @@ def summary(runs: pd.DataFrame, gpu: dict[str, Any] | None, config: Config) -> d
     return out
 
 
-def advice(s: dict[str, Any], low_util_pct: float, config: Config) -> list[str]:
-    """The lines the numbers call for: a GPU left idle, a limit hit or far from reached, a failure."""
+def advice(s: dict[str, Any], low_util_pct: float, config: Config, trained: bool = False) -> list[str]:
+    """The lines the numbers call for: a GPU left idle, a limit hit (and how the run goes on from its
+    checkpoint, ``explain``'s ``resume``; ``trained``: it kept usage records) or far from reached, a
+    failure and why."""
     lines = []
     last = s["runs"][-1]
     util = s["util_pct"]
@@ -113,17 +170,24 @@ def advice(s: dict[str, Any], low_util_pct: float, config: Config) -> list[str]:
             else ""
         )
         lines.append(f"its GPUs were busy {util:.0f}% of the time{share}")
-    if last["state"] == "TIMEOUT":
+    resume = s.get("resume")
+    if resume:
+        lines.append(f"it saved epoch {s['saved_epoch']} of {s['epochs']}; to train the rest: {resume}")
+    if last["state"] == "TIMEOUT" and not resume:
         lines.append(
-            "it hit its time limit: resume it from its last checkpoint"
-            " (yolo-sbatch ... train resume model=RUN/weights/last.pt)"
+            "it hit its time limit before saving an epoch: run it again with a longer one (-t)"
+            if trained
+            else "it hit its time limit: a longer one (-t) lets it finish"
         )
-    elif last["state"] == "COMPLETED" and last["limit_s"] and last["elapsed_s"] < SHORT_USE * last["limit_s"]:
+    elif (
+        last["state"] == "COMPLETED"
+        and last["limit_s"]
+        and last["limit_s"] > MIN_LIMIT_S
+        and last["elapsed_s"] < SHORT_USE * last["limit_s"]
+    ):
         used = 100 * last["elapsed_s"] / last["limit_s"]
         why = "may start sooner" if s["exempt"] else "holds fewer tokens and may start sooner"
         lines.append(f"it used {used:.0f}% of its time limit: a shorter limit {why}")
-    elif last["state"] in ("FAILED", "OUT_OF_MEMORY", "NODE_FAIL"):
-        lines.append(f"its last run ended {last['state']}: its log says why (a NODE_FAIL is refunded in full)")
     return lines
 
 
@@ -147,7 +211,7 @@ def text(s: dict[str, Any], currency: str) -> str:
     if s["predicted_s"]:
         lines.append(f"  predicted {fmt_duration(s['predicted_s'])}, ran {fmt_duration(s['elapsed_s'])}")
     money = f", {cost.fmt_money(s['money'], currency)}" if currency else ""
-    used = f"{cost.fmt_amount(s['gpu_hours'])} GPU-hours{money}"
+    used = f"{_hours(s['gpu_hours'])} GPU-hours{money}"
     if s["exempt"] and not s["hold"]:
         lines.append(f"  not billed: {s['exempt']} is exempt (the site's ledger.exempt_*); {used}")
     else:
@@ -159,5 +223,14 @@ def text(s: dict[str, Any], currency: str) -> str:
         lines.append(f"  GPU utilisation {util}, memory {mem}{of_mem}")
     else:
         lines.append("  GPU figures: none (no usage records with them, and no gres/gpuutil from sacct)")
+    if s.get("why"):
+        lines.append(f"  why: {s['why']}")
     lines += [f"  advice: {a}" for a in s["advice"]]
     return "\n".join(lines) + "\n"
+
+
+def _hours(hours: float) -> str:
+    """GPU-hours to three significant digits, as the report shows them (0.000278, 0.0123, 1.25, 312)."""
+    if hours == 0 or abs(hours) >= 100:
+        return f"{hours:,.0f}"
+    return f"{hours:.{max(0, 2 - math.floor(math.log10(abs(hours))))}f}"

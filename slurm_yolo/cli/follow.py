@@ -12,6 +12,7 @@ import click
 
 from slurm_yolo.cli import load_config
 from slurm_yolo.login import progress
+from slurm_yolo.parse import joblog
 
 
 def follow(job_id: int, interval: float = 2.0, timeout: float | None = None) -> str:
@@ -26,3 +27,16 @@ def follow(job_id: int, interval: float = 2.0, timeout: float | None = None) -> 
     finally:
         if tty:
             click.echo()
+
+
+def ending_lines(job_id: int, state: str, end: joblog.Ending) -> list[str]:
+    """What a job that did not complete says after its state: why (its log's failing line, else
+    Slurm's reason) and how it goes on (the command that resumes it, as it runs when pasted)."""
+    lines = [f"job {job_id} {state}: {end.why}"] if end.why else []
+    if end.resume and end.saved is not None:
+        lines.append(
+            f"job {job_id} saved epoch {end.saved.epoch} of {end.saved.epochs}; to train the rest: {end.resume}"
+        )
+    elif state == "TIMEOUT" and end.trained:
+        lines.append(f"job {job_id} saved no epoch before its limit: run it again with a longer one (-t)")
+    return lines

@@ -1,4 +1,4 @@
-"""Job-side and monitoring commands: parse, feedback, watch, watchdog."""
+"""Job-side and monitoring commands: parse, feedback, watch, jobs, watchdog."""
 
 from __future__ import annotations
 
@@ -96,6 +96,52 @@ def watch(job_id: int, interval: float, timeout: str | None) -> None:
         raise SystemExit(1)
 
 
+@click.command()
+@click.option("--since", default="now-7days", show_default=True, help="Jobs with a run since then (sacct -S).")
+@click.option("--user", "-u", default=None, help="Another user's (an admin's, or her account's coordinator's).")
+@click.option("--json", "as_json", is_flag=True, help="Raw numbers: seconds, tokens, GPU-hours.")
+@library_errors
+def jobs(since: str, user: str | None, as_json: bool) -> None:
+    """Your recent jobs, a line each (as Slurm's PrivateData lets you see them): state, partition,
+    GPUs, predicted against actual run time, limit and the tokens charged."""
+    from slurm_yolo.admin import joblist
+    from slurm_yolo.admin.report.output import fmt_duration
+    from slurm_yolo.core.model.estimate import fmt_tokens
+    from slurm_yolo.slurm import visibility
+
+    config = load_config()
+    viewer = visibility.viewer(config)
+    if viewer.unreached:
+        click.echo(f"warning: {viewer.unreached}", err=True)
+    rows = joblist.recent(config, viewer, user, since)
+    if as_json:
+        echo_json(rows)
+        return
+
+    def took(seconds: float | None) -> str:
+        return "-" if seconds is None else fmt_duration(seconds)
+
+    table = [("JOBID", "STATE", "PARTITION", "GPUS", "PREDICTED", "RAN", "LIMIT", "CHARGED")]
+    for r in rows:
+        table.append(
+            (
+                str(r["job_id"]) + (f" ({r['runs']} runs)" if r["runs"] > 1 else ""),
+                r["state"],
+                r["partition"],
+                f"{r['gpus']:g}",
+                took(r["predicted_s"]),
+                took(r["elapsed_s"]),
+                took(r["limit_s"]),
+                "-" if r["charge"] is None else fmt_tokens(r["charge"]),
+            )
+        )
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    for line in table:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+    if not rows:
+        click.echo(f"no jobs of {user or viewer.user} since {since}")
+
+
 @click.command("watchdog")
 @click.option(
     "--stall-minutes", type=float, default=None, help="Silence that makes a zombie (config: watchdog.stall_minutes)."
@@ -126,4 +172,4 @@ def watchdog_cmd(stall_minutes: float | None, action: str | None, dry_run: bool,
         raise SystemExit(1)  # cron mails it: a zombie Slurm would not end
 
 
-COMMANDS = (parse, feedback, watch, watchdog_cmd)
+COMMANDS = (parse, feedback, watch, jobs, watchdog_cmd)

@@ -194,21 +194,21 @@ def main(
     for line in submitted.told if submitted else []:  # slurmctld's word: e.g. until when the job waits for credits
         click.echo(line, err=as_json)
     if wait and job_id is not None:
-        from slurm_yolo.cli.follow import follow  # only when following a job
+        from slurm_yolo.cli.follow import ending_lines, follow  # only when following a job
+        from slurm_yolo.login import progress
 
         state = follow(job_id, timeout=wait_limit) if not as_json else commands.wait_for_end(job_id, timeout=wait_limit)
         if state == "COMPLETED":
             click.echo(f"job {job_id} {state}", err=as_json)
             click.echo(submission.settlement(config, job_id, submitted_at), err=as_json)  # the cost after the hold
         else:
-            click.echo(f"job {job_id} {state}: its log is {submission.log_file(options, job_id)}", err=as_json)
-            if state == "TIMEOUT":  # it ran: what it paid, and how it goes on from its last saved epoch
+            log = submission.log_file(options, job_id)
+            click.echo(f"job {job_id} {state}: its log is {log}", err=as_json)
+            end = progress.ended(config, job_id, state, log, p.partition)
+            if state in ("TIMEOUT", "FAILED", "OUT_OF_MEMORY"):  # it ran: what it paid
                 click.echo(submission.settlement(config, job_id, submitted_at), err=as_json)
-                click.echo(
-                    f"job {job_id} reached its time limit: `scontrol requeue {job_id}` runs it again from its"
-                    " last saved epoch (with the same limit)",
-                    err=as_json,
-                )
+            for line in ending_lines(job_id, state, end):
+                click.echo(line, err=as_json)
             raise SystemExit(1)
 
 

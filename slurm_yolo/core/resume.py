@@ -44,9 +44,25 @@ def _path(text: str) -> Path:
 def resumed(s: TrainSpec) -> TrainSpec:
     """The run ``s`` resumes, for the plan: the checkpoint's arguments (with what a resumed run may
     change taken from ``s``) and, as ``epochs``, the epochs it has left. ``tokens`` stay the user's."""
+    run = checkpoint_run(s)
+    if run is None:
+        return s
+    folder, whole, done = run
+    if done >= whole.epochs:
+        raise UsageError(f"resume: {folder} trained all its {whole.epochs} epochs: nothing is left to resume")
+    return TrainSpec(
+        task=whole.task, mode=whole.mode, args={**whole.args, "epochs": whole.epochs - done}, tokens=s.tokens
+    )
+
+
+def checkpoint_run(s: TrainSpec) -> tuple[Path, TrainSpec, int] | None:
+    """The run folder ``s`` resumes, the whole run as its checkpoint's arguments say (``epochs``: all
+    of them, as its results.csv numbers them; with what a resumed run may change taken from ``s``)
+    and the epochs it finished; None when ``s`` resumes nothing. The job's usage records count
+    progress against it (epoch 25/40, not /100) and its images from its own data."""
     last = checkpoint(s)
     if last is None:
-        return s
+        return None
     shown = str(last)[:200]
     try:
         if not last.is_file():
@@ -80,15 +96,13 @@ def resumed(s: TrainSpec) -> TrainSpec:
                 raise UsageError(f"resume: {args_file}: {e}") from None
     args |= {k: v for k, v in s.args.items() if k in MAY_CHANGE}
     total = int(args.get("epochs", known["epochs"]))
-    if done >= total:
-        raise UsageError(f"resume: {folder} trained all its {total} epochs: nothing is left to resume")
     if "data" not in args:
         raise UsageError(f"resume: {args_file} names no data=: give data=")
     # the model it was started from (its FLOPs are the checkpoint's), else the checkpoint itself
     model = saved.get("model")
-    args |= {"epochs": total - done, "model": model if isinstance(model, str) and model else str(last)}
+    args |= {"epochs": total, "model": model if isinstance(model, str) and model else str(last)}
     task = saved.get("task") if saved.get("task") in ultralytics_cfg()["tasks"] else s.task
-    return TrainSpec(task=task, mode=s.mode, args=args, tokens=s.tokens)
+    return folder, TrainSpec(task=task, mode=s.mode, args=args, tokens=s.tokens), done
 
 
 def _epochs_done(results: Path) -> int:

@@ -42,8 +42,8 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from slurm_yolo.core import assets, dataset
 from slurm_yolo.core import config as config_mod
-from slurm_yolo.core import dataset
 from slurm_yolo.core import resume as resume_mod
 from slurm_yolo.core import spec as spec_mod
 from slurm_yolo.core.errors import SlurmYoloError, UsageError
@@ -194,9 +194,12 @@ class CommentReporter:
         self.failed = True
 
 
-def start_record(s: spec_mod.TrainSpec, gpus: int, cpus: int) -> dict[str, Any]:
-    """The workload this job trains (dataset counted, model resolved as yolo-sbatch did), and the
-    CPUs it has (a GPU site's data-loader term reads them)."""
+def start_record(
+    s: spec_mod.TrainSpec, gpus: int, cpus: int, planned: spec_mod.TrainSpec | None = None
+) -> dict[str, Any]:
+    """The workload this job trains (dataset counted, model resolved as yolo-sbatch did: ``planned``,
+    a resumed run's epochs left, else ``s``), the run's epochs as its results.csv numbers them (``s``:
+    a resumed run's all), and the CPUs it has (a GPU site's data-loader term reads them)."""
     batch = s.get("batch")  # a batch the user named; auto (-1, a memory fraction) is ultralytics' choice: unknown
     record: dict[str, Any] = {
         "kind": "start",
@@ -211,7 +214,7 @@ def start_record(s: spec_mod.TrainSpec, gpus: int, cpus: int) -> dict[str, Any]:
         cfg = config_mod.load()
         counts = dataset.count(str(s.get("data")), cfg.cache_dir / "datasets.json")
         model = estimate.resolve_model(s.model, cfg.estimate.reference_gflops, sys.executable, cfg.cache_dir)
-        record["workload"] = estimate.workload(s, counts.train, counts.val, model).to_dict()
+        record["workload"] = estimate.workload(planned or s, counts.train, counts.val, model).to_dict()
     except SlurmYoloError as e:
         record["warning"] = f"workload unknown: {e}"
     return record
@@ -420,8 +423,16 @@ class Supervisor:
     """Follows one training child to its end, writing the usage records; USR2 (the time limit) and
     USR1 (a preemption) checkpoint and requeue, SIGTERM and SIGINT stop the training."""
 
-    def __init__(self, s: spec_mod.TrainSpec, log: UsageLog, cpus: int, resume_from: str | None) -> None:
+    def __init__(
+        self,
+        s: spec_mod.TrainSpec,
+        log: UsageLog,
+        cpus: int,
+        resume_from: str | None,
+        planned: spec_mod.TrainSpec | None = None,
+    ) -> None:
         self.spec, self.log, self.cpus, self.resume_from = s, log, cpus, resume_from
+        self.planned = planned  # a resumed run: the epochs it has left (``s``: the whole run's)
         self.started = time.monotonic()
         self.images = 0
         self.folder: RunFolder | None = None
@@ -513,7 +524,7 @@ class Supervisor:
             facts = json.loads(report.split(b"\n")[0])
         except ValueError:
             return  # it ended before training: its exit code says how
-        record = start_record(self.spec, int(facts["gpus"]), self.cpus)
+        record = start_record(self.spec, int(facts["gpus"]), self.cpus, self.planned)
         self.images = int((record.get("workload") or {}).get("train_images") or 0)  # 0: the data yaml did not count
         self.log.write(record)
         if self.resume_from:
@@ -637,4 +648,24 @@ def run(words: list[str]) -> int:
     asked = resume_mod.checkpoint(s)  # the user's own resume (resume model=last.pt, resume=last.pt)
     resume_from = last_checkpoint(log.path) if restarted else (str(asked) if asked else None)
     plan = {"model": s.model, "task": s.task, "args": args, "resume": resume_from, "cpus": cpus}
-    return Supervisor(s, log, cpus, resume_from).run(plan)
+    whole, planned = checkpoint_run(s) if asked else (s, None)
+    # the site's datasets and weights folders (the script exports them): the training's, DDP workers' too
+    with assets.ultralytics_folders(os.environ.get(assets.ENV_DATASETS, ""), os.environ.get(assets.ENV_WEIGHTS, "")):
+        return Supervisor(whole, log, cpus, resume_from, planned).run(plan)
+
+
+def checkpoint_run(s: spec_mod.TrainSpec) -> tuple[spec_mod.TrainSpec, spec_mod.TrainSpec | None]:
+    """A user's resume (``train resume model=RUN/weights/last.pt``) as its checkpoint's run folder
+    says (``resume.checkpoint_run``): the whole run, whose epochs the records count against (25/40,
+    not ultralytics' default 100) with its own data's images, and the epochs it has left, which this
+    job trains (the workload, as yolo-sbatch planned it). ``s`` itself, where the folder says too
+    little: the records then know less, and the training goes on all the same."""
+    try:
+        found = resume_mod.checkpoint_run(s)
+    except UsageError as e:
+        logger.warning("slurm-yolo: %s: the usage records count this run as its command line says", e)
+        return s, None
+    if found is None:
+        return s, None
+    _, whole, done = found
+    return whole, whole._replace(args={**whole.args, "epochs": max(1, whole.epochs - done)})

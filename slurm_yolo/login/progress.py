@@ -8,11 +8,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurm_yolo.core.config import Config
 from slurm_yolo.core.errors import SlurmYoloError
-from slurm_yolo.parse import ParseResult
+from slurm_yolo.parse import ParseResult, joblog
+from slurm_yolo.parse.joblog import expand_pattern as expand_pattern  # the login side's name for it
 from slurm_yolo.parse.records import USAGE_NAME, parse_records
 from slurm_yolo.slurm import commands, reasons
 from slurm_yolo.slurm.records import FINAL_STATES
+from slurm_yolo.slurm.visibility import current_user
 
 
 @dataclass(frozen=True)
@@ -29,11 +32,14 @@ class Progress:
 
 def progress(records: ParseResult) -> Progress:
     """Epochs and training pixels done (of ``Workload.train_tokens``: no validation, no model
-    factor), throughput, and the time left at the recent rate."""
+    factor), throughput, and the time left at the recent rate. A resumed run's records start past
+    its earlier epochs (epoch 25 of 40): its pixels are those of the epochs it trains."""
     done = [e for e in records.per_epoch if e.seconds]
     tokens = sum((e.mpx_per_s or 0) * (e.seconds or 0) * 1e6 for e in done)
     per_epoch = tokens / len(done) if done else None
-    total = per_epoch * records.epochs_total if per_epoch and records.epochs_total else None
+    before = min((e.epoch for e in records.per_epoch), default=1) - 1  # trained by the job it resumes
+    left = records.epochs_total - before if records.epochs_total else None
+    total = per_epoch * left if per_epoch and left and left > 0 else None
     recent = done[-3:]
     rate = (
         (sum((e.mpx_per_s or 0) * (e.seconds or 0) for e in recent) / sum(e.seconds or 0 for e in recent))
@@ -105,23 +111,22 @@ def watch(
     return state
 
 
-def expand_pattern(
-    pattern: str, job_id: int, name: str = "", user: str = "", array_job_id: str = "", array_task_id: str = ""
-) -> str:
-    """Slurm's %j, %x, %u, %A, %a and %% in an output path (squeue prints them unexpanded). %A is an
-    array task's array id (a job's own id otherwise), %a its task id."""
-    codes = {"j": str(job_id), "A": array_job_id or str(job_id), "x": name, "u": user, "%": "%"}
-    if array_task_id:
-        codes["a"] = array_task_id
-    out = []
-    i = 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "%" and i + 1 < len(pattern):
-            code = pattern[i + 1]
-            out.append(codes.get(code, "%" + code))
-            i += 2
-            continue
-        out.append(ch)
-        i += 1
-    return "".join(out)
+def ended(config: Config, job_id: int, state: str, log: Path, partition: str) -> joblog.Ending:
+    """Why the user's own job, just ended in ``state``, did not complete (its log ``log``, read as
+    she reads it), and the command that resumes it (``joblog.ending``), from the controller's record
+    of it while it still has one (its exit code, work dir and account)."""
+    try:
+        facts = commands.show_job(job_id, bin_dir=config.bin_dir)
+    except SlurmYoloError:
+        facts = {}
+    work = facts.get("WorkDir")
+    return joblog.ending(
+        current_user(),
+        state,
+        facts.get("ExitCode", ""),
+        log,
+        Path(work) / USAGE_NAME.format(job=job_id) if work else None,
+        (facts.get("Partition") or partition, facts.get("Account", "")),
+        config.job.signal_seconds,
+        config.estimate.buffer,
+    )
