@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import itertools
+import math
 import pwd
 import re
 import time
@@ -217,19 +218,28 @@ def _is_feedback(source: str) -> bool:
     return source.startswith("job ") or source == "a job's feedback"
 
 
+DRIFT_SAVES_NAMED = 3  # a k-drift alert names the admin saves that moved k most; the others it counts
+
+
 def drift_causes(entries: list[calibration.HistoryEntry]) -> str:
     """What moved k over ``entries`` (a partition's history, oldest first, the first one the model
     before): each admin save (calibrate, recalibrate) with its own move, then the jobs' feedback
     together, the jobs named."""
-    saves, jobs, fed = [], [], 1.0
-    for before, h in itertools.pairwise(entries):
+    moves: list[tuple[float, int, str, float]] = []  # (how far, when, what, factor) of each admin save
+    jobs, fed = [], 1.0
+    for i, (before, h) in enumerate(itertools.pairwise(entries)):
         k0, k1 = before.model.k, h.model.k
         factor = k1 / k0 if k0 > 0 else 1.0
         if _is_feedback(h.source):
             fed *= factor
             jobs.append(h.source.removeprefix("job "))
-        elif factor != 1.0:
-            saves.append(f"{h.source} at {h.at} (k {k0:.4g} -> {k1:.4g})")
+        elif factor > 0 and factor != 1.0:
+            moves.append((abs(math.log(factor)), i, f"{h.source} at {h.at} (k {k0:.4g} -> {k1:.4g})", factor))
+    named_saves = sorted(sorted(moves, reverse=True)[:DRIFT_SAVES_NAMED], key=lambda m: m[1])
+    saves = [m[2] for m in named_saves]
+    rest = [m for m in moves if m not in named_saves]
+    if rest:  # one line an admin reads: the largest saves named, the others counted
+        saves.append(f"{len(rest)} other saves (k x{math.prod(m[3] for m in rest):.3f} together)")
     if jobs and fed != 1.0:
         named = [j for j in jobs if j.isdigit()]
         which = f"jobs {', '.join(named[:8])}{', ...' if len(named) > 8 else ''}" if named else f"{len(jobs)} jobs"

@@ -84,6 +84,7 @@ def explain(config: Config, views: list[dict[str, Any]]) -> None:
         )
         s["why"], s["resume"] = end.why, end.resume
         s["saved_epoch"], s["epochs"] = (end.saved.epoch, end.saved.epochs) if end.saved else (None, None)
+        s["all_trained"] = joblog.all_trained(end.saved)
         s["advice"] = advice(s, thresholds(config).low_util_pct, config, end.trained)
 
 
@@ -173,7 +174,9 @@ def advice(s: dict[str, Any], low_util_pct: float, config: Config, trained: bool
     resume = s.get("resume")
     if resume:
         lines.append(f"it saved epoch {s['saved_epoch']} of {s['epochs']}; to train the rest: {resume}")
-    if last["state"] == "TIMEOUT" and not resume:
+    if s.get("all_trained"):
+        lines.append(str(s["all_trained"]))
+    elif last["state"] == "TIMEOUT" and not resume:
         lines.append(
             "it hit its time limit before saving an epoch: run it again with a longer one (-t)"
             if trained

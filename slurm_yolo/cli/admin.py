@@ -17,7 +17,7 @@ from slurm_yolo.cli.ledger import ledger_group
 from slurm_yolo.cli.report import COMMANDS as REPORT_COMMANDS
 from slurm_yolo.cli.stage import stage
 from slurm_yolo.core import logs
-from slurm_yolo.core.durations import fmt_minutes
+from slurm_yolo.core.durations import fmt_duration
 from slurm_yolo.core.errors import UsageError
 from slurm_yolo.core.model.timemodel import describe, startup_note
 from slurm_yolo.state import calibration
@@ -142,7 +142,7 @@ def calibrate(
     if as_json:
         echo_json(result.to_dict())
     else:
-        _show_calibration(result, dry_run)
+        _show_calibration(result, dry_run, force)
     if result.worse and not result.saved and not dry_run:
         raise UsageError(result.worse)
 
@@ -151,7 +151,7 @@ def _percent(value: float | None, signed: bool = False) -> str:
     return "-" if value is None else f"{value:+.1%}" if signed else f"{value:.1%}"
 
 
-def _show_calibration(result: calibration.CalibrationResult, dry_run: bool) -> None:
+def _show_calibration(result: calibration.CalibrationResult, dry_run: bool, force: bool = False) -> None:
     """A calibration's samples, its comparison with the current model, and what was saved."""
     for reason in result.skipped:
         click.echo(f"skipped: {reason}", err=True)
@@ -176,7 +176,7 @@ def _show_calibration(result: calibration.CalibrationResult, dry_run: bool) -> N
         click.echo(f"  {name:<14} {e.runs:>5} {cells[0]:>8} {cells[1]:>8} {cells[2]:>8}")
     click.echo("reference jobs (1 GPU), predicted: current model -> new fit")
     for job, before, after in result.references:
-        click.echo(f"  {job}: {fmt_minutes(before)} -> {fmt_minutes(after)} ({after / before - 1:+.0%})")
+        click.echo(f"  {job}: {fmt_duration(before)} -> {fmt_duration(after)} ({after / before - 1:+.0%})")
     if result.saved:
         assert result.model is not None
         for line in describe(result.model):
@@ -184,7 +184,10 @@ def _show_calibration(result: calibration.CalibrationResult, dry_run: bool) -> N
         click.echo(startup_note(result.model))
         click.echo(f"saved; the history names it: {result.source}")
     elif dry_run:
-        click.echo("dry run: nothing saved" + (f"; without it: {result.worse}" if result.worse else ""))
+        if result.worse and force:
+            click.echo(f"dry run: nothing saved; without --dry-run, --force would save it over: {result.worse}")
+        else:
+            click.echo("dry run: nothing saved" + (f"; without it: {result.worse}" if result.worse else ""))
 
 
 @main.command()
@@ -246,7 +249,12 @@ def show_k(name: str | None, partition: str | None, as_json: bool) -> None:
     partition = name or partition
     if not partition:
         raise UsageError("give the partition: slurm-yolo k PARTITION (or -p PARTITION)")
-    cal = calibration.load(load_config(), partition)
+    config = load_config()
+    if partition not in config.partitions and not calibration.history(config, partition):
+        raise UsageError(
+            f"partition {partition!r} is neither configured nor calibrated (configured: {', '.join(sorted(config.partitions))})"
+        )
+    cal = calibration.load(config, partition)
     if as_json:
         echo_json({"partition": partition, "source": cal.source, "model": asdict(cal.model)})
     else:

@@ -37,6 +37,8 @@ def ending_lines(job_id: int, state: str, end: joblog.Ending) -> list[str]:
         lines.append(
             f"job {job_id} saved epoch {end.saved.epoch} of {end.saved.epochs}; to train the rest: {end.resume}"
         )
+    elif joblog.all_trained(end.saved):
+        lines.append(f"job {job_id}: {joblog.all_trained(end.saved)}")
     elif state == "TIMEOUT" and end.trained:
         lines.append(f"job {job_id} saved no epoch before its limit: run it again with a longer one (-t)")
     return lines

@@ -78,6 +78,15 @@ def seconds_text(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 59.5 else f"{seconds / 60:.0f} min"
 
 
+def fmt_duration(seconds: float) -> str:
+    """A prediction as people read it: ``40 s``, ``25 min``, ``3.2 h``, ``4.1 days``."""
+    if round(seconds) < 60:
+        return f"{round(seconds)} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h" if seconds < 172800 else f"{seconds / 86400:.1f} days"
+
+
 def fmt_minutes(seconds: float) -> str:
     """``12.5 min``, or ``40 s`` under a minute: a short run's time is never shown as ``0.0 min``."""
     return f"{round(seconds)} s" if round(seconds) < 60 else f"{seconds / 60:.1f} min"

@@ -423,7 +423,11 @@ def qos_hint(qos: list[str], account: str | None, bin_dir: Path) -> str:
             account = commands.default_account(current_user(), bin_dir)
         except SlurmError:
             account = ""
-    return reasons.missing_qos(sorted(set(qos)), account or "", known)
+    try:
+        cluster = commands.home_cluster(bin_dir)
+    except SlurmError:
+        cluster = ""  # the grant without its cluster: still the line, wider than it need be
+    return reasons.missing_qos(sorted(set(qos)), account or "", known, cluster)
 
 
 def _partition_hint(error: str, partition: str, bin_dir: Path) -> str:

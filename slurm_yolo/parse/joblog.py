@@ -197,6 +197,17 @@ def saved(records: Iterable[dict[str, Any]]) -> Saved | None:
     return Saved(last, epoch, max(epochs, epoch), sum(seconds.values()) / len(seconds), len(seconds), startup)
 
 
+def all_trained(s: Saved | None) -> str:
+    """What a run that saved its last epoch before its limit has left ('' when it has epochs left, or
+    saved none): only ultralytics' final validation was cut; there is nothing to resume."""
+    if s is None or s.epoch < s.epochs:
+        return ""
+    return (
+        f"it trained all {s.epochs} epochs before its limit (weights in {shown(str(Path(s.last).parent))}):"
+        " only its final validation was cut, so nothing is left to resume"
+    )
+
+
 def resume_limit(s: Saved, lead: int, buffer: float) -> int:
     """A limit (seconds, whole minutes) for what the run has left: its start-up, the epochs left at the
     seconds it measured per epoch, the buffer and the USR2 lead (``limits.next_limit``)."""

@@ -48,9 +48,10 @@ def refused_qos(error: str) -> bool:
     return "invalid qos specification" in error.lower()
 
 
-def missing_qos(qos: list[str], account: str, known: list[str] | None) -> str:
+def missing_qos(qos: list[str], account: str, known: list[str] | None, cluster: str = "") -> str:
     """What an admin runs so that ``account`` may use the QOS tiers ``qos`` (``known``: the QOS Slurm
-    has, None when it could not be asked): an add for a QOS Slurm lacks, then the grant."""
+    has, None when it could not be asked): an add for a QOS Slurm lacks, then the grant, on ``cluster``
+    alone where it is known (without it, sacctmgr changes the account on every cluster of the slurmdbd)."""
     names = ",".join(qos)
     absent = [q for q in qos if known is not None and q not in known]
     add = "".join(f"sacctmgr -i add qos {q}; " for q in absent)
@@ -61,6 +62,7 @@ def missing_qos(qos: list[str], account: str, known: list[str] | None) -> str:
     )
     return (
         f"{what}: the plan's tier (yolo-sbatch picks it by --priority and the limit); an admin grants it with"
-        f" `{add}sacctmgr -i modify account {account or 'ACCOUNT'} set QOS+={names}`"
+        f" `{add}sacctmgr -i modify account {account or 'ACCOUNT'}{f' where cluster={cluster}' if cluster else ''}"
+        f" set QOS+={names}`"
         " (or give --priority another tier)"
     )

@@ -650,9 +650,12 @@ def run_options(s: TrainSpec) -> dict[str, bool | int | str]:
 # The comparison calibrate makes before any save (docs/time-model.md, "Calibrating"): a new fit whose
 # cross-validated median error on the runs the current model was not fitted on exceeds the current
 # model's on the same runs by more than TOLERANCE is not saved without --force; with fewer than
-# MIN_JUDGED such runs there is nothing to judge by, and it is saved as before.
+# MIN_JUDGED such runs there is nothing to judge by, and it is saved as before (unless UNJUDGED_MOVE).
 TOLERANCE = 0.005
 MIN_JUDGED = 2
+# A fit with fewer new runs than MIN_JUDGED has no verdict; it is still not saved without --force when
+# it moves a reference job's prediction by more than this either way (an exclusion that drops most runs)
+UNJUDGED_MOVE = 2.0
 # Reference jobs whose predictions calibrate shows before and after (one GPU, the site's CPUs per
 # GPU): (model, imgsz, dataset, train images, val images, epochs). A small dataset's long run (fixed
 # costs weigh) and one COCO epoch of two model sizes (compute weighs).
@@ -1004,10 +1007,18 @@ def preview(
         f"probe job {options.probe_job}, " if options.probe_job is not None else ""
     )
     source += f"{len(kept)} runs" + (f", {len(excluded)} excluded" if excluded else "")
+    references = reference_predictions(config, partition, current.model, tm)
+    worse = verdict.worse
     if verdict.worse:
         source += (
             f" (forced over a worse cross-validated error: {verdict.new.median:.1%} > {verdict.current.median:.1%})"
         )
+    elif verdict.new.runs < MIN_JUDGED and (moved := _moved(references)) > UNJUDGED_MOVE:
+        worse = (
+            f"with too few runs to judge it by, the new fit moves the reference predictions up to x{moved:.1f}"
+            f" (more than x{UNJUDGED_MOVE:g})"
+        )
+        source += f" (forced: too few runs to judge it, reference predictions moved up to x{moved:.1f})"
     return CalibrationResult(
         partition=partition,
         added=len(fresh),
@@ -1019,11 +1030,16 @@ def preview(
         current_errors=verdict.current,
         new_errors=verdict.new,
         judged_on=verdict.on,
-        references=reference_predictions(config, partition, current.model, tm),
-        worse=f"partition {partition}: {verdict.worse}: not saved (--force saves it)" if verdict.worse else "",
+        references=references,
+        worse=f"partition {partition}: {worse}: not saved (--force saves it)" if worse else "",
         source=source,
         notes=[note] if note else [],
     )
+
+
+def _moved(references: list[tuple[str, float, float]]) -> float:
+    """The largest factor (either way) a fit moves the reference jobs' predictions by (1: none)."""
+    return max((max(a / b, b / a) for _, b, a in references if a > 0 and b > 0), default=1.0)
 
 
 def _folder_owner(path: Path) -> int | None:

@@ -7,6 +7,7 @@ import pwd
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from conftest import REPO
 
 from slurm_yolo.admin import alerts
 from slurm_yolo.core import config as config_mod
-from slurm_yolo.state import ledger
+from slurm_yolo.state import calibration, ledger
 
 
 def refusals(home: Path) -> Path:
@@ -246,3 +247,16 @@ def test_k_drift_over_a_week_names_the_saves_inside_it_alone() -> None:
         f"k moved -45% in a week (2 -> 1.1): by calibrate at {at(3)} (k 2 -> 1); the feedback of jobs 7 (k x1.100"
         " together)"
     )
+
+
+def test_a_drift_alert_names_the_largest_saves_and_counts_the_others() -> None:
+    """Many admin saves in a week: the alert stays one line an admin reads."""
+    base = replace(calibration.prior(config_mod.load(None), "t4"), k=1.0)
+    entries = [calibration.HistoryEntry("t4", "2026-12-01T00:00:00", "calibrate by root: 3 runs", base)]
+    for i, k in enumerate([1.1, 1.0, 3.0, 2.9, 0.9, 0.95, 1.2]):
+        entries.append(
+            calibration.HistoryEntry("t4", f"2026-12-0{2 + i % 5}T00:00:0{i}", f"test: save {i}", replace(base, k=k))
+        )
+    why = alerts.drift_causes(entries)
+    assert why.count("test: save") == 3 and "test: save 2 " in why and "test: save 4 " in why
+    assert "; 4 other saves (k x" in why

@@ -23,6 +23,7 @@ def test_k_takes_the_partition_by_position_or_option(site_config: Path, args: li
     [
         (["k"], "Error: give the partition: slurm-yolo k PARTITION (or -p PARTITION)"),
         (["k", "t4", "-p", "a100"], "Error: two partitions given (t4 and -p a100): give one"),
+        (["k", "nosuch"], "Error: partition 'nosuch' is neither configured nor calibrated (configured: a100, t4)"),
     ],
 )
 def test_k_without_one_partition_is_one_error_line(site_config: Path, args: list[str], error: str) -> None:

@@ -233,3 +233,11 @@ def test_a_price_time_is_an_instant_or_one_error() -> None:
     assert abs(ledger.parse_when("now-1days") - (time.time() - 86400)) < 5
     with pytest.raises(UsageError, match="not understood"):
         ledger.parse_when("next tuesday")
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(40, "40 s"), (59.6, "1 min"), (1500, "25 min"), (11520, "3.2 h"), (354240, "4.1 days")],
+)
+def test_a_prediction_reads_in_the_unit_people_use(seconds: float, text: str) -> None:
+    assert durations.fmt_duration(seconds) == text

@@ -19,15 +19,16 @@ from slurm_yolo.slurm import commands, reasons
 def test_the_hint_names_the_qos_and_the_grant(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(commands, "qos_names", lambda bin_dir=None: ["normal", "yolo-short", "yolo-dev"])
     monkeypatch.setattr(commands, "default_account", lambda user, bin_dir=None: "vision")
+    monkeypatch.setattr(commands, "home_cluster", lambda bin_dir=None: "yolo")
     assert submission.qos_hint(["yolo-short"], "lab", Path("/usr/bin")) == (
         "account lab may not use QOS yolo-short: the plan's tier (yolo-sbatch picks it by --priority and the"
-        " limit); an admin grants it with `sacctmgr -i modify account lab set QOS+=yolo-short` (or give"
+        " limit); an admin grants it with `sacctmgr -i modify account lab where cluster=yolo set QOS+=yolo-short` (or give"
         " --priority another tier)"
     )
     assert "account vision may not use QOS yolo-dev" in submission.qos_hint(["yolo-dev"], None, Path("/usr/bin"))
     missing = submission.qos_hint(["yolo-gone"], "lab", Path("/usr/bin"))  # a tier Slurm has not got at all
     assert missing.startswith("Slurm has no QOS yolo-gone: ")
-    assert "`sacctmgr -i add qos yolo-gone; sacctmgr -i modify account lab set QOS+=yolo-gone`" in missing
+    assert "`sacctmgr -i add qos yolo-gone; sacctmgr -i modify account lab where cluster=yolo set QOS+=yolo-gone`" in missing
     assert reasons.refused_qos("sbatch: error: Batch job submission failed: Invalid qos specification")
 
 
@@ -68,7 +69,7 @@ def test_an_account_without_the_tiers_is_told_the_grant_by_yolo_sbatch_and_the_d
             error = res.stderr.strip().splitlines()[-1]
             assert "Invalid qos specification" in error, (partition, error)
             assert f": account {ACCOUNT} may not use QOS yolo-short: the plan's tier" in error, (partition, error)
-            assert f"`sacctmgr -i modify account {ACCOUNT} set QOS+=yolo-short`" in error, (partition, error)
+            assert f"`sacctmgr -i modify account {ACCOUNT} where cluster=yolo set QOS+=yolo-short`" in error, (partition, error)
         assert cluster.cmd("squeue", "-h", "-u", "alice", "-o", "%i").stdout == before
         (problem,) = [p for p in doctor._qos_grants(cfg, name) if p.what.startswith(f"account {ACCOUNT} ")]
         assert "may not use QOS yolo-dev, yolo-explore, yolo-prod, yolo-short" in problem.what

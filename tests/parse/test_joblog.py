@@ -185,3 +185,13 @@ def test_a_jobs_line_keeps_its_figures(state: str) -> None:
     }
     row = joblist.row(view, str(pd.Timestamp("2026-12-01T10:00:00").isoformat()))
     assert (row["limit_s"], row["charge"], row["runs"], row["state"]) == (300.0, 5.0, 2, state)
+
+
+def test_a_run_that_saved_its_last_epoch_has_nothing_to_resume() -> None:
+    """A limit that cut only ultralytics' final validation: the weights are there, no resume is offered."""
+    done = joblog.Saved("/runs/e2e/weights/last.pt", 1, 1, 20.0, 1, 5.0)
+    assert "trained all 1 epochs" in joblog.all_trained(done) and "/runs/e2e/weights" in joblog.all_trained(done)
+    assert joblog.all_trained(done._replace(epochs=3)) == "" and joblog.all_trained(None) == ""
+    end = joblog.Ending("", done, "", True)
+    lines = ending_lines(7, "TIMEOUT", end)
+    assert lines == [f"job 7: {joblog.all_trained(done)}"]

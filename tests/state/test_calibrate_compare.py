@@ -217,3 +217,34 @@ def test_node_lists_expand_and_overlapping_jobs_are_found(monkeypatch: pytest.Mo
     monkeypatch.setattr(occupancy, "run", fake)
     assert occupancy.shared([41, 42]) == {41: [43], 42: [45]}  # 44 started as 41 ended
     assert calls[1][calls[1].index("-N") + 1] == "g1,g2,g3"
+
+
+def test_an_unjudged_fit_that_moves_predictions_far_is_not_saved_without_force(
+    cfg: config_mod.Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No new run to judge a fit by (a refit that only excludes): it is still refused when it moves a
+    reference job's prediction more than x2, as leaving most runs out can."""
+    truth = truth_of(cfg)
+    ws = workloads(9, seed=7)
+    honest = [job_sample(w, predict_seconds(w, truth, 1, 0.9, 8.86, 4), 300 + i, 0) for i, w in enumerate(ws[:3])]
+    forged = [
+        job_sample(w, predict_seconds(w, truth, 1, 0.9, 8.86, 4) * 30, 400 + i, NOBODY) for i, w in enumerate(ws[3:])
+    ]
+    with calibration.Store(cfg) as store:
+        for s, uid in honest + forged:
+            store.add_sample("t4", s, "job", uid)
+    first = CliRunner().invoke(admin, ["calibrate", "-p", "t4", "--force", "--exclude-job", "999999"])
+    assert first.exit_code == 0, first.output
+    before = calibration.history(cfg, "t4")
+    res = CliRunner().invoke(admin, ["calibrate", "-p", "t4", "--exclude-user", "nobody"])
+    assert res.exit_code == 1, res.output
+    last = res.output.strip().splitlines()[-1]
+    assert last.startswith("Error: partition t4: with too few runs to judge it by, the new fit moves the reference")
+    assert last.endswith("not saved (--force saves it)")
+    assert calibration.history(cfg, "t4") == before
+    forced = CliRunner().invoke(admin, ["calibrate", "-p", "t4", "--exclude-user", "nobody", "--force"])
+    assert forced.exit_code == 0, forced.output
+    assert (
+        "(forced: too few runs to judge it, reference predictions moved up to x"
+        in calibration.history(cfg, "t4")[-1].source
+    )
