@@ -10,14 +10,14 @@ from typing import Any, TypeVar
 import click
 
 from slurm_yolo.core import config as config_mod
-from slurm_yolo.core.errors import SlurmYoloError
+from slurm_yolo.core.errors import SlurmYoloError, escaped
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def one_line(message: str) -> str:
     """A message quoting user text, kept to one line: control characters shown escaped, as repr() would."""
-    return "".join(repr(ch)[1:-1] if ord(ch) < 32 or ord(ch) == 127 else ch for ch in message)
+    return escaped(message)
 
 
 def library_errors(fn: F) -> F:

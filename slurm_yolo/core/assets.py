@@ -17,8 +17,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import shlex
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,10 +44,11 @@ class Places(NamedTuple):
 
 class Unstaged(NamedTuple):
     """A dataset or weights a job would have to download: its name, as ``slurm-yolo stage`` takes
-    it, and the folder it is not in."""
+    it, and the folder it is not in; or weights there that are not to be trusted (``foreign``)."""
 
     name: str
     folder: Path
+    foreign: str = ""  # why the file there is not loaded: another user's, or a link
 
 
 def places(settings: StageSettings, yolo_config_dir: str, workdir: Path) -> Places:
@@ -105,9 +108,32 @@ def unstaged(s: spec.TrainSpec, where: Places, workdir: Path) -> list[Unstaged]:
     if name is not None and not dataset_staged(name, (workdir, where.datasets)):
         out.append(Unstaged(name, where.datasets))
     for value in (s.model, s.args.get("pretrained")):
-        if is_weights_name(value) and not any(_is_file(base / str(value)) for base in (workdir, where.weights)):
-            out.append(Unstaged(str(value), where.weights))
+        if not is_weights_name(value) or _is_file(workdir / str(value)):  # her own folder: her own files
+            continue
+        foreign = untrusted(where.weights / str(value), os.getuid())
+        if foreign or not _is_file(where.weights / str(value)):
+            out.append(Unstaged(str(value), where.weights, foreign))
     return list(dict.fromkeys(out))
+
+
+def untrusted(path: Path, uid: int) -> str:
+    """Why weights at ``path`` in a shared folder are not to be loaded ('' when absent, or a plain file
+    of root's or ``uid``'s): a .pt file is a pickle, so a job that loads another user's runs her code."""
+    try:
+        st = path.lstat()
+    except (OSError, ValueError):
+        return ""
+    if stat.S_ISLNK(st.st_mode):
+        return "a link"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a plain file"
+    if st.st_uid not in (0, uid):
+        try:
+            owner = pwd.getpwuid(st.st_uid).pw_name
+        except KeyError:
+            owner = f"uid {st.st_uid}"
+        return f"{owner}'s"
+    return ""
 
 
 def _is_file(path: Path) -> bool:
@@ -124,6 +150,13 @@ def stage_command(missing: list[Unstaged]) -> str:
 
 def unstaged_line(missing: list[Unstaged]) -> str:
     """One line naming what the offline nodes would lack, where, and the command that stages it."""
+    foreign = [m for m in missing if m.foreign]
+    if foreign:  # restaging would not help: the file stands in its place
+        m = foreign[0]
+        return (
+            f"{m.folder / m.name} is {m.foreign}, not staged by you or root: a job would load it as code;"
+            " ask your admin to remove it (then stage it), or give model= a path of your own"
+        )
     parts = [f"{m.name} is not in {m.folder}" for m in missing]
     them = "them" if len(missing) > 1 else "it"
     return (

@@ -19,6 +19,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -29,6 +30,7 @@ from slurm_yolo.core.errors import SlurmYoloError, UsageError
 
 logger = logging.getLogger(__name__)
 LOCK = ".slurm-yolo-stage.lock"
+LOCK_WAIT = 1800  # seconds a stager waits for another (a COCO download takes minutes), then says so
 
 
 class Staged(NamedTuple):
@@ -68,11 +70,32 @@ def _folder(path: Path, what: str, create: bool) -> None:
 
 
 @contextlib.contextmanager
-def _locked(folder: Path) -> Iterator[None]:
-    """One stager at a time per folder (a second one waits, then finds the work done)."""
-    fd = os.open(folder / LOCK, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+def _locked(folder: Path, say: Callable[[str], None]) -> Iterator[None]:
+    """One stager at a time per folder (a second one waits, then finds the work done). The lock file
+    lies in a folder users write: never a link, a FIFO or a device, and never waited on for ever (any
+    user may hold a lock on a file she can open)."""
+    path = folder / LOCK
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as e:
+        raise UsageError(f"{path}: {e.strerror}: not a lock file (a link?): ask your admin to remove it") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UsageError(f"{path} is not a plain file: ask your admin to remove it")
+        deadline, told = time.monotonic() + LOCK_WAIT, False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise UsageError(
+                        f"{folder}: another stager held its lock for {LOCK_WAIT // 60} min: try again later"
+                    ) from None
+                if not told:
+                    say(f"waiting for another stager of {folder}")
+                    told = True
+                time.sleep(1)
         yield
     finally:
         os.close(fd)
@@ -113,6 +136,8 @@ def _dataset(name: str, target: Path, scratch: Path) -> Staged:
 
     builtin = dataset.BUILTIN.get(name)
     final = target / (builtin.root if builtin else name)
+    if final.is_symlink():  # the rename below would not replace it: an admin's to remove
+        raise UsageError(f"{final} is a link, not a staged dataset: ask your admin to remove it")
     if assets.dataset_staged(name, (target,)):
         return Staged(name, final, False)
     got = Path(check_det_dataset(name)["path"] if builtin else check_cls_dataset(name)["train"].parent)
@@ -130,6 +155,11 @@ def _weights(name: str, target: Path) -> Staged:
     from ultralytics.utils.downloads import GITHUB_ASSETS_NAMES, attempt_download_asset
 
     final = target / name
+    foreign = assets.untrusted(final, os.getuid())
+    if foreign:  # a planted file or link: neither "staged" nor written through
+        raise UsageError(
+            f"{final} is {foreign}, not staged by you or root: jobs will not load it; ask your admin to remove it"
+        )
     if final.is_file():
         return Staged(name, final, False)
     if name not in GITHUB_ASSETS_NAMES:
@@ -174,7 +204,7 @@ def stage(config: Config, names: list[str], say: Callable[[str], None] = logger.
         ):
             _mirror(config.stage.mirror)
             for name, kind in kinds.items():
-                with _locked(targets[kind]):
+                with _locked(targets[kind], say):
                     done.append(_fetch(name, targets[kind], scratch))
     finally:
         if scratch is not None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from slurm_yolo.core import limits
+from slurm_yolo.core.errors import escaped
 from slurm_yolo.parse import read_text
 from slurm_yolo.parse.records import MAX_USAGE_BYTES, iter_records
 
@@ -113,7 +114,7 @@ def read_as(user: str, path: Path, max_bytes: int = TAIL_BYTES) -> str:
 def shown(text: str) -> str:
     """A line of a user's file as it may be shown: no terminal codes, control characters escaped, cut."""
     text = _ANSI.sub("", text).strip()
-    clean = "".join(repr(ch)[1:-1] if ord(ch) < 32 or ord(ch) == 127 else ch for ch in text)
+    clean = escaped(text)
     return clean if len(clean) <= SHOWN_CHARS else clean[: SHOWN_CHARS - 1] + "…"
 
 

@@ -31,6 +31,7 @@ from slurm_yolo.core import config as config_mod
 from slurm_yolo.core.errors import UsageError
 from slurm_yolo.core.synthetic import image
 from slurm_yolo.login import render, submission
+from slurm_yolo.login import stage as stage_mod
 
 RELEASES = "ultralytics/assets/releases/download"  # the path GitHub serves them at, which a mirror keeps
 DATASETS = ("coco8-seg", "coco8-pose", "dota8")
@@ -345,3 +346,34 @@ def test_root_stages_only_into_the_sites_folders(home: Path, yolo_env: dict[str,
         "Error: as root, slurm-yolo stage fills the site's folders, and the config sets no stage.datasets_dir: set it"
         " (docs/admins.md), or run slurm-yolo stage as the user who trains\n"
     )
+
+
+def test_planted_weights_and_a_fifo_lock_in_the_shared_folder_are_refused(
+    site_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The staging folders are written by users: another user's .pt (a pickle: code a job would run) or
+    a link there is neither 'staged' for a submission nor for stage, and a FIFO put where the lock goes
+    is refused at once instead of hanging every stager."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (files of another user)")
+    monkeypatch.chdir(tmp_path)
+    stage_config(site_config, tmp_path / "site", "", site_config.read_text())
+    w = tmp_path / "site" / "weights"
+    (w / "yolov8n-seg.pt").write_bytes(b"not weights")
+    os.chown(w / "yolov8n-seg.pt", 65534, 65534)
+    (w / "yolov8s-seg.pt").symlink_to("/etc/shadow")
+    config = config_mod.load(site_config)
+    for name, why in (("yolov8n-seg.pt", "nobody's"), ("yolov8s-seg.pt", "a link")):
+        words = ["segment", "train", f"model={name}", "data=coco8-seg.yaml", "epochs=1", "imgsz=64"]
+        (missing,) = [u for u in _plan(config, words, tmp_path).unstaged if u.name == name]
+        assert missing.foreign == why
+        res = CliRunner().invoke(yolo_sbatch, ["-p", "t4", *words])
+        assert res.exit_code == 1 and res.stderr == (
+            f"Error: job not submitted: {w / name} is {why}, not staged by you or root: a job would load it as"
+            " code; ask your admin to remove it (then stage it), or give model= a path of your own\n"
+        ), res.stderr
+        with pytest.raises(UsageError, match=f"is {why}, not staged by you or root: jobs will not load it"):
+            stage_mod._weights(name, w)
+    os.mkfifo(w / stage_mod.LOCK)
+    with pytest.raises(UsageError, match="is not a plain file"), stage_mod._locked(w, lambda line: None):
+        pass

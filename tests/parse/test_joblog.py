@@ -195,3 +195,9 @@ def test_a_run_that_saved_its_last_epoch_has_nothing_to_resume() -> None:
     end = joblog.Ending("", done, "", True)
     lines = ending_lines(7, "TIMEOUT", end)
     assert lines == [f"job 7: {joblog.all_trained(done)}"]
+
+
+def test_c1_controls_and_bidi_overrides_are_shown_escaped() -> None:
+    """An 8-bit CSI, OSC and a right-to-left override in a log line reach no terminal raw."""
+    line = joblog.shown("RuntimeError: x\x9b2J\x9d0;t\x9c \u202eRLO\u2028end")
+    assert line == "RuntimeError: x\\x9b2J\\x9d0;t\\x9c \\u202eRLO\\u2028end"
