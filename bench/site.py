@@ -325,6 +325,9 @@ class Replay:
             held = sum(int(r.get("held", 0)) for r in rows)
             if held == 0 or time.time() > deadline:
                 break
+            # what an epilog left in the inbox (its sacct record not final yet) is settled by the settler:
+            # hookd's at a site, or cron's reconcile, which is what runs here (no hookd on a replay cluster)
+            self.yolo_run("ledger", "reconcile", "--window-days", "1", "--min-age", "0")
             time.sleep(2)
         check = self.yolo_run("ledger", "check")
         audit = self.yolo_run("ledger", "audit", "--since", "now-1days", "--min-age", "0", "--json")
