@@ -653,8 +653,9 @@ def run_options(s: TrainSpec) -> dict[str, bool | int | str]:
 # MIN_JUDGED such runs there is nothing to judge by, and it is saved as before (unless UNJUDGED_MOVE).
 TOLERANCE = 0.005
 MIN_JUDGED = 2
-# A fit with fewer new runs than MIN_JUDGED has no verdict; it is still not saved without --force when
-# it moves a reference job's prediction by more than this either way (an exclusion that drops most runs)
+# A fit with fewer new runs than MIN_JUDGED has no verdict; over an admin's fit (not the prior: a first
+# calibration may move far from it) it is still not saved without --force when it moves a reference
+# job's prediction by more than this either way (an exclusion that drops most runs)
 UNJUDGED_MOVE = 2.0
 # Reference jobs whose predictions calibrate shows before and after (one GPU, the site's CPUs per
 # GPU): (model, imgsz, dataset, train images, val images, epochs). A small dataset's long run (fixed
@@ -909,6 +910,7 @@ class Judgement(NamedTuple):
     new: ErrorStats  # the new fit's cross-validated ones
     on: str  # which runs, in words
     worse: str  # "the new fit's ... is worse ..." ("": it is not, or too few runs to judge by)
+    fitted: bool = True  # the current model was fitted by an admin (not the prior, nor set aside)
 
 
 def judge(
@@ -955,7 +957,7 @@ def judge(
             f"the new fit's cross-validated error (median {new.median:.1%}) is worse than the current model's"
             f" ({now_errors.median:.1%}) on the same {new.runs} runs"
         )
-    return Judgement(keys, now_errors, new, on, worse)
+    return Judgement(keys, now_errors, new, on, worse, not fitted_on_none)
 
 
 def preview(
@@ -1013,7 +1015,7 @@ def preview(
         source += (
             f" (forced over a worse cross-validated error: {verdict.new.median:.1%} > {verdict.current.median:.1%})"
         )
-    elif verdict.new.runs < MIN_JUDGED and (moved := _moved(references)) > UNJUDGED_MOVE:
+    elif verdict.fitted and verdict.new.runs < MIN_JUDGED and (moved := _moved(references)) > UNJUDGED_MOVE:
         worse = (
             f"with too few runs to judge it by, the new fit moves the reference predictions up to x{moved:.1f}"
             f" (more than x{UNJUDGED_MOVE:g})"

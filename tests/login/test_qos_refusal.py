@@ -28,7 +28,10 @@ def test_the_hint_names_the_qos_and_the_grant(monkeypatch: pytest.MonkeyPatch) -
     assert "account vision may not use QOS yolo-dev" in submission.qos_hint(["yolo-dev"], None, Path("/usr/bin"))
     missing = submission.qos_hint(["yolo-gone"], "lab", Path("/usr/bin"))  # a tier Slurm has not got at all
     assert missing.startswith("Slurm has no QOS yolo-gone: ")
-    assert "`sacctmgr -i add qos yolo-gone; sacctmgr -i modify account lab where cluster=yolo set QOS+=yolo-gone`" in missing
+    assert (
+        "`sacctmgr -i add qos yolo-gone; sacctmgr -i modify account lab where cluster=yolo set QOS+=yolo-gone`"
+        in missing
+    )
     assert reasons.refused_qos("sbatch: error: Batch job submission failed: Invalid qos specification")
 
 
@@ -69,7 +72,10 @@ def test_an_account_without_the_tiers_is_told_the_grant_by_yolo_sbatch_and_the_d
             error = res.stderr.strip().splitlines()[-1]
             assert "Invalid qos specification" in error, (partition, error)
             assert f": account {ACCOUNT} may not use QOS yolo-short: the plan's tier" in error, (partition, error)
-            assert f"`sacctmgr -i modify account {ACCOUNT} where cluster=yolo set QOS+=yolo-short`" in error, (partition, error)
+            assert f"`sacctmgr -i modify account {ACCOUNT} where cluster=yolo set QOS+=yolo-short`" in error, (
+                partition,
+                error,
+            )
         assert cluster.cmd("squeue", "-h", "-u", "alice", "-o", "%i").stdout == before
         (problem,) = [p for p in doctor._qos_grants(cfg, name) if p.what.startswith(f"account {ACCOUNT} ")]
         assert "may not use QOS yolo-dev, yolo-explore, yolo-prod, yolo-short" in problem.what
