@@ -11,8 +11,10 @@ import os
 import re
 import shlex
 import shutil
+import sqlite3
 import subprocess
 from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import click
@@ -117,6 +119,25 @@ def _words_as_the_shell_gives_them(words: list[str], env: dict[str, str]) -> lis
     return out
 
 
+@contextmanager
+def first_day(cluster: Slurm, partition: str) -> Iterator[None]:
+    """The partition as on a site's first day (no fit, no runs: whatever other tests left there is
+    not the docs' context), and the calibration store put back as it was after (the tests' and the
+    demo's predictions use it)."""
+    kept = sqlite3.connect(":memory:")
+    with calibration.Store(cluster.config()) as store:
+        store.conn.backup(kept)
+        with store.transaction():
+            for table in ("params", "samples", "moves"):
+                store.conn.execute(f"DELETE FROM {table} WHERE partition = ?", (partition,))
+    try:
+        yield
+    finally:
+        with closing(kept), calibration.Store(cluster.config()) as store:
+            kept.backup(store.conn)
+            store.publish()
+
+
 @pytest.mark.cluster
 def test_every_example_runs_on_the_bundled_cluster(cluster: Slurm, tmp_path: Path) -> None:
     """Each command example of the README and docs/ (not a synopsis, nor one marked as a real site's),
@@ -137,59 +158,57 @@ def test_every_example_runs_on_the_bundled_cluster(cluster: Slurm, tmp_path: Pat
     subprocess.run(["chown", "-R", "alice", str(work)], check=True)
     with cluster.ledger() as lg:
         tiers_before = {(r["cluster"], r["qos"]): r["rate_ppm"] for r in lg.tiers()}
-    t4 = calibration.load(cluster.config(), "t4").model
     probes_before = set(Path("/var/tmp").glob("yolo-probe-*"))  # admins.md's probe leaves its folder there
     env = {"PATH": f"{VENV_BIN}:/usr/bin:/bin", "SLURM_YOLO_CONFIG": str(cluster.config_path), "LANG": "C.UTF-8"}
     ran, site, submitted = [], [], []
-    try:
-        for (where, words, form), line in zip(ALL, (text for _, text in _example_lines()), strict=True):
-            if form:
-                continue
-            if SITE_ONLY in line:
-                site.append(where)
-                continue
-            user = "alice" if words[0] == "yolo-sbatch" else "root"
-            user_env = env | {"HOME": f"/home/{user}" if user != "root" else "/root", "USER": user}
-            argv = _words_as_the_shell_gives_them(words, user_env)
-            res = subprocess.run(
-                ["/usr/sbin/runuser", "-u", user, "--", str(VENV_BIN / argv[0]), *argv[1:]],
-                env=user_env,
-                capture_output=True,
-                text=True,
-                cwd=work,
-                timeout=600,
-            )
-            submitted += [int(m) for m in re.findall(r"^Submitted batch job (\d+)", res.stdout, re.M)]
-            if "--wait" not in argv:
-                for job in submitted:
-                    cluster.cmd("scancel", str(job), check=False)
-            if "--wait" in argv:  # it ends with what the run was charged, as the ledger settled it
-                job = submitted[-1]
-                row = cluster.settled(job)[0]
-                assert (
-                    f"job {job}: charged {fmt_tokens(row['charge'])} of budget for" in res.stdout
-                    and f", {fmt_tokens(row['refund'])} of its {fmt_tokens(row['hold'])} hold back" in res.stdout
-                ), res.stdout
-            allowed = (0, 1) if any(argv[: len(f)] == f for f in FINDERS) else (0,)
-            assert res.returncode in allowed and "Error:" not in res.stderr and "Traceback" not in res.stderr, (
-                where,
-                res.stdout,
-                res.stderr,
-            )
-            ran.append(where)
-    finally:
-        for left in set(Path("/var/tmp").glob("yolo-probe-*")) - probes_before:
-            shutil.rmtree(left, ignore_errors=True)
-        for job in submitted:
-            cluster.cmd("scancel", str(job), check=False)
-        with calibration.Store(cluster.config()) as store:  # the tests' and the demo's predictions use it
-            store.save("t4", t4, "test: k as before the docs' examples")
-        set_test_prices(cluster)
-        with cluster.ledger() as lg:
-            tiers_after = {(r["cluster"], r["qos"]) for r in lg.tiers()}
-        for (on, qos), rate in tiers_before.items():
-            cluster.cli("ledger", "tiers", qos, policy.rate_text(rate), *(["--cluster", on] if on else []))
-        for on, qos in tiers_after - set(tiers_before):
-            cluster.cli("ledger", "tiers", qos, "--remove", *(["--cluster", on] if on else []), check=False)
-        fund(cluster, ("vision",), 10**15)  # the README's deposit and quota off again
+    with first_day(cluster, "t4"):  # admins.md's probe is "a GPU site's first day" on t4
+        try:
+            for (where, words, form), line in zip(ALL, (text for _, text in _example_lines()), strict=True):
+                if form:
+                    continue
+                if SITE_ONLY in line:
+                    site.append(where)
+                    continue
+                user = "alice" if words[0] == "yolo-sbatch" else "root"
+                user_env = env | {"HOME": f"/home/{user}" if user != "root" else "/root", "USER": user}
+                argv = _words_as_the_shell_gives_them(words, user_env)
+                res = subprocess.run(
+                    ["/usr/sbin/runuser", "-u", user, "--", str(VENV_BIN / argv[0]), *argv[1:]],
+                    env=user_env,
+                    capture_output=True,
+                    text=True,
+                    cwd=work,
+                    timeout=600,
+                )
+                submitted += [int(m) for m in re.findall(r"^Submitted batch job (\d+)", res.stdout, re.M)]
+                if "--wait" not in argv:
+                    for job in submitted:
+                        cluster.cmd("scancel", str(job), check=False)
+                if "--wait" in argv:  # it ends with what the run was charged, as the ledger settled it
+                    job = submitted[-1]
+                    row = cluster.settled(job)[0]
+                    assert (
+                        f"job {job}: charged {fmt_tokens(row['charge'])} of budget for" in res.stdout
+                        and f", {fmt_tokens(row['refund'])} of its {fmt_tokens(row['hold'])} hold back" in res.stdout
+                    ), res.stdout
+                allowed = (0, 1) if any(argv[: len(f)] == f for f in FINDERS) else (0,)
+                assert res.returncode in allowed and "Error:" not in res.stderr and "Traceback" not in res.stderr, (
+                    where,
+                    res.stdout,
+                    res.stderr,
+                )
+                ran.append(where)
+        finally:
+            for left in set(Path("/var/tmp").glob("yolo-probe-*")) - probes_before:
+                shutil.rmtree(left, ignore_errors=True)
+            for job in submitted:
+                cluster.cmd("scancel", str(job), check=False)
+            set_test_prices(cluster)
+            with cluster.ledger() as lg:
+                tiers_after = {(r["cluster"], r["qos"]) for r in lg.tiers()}
+            for (on, qos), rate in tiers_before.items():
+                cluster.cli("ledger", "tiers", qos, policy.rate_text(rate), *(["--cluster", on] if on else []))
+            for on, qos in tiers_after - set(tiers_before):
+                cluster.cli("ledger", "tiers", qos, "--remove", *(["--cluster", on] if on else []), check=False)
+            fund(cluster, ("vision",), 10**15)  # the README's deposit and quota off again
     assert len(ran) >= 30 and len(site) <= 3, (ran, site)

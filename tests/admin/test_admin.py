@@ -205,7 +205,8 @@ def test_alerts(
     try:
         for _ in range(3):
             res = CliRunner().invoke(
-                yolo_sbatch, ["-A", "research", "-p", "t4", "train", f"data={dataset}", "epochs=50"]
+                yolo_sbatch,
+                ["-A", "research", "-p", "t4", "train", f"data={dataset}", "model=yolo26n.yaml", "epochs=50"],
             )
             assert res.exit_code == 1 and "cannot cover" in res.output
         assert len(logged) == 3 and all(p == syslog.LOG_USER | syslog.LOG_NOTICE for p, _ in logged)
