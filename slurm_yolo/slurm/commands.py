@@ -305,7 +305,7 @@ def default_partition(bin_dir: Path | None = None, timeout: float = 30.0) -> str
 
 # The comment that marks a will_run as yolo-sbatch's trial for slurm-yolo's job_submit.lua, which
 # cannot tell a will_run from a submission by itself: it checks a marked one as any, counts it nowhere
-# and holds it (a real job bearing the mark stays held). Its TRIAL_MARK (controller/job_submit/state.lua).
+# and holds it (a real job bearing the mark stays held). Its TRIAL_MARK (data/job_submit/state.lua).
 TRIAL_MARK = "slurm-yolo:trial"
 
 

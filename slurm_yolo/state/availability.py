@@ -25,6 +25,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,13 @@ def publish(config: Config, text: Callable[[float], str]) -> None:
 LUA_MODULES = ("bigint.lua", "policy.lua", "state.lua", "modify.lua")  # in this order, into the entry
 
 
+def lua_source(name: str) -> str:
+    """One of the admission script's Lua sources (``job_submit.lua`` or a module), read from the
+    package data ``slurm_yolo/data/job_submit/`` so the wheel carries them and no layer reads a role's
+    folder; the tests read them here too."""
+    return (resources.files("slurm_yolo") / "data" / "job_submit" / name).read_text(encoding="utf-8")
+
+
 def script(config: Config, cluster: str) -> str:
     """The job_submit.lua text for this config and cluster (its ClusterName: the runs of its jobs the
     ledger holds): where to read balances and to note refusals, and the SlurmUser's uid (who may still
@@ -147,9 +155,8 @@ def script(config: Config, cluster: str) -> str:
     for p in (path(config), refusals_path(config), client, socket):
         if not _PATH.fullmatch(str(p)):
             raise UsageError(f"{p}: a path with quotes, backslashes or control characters cannot go into Lua")
-    folder = Path(__file__).resolve().parents[1] / "controller" / "job_submit"
-    entry = (folder / "job_submit.lua").read_text()
-    modules = "\n".join((folder / name).read_text() for name in LUA_MODULES)
+    entry = lua_source("job_submit.lua")
+    modules = "\n".join(lua_source(name) for name in LUA_MODULES)
     return (
         entry.replace("--@MODULES@\n", modules)
         .replace("@MAX_LIMIT_SECONDS@", str(durations.YEAR))

@@ -21,7 +21,6 @@ from slurm_yolo.state import availability
 
 VECTORS = json.loads((Path(__file__).parents[1] / "vectors" / "billing.json").read_text())
 LUA = shutil.which("lua5.1")
-LUA_DIR = Path(availability.__file__).resolve().parents[1] / "controller" / "job_submit"
 
 
 def test_python_gives_every_answer() -> None:
@@ -95,7 +94,7 @@ for _, line in ipairs(out) do print(line) end
 @pytest.mark.skipif(LUA is None and not IN_CI, reason="no lua5.1 (apt-get install lua5.1, as deploy/install does)")
 def test_lua_gives_every_answer(tmp_path: Path) -> None:
     """policy.lua's functions, in the chunk they are installed in (their locals), on the same cases."""
-    chunk = "\n".join((LUA_DIR / name).read_text() for name in ("bigint.lua", "policy.lua"))
+    chunk = "\n".join(availability.lua_source(name) for name in ("bigint.lua", "policy.lua"))
     chunk = chunk.replace("@MAX_LIMIT_SECONDS@", str(durations.YEAR)).replace(
         "@COVER_MARGIN_SECONDS@", str(bucket.COVER_MARGIN_SECONDS)
     )
