@@ -1,4 +1,4 @@
-"""``python -m bench site SCENARIO [--json] [--arms A,B] [--png PATH] [--keep]``: a workload of YOLO
+"""``python -m bench site SCENARIO [--json] [--arms A,B] [--png PATH] [--seed N] [--keep]``: a workload of YOLO
 training jobs replayed on Slurm's own scheduler, once per arm, each arm on a replay cluster of its
 own (``deploy/replaycluster``: a real slurmctld and slurmd, the scenario's nodes), all arms at once.
 
@@ -11,7 +11,8 @@ Arms (docs/benchmarks.md, "The site replay"):
   the job runs the real launcher with a stand-in trainer (``site_standin``) that sleeps its true time
   and writes ultralytics' progress, so USR2 checkpoints and requeues run as in production;
 - ``slurm-yolo-day-one``: the same on the GPU-type priors alone (nothing calibrated: limits doubled);
-- ``oracle``: the same sizing and partition choice, the limit its true run time: what no predictor beats.
+- ``oracle``: submitted as the slurm-yolo arm's jobs are (the same sizing and ``-p auto`` choice, at the
+  same moment), then its limit made its true run time by root before its release: what no predictor beats.
 
 Time: the scenario's ``scale`` simulated seconds pass per real second (jobs sleep true / scale); Slurm
 limits are whole real minutes, so a limit is rounded up to ``scale`` simulated minutes, and a limit
@@ -41,7 +42,7 @@ from typing import Any
 
 from bench import site_metrics, site_standin, site_workload
 from bench.site_workload import Job, Scenario
-from slurm_yolo.core.limits import SIGNAL_EARLY, SIGNAL_MIN_LEAD, SIGNAL_MIN_LIMIT, usr2_lead
+from slurm_yolo.core.limits import SIGNAL_EARLY
 from slurm_yolo.core.model.estimate import fmt_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,14 +51,22 @@ WORK = Path("/tmp/slurm-yolo-replay")  # job folders, datasets, the stand-in's c
 STATE = Path("/var/lib/slurm-yolo-cluster")
 ARMS = ("habits", "slurm-yolo", "slurm-yolo-day-one", "oracle")
 # Policy variants of the calibrated slurm-yolo arm (``--arms``; docs/benchmarks.md has their table):
-# [estimate] settings of the arm's config, and "time_min": the plan's limit L becomes the job's
+# [estimate] settings of the arm's config; "time_min": the plan's limit L becomes the job's
 # --time-min and its --time is TIME_MIN_STRETCH x L (Slurm's backfill may start it with any limit
-# between: a plan that schedules by the prediction and kills late), set by root before its release
+# between: a plan that schedules by the prediction and kills late), set by root before its release;
+# "shards_per_gpu": its partitions' and its nodes' shards per card; "prefer": yolo-sbatch --prefer
 VARIANTS: dict[str, dict[str, Any]] = {
     "slurm-yolo-tight": {"estimate": {"buffer": 0.05, "coverage": 0.8}},
     "slurm-yolo-loose": {"estimate": {"buffer": 0.5, "coverage": 0.999}},
     "slurm-yolo-time-min": {"time_min": True},
+    # shards: none (every job a whole GPU), or two to a card instead of four
+    "slurm-yolo-no-shards": {"shards_per_gpu": 0},
+    "slurm-yolo-2-shards": {"shards_per_gpu": 2},
+    # -p auto's choice: the fastest card whatever the queue, or the cheapest, against the earliest finish
+    "slurm-yolo-fastest": {"prefer": "fastest"},
+    "slurm-yolo-cheapest": {"prefer": "cheapest"},
 }
+SHARDS_PER_GPU = 4  # the product arms' partitions (and their replay clusters' nodes), but a variant's
 ALL_ARMS = (*ARMS, *VARIANTS)
 TIME_MIN_STRETCH = 3.0
 CLUSTER_NAMES = {"habits": "rhabits", "slurm-yolo": "ryolo", "slurm-yolo-day-one": "ryolo1", "oracle": "roracle"}
@@ -98,6 +107,7 @@ class Cluster:
             {
                 **{k: p[k] for k in ("name", "gpu_type", "nodes", "gpus_per_node", "cpus_per_node", "memory_mb")},
                 "max_time": int(p.get("max_time_minutes", 2880)),
+                "shards_per_gpu": shards_per_gpu(arm),
             }
             for p in sc.cluster["partitions"]
         ]
@@ -129,6 +139,11 @@ class Cluster:
 
     def idle(self) -> bool:
         return not self.slurm("squeue", "-h", "-o", "%i").strip()
+
+
+def shards_per_gpu(arm: str) -> int:
+    """Shards per card on a product arm's partitions (the habits arm asks whole GPUs: any will do)."""
+    return int(VARIANTS.get(arm, {}).get("shards_per_gpu", SHARDS_PER_GPU))
 
 
 def _minutes(text: str) -> int:
@@ -185,7 +200,7 @@ def arm_config(arm: str, cluster: Cluster, sc: Scenario) -> Path:
     shutil.chown(home, "slurm", "slurm")
     parts = "".join(
         f'\n[partitions.{p["name"]}]\ngpu_type = "{p["gpu_type"]}"\ngpus_per_node = {p["gpus_per_node"]}\n'
-        f"shards_per_gpu = 4\ncost_per_gpu_hour = {sc.prices.get(p['name'], 0) / 1000:g}\n"
+        f"shards_per_gpu = {shards_per_gpu(arm)}\ncost_per_gpu_hour = {sc.prices.get(p['name'], 0) / 1000:g}\n"
         for p in sc.cluster["partitions"]
     )
     estimate = {"buffer": 0.20, **VARIANTS.get(arm, {}).get("estimate", {})}
@@ -412,24 +427,31 @@ class Replay:
             "SLURM_CONF": str(self.cluster.state / "etc" / "slurm.conf"),
         }
         argv = ["yolo-sbatch", "-A", job.account, "-J", job.name]
+        if prefer := VARIANTS.get(self.arm, {}).get("prefer"):
+            argv += ["--prefer", prefer]
         if self.arm == "oracle":
-            dry = self.as_user(job, [*argv, "--dry-run", "--json", *self.words(job)], extra)
-            if dry.returncode != 0:
-                return dry
-            plan = json.loads(dry.stdout)
-            cores = max(1, plan["cpus"] // max(1, plan["gpus"]))
-            true = job.true_seconds(self.sc.gpu_types[plan["partition"]], plan["gpus"], cores, plan["shard_share"])
-            # the true time, and the USR2 lead (which Slurm may send a minute early) past it: at its USR2 the
-            # launcher would checkpoint and requeue a run that was about to finish
-            need = true / self.sc.scale + STARTUP_MARGIN
-            limit = math.ceil(need / 60)
-            if limit * 60 >= SIGNAL_MIN_LIMIT:
-                lead = usr2_lead(math.ceil((need + SIGNAL_MIN_LEAD + SIGNAL_EARLY) / 60) * 60, 60)
-                limit = math.ceil((need + lead + SIGNAL_EARLY) / 60)
-            argv += ["-p", plan["partition"], "-t", f"{limit}m"]
+            return self.oracle(job, [*argv, "--json", "--sbatch-arg=--hold", *self.words(job)], extra)
         if VARIANTS.get(self.arm, {}).get("time_min"):
             return self.time_min(job, [*argv, "--sbatch-arg=--hold", *self.words(job)], extra)
         return self.as_user(job, [*argv, *self.words(job)], extra)
+
+    def oracle(self, job: Job, argv: list[str], extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        """The oracle: submitted as the product arm submits (``-p auto`` at that moment: the same
+        sizing and partition choice), held; root makes its limit the job's true time on the plan's
+        card, cores and share, with the USR2 lead its script asks for past it (which Slurm may send a
+        minute early: at its USR2 the launcher would requeue a run about to finish), then releases it."""
+        res = self.as_user(job, argv, extra)
+        if res.returncode != 0:
+            return res
+        plan = json.loads(res.stdout)
+        cores = max(1, plan["cpus"] // max(1, plan["gpus"]))
+        true = job.true_seconds(self.sc.gpu_types[plan["partition"]], plan["gpus"], cores, plan["shard_share"])
+        need = true / self.sc.scale + STARTUP_MARGIN
+        lead = re.search(r"--signal=B:USR2@([0-9]+)", plan["script"])
+        if lead:
+            need += int(lead.group(1)) + SIGNAL_EARLY
+        self.release(str(plan["job_id"]), f"TimeLimit={math.ceil(need / 60)}")
+        return res
 
     def time_min(self, job: Job, argv: list[str], extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
         """The time-min variant: submitted held, its limit L made --time-min and its --time
@@ -443,10 +465,13 @@ class Replay:
         job_id = found.group(1)
         shown = self.cluster.slurm("scontrol", "show", "job", job_id).split()
         minutes = next(_minutes(w.split("=", 1)[1]) for w in shown if w.startswith("TimeLimit="))
-        stretched = math.ceil(minutes * TIME_MIN_STRETCH)
-        self.cluster.slurm("scontrol", "update", f"JobId={job_id}", f"TimeLimit={stretched}", f"TimeMin={minutes}")
-        self.cluster.slurm("scontrol", "release", job_id)
+        self.release(job_id, f"TimeLimit={math.ceil(minutes * TIME_MIN_STRETCH)}", f"TimeMin={minutes}")
         return res
+
+    def release(self, job_id: str, *fields: str) -> None:
+        """A held job's fields set by root, then the job released to the scheduler."""
+        self.cluster.slurm("scontrol", "update", f"JobId={job_id}", *fields)
+        self.cluster.slurm("scontrol", "release", job_id)
 
     def run(self, t0: float) -> None:
         """Submit each job at its time (each from a thread of its own: users of a burst submit at
@@ -539,11 +564,14 @@ def png(
     fig.savefig(path, dpi=100)
 
 
-def replay(scenario: str, arms: list[str], out_png: Path, keep: bool = False) -> dict[str, Any]:
+def replay(
+    scenario: str, arms: list[str], out_png: Path, keep: bool = False, seed: int | None = None
+) -> dict[str, Any]:
     """Replay ``scenario`` once per arm, every arm at once on its own replay cluster; the report
-    (``--json``'s object; ``figures``: every arm's, waits included). ``keep``: leave the clusters up."""
+    (``--json``'s object; ``figures``: every arm's, waits included). ``keep``: leave the clusters up;
+    ``seed``: draw the scenario's mix with this seed instead of its own."""
     started = time.time()
-    sc = site_workload.load(scenario)
+    sc = site_workload.load(scenario, seed)
     WORK.mkdir(parents=True, exist_ok=True)
     WORK.chmod(0o755)
     ensure_users(sc)
@@ -575,6 +603,7 @@ def replay(scenario: str, arms: list[str], out_png: Path, keep: bool = False) ->
     png(results, busy, sc.capacity, out_png)
     return {
         "scenario": sc.name,
+        "seed": seed,
         "scale": sc.scale,
         "jobs": len(sc.jobs),
         "gpus": sc.capacity,
@@ -602,28 +631,38 @@ def main(argv: list[str]) -> None:
     keep = "--keep" in args
     arms = list(ARMS)
     out_png = Path("site-replay.png")
-    for flag in ("--arms", "--png"):
+    seed: int | None = None
+    usage = (
+        "usage: python -m bench site SCENARIO|PATH.json [--json] [--arms"
+        f" {','.join(ALL_ARMS)}] [--png PATH] [--seed N] [--keep]"
+    )
+    for flag in ("--arms", "--png", "--seed"):
         if flag in args:
             i = args.index(flag)
+            if i + 1 >= len(args):
+                sys.exit(usage)
+            value = args[i + 1]
             if flag == "--arms":
-                arms = args[i + 1].split(",")
+                arms = value.split(",")
+            elif flag == "--png":
+                out_png = Path(value)
+            elif not value.isdigit():
+                sys.exit(usage)
             else:
-                out_png = Path(args[i + 1])
+                seed = int(value)
             del args[i : i + 2]
     names = [a for a in args if not a.startswith("--")]
     if len(names) != 1 or any(a not in ALL_ARMS for a in arms):
-        sys.exit(
-            f"usage: python -m bench site SCENARIO|PATH.json [--json] [--arms {','.join(ALL_ARMS)}] [--png PATH] [--keep]"
-        )
+        sys.exit(usage)
     if os.geteuid() != 0:
         sys.exit("bench site: must run as root (it starts replay clusters and submits as the scenario's users)")
-    report = replay(names[0], arms, out_png, keep)
+    report = replay(names[0], arms, out_png, keep, seed)
     if as_json:
         print(json.dumps({k: v for k, v in report.items() if k != "figures"}, indent=1))
         return
     results, sc_name, wall = report["figures"], report["scenario"], report["wall_seconds"]
     print(
-        f"site replay {sc_name}: {report['jobs']} jobs on {report['gpus']:g} GPUs, x{report['scale']:g} time,"
+        f"site replay {sc_name}{'' if seed is None else f' (seed {seed})'}: {report['jobs']} jobs on {report['gpus']:g} GPUs, x{report['scale']:g} time,"
         f" {wall / 60:.1f} min here"
     )
     print(table(results))

@@ -149,10 +149,13 @@ def loso_errors() -> list[float]:
     return [log for _, log in gpu_accuracy.day_one(tuple(points))]
 
 
-def load(arg: str) -> Scenario:
-    """A scenario by name (``bench/scenarios/NAME.json``) or path."""
+def load(arg: str, seed: int | None = None) -> Scenario:
+    """A scenario by name (``bench/scenarios/NAME.json``) or path; ``seed``: another draw of its mix
+    than the file's own seed (a spread over seeds: the same workload's kind, other jobs)."""
     path = Path(arg) if arg.endswith(".json") else SCENARIOS / f"{arg}.json"
     data = json.loads(path.read_text())
+    if seed is not None:
+        data["seed"] = seed
     users = data["users"]
     rng = random.Random(int(data.get("seed", 0)))
     notes = list(data.get("notes", []))
