@@ -33,7 +33,7 @@ from slurm_yolo.core.model.timemodel import (
     batch_pixels,
     buffer_for,
     describe,
-    effective_mtok,
+    effective_mpx,
     predict_seconds,
     predict_train_seconds,
     quantile,
@@ -107,13 +107,13 @@ def legacy(prior: TimeModel, base: float) -> Fitter:
 def seeds(base: float) -> Fitter:
     unit = TimeModel(k=1.0, overhead_seconds=0, val_weight=1.0, iteration_seconds=0, startup_seconds=0)
 
-    def tokens(s: Sample) -> float:
-        tr, va, final = effective_mtok(s.workload, unit, REF)
+    def pixels(s: Sample) -> float:
+        tr, va, final = effective_mpx(s.workload, unit, REF)
         return tr + va + final
 
     def fit(train: list[Sample]) -> Predictor:
-        k = math.exp(statistics.fmean(math.log(wall(s) / tokens(s)) for s in train))
-        return Predictor(lambda s: k * tokens(s), lambda s: time_limit(k * tokens(s), base), None)
+        k = math.exp(statistics.fmean(math.log(wall(s) / pixels(s)) for s in train))
+        return Predictor(lambda s: k * pixels(s), lambda s: time_limit(k * pixels(s), base), None)
 
     return fit
 
@@ -358,10 +358,10 @@ def main(path: Path = corpus.CORPUS) -> dict[str, float]:
     prior = bench_priors.config_prior()
     base, coverage = cfg.estimate.buffer, cfg.estimate.coverage
     walls = [wall(s) for _, s in runs]
-    small_tokens = statistics.median(s.workload.train_tokens * s.workload.gflops for s in small)
+    small_pixels = statistics.median(s.workload.train_pixels * s.workload.gflops for s in small)
     print(
         f"corpus {path.name}: {len(runs)} real ultralytics CPU runs ({len(small)} calibration, {len(long)} long,"
-        f" {len(ext)} extrapolation: median {statistics.median(s.workload.train_tokens * s.workload.gflops for s in ext) / small_tokens:.1f}x"
+        f" {len(ext)} extrapolation: median {statistics.median(s.workload.train_pixels * s.workload.gflops for s in ext) / small_pixels:.1f}x"
         f" the calibration runs' FLOP-tokens); wall {min(walls):.0f}-{max(walls):.0f} s"
     )
     models = {

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from slurm_yolo.core.model.estimate import FAMILY_PRIOR, MTOK, Workload, model_factor
+from slurm_yolo.core.model.estimate import FAMILY_PRIOR, MPX, Workload, model_factor
 from slurm_yolo.core.model.timemodel import ddp_factor, median
 from slurm_yolo.core.model.timemodel import quantile as _quantile
 
@@ -53,22 +53,22 @@ def scaled_iterations(w: Workload, reference_gflops: float) -> float:
     return w.iterations * model_factor(w.gflops, reference_gflops)
 
 
-def effective_mtok(w: Workload, tm: TimeModel, reference_gflops: float) -> tuple[float, float, float]:
-    """(train, in-training val, final val) effective millions of tokens."""
-    scale = model_factor(w.gflops, reference_gflops) * tm.family_factor(w.family) / MTOK
-    return w.train_tokens * scale, w.val_tokens * scale, w.final_val_tokens * scale
+def effective_mpx(w: Workload, tm: TimeModel, reference_gflops: float) -> tuple[float, float, float]:
+    """(train, in-training val, final val) effective millions of pixels."""
+    scale = model_factor(w.gflops, reference_gflops) * tm.family_factor(w.family) / MPX
+    return w.train_pixels * scale, w.val_pixels * scale, w.final_val_pixels * scale
 
 
 def predict_train_seconds(w: Workload, tm: TimeModel, gpus: int, ddp_eff: float, reference_gflops: float) -> float:
     """Training time alone: what results.csv's ``time`` measures."""
-    tr, va, _ = effective_mtok(w, tm, reference_gflops)
+    tr, va, _ = effective_mpx(w, tm, reference_gflops)
     compute = tm.k * (tr + tm.val_weight * va) / ddp_factor(max(1, gpus), ddp_eff)
     return tm.overhead_seconds + compute + tm.iteration_seconds * scaled_iterations(w, reference_gflops)
 
 
 def predict_seconds(w: Workload, tm: TimeModel, gpus: int, ddp_eff: float, reference_gflops: float) -> float:
     """The whole job: start-up, training, final validation."""
-    _, _, final = effective_mtok(w, tm, reference_gflops)
+    _, _, final = effective_mpx(w, tm, reference_gflops)
     train = predict_train_seconds(w, tm, gpus, ddp_eff, reference_gflops)
     return tm.startup_seconds + train + tm.k * tm.val_weight * final
 
@@ -102,7 +102,7 @@ def _solve(rows: list[list[float]], ys: list[float], weights: list[float]) -> li
 
 
 def _features(s: Sample, tm: TimeModel, ddp_eff: float, ref: float) -> dict[str, float]:
-    tr, va, _ = effective_mtok(s.workload, tm, ref)
+    tr, va, _ = effective_mpx(s.workload, tm, ref)
     scale = ddp_factor(max(1, s.gpus), ddp_eff)
     return {"a": 1.0, "tr": tr / scale, "va": va / scale, "it": scaled_iterations(s.workload, ref)}
 

@@ -42,8 +42,8 @@ from typing import Any
 
 from bench import site_metrics, site_standin, site_workload
 from bench.site_workload import Job, Scenario
+from slurm_yolo.core.billing.policy import fmt_tokens
 from slurm_yolo.core.limits import SIGNAL_EARLY
-from slurm_yolo.core.model.estimate import fmt_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = Path(os.environ.get("SLURM_YOLO_VENV", "/opt/slurm-yolo/venv"))

@@ -25,7 +25,7 @@ from slurm_yolo.cli.admin import main as admin
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
 from slurm_yolo.core import spec
 from slurm_yolo.core.billing import policy
-from slurm_yolo.core.model.estimate import fmt_tokens
+from slurm_yolo.core.billing.policy import fmt_tokens
 from slurm_yolo.core.synthetic import make_dataset
 from slurm_yolo.state import calibration
 

@@ -15,9 +15,9 @@ import pandas as pd
 from slurm_yolo.admin import report
 from slurm_yolo.admin.efficiency import thresholds
 from slurm_yolo.admin.report.output import fmt_duration
+from slurm_yolo.core.billing.policy import fmt_tokens
 from slurm_yolo.core.config import Config
 from slurm_yolo.core.errors import SlurmError, UsageError
-from slurm_yolo.core.model.estimate import fmt_tokens
 from slurm_yolo.parse import joblog
 from slurm_yolo.parse.records import USAGE_NAME
 from slurm_yolo.slurm import commands, visibility

@@ -106,7 +106,7 @@ def jobs(since: str, user: str | None, as_json: bool) -> None:
     GPUs, predicted against actual run time, limit and the tokens charged."""
     from slurm_yolo.admin import joblist
     from slurm_yolo.admin.report.output import fmt_duration
-    from slurm_yolo.core.model.estimate import fmt_tokens
+    from slurm_yolo.core.billing.policy import fmt_tokens
     from slurm_yolo.slurm import visibility
 
     config = load_config()

@@ -13,9 +13,9 @@ from slurm_yolo.cli import echo_json, library_errors, load_config
 from slurm_yolo.controller import enforcement
 from slurm_yolo.core import config as config_mod
 from slurm_yolo.core.billing import policy
+from slurm_yolo.core.billing.policy import fmt_tokens
 from slurm_yolo.core.config import Config
 from slurm_yolo.core.errors import UsageError
-from slurm_yolo.core.model.estimate import fmt_tokens
 from slurm_yolo.login import admission
 from slurm_yolo.slurm import commands, visibility
 from slurm_yolo.state import availability, books, calibration, ledger

@@ -10,8 +10,9 @@ import click
 from slurm_yolo import __version__
 from slurm_yolo.cli import OneLineErrors, echo_json, library_errors, load_config
 from slurm_yolo.core import durations, logs
+from slurm_yolo.core.billing.policy import fmt_tokens
 from slurm_yolo.core.errors import SlurmYoloError
-from slurm_yolo.core.model.estimate import fmt_pixels, fmt_tokens
+from slurm_yolo.core.model.estimate import fmt_pixels
 from slurm_yolo.login import plan, submission
 from slurm_yolo.slurm import commands
 from slurm_yolo.state import cost

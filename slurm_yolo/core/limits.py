@@ -19,6 +19,11 @@ SIGNAL_MIN_LEAD = 60  # the warning's lead: at least Slurm's check interval, at 
 SIGNAL_EARLY = 60  # sbatch(1): "the signal may be sent up to 60 seconds earlier than specified"
 
 
+def time_limit(predicted_seconds: float, buffer: float) -> int:
+    """ceil(T x (1 + buffer)) in whole minutes, as seconds (Slurm's granularity)."""
+    return max(60, math.ceil(predicted_seconds * (1 + buffer) / 60) * 60)
+
+
 def usr2_lead(limit_seconds: int, configured: int) -> int:
     """How long before the limit the USR2 comes: the configured lead, but at most half the limit (0: no
     warning under ``SIGNAL_MIN_LIMIT``, where it could eat the run)."""

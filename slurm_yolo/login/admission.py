@@ -12,9 +12,10 @@ import os
 import re
 
 from slurm_yolo.core.billing import bucket, policy
+from slurm_yolo.core.billing.policy import fmt_tokens
 from slurm_yolo.core.config import Config
 from slurm_yolo.core.errors import QuotaError, UsageError
-from slurm_yolo.core.model.estimate import fmt_pixels, fmt_tokens
+from slurm_yolo.core.model.estimate import fmt_pixels
 from slurm_yolo.core.model.timemodel import UNCALIBRATED
 from slurm_yolo.login.plan import Plan
 from slurm_yolo.slurm import commands

@@ -14,12 +14,13 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import NamedTuple
 
 from slurm_yolo.core import gputypes, sizing
+from slurm_yolo.core.billing.policy import fmt_tokens
 from slurm_yolo.core.config import Config, Partition
 from slurm_yolo.core.durations import fmt_minutes, seconds_text
 from slurm_yolo.core.errors import SlurmError, UsageError
-from slurm_yolo.core.limits import MAX_LIMIT_SECONDS, SIGNAL_MIN_LIMIT
+from slurm_yolo.core.limits import MAX_LIMIT_SECONDS, SIGNAL_MIN_LIMIT, time_limit
 from slurm_yolo.core.model import gpu_priors
-from slurm_yolo.core.model.estimate import Workload, fmt_pixels, fmt_tokens, images_640, model_factor, tokens
+from slurm_yolo.core.model.estimate import Workload, fmt_pixels, images_640, model_factor, pixels
 from slurm_yolo.core.model.timemodel import (
     UNCALIBRATED,
     Buffer,
@@ -101,11 +102,6 @@ class Plan:
 MAX_CPUS_PER_GPU = 256  # what --cpus-per-gpu takes
 
 
-def time_limit(predicted_seconds: float, buffer: float) -> int:
-    """ceil(T x (1 + buffer)) in whole minutes, as seconds (Slurm's granularity)."""
-    return max(60, math.ceil(predicted_seconds * (1 + buffer) / 60) * 60)
-
-
 def _gpus(
     w: Workload, tm: TimeModel, part: Partition, req: Request, devices: int | None, ref: float
 ) -> tuple[int, str]:
@@ -147,16 +143,16 @@ def _gpus(
 def _head(w: Workload, tm: TimeModel, k_source: str, ref: float) -> list[str]:
     """--explain's first lines: the work (images, pixels, the model's FLOPs) and the time model."""
     mf, ff = model_factor(w.gflops, ref), tm.compute_factor(w.model, w.family)
-    tok = tokens(w, tm.val_weight)
+    px = pixels(w, tm.val_weight)
     return [
         f"images: {w.train_images} train x {w.epochs} epochs at imgsz {w.imgsz}, {w.val_images} val"
         f" ({w.val_passes} passes + final), batch {w.batch}, {w.iterations} iterations",
         f"pixels per epoch: {fmt_pixels(w.train_images * w.imgsz**2)} train;"
-        f" run: {fmt_pixels(tok)} = {images_640(tok)} 640-equivalent images"
+        f" run: {fmt_pixels(px)} = {images_640(px)} 640-equivalent images"
         f" (val weight {tm.val_weight:.2f})",
         f"model: {w.model} {w.gflops:.2f} GFLOPs ({w.model_source}), factor {mf:.2f} x family {w.family} {ff:.2f}"
         + (" (with the model's own)" if w.model in tm.model_factors else "")
-        + f" -> work {fmt_pixels(tok * mf * ff)} (what the time model predicts from; budget tokens are charged"
+        + f" -> work {fmt_pixels(px * mf * ff)} (what the time model predicts from; budget tokens are charged"
         " for GPU time)",
         f"time model: {k_source}",
         *(f"  {line}" for line in describe(tm)),
@@ -262,8 +258,8 @@ def _plan(
     shape = sizing.shape_text(part, _shape_source(config.partitions.get(part.name)))
     mf = model_factor(w.gflops, ref)
     ff = tm.compute_factor(w.model, w.family)
-    tok = tokens(w, tm.val_weight)
-    eff = tok * mf * ff
+    px = pixels(w, tm.val_weight)
+    eff = px * mf * ff
     explain = [
         *_head(w, tm, k_source, ref),
         *(
@@ -314,9 +310,9 @@ def _plan(
         shard_share=share,
         qos=qos,
         priority=req.priority,
-        pixels=tok,
-        train_pixels=w.train_tokens,
-        val_pixels=w.val_tokens + w.final_val_tokens,
+        pixels=px,
+        train_pixels=w.train_pixels,
+        val_pixels=w.val_pixels + w.final_val_pixels,
         work_pixels=eff,
         model_factor=mf,
         family_factor=ff,

@@ -31,12 +31,12 @@ class Progress:
 
 
 def progress(records: ParseResult) -> Progress:
-    """Epochs and training pixels done (of ``Workload.train_tokens``: no validation, no model
+    """Epochs and training pixels done (of ``Workload.train_pixels``: no validation, no model
     factor), throughput, and the time left at the recent rate. A resumed run's records start past
     its earlier epochs (epoch 25 of 40): its pixels are those of the epochs it trains."""
     done = [e for e in records.per_epoch if e.seconds]
-    tokens = sum((e.mpx_per_s or 0) * (e.seconds or 0) * 1e6 for e in done)
-    per_epoch = tokens / len(done) if done else None
+    pixels = sum((e.mpx_per_s or 0) * (e.seconds or 0) * 1e6 for e in done)
+    per_epoch = pixels / len(done) if done else None
     before = min((e.epoch for e in records.per_epoch), default=1) - 1  # trained by the job it resumes
     left = records.epochs_total - before if records.epochs_total else None
     total = per_epoch * left if per_epoch and left and left > 0 else None
@@ -46,8 +46,8 @@ def progress(records: ParseResult) -> Progress:
         if recent
         else None
     )
-    eta = (total - tokens) / (rate * 1e6) if total is not None and rate else None
-    return Progress(records.epochs_completed, records.epochs_total, tokens, total, rate, eta)
+    eta = (total - pixels) / (rate * 1e6) if total is not None and rate else None
+    return Progress(records.epochs_completed, records.epochs_total, pixels, total, rate, eta)
 
 
 def render(state: str, p: Progress | None, width: int = 24, starts: float | None = None, reason: str = "") -> str:

@@ -17,10 +17,10 @@ from typing import Any, NamedTuple
 from slurm_yolo.core import assets, dataset, resume, sizing, spec
 from slurm_yolo.core import config as config_mod
 from slurm_yolo.core.billing import comment, policy
+from slurm_yolo.core.billing.policy import fmt_tokens
 from slurm_yolo.core.config import Config
 from slurm_yolo.core.errors import QuotaError, SlurmError, SlurmYoloError, UnreachableError, UsageError
 from slurm_yolo.core.model import estimate
-from slurm_yolo.core.model.estimate import fmt_tokens
 from slurm_yolo.login import admission, plan, progress, render
 from slurm_yolo.slurm import commands, nodes, reasons
 from slurm_yolo.slurm.visibility import current_user

@@ -55,7 +55,7 @@ def job_records(workdir: str, job_id: int, user: str) -> list[dict[str, Any]]:
 
 
 def parse_records(path: Path, text: str | None = None) -> ParseResult:
-    """Per-epoch images, tokens, seconds and GPU memory; later runs of a requeued job continue earlier ones."""
+    """Per-epoch images, pixels, seconds and GPU memory; later runs of a requeued job continue earlier ones."""
     result = ParseResult(source="usage-records", path=str(path))
     epochs: dict[int, EpochStats] = {}
     ended = False

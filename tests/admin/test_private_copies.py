@@ -26,7 +26,7 @@ from conftest import REPO, Slurm, records, report_private_data
 
 from slurm_yolo.controller import feedback
 from slurm_yolo.core import config as config_mod
-from slurm_yolo.core.model.estimate import fmt_tokens
+from slurm_yolo.core.billing.policy import fmt_tokens
 from slurm_yolo.parse import beacon
 from slurm_yolo.slurm import visibility
 from slurm_yolo.state import calibration, db, ledger

@@ -117,7 +117,7 @@ def test_tables_show_human_units_and_machine_formats_raw_numbers(site_config: Pa
     text = output.table(views)
     budgets = text.split("== budgets\n")[1].splitlines()
     vision = next(line for line in budgets if line.split()[0] == "vision").split()
-    # the balance as `ledger balance` prints it (estimate.fmt_tokens); tokens a day; days with one decimal
+    # the balance as `ledger balance` prints it (policy.fmt_tokens); tokens a day; days with one decimal
     assert " ".join(vision[1:3]) == "99.59 GTok" and "2.00 GTok/day" in " ".join(vision)
     lab = next(line for line in budgets if line.split()[0] == "lab")
     assert lab.endswith("∞") and "5.0 MTok" in lab

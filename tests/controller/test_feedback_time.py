@@ -19,4 +19,4 @@ def test_a_time_capped_run_is_read_at_its_epochs_done() -> None:
     assert (sample.workload.epochs, sample.workload.val_passes) == (7, 7)  # validated after each epoch done
     assert sample.train_seconds == 3600.0
     # the hour measured is 7 epochs' worth: what the partition's k learns from
-    assert sample.workload.train_tokens == asked.train_tokens * 7 / 100
+    assert sample.workload.train_pixels == asked.train_pixels * 7 / 100

@@ -25,10 +25,10 @@ def test_tokens_are_pixels_over_epochs_plus_weighted_validation() -> None:
     s = spec.parse(["train", "data=d.yaml", "epochs=3", "imgsz=100", "batch=4"])  # imgsz 100 -> 128
     w = estimate.workload(s, 40, 10, info())
     assert w.imgsz == 128
-    assert w.train_tokens == 3 * 40 * 128**2
-    assert w.val_tokens == 3 * 10 * 128**2  # one pass per epoch
-    assert w.final_val_tokens == 10 * 128**2
-    assert estimate.tokens(w, 0.5) == 3 * 40 * 128**2 + 0.5 * 4 * 10 * 128**2
+    assert w.train_pixels == 3 * 40 * 128**2
+    assert w.val_pixels == 3 * 10 * 128**2  # one pass per epoch
+    assert w.final_val_pixels == 10 * 128**2
+    assert estimate.pixels(w, 0.5) == 3 * 40 * 128**2 + 0.5 * 4 * 10 * 128**2
     assert w.iterations == 3 * 10
 
 
@@ -41,12 +41,6 @@ def test_fraction_and_val_false() -> None:
 
 
 def test_units() -> None:
-    assert estimate.fmt_tokens(1.5e9) == "1.50 GTok"
-    assert estimate.fmt_tokens(2.5e6) == "2.5 MTok"
-    assert estimate.fmt_tokens(3.2e12) == "3.20 TTok" and estimate.fmt_tokens(2e5) == "0.20 MTok"
-    assert estimate.fmt_tokens(1.5e5) == "0.15 MTok"  # a newcomer's 150 kTok hold read "0.1 MTok"
-    assert estimate.fmt_tokens(30_000) == "30.0 kTok" and estimate.fmt_tokens(42) == "42 Tok"
-    assert estimate.fmt_tokens(-1.5e9) == "-1.50 GTok" and estimate.fmt_tokens(0) == "0 Tok"
     assert estimate.images_640(640**2 * 10) == "10" and estimate.images_640(640**2 * 12_345) == "12,345"
     assert estimate.images_640(64**2 * 25) == "0.25"  # a tiny run is a share of one image, not "0"
 
@@ -131,13 +125,13 @@ def test_custom_model_is_measured_with_ultralytics_and_cached(
 def test_tokens_properties(epochs: int, train: int, val: int, imgsz: int, batch: int, vw: float) -> None:
     s = spec.parse(["train", "data=d.yaml", f"epochs={epochs}", f"imgsz={imgsz}", f"batch={batch}"])
     w = estimate.workload(s, train, val, info())
-    t = estimate.tokens(w, vw)
-    assert t >= w.train_tokens > 0
+    t = estimate.pixels(w, vw)
+    assert t >= w.train_pixels > 0
     assert w.imgsz % 32 == 0 and w.imgsz >= imgsz
     more = estimate.workload(
         spec.parse(["train", "data=d.yaml", f"epochs={epochs + 1}", f"imgsz={imgsz}"]), train, val, info()
     )
-    assert estimate.tokens(more, vw) > t
+    assert estimate.pixels(more, vw) > t
 
 
 @pytest.mark.parametrize(

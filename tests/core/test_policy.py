@@ -135,3 +135,12 @@ def test_site_rules_change_what_failures_pay() -> None:
 )
 def test_user_estimate_is_parsed_strictly(spank: str | None, comment: str | None, expected: int | None) -> None:
     assert policy.user_estimate(spank, comment) == expected
+
+
+def test_fmt_tokens() -> None:
+    assert policy.fmt_tokens(1.5e9) == "1.50 GTok"
+    assert policy.fmt_tokens(2.5e6) == "2.5 MTok"
+    assert policy.fmt_tokens(3.2e12) == "3.20 TTok" and policy.fmt_tokens(2e5) == "0.20 MTok"
+    assert policy.fmt_tokens(1.5e5) == "0.15 MTok"  # a newcomer's 150 kTok hold read "0.1 MTok"
+    assert policy.fmt_tokens(30_000) == "30.0 kTok" and policy.fmt_tokens(42) == "42 Tok"
+    assert policy.fmt_tokens(-1.5e9) == "-1.50 GTok" and policy.fmt_tokens(0) == "0 Tok"

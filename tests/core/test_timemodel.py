@@ -108,17 +108,17 @@ def test_predictions_add_up_term_by_term() -> None:
         + 0.7 * 2
         + 0.3 * w.val_passes
         + 0.05 * w.iterations * mf**0.2
-        + cost * (w.train_tokens + 0.4 * w.val_tokens)
+        + cost * (w.train_pixels + 0.4 * w.val_pixels)
     )
     assert predict_train_seconds(w, TRUTH, 1, 0.9, 8.86) == pytest.approx(expected)
-    final = 0.3 + cost * 0.4 * w.final_val_tokens
+    final = 0.3 + cost * 0.4 * w.final_val_pixels
     assert predict_seconds(w, TRUTH, 1, 0.9, 8.86) == pytest.approx(10.0 + expected + final)
 
 
 def test_small_images_cost_more_per_pixel() -> None:
     big, small = workload("yolov8n", 1, 640, 8), workload("yolov8n", 1, 96, 8)
     compute_only = replace(TRUTH, overhead_seconds=0, epoch_seconds=0, val_pass_seconds=0, iteration_seconds=0)
-    per_pixel = [predict_train_seconds(w, compute_only, 1, 0.9, 8.86) / w.train_tokens for w in (big, small)]
+    per_pixel = [predict_train_seconds(w, compute_only, 1, 0.9, 8.86) / w.train_pixels for w in (big, small)]
     assert per_pixel[1] / per_pixel[0] == pytest.approx((96 / 640) ** -0.35, rel=0.05)
 
 

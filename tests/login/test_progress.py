@@ -30,9 +30,9 @@ def test_the_progress_total_is_the_runs_training_pixels(tmp_path: Path) -> None:
     assert model is not None
     w = estimate.workload(s, 100, 50, model)
     p = progress.progress(parse_records(usage_file(tmp_path / "u.jsonl", 100, 320, 4, 2)))
-    assert p.pixels_total == w.train_tokens and p.pixels_done == w.train_tokens / 2
-    effective = estimate.tokens(w, 0.4) * estimate.model_factor(w.gflops, 8.86)
-    assert effective > w.train_tokens  # so the two lines must not both say just "Mpx"
+    assert p.pixels_total == w.train_pixels and p.pixels_done == w.train_pixels / 2
+    effective = estimate.pixels(w, 0.4) * estimate.model_factor(w.gflops, 8.86)
+    assert effective > w.train_pixels  # so the two lines must not both say just "Mpx"
 
 
 def test_the_line_says_it_counts_trained_pixels(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from slurm_yolo.cli.yolo_sbatch import main as yolo_sbatch
-from slurm_yolo.core.model.estimate import fmt_tokens
+from slurm_yolo.core.billing.policy import fmt_tokens
 from slurm_yolo.state import cost
 
 

@@ -1,6 +1,6 @@
 """Report output: a terminal table, CSV, JSON, and a self-contained HTML page with PNG plots.
 
-The table and the page are read by people: tokens in MTok/GTok (``estimate.fmt_tokens``, as the
+The table and the page are read by people: tokens in MTok/GTok (``policy.fmt_tokens``, as the
 ledger prints them), GPU-hours, durations and days, shares in percent. CSV and JSON are read by
 programs: raw numbers (tokens, seconds, GPU-hours, shares as fractions; ``days_left`` empty or null
 where refills keep up with the burn). matplotlib is imported by ``plots`` alone.
@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from slurm_yolo.core.model.estimate import fmt_tokens
+from slurm_yolo.core.billing.policy import fmt_tokens
 from slurm_yolo.state.cost import fmt_amount
 
 

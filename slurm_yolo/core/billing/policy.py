@@ -22,6 +22,7 @@ from fractions import Fraction
 from typing import NamedTuple
 
 from slurm_yolo.core.errors import UsageError
+from slurm_yolo.core.units import scaled
 
 # A user's own estimate of a job's tokens (SPANK --yolo-tokens, or eff= in yolo-sbatch's comment):
 # recorded beside the hold for reports, never billed. Only plain ASCII digits, at most 18 of them.
@@ -135,6 +136,11 @@ def tokens(seconds: int, gpu_share: Fraction, price: int, rate_ppm: int) -> int:
     of ``rate_ppm`` parts per million, rounded up to the token (the only rounding anywhere)."""
     num = max(0, seconds) * gpu_share.numerator * price * rate_ppm
     return -(-num // (gpu_share.denominator * RATE_SCALE))
+
+
+def fmt_tokens(n: float) -> str:
+    """The budget's unit: 1.23 TTok, 1.23 GTok, 456.0 MTok, 0.15 MTok, 12.3 kTok, 42 Tok."""
+    return scaled(n, "Tok")
 
 
 def charge(state: str, elapsed: int, limit: int, gpu_share: Fraction, price: int, rate_ppm: int, rules: Rules) -> int:

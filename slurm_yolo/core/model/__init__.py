@@ -1,1 +1,1 @@
-"""The time model: a run's work in tokens, its predicted time, the fit and the priors."""
+"""The time model: a run's work in pixels, its predicted time, the fit and the priors."""

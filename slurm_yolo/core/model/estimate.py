@@ -1,10 +1,10 @@
 """Work: the compute a training run needs, as pixels pushed through the network (pure math).
 
 Shown in pixels (``Mpx``: ``fmt_pixels``), never in the budget's tokens (``Tok``, what the ledger
-charges). The code's ``tokens`` names in this module are those pixels. One image at training size s is
-s^2 pixels. A run is ``epochs x train_images x s^2`` training tokens
+charges: ``billing.policy.fmt_tokens``). One image at training size s is s^2 pixels. A run is
+``epochs x train_images x s^2`` training pixels
 plus its validation passes over the val images (each epoch when ``val=True``, else the last one, plus
-the final validation), weighted by the calibrated cost of a validation token. Effective tokens scale
+the final validation), weighted by the calibrated cost of a validation pixel. Effective pixels (work) scale
 that by the model's FLOPs relative to yolov8n, so one ``k`` per partition serves every model size.
 """
 
@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 from slurm_yolo.core.errors import UsageError
 from slurm_yolo.core.spec import TrainSpec
+from slurm_yolo.core.units import scaled
 
 # GFLOPs at imgsz 640, nc=80, measured with ultralytics 8.4.190 (utils.torch_utils.get_flops on the
 # model built from its yaml). A test re-measures a few when the [train] extra is installed.
@@ -130,7 +131,7 @@ TASK_GFLOPS: dict[str, float] = {
     "yolo12x-obb": 218.45,
     "yolov9c-seg": 149.34,
     "yolov9e-seg": 238.33,
-    # classify (cls nc=1000, its yaml's default), at 640 like every row: the tokens scale it to the run's imgsz
+    # classify (cls nc=1000, its yaml's default), at 640 like every row: the pixels scale it to the run's imgsz
     "yolov8n-cls": 3.36,
     "yolov8s-cls": 12.59,
     "yolov8m-cls": 41.89,
@@ -167,7 +168,7 @@ FAMILY_PRIOR: dict[str, float] = {
 }
 
 _NAME = re.compile(r"^(yolov8|yolo11|yolo12|yolo26|yolov5|yolov9|yolov10)([nsmblxtce])(u?)(-seg|-pose|-obb|-cls)?$")
-MTOK = 1e6
+MPX = 1e6
 
 
 class ModelInfo(NamedTuple):
@@ -324,16 +325,16 @@ class Workload:
         return self.epochs * math.ceil(self.train_images / max(1, self.batch))
 
     @property
-    def train_tokens(self) -> float:
+    def train_pixels(self) -> float:
         return float(self.epochs) * self.train_images * self.imgsz**2
 
     @property
-    def val_tokens(self) -> float:
-        """Validation tokens inside training (not counting the final validation)."""
+    def val_pixels(self) -> float:
+        """Validation pixels inside training (not counting the final validation)."""
         return float(self.val_passes) * self.val_images * self.imgsz**2
 
     @property
-    def final_val_tokens(self) -> float:
+    def final_val_pixels(self) -> float:
         return float(self.val_images) * self.imgsz**2
 
     def to_dict(self) -> dict[str, object]:
@@ -374,39 +375,23 @@ def workload(
 
 
 def model_factor(gflops: float, reference_gflops: float) -> float:
-    """How much more a token costs on this model than on the reference (yolov8n)."""
+    """How much more a pixel costs on this model than on the reference (yolov8n)."""
     return gflops / reference_gflops
 
 
-def tokens(w: Workload, val_weight: float) -> float:
-    """Tokens of the whole run: training tokens plus weighted validation tokens (final pass included)."""
-    return w.train_tokens + val_weight * (w.val_tokens + w.final_val_tokens)
-
-
-def _scaled(n: float, unit: str) -> str:
-    """``n`` in k/M/G/T of ``unit``: a small amount never reads 0.0, and a tenth of a million keeps two
-    figures (150 k is not "0.1 M")."""
-    for prefix, scale, digits in (("T", 1e12, 2), ("G", 1e9, 2), ("M", 1e6, 1), ("k", 1e3, 1)):
-        if abs(n) >= scale:
-            return f"{n / scale:.{digits}f} {prefix}{unit}"
-        if prefix == "M" and abs(n) >= 1e5:
-            return f"{n / scale:.2f} {prefix}{unit}"
-    return f"{n:.0f} {unit}"
-
-
-def fmt_tokens(n: float) -> str:
-    """The budget's unit: 1.23 TTok, 1.23 GTok, 456.0 MTok, 0.15 MTok, 12.3 kTok, 42 Tok."""
-    return _scaled(n, "Tok")
+def pixels(w: Workload, val_weight: float) -> float:
+    """Pixels of the whole run: training pixels plus weighted validation pixels (final pass included)."""
+    return w.train_pixels + val_weight * (w.val_pixels + w.final_val_pixels)
 
 
 def fmt_pixels(n: float) -> str:
     """Work in pixels (``Mpx``): never ``Tok``, which is the budget's unit, so a screen that shows both
     keeps them apart."""
-    return _scaled(n, "px")
+    return scaled(n, "px")
 
 
 def images_640(n: float) -> str:
-    """Tokens as 640-equivalent images, so runs at different sizes compare at a glance: whole images
+    """Pixels as 640-equivalent images, so runs at different sizes compare at a glance: whole images
     from 100 on, three figures below (a tiny run at imgsz 64 is 0.25 of one, not "0")."""
     images = n / 640**2
     return f"{images:,.0f}" if images >= 100 else f"{images:.3g}"

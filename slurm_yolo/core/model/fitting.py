@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from slurm_yolo.core.model.estimate import MTOK, model_factor
+from slurm_yolo.core.model.estimate import MPX, model_factor
 from slurm_yolo.core.model.timemodel import (
     FACTOR_FIELDS,
     REFERENCE_IMGSZ,
@@ -106,9 +106,9 @@ class _Design:
     size: np.ndarray  # imgsz / 640
     batch_pixels: np.ndarray  # batch x imgsz^2 / (16 x 640^2), as timemodel.batch_pixels
     val_batch_pixels: np.ndarray
-    train_mtok: np.ndarray  # tokens / 1e6 / DDP speed-up (no model, family or image-size cost)
-    val_mtok: np.ndarray
-    final_mtok: np.ndarray  # the final validation's, on one device
+    train_mpx: np.ndarray  # pixels / 1e6 / DDP speed-up (no model, family or image-size cost)
+    val_mpx: np.ndarray
+    final_mpx: np.ndarray  # the final validation's, on one device
     loader_images: np.ndarray  # epochs x train images / CPUs (0 when CPUs are unknown)
     train_images: np.ndarray  # epochs x train images
     val_images: np.ndarray  # validation passes x val images
@@ -185,9 +185,9 @@ def _design(samples: list[Sample], p: _Params, ddp_eff: float, ref: float) -> _D
         size=np.array([max(1, w.imgsz) / REFERENCE_IMGSZ for w in ws]),
         batch_pixels=np.array([batch_pixels(w, gpus=s.gpus) for w, s in zip(ws, samples, strict=True)]),
         val_batch_pixels=np.array([batch_pixels(w, True, s.gpus) for w, s in zip(ws, samples, strict=True)]),
-        train_mtok=np.array([w.train_tokens for w in ws]) / MTOK / ddp,
-        val_mtok=np.array([w.val_tokens for w in ws]) / MTOK / ddp,
-        final_mtok=np.array([w.final_val_tokens for w in ws]) / MTOK,
+        train_mpx=np.array([w.train_pixels for w in ws]) / MPX / ddp,
+        val_mpx=np.array([w.val_pixels for w in ws]) / MPX / ddp,
+        final_mpx=np.array([w.final_val_pixels for w in ws]) / MPX,
         loader_images=train_images
         * np.array([1 / s.cpus if s.cpus > 0 else 0.0 for s in samples])
         * np.array([(max(1, w.imgsz) / REFERENCE_IMGSZ) ** p.prior.loader_imgsz_exponent for w in ws])
@@ -207,15 +207,15 @@ def _predict(theta: np.ndarray, p: _Params, d: _Design) -> tuple[np.ndarray, np.
     i = p.index
     fam = _factor(g, d, "family") * _factor(g, d, "model")
     lsize = np.log(d.size)
-    per_token = (
+    per_mpx = (
         np.exp(g[i["k"]])
         * fam
         * d.mf_compute
         * np.exp(-g[i["imgsz_exponent"]] * lsize + g[i["imgsz_curvature"]] * lsize**2)
     )
-    cost = per_token * d.batch_pixels ** g[i["batch_exponent"]]
-    val_cost = per_token * d.val_batch_pixels ** g[i["batch_exponent"]] * np.exp(g[i["val_weight"]])
-    compute = cost * d.train_mtok + val_cost * d.val_mtok
+    cost = per_mpx * d.batch_pixels ** g[i["batch_exponent"]]
+    val_cost = per_mpx * d.val_batch_pixels ** g[i["batch_exponent"]] * np.exp(g[i["val_weight"]])
+    compute = cost * d.train_mpx + val_cost * d.val_mpx
     if "loader" in i:
         compute = np.maximum(compute, np.exp(g[i["loader"]]) * d.loader_images)
     val_pass, val_image = np.exp(g[i["val_pass"]]), np.exp(g[i["val_image"]])
@@ -229,7 +229,7 @@ def _predict(theta: np.ndarray, p: _Params, d: _Design) -> tuple[np.ndarray, np.
         + val_image * d.val_images
         + compute
     )
-    return train, val_pass + val_image * d.final_images + val_cost * d.final_mtok
+    return train, val_pass + val_image * d.final_images + val_cost * d.final_mpx
 
 
 def _residuals(theta: np.ndarray, p: _Params, d: _Design, weights: np.ndarray, base: np.ndarray) -> np.ndarray:

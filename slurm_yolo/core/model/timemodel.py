@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
-from slurm_yolo.core.model.estimate import FAMILY_PRIOR, MTOK, Workload, model_factor
+from slurm_yolo.core.model.estimate import FAMILY_PRIOR, MPX, Workload, model_factor
 
 REFERENCE_IMGSZ = 640  # where the model table's GFLOPs were measured: cost(640) = 1
 REFERENCE_BATCH = 16  # ultralytics' default batch: the batch term is 1 at 16 images of 640 px
@@ -57,7 +57,7 @@ class TimeModel:
     imgsz_exponent: float = 0.0
     imgsz_curvature: float = 0.0  # x exp(this x ln(imgsz / 640)^2): > 0 makes the cost per pixel U-shaped in imgsz
     batch_exponent: float = (
-        0.0  # cost per token ~ (batch pixels / 16 x 640^2) ^ this: > 0 where big batches spill caches
+        0.0  # cost per pixel ~ (batch pixels / 16 x 640^2) ^ this: > 0 where big batches spill caches
     )
     iteration_exponent: float = 0.0
     startup_exponent: float = 0.0
@@ -70,7 +70,7 @@ class TimeModel:
     loader_task_factors: dict[str, float] = field(default_factory=dict)
     image_seconds: float = 0.0  # per training image, outside compute (decode, augment, collate)
     val_image_seconds: float = 0.0  # per validated image, outside compute (decode, NMS, metrics)
-    family_factors: dict[str, float] = field(default_factory=dict)  # compute per token, vs the anchor family
+    family_factors: dict[str, float] = field(default_factory=dict)  # compute per pixel, vs the anchor family
     model_factors: dict[str, float] = field(default_factory=dict)  # compute of a model vs its GFLOPs x family
     step_factors: dict[str, float] = field(default_factory=dict)  # per family: cost per iteration
     startup_factors: dict[str, float] = field(default_factory=dict)  # per family: build and save
@@ -134,7 +134,7 @@ class TimeModel:
         return float(getattr(self, FACTOR_FIELDS[group]).get(key, 1.0))
 
     def compute_factor(self, model: str, family: str) -> float:
-        """Cost per GFLOP-token of a model, relative to the anchor family: its family's factor, and the
+        """Cost per GFLOP-pixel of a model, relative to the anchor family: its family's factor, and the
         model's own where its runs showed that its GFLOPs over- or understate what it costs."""
         return self.family_factor(family) * self.factor("model", model)
 
@@ -194,26 +194,26 @@ def imgsz_cost(imgsz: float, exponent: float, curvature: float) -> float:
     return math.exp(-exponent * x + curvature * x * x)
 
 
-def token_cost(w: Workload, tm: TimeModel, reference_gflops: float, val: bool = False, gpus: int = 1) -> float:
-    """Seconds-per-k of one effective million tokens of this workload (model, family, image size,
+def pixel_cost(w: Workload, tm: TimeModel, reference_gflops: float, val: bool = False, gpus: int = 1) -> float:
+    """Seconds-per-k of one effective million pixels (Mpx) of this workload (model, family, image size,
     one GPU's batch pixels: training's or validation's)."""
     size = imgsz_cost(w.imgsz, tm.imgsz_exponent, tm.imgsz_curvature)
     batch = batch_pixels(w, val, gpus) ** tm.batch_exponent
     mf = model_factor(w.gflops, reference_gflops) ** tm.compute_exponent
-    return mf * tm.compute_factor(w.model, w.family) * size * batch / MTOK
+    return mf * tm.compute_factor(w.model, w.family) * size * batch / MPX
 
 
-def effective_mtok(w: Workload, tm: TimeModel, reference_gflops: float, gpus: int = 1) -> tuple[float, float, float]:
-    """(train, in-training val, final val) effective millions of tokens, image-size cost included."""
-    train, val = token_cost(w, tm, reference_gflops, gpus=gpus), token_cost(w, tm, reference_gflops, True, gpus)
-    return w.train_tokens * train, w.val_tokens * val, w.final_val_tokens * val
+def effective_mpx(w: Workload, tm: TimeModel, reference_gflops: float, gpus: int = 1) -> tuple[float, float, float]:
+    """(train, in-training val, final val) effective millions of pixels, image-size cost included."""
+    train, val = pixel_cost(w, tm, reference_gflops, gpus=gpus), pixel_cost(w, tm, reference_gflops, True, gpus)
+    return w.train_pixels * train, w.val_pixels * val, w.final_val_pixels * val
 
 
 class Components(NamedTuple):
     """The parts of a training-time prediction (seconds), for ``--explain`` and the k feedback."""
 
     fixed: float  # overhead, per-epoch, per-validation, per-iteration and per-image costs
-    compute: float  # k x effective tokens / DDP speed-up
+    compute: float  # k x effective pixels / DDP speed-up
     loader: float  # data loading when it, not compute, bounds an epoch (0 unless modelled)
 
 
@@ -221,7 +221,7 @@ def components(
     w: Workload, tm: TimeModel, gpus: int, ddp_eff: float, reference_gflops: float, cpus: int = 0
 ) -> Components:
     """Training time split into what k scales and what it does not."""
-    tr, va, _ = effective_mtok(w, tm, reference_gflops, max(1, gpus))
+    tr, va, _ = effective_mpx(w, tm, reference_gflops, max(1, gpus))
     compute = tm.k * (tr + tm.val_weight * va) / ddp_factor(max(1, gpus), ddp_eff)
     steps = w.iterations * model_factor(w.gflops, reference_gflops) ** tm.iteration_exponent
     fixed = (
@@ -252,7 +252,7 @@ def predict_train_seconds(
 
 def final_val_seconds(w: Workload, tm: TimeModel, reference_gflops: float) -> float:
     """The validation ultralytics runs after training (best.pt, one device): not in results.csv."""
-    _, _, final = effective_mtok(w, tm, reference_gflops)
+    _, _, final = effective_mpx(w, tm, reference_gflops)
     return tm.val_pass_seconds + tm.val_image_seconds * w.val_images + tm.k * tm.val_weight * final
 
 
