@@ -133,7 +133,7 @@ def test_what_slurm_grants_beyond_the_request_is_counted_too(lean: Slurm) -> Non
 def test_twenty_submissions_racing_for_the_last_tokens_never_overdraw(lean: Slurm) -> None:
     worst = 60 * 1 * A100  # -t 1 on one a100 GPU
     fund(lean, ("vision",), 4 * worst + worst // 2)  # four fit, with half a fifth to spare
-    time.sleep(3)  # admission counts its own admissions of the last two seconds (the last test's too)
+    time.sleep(3)  # admission counts its own admissions until slurm.jobs shows them (the last test's too)
     before = last_movement(lean, "vision")
     results: list[subprocess.CompletedProcess[str]] = []
     lock = threading.Lock()
@@ -197,11 +197,11 @@ def test_a_job_the_refill_covers_soon_waits_for_credits_then_starts_by_itself(le
     numbers, as before; yolo-sbatch on a login node, behind the waiting job, says until when it waits."""
     worst = 60 * A100  # -t 1 on one a100, QOS normal (rate 1)
     fund(lean, ("vision",), worst // 2)
-    per_day = worst // 2 * 86400 // 40  # the other half in about 40 s
-    with ledger.writer(lean.config()) as lg:
+    per_day = worst // 2 * 86400 // 40  # the other half in about 40 s from now
+    refilling = time.time()  # the bucket refills from its quota's start, not from the submission (seconds later
+    with ledger.writer(lean.config()) as lg:  # when the machine is busy)
         lg.set_quota("vision", per_day, 10 * worst, "test")
     before = last_movement(lean, "vision")
-    submitted = time.time()
     res = lean.cmd(
         "sbatch",
         "--parsable",
@@ -262,7 +262,7 @@ def test_a_job_the_refill_covers_soon_waits_for_credits_then_starts_by_itself(le
     row = lean.settled(job, timeout=240)[0]
     rec = lean.ended(job)[0]
     start = time.mktime(time.strptime(rec["Start"], "%Y-%m-%dT%H:%M:%S"))
-    assert rec["State"] == "COMPLETED" and start >= int(submitted) + 38, (rec, submitted)  # not before the refill
+    assert rec["State"] == "COMPLETED" and start >= int(refilling) + 38, (rec, refilling)  # not before the refill
     assert (row["hold"], row["charge"]) == (worst, int(rec["ElapsedRaw"]) * A100)
     assert min(balance_path(lean, "vision", before)) >= 0
 
