@@ -54,7 +54,8 @@ ARMS = ("habits", "slurm-yolo", "slurm-yolo-day-one", "oracle")
 # [estimate] settings of the arm's config; "time_min": the plan's limit L becomes the job's
 # --time-min and its --time is TIME_MIN_STRETCH x L (Slurm's backfill may start it with any limit
 # between: a plan that schedules by the prediction and kills late), set by root before its release;
-# "shards_per_gpu": its partitions' and its nodes' shards per card; "prefer": yolo-sbatch --prefer
+# "shards_per_gpu": its partitions' and its nodes' shards per card; "prefer": yolo-sbatch --prefer;
+# "signal_seconds": its [job] USR2 lead (0: none); "slurm_conf": its replay cluster's slurm.conf lines
 VARIANTS: dict[str, dict[str, Any]] = {
     "slurm-yolo-tight": {"estimate": {"buffer": 0.05, "coverage": 0.8}},
     "slurm-yolo-loose": {"estimate": {"buffer": 0.5, "coverage": 0.999}},
@@ -65,6 +66,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # -p auto's choice: the fastest card whatever the queue, or the cheapest, against the earliest finish
     "slurm-yolo-fastest": {"prefer": "fastest"},
     "slurm-yolo-cheapest": {"prefer": "cheapest"},
+    # the limit at the prediction (no buffer, half the runs covered), no USR2, and Slurm's OverTimeLimit
+    # (one real minute: scale simulated ones) past it: backfill plans with the prediction, a run is
+    # killed late (Tsafrir, Etsion and Feitelson's question, as close as Slurm comes to it)
+    "slurm-yolo-overtime": {
+        "estimate": {"buffer": 0.0, "coverage": 0.5},
+        "signal_seconds": 0,
+        "slurm_conf": ["OverTimeLimit=1"],
+    },
 }
 SHARDS_PER_GPU = 4  # the product arms' partitions (and their replay clusters' nodes), but a variant's
 ALL_ARMS = (*ARMS, *VARIANTS)
@@ -116,7 +125,7 @@ class Cluster:
             "name": self.name,
             "partitions": partitions,
             "users": accounts,
-            "slurm_conf": list(sc.cluster.get("slurm_conf", [])),
+            "slurm_conf": [*sc.cluster.get("slurm_conf", []), *VARIANTS.get(arm, {}).get("slurm_conf", [])],
         }
         self.bin_dir = self.state / "bin"
 
@@ -206,7 +215,8 @@ def arm_config(arm: str, cluster: Cluster, sc: Scenario) -> Path:
     estimate = {"buffer": 0.20, **VARIANTS.get(arm, {}).get("estimate", {})}
     path = WORK / arm / "config.toml"
     path.write_text(
-        f'[job]\npython = "{VENV / "bin" / "python"}"\ncpus_per_gpu = 1\nsignal_seconds = 60\n'
+        f'[job]\npython = "{VENV / "bin" / "python"}"\ncpus_per_gpu = 1\n'
+        f"signal_seconds = {VARIANTS.get(arm, {}).get('signal_seconds', 60)}\n"
         f'[slurm]\nbin_dir = "{cluster.bin_dir}"\n[paths]\nstate_dir = "{home}"\nowner = "slurm"\n'
         "[estimate]\n" + "".join(f"{k} = {v}\n" for k, v in estimate.items()) + '[qos]\nshort = "yolo-short"\n'
         'short_max_minutes = 60\nprod = "yolo-prod"\ndev = "yolo-dev"\nexplore = "yolo-explore"\n' + parts

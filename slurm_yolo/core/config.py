@@ -58,7 +58,7 @@ class JobSettings:
     python: str = sys.executable
     cpus_per_gpu: int = 2
     mem_per_cpu_mb: int = 0  # 0: the cluster's DefMemPerCPU
-    signal_seconds: int = 120  # USR2 this long before the time limit: checkpoint and requeue
+    signal_seconds: int = 120  # USR2 this long before the time limit: checkpoint and requeue (0: none)
     yolo_config_dir: str = ""  # YOLO_CONFIG_DIR for jobs (offline font); empty: ultralytics' default
 
 

@@ -26,8 +26,9 @@ def time_limit(predicted_seconds: float, buffer: float) -> int:
 
 def usr2_lead(limit_seconds: int, configured: int) -> int:
     """How long before the limit the USR2 comes: the configured lead, but at most half the limit (0: no
-    warning under ``SIGNAL_MIN_LIMIT``, where it could eat the run)."""
-    if limit_seconds < SIGNAL_MIN_LIMIT:
+    warning under ``SIGNAL_MIN_LIMIT``, where it could eat the run, nor where ``job.signal_seconds`` is
+    0: a site whose ``OverTimeLimit`` lets a run go on past its limit wants no checkpoint before it)."""
+    if limit_seconds < SIGNAL_MIN_LIMIT or configured <= 0:
         return 0
     return max(SIGNAL_MIN_LEAD, min(configured, limit_seconds // 2))
 

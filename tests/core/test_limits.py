@@ -18,6 +18,12 @@ def test_the_usr2_lead_is_at_most_half_the_limit_and_none_under_three_minutes(li
     assert limits.usr2_lead(limit, 120) == lead
 
 
+def test_a_site_that_asks_no_usr2_gets_none_and_no_run_of_it_is_requeued_for_time() -> None:
+    """``job.signal_seconds = 0``: a site whose OverTimeLimit lets runs finish past their limit."""
+    assert [limits.usr2_lead(limit, 0) for limit in (120, 180, 3600)] == [0, 0, 0]
+    assert not limits.requeued_for_time(3600, 3599, 0)
+
+
 def test_a_requeue_for_time_is_one_inside_the_lead_or_a_minute_before_it() -> None:
     """Slurm may send the USR2 up to 60 s early (sbatch(1)): measured here, 70 s into a 3-minute job
     whose lead is 90 s."""
