@@ -270,6 +270,34 @@ class Slurm(NamedTuple):
         return poll(f"job {job}: {count} run(s) ended in sacct on {self.release}", find, timeout)
 
 
+class ReplayCluster(NamedTuple):
+    """A test's own ``deploy/replaycluster`` (its state folder and ports: neither minicluster's nor
+    another test's), accounting through the bundled 22.05 cluster's slurmdbd."""
+
+    state: Path  # under the bundled clusters' state, never a site's
+    port: int
+    node_port: int
+
+    def env(self) -> dict[str, str]:
+        """deploy/replaycluster's environment: nothing of this process's cluster, config or user."""
+        drop = ("SLURM_CONF", "SLURM_YOLO_HOME", "SLURM_YOLO_CONFIG", "MINICLUSTER_USER")
+        e = {k: v for k, v in os.environ.items() if k not in drop}
+        return e | {"REPLAYCLUSTER_STATE": str(self.state), "REPLAYCLUSTER_PORT": str(self.port),
+                    "REPLAYCLUSTER_NODE_PORT": str(self.node_port)}  # fmt: skip
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``deploy/replaycluster ARGS``, which must succeed."""
+        res = subprocess.run(
+            ["bash", str(REPO / "deploy" / "replaycluster"), *args],
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            timeout=150,
+        )
+        assert res.returncode == 0, f"replaycluster {' '.join(args)}: {res.stdout}{res.stderr}"
+        return res
+
+
 def own_ledger_config(slurm: Slurm) -> str:
     """The cluster's config text for a test's own state folder (SLURM_YOLO_HOME): its own SQLite
     ledger there, never the cluster's books (which may be the shared MariaDB ledger), and no Slurm

@@ -19,11 +19,10 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from conftest import MARKERS, REPO, _missing, between_ups
+from conftest import MARKERS, ReplayCluster, _missing, between_ups
 
 pytestmark = pytest.mark.cluster
 
-SCRIPT = REPO / "deploy" / "replaycluster"
 STATE = Path("/var/lib/slurm-yolo-cluster/replay-test")  # under the bundled clusters' state, never a site's
 PORT_CTLD, PORT_NODE = 6877, 17111  # neither minicluster's nor the default replay cluster's
 NAME = "replaytest"
@@ -37,17 +36,15 @@ SPEC = {
 }
 
 
+REPLAY = ReplayCluster(STATE, PORT_CTLD, PORT_NODE)
+
+
 def env() -> dict[str, str]:
-    drop = ("SLURM_CONF", "SLURM_YOLO_HOME", "SLURM_YOLO_CONFIG", "MINICLUSTER_USER")
-    e = {k: v for k, v in os.environ.items() if k not in drop}
-    return e | {"REPLAYCLUSTER_STATE": str(STATE), "REPLAYCLUSTER_PORT": str(PORT_CTLD),
-                "REPLAYCLUSTER_NODE_PORT": str(PORT_NODE)}  # fmt: skip
+    return REPLAY.env()
 
 
 def replaycluster(*args: str) -> subprocess.CompletedProcess[str]:
-    res = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=env(), timeout=150)
-    assert res.returncode == 0, f"replaycluster {' '.join(args)}: {res.stdout}{res.stderr}"
-    return res
+    return REPLAY.run(*args)
 
 
 def slurm(*argv: str, user: str | None = None) -> str:

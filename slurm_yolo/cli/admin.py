@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -271,3 +273,71 @@ def run(words: tuple[str, ...]) -> None:
     from slurm_yolo.job import launcher  # imports ultralytics: job side only
 
     raise SystemExit(launcher.run(list(words)))
+
+
+@main.command()
+@click.option(
+    "--since", default="30days", show_default=True, help="The history's start: 30days, now-7days, or a date (sacct -S)."
+)
+@click.option(
+    "--on",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="The replay cluster's Slurm commands (deploy/replaycluster's STATE/bin): never this cluster's.",
+)
+@click.option("--spec", "as_spec", is_flag=True, help="Print a deploy/replaycluster spec of this cluster, and stop.")
+@click.option("--scale", type=float, default=1.0, show_default=True, help="Simulated seconds per real second.")
+@click.option("--max-runs", type=click.IntRange(min=1), default=None, help="Replay the history's first N GPU runs.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="The prediction errors' draw.")
+@click.option("--json", "as_json", is_flag=True)
+@library_errors
+def simulate(
+    since: str, on: Path | None, as_spec: bool, scale: float, max_runs: int | None, seed: int, as_json: bool
+) -> None:
+    """What this cluster's GPU history would have waited with slurm-yolo's limits.
+
+    Replays each GPU run since --since (its submission, partition, GPUs, CPUs, account, how long it
+    ran) on a replay cluster's own slurmctld, twice: with the limits its users asked, and with the
+    limits yolo-sbatch would have set at the partitions' calibrated accuracy (docs/admins.md)."""
+    import time
+
+    from slurm_yolo.admin import simulate as sim
+    from slurm_yolo.core.durations import instant
+
+    config = load_config()
+    now = time.time()
+    start = instant(since, now)
+    start = start if start is not None else instant(f"now-{since}", now)  # 30days: now-30days
+    if start is None or start >= now:
+        raise UsageError(f"--since {since!r}: give 30days, now-7days or a date such as 2026-11-01")
+    records = sim.records(config, start, now)
+    if as_spec:
+        echo_json(sim.spec(config, records, start))
+        return
+    if on is None:
+        raise UsageError("give --on: the replay cluster's Slurm commands (or --spec, to bring one up)")
+    say = functools.partial(click.echo, err=True)
+    results = [r.figures() for r in sim.simulate(config, records, start, on, scale, seed, say, max_runs)]
+    if as_json:
+        echo_json({"since": since, "scale": scale, "seed": seed, "arms": {r["arm"]: r for r in results}})
+        return
+    asked, product = results
+    rows: list[tuple[str, str, Callable[[Any], str]]] = [
+        ("runs", "jobs", str),
+        ("mean wait", "mean_wait_s", fmt_duration),
+        ("median wait", "median_wait_s", fmt_duration),
+        ("p95 wait", "p95_wait_s", fmt_duration),
+        ("makespan", "makespan_s", fmt_duration),
+        ("killed at the limit", "killed", str),
+        ("went on after a kill", "requeued", str),
+        ("GPU-hours allocated", "gpu_hours_allocated", lambda v: f"{v:.2f}"),
+        ("GPU-hours lost to kills", "gpu_hours_lost", lambda v: f"{v:.2f}"),
+    ]
+    click.echo(f"{'':<24}{'as submitted':>16}{'slurm-yolo':>16}")
+    for label, key, fmt in rows:
+        click.echo(f"{label:<24}{fmt(asked[key]):>16}{fmt(product[key]):>16}")
+    click.echo(
+        f"since {since}, these runs would have waited {fmt_duration(float(product['mean_wait_s']))} on average"
+        f" with slurm-yolo's limits instead of {fmt_duration(float(asked['mean_wait_s']))}"
+        f" (p95 {fmt_duration(float(product['p95_wait_s']))} instead of {fmt_duration(float(asked['p95_wait_s']))});"
+        " a replay on Slurm's scheduler, one draw of the prediction errors (--seed)"
+    )

@@ -645,6 +645,12 @@ def pending_accounts(bin_dir: Path | None = None) -> set[str]:
     return {line.strip() for line in res.stdout.splitlines() if line.strip()}
 
 
+def partition_nodes(bin_dir: Path | None = None, timeout: float = 30.0) -> list[dict[str, object]]:
+    """Each GPU partition's nodes as a replay cluster's spec takes them (``parsers.partition_nodes``)."""
+    res = run(["sinfo", "-h", "-N", "-a", "-o", parsers.NODE_FORMAT], bin_dir=bin_dir, timeout=timeout)
+    return parsers.partition_nodes(res.stdout)
+
+
 def node_shapes(bin_dir: Path | None = None, timeout: float = 30.0) -> dict[str, parsers.NodeShape]:
     """Each partition's GPU node shape (CPUs and memory per GPU, threads per core), from ``sinfo``."""
     res = run(["sinfo", "-h", "-N", "-a", "-o", parsers.NODE_FORMAT], bin_dir=bin_dir, timeout=timeout)

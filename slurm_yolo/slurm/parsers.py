@@ -278,6 +278,51 @@ _GPU_GRES = re.compile(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)")
 NODE_FORMAT = "%R|%N|%c|%m|%Z|%G"  # partition, node, CPUs, RealMemory (MB), threads per core, GRES
 
 
+_TYPED_GPU = re.compile(r"(?:^|,)gpu:([^:,]+):\d+")
+_SHARDS = re.compile(r"(?:^|,)shard(?::[^:,]+)?:(\d+)")
+
+
+def partition_nodes(text: str) -> list[dict[str, object]]:
+    """Each GPU partition as ``deploy/replaycluster`` takes one (``slurm-yolo simulate --spec``): its
+    card, how many nodes, and its smallest node's GPUs, shards per GPU, CPUs and memory, from ``sinfo
+    -h -N -a -o NODE_FORMAT``, in sinfo's order (the first the default, as there)."""
+    nodes: dict[str, dict[str, tuple[int, int, int, str, int]]] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 6:
+            continue
+        partition, node, cpus, memory, _threads, gres = parts
+        clean = re.sub(r"\([^)]*\)", "", gres)
+        gpus = sum(int(m.group(1)) for m in _GPU_GRES.finditer(clean))
+        mem = re.match(r"\d+", memory)
+        if gpus <= 0 or not cpus.isdigit() or int(cpus) <= 0 or not mem:
+            continue
+        typed, shards = _TYPED_GPU.search(clean), _SHARDS.search(clean)
+        card = typed.group(1) if typed else "gpu"
+        nodes.setdefault(partition.rstrip("*"), {})[node] = (
+            gpus,
+            int(cpus),
+            int(mem.group(0)),
+            card,
+            int(shards.group(1)) // gpus if shards else 0,
+        )
+    out: list[dict[str, object]] = []
+    for name, members in nodes.items():
+        smallest = min(members.values())
+        out.append(
+            {
+                "name": name,
+                "gpu_type": smallest[3],
+                "nodes": len(members),
+                "gpus_per_node": smallest[0],
+                "cpus_per_node": smallest[1],
+                "memory_mb": smallest[2],
+                "shards_per_gpu": smallest[4],
+            }
+        )
+    return out
+
+
 def node_shapes(text: str) -> dict[str, NodeShape]:
     """Per partition, the shape of its node with the fewest CPUs per GPU, from ``sinfo -h -N -a -o
     NODE_FORMAT`` (a node once per partition it is in). GRES print as ``gpu:a100:2,shard:a100:8`` and
