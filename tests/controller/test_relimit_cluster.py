@@ -155,7 +155,7 @@ sleep 600"""
     job = slurm.sbatch(
         "-A", "vision", "-p", "t4", "--gres=gpu:t4:1", "-t", "3", "--requeue", script=hostile, user="alice"
     )
-    # admitted after hers (admission may count a job it just admitted twice: hers first, both fit)
+    # admitted after hers (admission counts a job of the last two seconds twice: hers first, both fit)
     theirs = slurm.sbatch(
         "-A", "vision", "-p", "t4", "--gres=gpu:t4:1", "-t", "20", "--begin=now+1hour", script="sleep 600"
     )

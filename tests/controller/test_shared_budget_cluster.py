@@ -106,7 +106,7 @@ def test_a_deposit_through_one_cluster_is_the_balance_on_both_and_jobs_on_both_d
 def test_twenty_submissions_racing_on_both_clusters_never_overdraw(both: tuple[Slurm, Slurm]) -> None:
     old, new = both
     fund(old, ("vision",), 4 * WORST + WORST // 2)  # four fit, with half a fifth to spare
-    time.sleep(3)  # each script counts its own admissions until slurm.jobs shows them (the last test's too)
+    time.sleep(3)  # each script counts its own admissions of the last two seconds (the last test's too)
     before = last_movement(old, "vision")
     results: list[tuple[Slurm, subprocess.CompletedProcess[str]]] = []
     lock = threading.Lock()

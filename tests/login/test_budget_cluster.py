@@ -133,7 +133,7 @@ def test_what_slurm_grants_beyond_the_request_is_counted_too(lean: Slurm) -> Non
 def test_twenty_submissions_racing_for_the_last_tokens_never_overdraw(lean: Slurm) -> None:
     worst = 60 * 1 * A100  # -t 1 on one a100 GPU
     fund(lean, ("vision",), 4 * worst + worst // 2)  # four fit, with half a fifth to spare
-    time.sleep(3)  # admission counts its own admissions until slurm.jobs shows them (the last test's too)
+    time.sleep(3)  # admission counts its own admissions of the last two seconds (the last test's too)
     before = last_movement(lean, "vision")
     results: list[subprocess.CompletedProcess[str]] = []
     lock = threading.Lock()

@@ -8,8 +8,9 @@ GPU job is refused at submit, with a message naming its account and the numbers,
          - worst cases of the account's pending GPU jobs (slurmctld's own job list)
          - worst cases of its running GPU jobs the ledger holds nothing for (just started, or a failed prolog)
 
-Installed by `slurm-yolo ledger admission-script > /etc/slurm/job_submit.lua` (its modules joined in, the
-paths, ClusterName and SlurmUser's uid filled in) and `JobSubmitPlugins=lua`. docs/money.md says why.
+Installed by `slurm-yolo ledger admission-script > /etc/slurm/job_submit.lua` (which joins bigint.lua,
+policy.lua, state.lua and modify.lua in here and fills in the paths, the cluster's name and the
+SlurmUser's uid) and `JobSubmitPlugins=lua` in slurm.conf. docs/money.md says why each rule is so.
 ]]
 
 --@MODULES@
@@ -87,7 +88,6 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 end
 
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
-  observe_jobs(os.time())  -- slurmctld rebuilt slurm.jobs for this call, if it changed
   if modify_uid == 0 or modify_uid == slurm_user_id then return slurm.SUCCESS end
   local why = modify_refusal(job_desc, job_rec)
   if why == nil then return slurm.SUCCESS end

@@ -57,23 +57,10 @@ local function read_state()
   return s
 end
 
--- Admissions slurm.jobs may not show yet. slurmctld rebuilds the script's copy of its job list
--- (slurm.jobs) only when the list changed in a later second than the last rebuild (job_submit_lua.c:
--- no rebuild while last_lua_jobs_update >= last_job_update, both whole seconds), so a job created in
--- the second of a rebuild, after it, stays out of slurm.jobs until the list changes in a later second:
--- on a quiet cluster whose next submissions are all refused, never (CI's 20 racing submissions on the
--- shared ledger admitted 8 jobs where 4 fit, when admissions were forgotten after two seconds). So an
--- admission is counted here until a rebuild is seen two seconds or more after it (its job, created
--- in the same RPC just after this script returned, is in that one), and at most RECENT_MAX seconds
--- (an admission whose job slurmctld then refused for another reason). Counted twice meanwhile where
--- slurm.jobs has it already: conservative, never generous.
+-- Admissions of the last two seconds: slurmctld refreshes the script's copy of its job list
+-- (slurm.jobs) at most once a second, so a job admitted this second may be missing from it. Counted
+-- twice (here and in slurm.jobs) for up to two seconds: conservative, never generous.
 local recent = {}
-local jobs_seen, rebuilt_at = nil, 0
-local RECENT_MAX = 300
-
-local function observe_jobs(now)  -- a new slurm.jobs table is a rebuild, made at this call's start
-  if slurm.jobs ~= jobs_seen then jobs_seen, rebuilt_at = slurm.jobs, now end
-end
 
 -- yolo-sbatch's trials. `-p auto` asks `sbatch --test-only` of each partition's job script, and
 -- slurmctld runs this script for that will_run RPC as for a submission (proc_req.c:
@@ -95,12 +82,12 @@ local function held_trial(job_desc)  -- whether it bears the mark: then it is he
   return true
 end
 
-local function remember(trial, account, need)  -- an admission slurm.jobs may not show yet (a trial is none)
+local function remember(trial, account, need)  -- an admission of the last two seconds (a trial is none)
   if not trial then recent[#recent + 1] = {t = os.time(), account = account, need = need} end
 end
 
 -- Per account, what its pending GPU jobs and its running ones the ledger holds nothing for yet (just
--- started, or their prolog failed) may still hold, with the admissions slurm.jobs may not show yet.
+-- started, or their prolog failed) may still hold, with the admissions of the last two seconds.
 -- One task's worst case for each kind of pending job (what it asked for, where, for how long, its
 -- QOS), kept while what it was reckoned from (prices in effect, rates, shards) stays the same: a
 -- queue of many alike jobs (arrays, repeated submissions) costs one reckoning per kind.
@@ -126,9 +113,8 @@ end
 
 local function committed(state)
   local now, totals, keep = os.time(), {}, {}
-  observe_jobs(now)
   for _, r in ipairs(recent) do
-    if rebuilt_at < r.t + 2 and r.t >= now - RECENT_MAX then
+    if r.t >= now - 1 then
       keep[#keep + 1] = r
       totals[r.account] = add(totals[r.account] or ZERO, r.need)
     end
